@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# fleetwatch developer entry point: sets up what it needs, then runs one thing.
+#   ./dev.sh demo   the whole stack on this machine with simulated hardware
+#   ./dev.sh test   lint, type checks and the whole test suite
+# Works on a fresh Debian 12 machine that has only python3. As root it installs the
+# Debian packages the demo and the tests use; otherwise it names the line to run.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+DEBIAN_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags
+                 prometheus-node-exporter chromium)
+VENV=.venv
+
+missing_debian_packages() {
+    local pkg
+    for pkg in "${DEBIAN_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || printf '%s\n' "$pkg"
+    done
+}
+
+ensure_debian_packages() {
+    local missing
+    missing=$(missing_debian_packages | tr '\n' ' ')
+    [ -z "$missing" ] && return 0
+    if [ "$(id -u)" -eq 0 ]; then
+        echo "dev.sh: installing Debian packages: $missing" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    elif [ "$1" = required ]; then
+        echo "dev.sh: missing Debian packages. Run as root, then retry:" >&2
+        echo "  sudo apt-get install -y --no-install-recommends $missing" >&2
+        exit 1
+    else
+        echo "dev.sh: without $missing the demo runs the exporter alone; to get the rest:" >&2
+        echo "  sudo apt-get install -y --no-install-recommends $missing" >&2
+    fi
+}
+
+ensure_venv() {
+    local stamp="$VENV/.installed"
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV"
+    fi
+    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        "$VENV/bin/pip" install -q --upgrade pip
+        "$VENV/bin/pip" install -q -e ".[dev]"
+        # helm-sdkpy declares Python 3.12 but works on 3.11 (it wraps the Helm Go library).
+        "$VENV/bin/pip" install -q --ignore-requires-python "helm-sdkpy>=0.1"
+        touch "$stamp"
+    fi
+}
+
+case "${1:-}" in
+    demo)
+        ensure_debian_packages optional
+        ensure_venv
+        shift
+        exec "$VENV/bin/fleetwatch" demo "$@"
+        ;;
+    test)
+        ensure_debian_packages required
+        ensure_venv
+        shift
+        "$VENV/bin/ruff" check .
+        "$VENV/bin/ruff" format --check .
+        "$VENV/bin/mypy"
+        exec "$VENV/bin/pytest" -q "$@"
+        ;;
+    *)
+        echo "usage: ./dev.sh demo | ./dev.sh test [pytest args]" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,129 @@
+"""The `fleetwatch` command: one console script, one subcommand per component.
+
+Every subcommand module exposes `add_subcommands(subparsers)`, registering its parsers
+with `set_defaults(run=callable)`; the callable takes the parsed namespace and returns
+the exit status. This module adds the flags every subcommand shares (logging), and
+reads `FLEETWATCH_<FLAG>` environment variables for every long flag (dots and dashes
+become underscores) so that a flag given on the command line wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Protocol
+
+from exporter import __version__
+from exporter.logs import configure_logging
+
+ENV_PREFIX = "FLEETWATCH_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class SubcommandModule(Protocol):
+    """What a component contributes to the CLI."""
+
+    def add_subcommands(self, subparsers: argparse._SubParsersAction[ArgParser]) -> None: ...
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: `fleetwatch export: error: ...`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def env_name(option: str) -> str:
+    """`--web.listen-address` → `FLEETWATCH_WEB_LISTEN_ADDRESS`."""
+    return ENV_PREFIX + option.lstrip("-").replace(".", "_").replace("-", "_").upper()
+
+
+def _env_arguments(parser: argparse.ArgumentParser) -> list[str]:
+    """Command-line words equivalent to the FLEETWATCH_* variables that match `parser`."""
+    words: list[str] = []
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+        if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        value = os.environ.get(env_name(longs[0]))
+        if value is None:
+            continue
+        if action.nargs == 0:  # a switch: store_true / store_false / BooleanOptionalAction
+            lowered = value.strip().lower()
+            if lowered not in _TRUE | _FALSE:
+                parser.error(f"{env_name(longs[0])}={value!r}: expected true or false")
+            if isinstance(action, argparse.BooleanOptionalAction):
+                words.append(longs[0] if lowered in _TRUE else "--no-" + longs[0][2:])
+            elif (lowered in _TRUE) == (action.const is True):
+                words.append(longs[0])
+        elif action.nargs in (None, 1, "?"):
+            words.append(f"{longs[0]}={value}")
+        else:
+            words.extend([longs[0], *value.split(",")])
+    return words
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags every subcommand has."""
+    parser.add_argument(
+        "--log.format", dest="log_format", choices=("json", "text"), default="json",
+        help="log line format: one JSON object per line, or text for people (default json)",
+    )
+    parser.add_argument(
+        "--log.level", dest="log_level", choices=("debug", "info", "warning", "error"),
+        default="info", help="minimum level logged (default info)",
+    )
+
+
+def build_parser() -> ArgParser:
+    """The whole CLI. Subcommand modules are listed here, explicitly."""
+    from exporter import demo, export
+
+    modules: list[SubcommandModule] = [export, demo]
+    try:
+        from tainter import cli as tainter_cli
+
+        modules.append(tainter_cli)
+    except ImportError:  # the tainter package is not part of this build yet
+        pass
+    try:
+        from report import cli as report_cli
+
+        modules.append(report_cli)
+    except ImportError:  # the report package is not part of this build yet
+        pass
+
+    parser = ArgParser(prog="fleetwatch", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--version", action="version", version=f"fleetwatch {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
+    subparsers.required = True
+    for module in modules:
+        module.add_subcommands(subparsers)
+    for sub in subparsers.choices.values():
+        add_common_flags(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags (command line over environment), configure logging, run the subcommand."""
+    parser = build_parser()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    subparsers = _subparsers(parser)
+    for position, word in enumerate(args_list):
+        if word in subparsers:
+            args_list[position + 1 : position + 1] = _env_arguments(subparsers[word])
+            break
+    args = parser.parse_args(args_list)
+    configure_logging(fmt=args.log_format, level=args.log_level)
+    status: int = args.run(args)
+    return status
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}

@@ -1,0 +1,61 @@
+"""Structured logging: one JSON object per line by default, a human format on request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, Final
+
+# Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
+_STANDARD_ATTRS: Final = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}
+)
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The structured fields a caller attached with `extra=`."""
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, then the `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(record_fields(record))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """`time level logger: message key=value ...` for people at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in record_fields(record).items())
+        line = (
+            f"{time.strftime('%H:%M:%S', time.localtime(record.created))} "
+            f"{record.levelname:<7} {record.name}: {record.getMessage()}"
+        )
+        if fields:
+            line += f" {fields}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure_logging(*, fmt: str, level: str) -> None:
+    """Install one stderr handler with the chosen format on the root logger."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
