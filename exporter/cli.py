@@ -45,7 +45,9 @@ def _env_arguments(parser: argparse.ArgumentParser) -> list[str]:
     """Command-line words equivalent to the FLEETWATCH_* variables that match `parser`."""
     words: list[str] = []
     for action in parser._actions:
-        longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+        longs = [
+            o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")
+        ]
         if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
         value = os.environ.get(env_name(longs[0]))
@@ -69,12 +71,18 @@ def _env_arguments(parser: argparse.ArgumentParser) -> list[str]:
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand has."""
     parser.add_argument(
-        "--log.format", dest="log_format", choices=("json", "text"), default="json",
+        "--log.format",
+        dest="log_format",
+        choices=("json", "text"),
+        default="json",
         help="log line format: one JSON object per line, or text for people (default json)",
     )
     parser.add_argument(
-        "--log.level", dest="log_level", choices=("debug", "info", "warning", "error"),
-        default="info", help="minimum level logged (default info)",
+        "--log.level",
+        dest="log_level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="minimum level logged (default info)",
     )
 
 

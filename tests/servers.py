@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 def require_binary(path: str) -> str:
-    """Skip the test with the install line when a Debian binary is missing (dev.sh installs them)."""
+    """Fail naming the missing Debian binary (./dev.sh test installs them)."""
     if not Path(path).exists():
         pytest.fail(f"{path} is missing: run ./dev.sh test (it installs the Debian packages)")
     return path
@@ -67,13 +67,15 @@ def wait_until(
         if result is not None and result is not False:
             return result
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last error: {last_error})"
+    )
 
 
 def http_get(url: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
     """GET a URL and return the body; raises on non-2xx."""
-    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - loopback only
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         body: bytes = response.read()
         return body
 
@@ -81,7 +83,7 @@ def http_get(url: str, *, timeout: float = 5.0, headers: dict[str, str] | None =
 def http_status(url: str, *, timeout: float = 5.0) -> int:
     """The HTTP status of a GET, including error statuses."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             status: int = response.status
             return status
     except urllib.error.HTTPError as exc:
@@ -113,17 +115,28 @@ class Server:
 
 @contextlib.contextmanager
 def _running(
-    argv: Sequence[str], *, url: str, ready_path: str, workdir: Path, name: str,
-    env: dict[str, str] | None = None, ready_timeout: float = 60.0,
+    argv: Sequence[str],
+    *,
+    url: str,
+    ready_path: str,
+    workdir: Path,
+    name: str,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 60.0,
 ) -> Iterator[Server]:
     log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(  # noqa: S603 - fixed argv of known binaries
-            list(argv), stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-            env={**os.environ, **(env or {})}, start_new_session=True,
+        process = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
     server = Server(process=process, url=url, workdir=workdir, log_path=log_path)
     try:
+
         def ready() -> bool:
             if process.poll() is not None:
                 raise AssertionError(f"{name} exited with {process.returncode}:\n{server.log()}")
@@ -137,9 +150,14 @@ def _running(
 
 @contextlib.contextmanager
 def prometheus(
-    workdir: Path, *, scrape_configs: list[dict[str, Any]], rule_files: Sequence[Path] = (),
-    alertmanager_urls: Sequence[str] = (), scrape_interval: str = "1s",
-    evaluation_interval: str = "1s", extra_args: Sequence[str] = (),
+    workdir: Path,
+    *,
+    scrape_configs: list[dict[str, Any]],
+    rule_files: Sequence[Path] = (),
+    alertmanager_urls: Sequence[str] = (),
+    scrape_interval: str = "1s",
+    evaluation_interval: str = "1s",
+    extra_args: Sequence[str] = (),
     storage: Path | None = None,
 ) -> Iterator[Server]:
     """A real Prometheus on a free loopback port with the given scrape configs and rules."""
@@ -151,18 +169,33 @@ def prometheus(
         "rule_files": [str(p) for p in rule_files],
     }
     if alertmanager_urls:
-        config["alerting"] = {"alertmanagers": [{"static_configs": [
-            {"targets": [u.removeprefix("http://") for u in alertmanager_urls]}]}]}
+        config["alerting"] = {
+            "alertmanagers": [
+                {
+                    "static_configs": [
+                        {"targets": [u.removeprefix("http://") for u in alertmanager_urls]}
+                    ]
+                }
+            ]
+        }
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     argv = [
-        PROMETHEUS, f"--config.file={config_path}",
+        PROMETHEUS,
+        f"--config.file={config_path}",
         f"--storage.tsdb.path={storage or workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle", *extra_args,
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+        *extra_args,
     ]
-    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path="/-/ready",
-                  workdir=workdir, name="prometheus") as server:
+    with _running(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/-/ready",
+        workdir=workdir,
+        name="prometheus",
+    ) as server:
         yield server
 
 
@@ -175,11 +208,19 @@ def alertmanager(workdir: Path, *, config: dict[str, Any]) -> Iterator[Server]:
     config_path = workdir / "alertmanager.yml"
     config_path.write_text(yaml.safe_dump(config))
     argv = [
-        ALERTMANAGER, f"--config.file={config_path}", f"--storage.path={workdir / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+        ALERTMANAGER,
+        f"--config.file={config_path}",
+        f"--storage.path={workdir / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
     ]
-    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path="/-/ready",
-                  workdir=workdir, name="alertmanager") as server:
+    with _running(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/-/ready",
+        workdir=workdir,
+        name="alertmanager",
+    ) as server:
         yield server
 
 
@@ -190,27 +231,51 @@ def node_exporter(workdir: Path, *, sysfs: Path, collectors: Sequence[str]) -> I
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
-        NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
-        f"--path.sysfs={sysfs}", *(f"--collector.{name}" for name in collectors),
+        NODE_EXPORTER,
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--collector.disable-defaults",
+        f"--path.sysfs={sysfs}",
+        *(f"--collector.{name}" for name in collectors),
     ]
-    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path="/metrics",
-                  workdir=workdir, name="node_exporter") as server:
+    with _running(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/metrics",
+        workdir=workdir,
+        name="node_exporter",
+    ) as server:
         yield server
 
 
 @contextlib.contextmanager
 def fleetwatch_export(
-    workdir: Path, *, simulate: str, args: Sequence[str] = (), env: dict[str, str] | None = None,
+    workdir: Path,
+    *,
+    simulate: str,
+    args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """`fleetwatch export --simulate SCENARIO` as a real process on a free loopback port."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
-        sys.executable, "-m", "exporter", "export", f"--web.listen-address=127.0.0.1:{port}",
-        f"--simulate={simulate}", "--log.format=json", *args,
+        sys.executable,
+        "-m",
+        "exporter",
+        "export",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--simulate={simulate}",
+        "--log.format=json",
+        *args,
     ]
-    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path="/readyz",
-                  workdir=workdir, name="fleetwatch-export", env=env) as server:
+    with _running(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/readyz",
+        workdir=workdir,
+        name="fleetwatch-export",
+        env=env,
+    ) as server:
         yield server
 
 
@@ -236,8 +301,13 @@ def prom_alerts(prom: Server) -> list[dict[str, Any]]:
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run promtool and return the completed process (never raises on exit status)."""
     require_binary(PROMTOOL)
-    return subprocess.run(  # noqa: S603
-        [PROMTOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=120, check=False,
+    return subprocess.run(
+        [PROMTOOL, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
     )
 
 

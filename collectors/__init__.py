@@ -1,0 +1,11 @@
+"""Collectors: one module per hardware source, listed explicitly in `COLLECTORS`.
+
+`sources/` reads hardware into typed readings (native units, no Prometheus); each
+collector module maps readings to metric families; `sim/` simulates the hardware.
+"""
+
+from __future__ import annotations
+
+from collectors.base import CollectorSpec
+
+COLLECTORS: tuple[CollectorSpec, ...] = ()

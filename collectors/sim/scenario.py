@@ -1,0 +1,365 @@
+"""Scenario files: a simulated node and its timed faults (schema in DESIGN.md "Simulation").
+
+A scenario is YAML. Loading validates every key and value and raises `ScenarioError`
+naming the file, the key path and the reason, so a typo fails at start rather than
+silently simulating something else.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+NVLINK_ERRORS: Final = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+THROTTLE_REASONS: Final = (
+    "gpu_idle",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake",
+)
+IB_ERRORS: Final = (
+    "symbol",
+    "link_error_recovery",
+    "link_downed",
+    "rcv",
+    "rcv_remote_physical",
+    "rcv_switch_relay",
+    "xmit_discards",
+    "xmit_constraint",
+    "rcv_constraint",
+    "local_link_integrity",
+    "excessive_buffer_overrun",
+    "vl15_dropped",
+    "xmit_wait",
+)
+LINK_LAYERS: Final = ("InfiniBand", "Ethernet")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed; the message names the file, key and reason."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HcaSpec:
+    """One host channel adapter (`mlx5_0`) with its ports."""
+
+    device: str
+    ports: int = 1
+    rate_gbps: int = 400
+    link_layer: str = "InfiniBand"
+    expected_rate_gbps: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """Steady-state readings every simulated GPU starts from."""
+
+    temperature_celsius: float = 62.0
+    memory_temperature_celsius: float = 70.0
+    tensor_active: float = 0.55
+    sm_active: float = 0.8
+    utilization: float = 1.0
+    power_watts: float = 550.0
+    power_limit_watts: float = 700.0
+    memory_used_ratio: float = 0.85
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """One timed fault. `at` is seconds after the exporter starts; `seconds` bounds it."""
+
+    at: float
+    kind: str
+    gpu: int | None = None
+    link: int | None = None
+    device: str | None = None
+    port: int | None = None
+    error: str | None = None
+    reason: str | None = None
+    call: str | None = None
+    celsius: float | None = None
+    ramp_seconds: float = 0.0
+    per_second: float | None = None
+    xid: int | None = None
+    value: float | None = None
+    seconds: float | None = None
+
+    def active(self, t: float) -> bool:
+        """True while the fault applies at simulated time `t`."""
+        return t >= self.at and (self.seconds is None or t < self.at + self.seconds)
+
+    def elapsed_active(self, t: float) -> float:
+        """Seconds this fault has been applying by time `t` (0 before it starts)."""
+        end = t if self.seconds is None else min(t, self.at + self.seconds)
+        return max(0.0, end - self.at)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A simulated node: its hardware and the faults that happen to it."""
+
+    name: str
+    source: str
+    gpus: int
+    gpu_model: str
+    nvlinks_per_gpu: int
+    infiniband: tuple[HcaSpec, ...]
+    baseline: Baseline
+    faults: tuple[Fault, ...]
+    gpm_supported: bool = True
+    nvlink5_counters: bool = False
+    driver_version: str = "550.90.07"
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Which keys each fault kind requires and allows, beyond `at` and `kind`.
+_FAULT_KEYS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+    "temperature": (frozenset({"gpu", "celsius"}), frozenset({"ramp_seconds", "seconds"})),
+    "nvlink_errors": (frozenset({"gpu", "link", "error", "per_second"}), frozenset({"seconds"})),
+    "nvlink_down": (frozenset({"gpu", "link"}), frozenset({"seconds"})),
+    "ib_port_down": (frozenset({"device", "port"}), frozenset({"seconds"})),
+    "ib_errors": (frozenset({"device", "port", "error", "per_second"}), frozenset({"seconds"})),
+    "ib_rate": (frozenset({"device", "port", "value"}), frozenset({"seconds"})),
+    "xid": (frozenset({"gpu", "xid"}), frozenset()),
+    "gpu_lost": (frozenset({"gpu"}), frozenset()),
+    "hang": (frozenset({"call", "seconds"}), frozenset({"gpu"})),
+    "throttle": (frozenset({"gpu", "reason"}), frozenset({"seconds"})),
+    "tensor_active": (frozenset({"gpu", "value"}), frozenset({"seconds"})),
+    "ecc_errors": (frozenset({"gpu", "error", "per_second"}), frozenset({"seconds"})),
+    "row_remap": (frozenset({"gpu", "error"}), frozenset()),
+}
+FAULT_KINDS: Final = tuple(_FAULT_KEYS)
+_TOP_REQUIRED: Final = frozenset({"gpus", "gpu_model", "nvlinks_per_gpu", "infiniband"})
+_TOP_ALLOWED: Final = _TOP_REQUIRED | {
+    "baseline",
+    "faults",
+    "gpm_supported",
+    "nvlink5_counters",
+    "driver_version",
+    "description",
+    "extra",
+}
+BUILTIN_PACKAGE: Final = "collectors.sim.scenarios"
+
+
+class _Checker:
+    """Carries the file name so every error names file, key path and reason."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, reason: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {key}: {reason}")
+
+    def mapping(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def keys(
+        self, data: dict[str, Any], key: str, required: frozenset[str], allowed: frozenset[str]
+    ) -> None:
+        for name in sorted(required - data.keys()):
+            raise self.fail(f"{key}.{name}" if key else name, "required key is missing")
+        for name in sorted(data.keys() - allowed):
+            raise self.fail(f"{key}.{name}" if key else str(name), "unknown key")
+
+    def integer(self, value: Any, key: str, *, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"expected an integer, got {value!r}")
+        if not low <= value <= high:
+            raise self.fail(key, f"{value} is out of range {low}..{high}")
+        return value
+
+    def number(self, value: Any, key: str, *, low: float, high: float) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise self.fail(key, f"expected a number, got {value!r}")
+        if not low <= value <= high:
+            raise self.fail(key, f"{value} is out of range {low}..{high}")
+        return float(value)
+
+    def string(self, value: Any, key: str, *, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
+
+
+def _parse_hca(check: _Checker, raw: Any, key: str) -> HcaSpec:
+    data = check.mapping(raw, key)
+    check.keys(
+        data,
+        key,
+        frozenset({"device"}),
+        frozenset({"device", "ports", "rate_gbps", "link_layer", "expected_rate_gbps"}),
+    )
+    device = check.string(data["device"], f"{key}.device")
+    if not device.replace("_", "").isalnum():
+        raise check.fail(f"{key}.device", f"{device!r} is not a device name like mlx5_0")
+    expected = data.get("expected_rate_gbps")
+    return HcaSpec(
+        device=device,
+        ports=check.integer(data.get("ports", 1), f"{key}.ports", low=1, high=4),
+        rate_gbps=check.integer(data.get("rate_gbps", 400), f"{key}.rate_gbps", low=1, high=1600),
+        link_layer=check.string(
+            data.get("link_layer", "InfiniBand"), f"{key}.link_layer", choices=LINK_LAYERS
+        ),
+        expected_rate_gbps=None
+        if expected is None
+        else check.integer(expected, f"{key}.expected_rate_gbps", low=1, high=1600),
+    )
+
+
+def _parse_baseline(check: _Checker, raw: Any) -> Baseline:
+    data = check.mapping(raw, "baseline")
+    limits: dict[str, tuple[float, float]] = {
+        "temperature_celsius": (0, 120),
+        "memory_temperature_celsius": (0, 120),
+        "tensor_active": (0, 1),
+        "sm_active": (0, 1),
+        "utilization": (0, 1),
+        "power_watts": (0, 2000),
+        "power_limit_watts": (1, 2000),
+        "memory_used_ratio": (0, 1),
+    }
+    check.keys(data, "baseline", frozenset(), frozenset(limits))
+    values = {
+        name: check.number(value, f"baseline.{name}", low=limits[name][0], high=limits[name][1])
+        for name, value in data.items()
+    }
+    return Baseline(**values)
+
+
+def _parse_fault(
+    check: _Checker, raw: Any, key: str, scenario: dict[str, Any], hcas: tuple[HcaSpec, ...]
+) -> Fault:
+    data = check.mapping(raw, key)
+    kind = check.string(data.get("kind"), f"{key}.kind", choices=FAULT_KINDS)
+    required, optional = _FAULT_KEYS[kind]
+    check.keys(data, key, required | {"at", "kind"}, required | optional | {"at", "kind"})
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "at": check.number(data["at"], f"{key}.at", low=0, high=1e7),
+    }
+    gpus: int = scenario["gpus"]
+    validators: dict[str, Callable[[Any, str], Any]] = {
+        "gpu": lambda v, k: check.integer(v, k, low=0, high=gpus - 1),
+        "link": lambda v, k: check.integer(v, k, low=0, high=scenario["nvlinks_per_gpu"] - 1),
+        "device": lambda v, k: check.string(v, k, choices=tuple(h.device for h in hcas)),
+        "port": lambda v, k: check.integer(v, k, low=1, high=4),
+        "celsius": lambda v, k: check.number(v, k, low=0, high=130),
+        "ramp_seconds": lambda v, k: check.number(v, k, low=0, high=1e6),
+        "per_second": lambda v, k: check.number(v, k, low=0, high=1e9),
+        "xid": lambda v, k: check.integer(v, k, low=1, high=1000),
+        "seconds": lambda v, k: check.number(v, k, low=0, high=1e7),
+        "call": check.string,
+        "reason": lambda v, k: check.string(v, k, choices=THROTTLE_REASONS),
+    }
+    for name in sorted((required | optional) & data.keys()):
+        value = data[name]
+        if name == "error":
+            choices = {
+                "nvlink_errors": NVLINK_ERRORS,
+                "ib_errors": IB_ERRORS,
+                "ecc_errors": ("corrected", "uncorrected"),
+                "row_remap": ("correctable", "uncorrectable", "pending", "failure"),
+            }[kind]
+            fields[name] = check.string(value, f"{key}.error", choices=choices)
+        elif name == "value":
+            high = 1.0 if kind == "tensor_active" else 1600.0
+            fields[name] = check.number(value, f"{key}.value", low=0, high=high)
+        else:
+            fields[name] = validators[name](value, f"{key}.{name}")
+    if "device" in fields and "port" in fields:
+        hca = next(h for h in hcas if h.device == fields["device"])
+        if fields["port"] > hca.ports:
+            raise check.fail(f"{key}.port", f"{hca.device} has {hca.ports} port(s)")
+    return Fault(**fields)
+
+
+def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
+    """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason."""
+    check = _Checker(source)
+    top = check.mapping(data, "(top level)")
+    check.keys(top, "", _TOP_REQUIRED, frozenset(_TOP_ALLOWED))
+    top["gpus"] = check.integer(top["gpus"], "gpus", low=0, high=72)
+    top["nvlinks_per_gpu"] = check.integer(
+        top["nvlinks_per_gpu"], "nvlinks_per_gpu", low=0, high=36
+    )
+    raw_hcas = top["infiniband"] if top["infiniband"] is not None else []
+    if not isinstance(raw_hcas, list):
+        raise check.fail("infiniband", "expected a list of HCAs")
+    hcas = tuple(_parse_hca(check, h, f"infiniband[{i}]") for i, h in enumerate(raw_hcas))
+    names = [h.device for h in hcas]
+    if len(set(names)) != len(names):
+        raise check.fail("infiniband", "device names must be unique")
+    raw_faults = top.get("faults") or []
+    if not isinstance(raw_faults, list):
+        raise check.fail("faults", "expected a list of faults")
+    faults = tuple(
+        _parse_fault(check, f, f"faults[{i}]", top, hcas) for i, f in enumerate(raw_faults)
+    )
+    extra = top.get("extra", {})
+    return Scenario(
+        name=name,
+        source=source,
+        gpus=top["gpus"],
+        gpu_model=check.string(top["gpu_model"], "gpu_model"),
+        nvlinks_per_gpu=top["nvlinks_per_gpu"],
+        infiniband=hcas,
+        baseline=_parse_baseline(check, top.get("baseline") or {}),
+        faults=tuple(sorted(faults, key=lambda f: f.at)),
+        gpm_supported=check.boolean(top.get("gpm_supported", True), "gpm_supported"),
+        nvlink5_counters=check.boolean(top.get("nvlink5_counters", False), "nvlink5_counters"),
+        driver_version=check.string(top.get("driver_version", "550.90.07"), "driver_version"),
+        description=str(top.get("description", "")),
+        extra=check.mapping(extra, "extra"),
+    )
+
+
+def builtin_names() -> list[str]:
+    """Names of the scenarios shipped with fleetwatch."""
+    files = importlib.resources.files(BUILTIN_PACKAGE).iterdir()
+    return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
+
+
+def load_scenario(spec: str) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file by path."""
+    if spec in builtin_names():
+        resource = importlib.resources.files(BUILTIN_PACKAGE) / f"{spec}.yaml"
+        text, source, name = resource.read_text(), f"built-in scenario {spec}", spec
+    else:
+        path = Path(spec)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            known = ", ".join(builtin_names())
+            raise ScenarioError(
+                f"{spec}: cannot read scenario ({exc.strerror}); built-in scenarios: {known}"
+            ) from exc
+        source, name = str(path), path.stem
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+    return parse_scenario(data, source=source, name=name)

@@ -1,0 +1,1 @@
+"""Built-in scenario files (`fleetwatch export --simulate list`)."""

@@ -1,0 +1,308 @@
+"""The simulated node: the state of every device at a simulated instant.
+
+Everything here is a pure function of the scenario and the simulated time, so a golden
+exposition at a fixed time is byte-for-byte reproducible, and the fake NVML and the
+generated sysfs tree always agree with each other.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from collectors.sim.scenario import Fault, HcaSpec, Scenario
+
+# Width of each PMA error counter in sysfs: they saturate at all-ones (reference/infiniband.md).
+IB_COUNTER_BITS: Final = {
+    "symbol": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "rcv": 16,
+    "rcv_remote_physical": 16,
+    "rcv_switch_relay": 16,
+    "xmit_discards": 16,
+    "xmit_constraint": 8,
+    "rcv_constraint": 8,
+    "local_link_integrity": 4,
+    "excessive_buffer_overrun": 4,
+    "vl15_dropped": 16,
+    "xmit_wait": 32,
+}
+# Steady traffic per active port, in bytes per second of line rate used.
+_LINK_LOAD: Final = 0.35
+_PACKET_BYTES: Final = 4096
+
+
+class Clock(Protocol):
+    """Seconds since the simulated node started."""
+
+    def elapsed(self) -> float: ...
+
+
+class WallClock:
+    """Simulated time follows real time from construction."""
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._start
+
+
+@dataclass(frozen=True)
+class FixedClock:
+    """Simulated time stands still: golden files and unit tests."""
+
+    at: float
+
+    def elapsed(self) -> float:
+        return self.at
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortState:
+    """An InfiniBand port at one instant."""
+
+    state_id: int
+    state: str
+    phys_state_id: int
+    phys_state: str
+    rate_gbps: float
+
+
+class SimulatedNode:
+    """A scenario made live: ask it for any reading at the current simulated time."""
+
+    def __init__(self, *, scenario: Scenario, clock: Clock) -> None:
+        self.scenario = scenario
+        self.clock = clock
+        self._hang_release = threading.Event()
+
+    def now(self) -> float:
+        return self.clock.elapsed()
+
+    def _faults(self, kind: str, t: float) -> list[Fault]:
+        return [f for f in self.scenario.faults if f.kind == kind and f.at <= t]
+
+    # -- GPUs -------------------------------------------------------------------------
+    def gpu_lost(self, gpu: int, t: float | None = None) -> bool:
+        t = self.now() if t is None else t
+        return any(f.gpu == gpu for f in self._faults("gpu_lost", t))
+
+    def _wave(self, gpu: int, t: float, amplitude: float, period: float) -> float:
+        """A small deterministic wobble so graphs look alive and GPUs differ."""
+        return amplitude * math.sin(2 * math.pi * t / period + gpu * 0.7)
+
+    def gpu_temperature(self, gpu: int, t: float | None = None) -> float:
+        """GPU die temperature (°C): baseline plus wobble, then temperature faults ramp it."""
+        t = self.now() if t is None else t
+        base = self.scenario.baseline.temperature_celsius + 0.5 * gpu
+        value = base + self._wave(gpu, t, 1.0, 60.0)
+        for fault in self._faults("temperature", t):
+            if fault.gpu != gpu or not fault.active(t):
+                continue
+            target = fault.celsius if fault.celsius is not None else value
+            ramp = fault.ramp_seconds
+            progress = 1.0 if ramp <= 0 else min(1.0, (t - fault.at) / ramp)
+            start = self.gpu_temperature(gpu, fault.at - 1e-9) if fault.at > 0 else base
+            value = start + (target - start) * progress
+        return round(value, 1)
+
+    def memory_temperature(self, gpu: int, t: float | None = None) -> float:
+        """HBM temperature follows the die with a fixed offset."""
+        t = self.now() if t is None else t
+        offset = (
+            self.scenario.baseline.memory_temperature_celsius
+            - self.scenario.baseline.temperature_celsius
+        )
+        return round(self.gpu_temperature(gpu, t) + offset, 1)
+
+    def tensor_active(self, gpu: int, t: float | None = None) -> float:
+        t = self.now() if t is None else t
+        value = self.scenario.baseline.tensor_active + self._wave(gpu, t, 0.02, 30.0)
+        for fault in self._faults("tensor_active", t):
+            if fault.gpu == gpu and fault.active(t) and fault.value is not None:
+                value = fault.value
+        return round(min(1.0, max(0.0, value)), 4)
+
+    def sm_active(self, gpu: int, t: float | None = None) -> float:
+        t = self.now() if t is None else t
+        base = self.scenario.baseline
+        ratio = self.tensor_active(gpu, t) / base.tensor_active if base.tensor_active else 1.0
+        return round(min(1.0, base.sm_active * ratio), 4)
+
+    def power_watts(self, gpu: int, t: float | None = None) -> float:
+        t = self.now() if t is None else t
+        base = self.scenario.baseline
+        ratio = self.tensor_active(gpu, t) / base.tensor_active if base.tensor_active else 1.0
+        return round(min(base.power_limit_watts, 90 + (base.power_watts - 90) * ratio), 3)
+
+    def energy_joules(self, gpu: int, t: float | None = None) -> float:
+        """Energy since start: integral of a constant-ish draw (exact for the baseline)."""
+        t = self.now() if t is None else t
+        return round(1.0e6 + self.scenario.baseline.power_watts * t, 3)
+
+    def throttle_reasons(self, gpu: int, t: float | None = None) -> frozenset[str]:
+        """Clock-event reasons active now: faults, plus thermal slowdown above slowdown temp."""
+        t = self.now() if t is None else t
+        reasons = {
+            f.reason
+            for f in self._faults("throttle", t)
+            if f.gpu == gpu and f.active(t) and f.reason
+        }
+        if self.gpu_temperature(gpu, t) >= SLOWDOWN_CELSIUS:
+            reasons.add("sw_thermal_slowdown")
+        return frozenset(reasons)
+
+    def throttle_seconds(self, gpu: int, reason: str, t: float | None = None) -> float:
+        """Cumulative seconds `reason` was active (the violation-time counters)."""
+        t = self.now() if t is None else t
+        return sum(
+            f.elapsed_active(t)
+            for f in self._faults("throttle", t)
+            if f.gpu == gpu and f.reason == reason
+        )
+
+    def xid_events(self, t: float | None = None) -> list[tuple[float, int, int]]:
+        """(time, gpu, xid) for every Xid that has happened by `t`, in order."""
+        t = self.now() if t is None else t
+        return [(f.at, f.gpu or 0, f.xid or 0) for f in self._faults("xid", t)]
+
+    def ecc_errors(self, gpu: int, severity: str, t: float | None = None) -> int:
+        t = self.now() if t is None else t
+        return int(
+            sum(
+                (f.per_second or 0) * f.elapsed_active(t)
+                for f in self._faults("ecc_errors", t)
+                if f.gpu == gpu and f.error == severity
+            )
+        )
+
+    def row_remap(self, gpu: int, t: float | None = None) -> dict[str, int]:
+        """Remapped rows by cause plus pending/failure flags."""
+        t = self.now() if t is None else t
+        state = {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
+        for fault in self._faults("row_remap", t):
+            if fault.gpu == gpu and fault.error:
+                state[fault.error] += 1
+        state["pending"] = min(1, state["pending"])
+        state["failure"] = min(1, state["failure"])
+        return state
+
+    # -- NVLink -------------------------------------------------------------------------
+    def nvlink_up(self, gpu: int, link: int, t: float | None = None) -> bool:
+        t = self.now() if t is None else t
+        return not any(
+            f.gpu == gpu and f.link == link and f.active(t) for f in self._faults("nvlink_down", t)
+        )
+
+    def nvlink_errors(self, gpu: int, link: int, error: str, t: float | None = None) -> int:
+        t = self.now() if t is None else t
+        return int(
+            sum(
+                (f.per_second or 0) * f.elapsed_active(t)
+                for f in self._faults("nvlink_errors", t)
+                if f.gpu == gpu and f.link == link and f.error == error
+            )
+        )
+
+    def nvlink_throughput(self, gpu: int, t: float | None = None) -> float:
+        """Per-GPU NVLink traffic in bytes/s each direction, following tensor activity."""
+        t = self.now() if t is None else t
+        return round(self.tensor_active(gpu, t) * 200e9, 0)
+
+    # -- Hangs --------------------------------------------------------------------------
+    def hang_remaining(self, call: str, gpu: int | None, t: float | None = None) -> float:
+        """Seconds a call made now must block for (0 when no hang applies)."""
+        t = self.now() if t is None else t
+        remaining = 0.0
+        for fault in self._faults("hang", t):
+            if fault.call == call and fault.active(t) and (fault.gpu is None or fault.gpu == gpu):
+                remaining = max(remaining, fault.at + (fault.seconds or 0) - t)
+        return remaining
+
+    def block_for_hang(self, call: str, gpu: int | None) -> None:
+        """Block the calling thread like a wedged driver would, while a hang fault applies."""
+        remaining = self.hang_remaining(call, gpu)
+        if remaining > 0:
+            self._hang_release.wait(remaining)
+
+    def release_hangs(self) -> None:
+        """Wake every blocked call (shutdown of tests); later hangs block again."""
+        self._hang_release.set()
+        self._hang_release = threading.Event()
+
+    # -- InfiniBand ---------------------------------------------------------------------
+    def hca(self, device: str) -> HcaSpec:
+        return next(h for h in self.scenario.infiniband if h.device == device)
+
+    def port_state(self, device: str, port: int, t: float | None = None) -> PortState:
+        t = self.now() if t is None else t
+        hca = self.hca(device)
+        down = any(
+            f.device == device and f.port == port and f.active(t)
+            for f in self._faults("ib_port_down", t)
+        )
+        rate: float = hca.rate_gbps
+        for fault in self._faults("ib_rate", t):
+            if fault.device == device and fault.port == port and fault.active(t) and fault.value:
+                rate = fault.value
+        if down:
+            return PortState(
+                state_id=1, state="DOWN", phys_state_id=2, phys_state="Polling", rate_gbps=rate
+            )
+        return PortState(
+            state_id=4, state="ACTIVE", phys_state_id=5, phys_state="LinkUp", rate_gbps=rate
+        )
+
+    def port_flaps(self, device: str, port: int, t: float | None = None) -> int:
+        """How many times the link went down by `t` (what `link_downed` counts)."""
+        t = self.now() if t is None else t
+        return sum(
+            1 for f in self._faults("ib_port_down", t) if f.device == device and f.port == port
+        )
+
+    def port_error_raw(self, device: str, port: int, error: str, t: float | None = None) -> int:
+        """An error count without saturation (what a 64-bit extended counter shows)."""
+        t = self.now() if t is None else t
+        count = sum(
+            (f.per_second or 0) * f.elapsed_active(t)
+            for f in self._faults("ib_errors", t)
+            if f.device == device and f.port == port and f.error == error
+        )
+        if error == "link_downed":
+            count += self.port_flaps(device, port, t)
+        return int(count)
+
+    def port_error(self, device: str, port: int, error: str, t: float | None = None) -> int:
+        """An error count as sysfs shows it: pinned at all-ones once it saturates."""
+        limit = (1 << IB_COUNTER_BITS[error]) - 1
+        return min(limit, self.port_error_raw(device, port, error, t))
+
+    def port_data_words(
+        self, device: str, port: int, direction: str, t: float | None = None
+    ) -> int:
+        """Data counter in 4-octet words (as sysfs `port_{rcv,xmit}_data` counts)."""
+        t = self.now() if t is None else t
+        hca = self.hca(device)
+        bytes_per_second = hca.rate_gbps * 125_000_000 * _LINK_LOAD
+        skew = 1.0 if direction == "tx" else 0.98
+        down_seconds = sum(
+            f.elapsed_active(t)
+            for f in self._faults("ib_port_down", t)
+            if f.device == device and f.port == port
+        )
+        return int(bytes_per_second * skew * max(0.0, t + 3600 - down_seconds) / 4)
+
+    def port_packets(self, device: str, port: int, direction: str, t: float | None = None) -> int:
+        return self.port_data_words(device, port, direction, t) * 4 // _PACKET_BYTES
+
+
+# Hardware slowdown of a simulated H100, as NVML reports it (reference/nvml.md).
+SLOWDOWN_CELSIUS: Final = 87.0
+SHUTDOWN_CELSIUS: Final = 93.0
+GPU_MAX_CELSIUS: Final = 85.0
+MEMORY_MAX_CELSIUS: Final = 95.0
