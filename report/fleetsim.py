@@ -1,0 +1,325 @@
+"""A simulated fleet's history as OpenMetrics text, with known anomalies injected.
+
+The report's integration test and its benchmark both backfill this history into a real
+Prometheus (`promtool tsdb create-blocks-from openmetrics`) and run the report on it, so
+the report is checked against data whose every anomaly is known in advance. `Injected`
+names what was planted; anything else the report flags is a false positive.
+
+Node roles (0-based index; a fleet needs at least 6 nodes):
+0 thermal outlier below the taint threshold (GPU 5 runs ~12 °C hotter than its peers);
+1 idle allocated GPU 0 (a notebook pod) and a flapping InfiniBand port mlx5_3/1;
+2 overheating GPU 2 above the threshold with thermal slowdown, GPUOverheating fires and the
+  tainter taints then untaints the node; 3 straggler GPU 6 in a multi-node job;
+4 unallocated, GPU 7 has Xid 79 and falls off the bus; 5 saturated symbol_error counter on
+mlx5_1/1. Nodes from 6 on are healthy members of 4-node training jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+THRESHOLD_CELSIUS = 78.0
+IB_RATE_BYTES = 400e9 / 8
+PINNED_SYMBOL_ERRORS = 65535
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetSpec:
+    """Size and time span of the simulated history; `end` is the last sample (epoch s)."""
+
+    nodes: int = 6
+    gpus_per_node: int = 8
+    ib_ports_per_node: int = 8
+    hours: float = 4.0
+    step_seconds: int = 60
+    end: int = 1_700_000_000
+    seed: int = 7
+
+    @property
+    def start(self) -> int:
+        """Timestamp of the first sample."""
+        return self.end - int(self.hours * 3600) + self.step_seconds
+
+    @property
+    def timestamps(self) -> np.ndarray:
+        """Every sample time, ascending."""
+        return np.arange(self.start, self.end + 1, self.step_seconds, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Injected:
+    """What the simulation planted, by the keys the report's tables use."""
+
+    hot_gpu: tuple[str, str]
+    outlier_gpu: tuple[str, str]
+    idle_allocated_gpu: tuple[str, str]
+    straggler_gpu: tuple[str, str]
+    flapping_port: tuple[str, str, str]
+    saturated_port: tuple[str, str, str]
+    xid79_gpu: tuple[str, str]
+    tainted_node: str
+    hot_start: int
+    hot_end: int
+    flaps: int
+
+
+def node_name(spec: FleetSpec, index: int) -> str:
+    """`gpu-node-0003`: zero-padded so that names sort in index order."""
+    return f"gpu-node-{index:04d}"
+
+
+def uuid(node: int, gpu: int) -> str:
+    """A stable, unique GPU UUID."""
+    return f"GPU-{node:08x}-{gpu:04x}-4000-8000-000000000000"
+
+
+def injected(spec: FleetSpec) -> Injected:
+    """The anomalies `write_openmetrics` plants for `spec`."""
+    if spec.nodes < 6 or spec.gpus_per_node < 8 or spec.ib_ports_per_node < 4:
+        raise ValueError("a simulated fleet needs at least 6 nodes, 8 GPUs and 4 IB ports each")
+    if spec.hours < 3:
+        raise ValueError("a simulated fleet needs at least 3 hours of history")
+    hot_start = spec.start + 3600 // spec.step_seconds * spec.step_seconds
+    return Injected(
+        hot_gpu=(node_name(spec, 2), "2"),
+        outlier_gpu=(node_name(spec, 0), "5"),
+        idle_allocated_gpu=(node_name(spec, 1), "0"),
+        straggler_gpu=(node_name(spec, 3), "6"),
+        flapping_port=(node_name(spec, 1), "mlx5_3", "1"),
+        saturated_port=(node_name(spec, 5), "mlx5_1", "1"),
+        xid79_gpu=(node_name(spec, 4), "7"),
+        tainted_node=node_name(spec, 2),
+        hot_start=hot_start,
+        hot_end=hot_start + 40 * 60,
+        flaps=5,
+    )
+
+
+def allocation(spec: FleetSpec, node: int, gpu: int) -> tuple[str, str] | None:
+    """(namespace, pod) holding the GPU, or None when it is not allocated."""
+    if node == 4:
+        return None
+    if node == 1:
+        return ("notebooks", "jupyter-alice") if gpu == 0 else ("research", "bert-ft-0")
+    if node < 6:
+        return "training", f"llm-worker-{[0, 2, 3, 5].index(node)}"
+    return "training", f"job-{(node - 6) // 4}-worker-{(node - 6) % 4}"
+
+
+@dataclass
+class _Family:
+    """One metric family being written: name, OpenMetrics type, and its series."""
+
+    name: str
+    kind: str
+    series: list[tuple[str, np.ndarray]]
+
+
+class _Writer:
+    """Streams families to a text file, formatting one value matrix row at a time."""
+
+    def __init__(self, *, out: TextIO, timestamps: np.ndarray) -> None:
+        self._out = out
+        self._timestamps = timestamps
+        self._ts_text = [str(int(t)) for t in timestamps]
+
+    def family(self, name: str, kind: str, rows: Iterator[tuple[str, np.ndarray]]) -> None:
+        sample = f"{name}_total" if kind == "counter" else name
+        self._out.write(f"# TYPE {name} {kind}\n")
+        for labels, values in rows:
+            prefix = f"{sample}{{{labels}}} "
+            present = ~np.isnan(values)
+            text = np.char.mod("%.6g", values[present])
+            stamps = np.asarray(self._ts_text)[present]
+            self._out.write(
+                "".join(f"{prefix}{v} {t}\n" for v, t in zip(text, stamps, strict=True))
+            )
+
+
+def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
+    """Write the fleet's whole history to `path` (OpenMetrics) and return what was injected."""
+    plan = injected(spec)
+    ts = spec.timestamps
+    steps = len(ts)
+    rng = np.random.default_rng(spec.seed)
+    n, g = spec.nodes, spec.gpus_per_node
+    hot = (ts >= plan.hot_start) & (ts < plan.hot_end)
+    xid_at = spec.start + (steps // 2) * spec.step_seconds
+    gone = ts >= xid_at
+
+    tensor = np.zeros((n, g, steps))
+    util = np.zeros((n, g, steps))
+    for node in range(n):
+        for gpu in range(g):
+            owner = allocation(spec, node, gpu)
+            if owner is None:
+                tensor[node, gpu] = np.abs(rng.normal(0.0, 0.003, steps))
+            elif owner[0] == "notebooks":
+                tensor[node, gpu] = np.abs(rng.normal(0.005, 0.003, steps))
+                util[node, gpu] = np.clip(rng.normal(0.35, 0.05, steps), 0, 1)
+            else:
+                tensor[node, gpu] = np.clip(rng.normal(0.55, 0.03, steps), 0, 1)
+                util[node, gpu] = np.clip(rng.normal(0.97, 0.01, steps), 0, 1)
+    tensor[3, 6] = np.clip(rng.normal(0.12, 0.02, steps), 0, 1)
+    power = np.clip(90 + 930 * tensor + rng.normal(0, 8, (n, g, steps)), 60, 700)
+    temp = np.clip(35 + 0.045 * power + rng.normal(0, 1, (n, g, steps)), 25, 70)
+    temp[0, 5] = np.clip(temp[0, 5] + 12, 25, 76.5)
+    temp[2, 2, hot] = 84 + rng.normal(0, 0.5, int(hot.sum()))
+    slowdown = np.zeros((n, g, steps))
+    slowdown[2, 2] = np.cumsum(hot * spec.step_seconds)
+    for matrix in (tensor, util, power, temp, slowdown):
+        matrix[4, 7, gone] = np.nan
+
+    def gpu_rows(matrix: np.ndarray, extra: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        for node in range(n):
+            for gpu in range(g):
+                labels = f'node="{node_name(spec, node)}",gpu="{gpu}",uuid="{uuid(node, gpu)}"'
+                yield labels + extra, matrix[node, gpu]
+
+    def const(value: float) -> np.ndarray:
+        return np.full(steps, value)
+
+    with path.open("w") as out:
+        w = _Writer(out=out, timestamps=ts)
+        w.family("fleetwatch_gpu_temperature_celsius", "gauge", gpu_rows(temp, ',sensor="gpu"'))
+        w.family("fleetwatch_gpu_power_watts", "gauge", gpu_rows(power))
+        w.family("fleetwatch_gpu_tensor_active_ratio", "gauge", gpu_rows(tensor, ',pipe="any"'))
+        w.family("fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util))
+        w.family(
+            "fleetwatch_gpu_clock_event_seconds",
+            "counter",
+            gpu_rows(slowdown, ',reason="hw_thermal_slowdown"'),
+        )
+        zeros = np.where(np.isnan(temp), np.nan, 0.0)
+        w.family(
+            "fleetwatch_gpu_ecc_errors",
+            "counter",
+            (
+                row
+                for sev in ("corrected", "uncorrected")
+                for row in gpu_rows(zeros, f',severity="{sev}"')
+            ),
+        )
+        w.family("fleetwatch_gpu_allocation_info", "gauge", _allocation_rows(spec, steps))
+        count = np.full((n, steps), float(g))
+        count[4, gone] = g - 1
+        w.family(
+            "fleetwatch_gpu_count",
+            "gauge",
+            ((f'node="{node_name(spec, node)}"', count[node]) for node in range(n)),
+        )
+        w.family(
+            "fleetwatch_gpu_expected_count",
+            "gauge",
+            ((f'node="{node_name(spec, node)}"', const(g)) for node in range(n)),
+        )
+        xid = np.where(gone, 1.0, np.nan)
+        w.family(
+            "fleetwatch_gpu_xid_errors",
+            "counter",
+            iter([(f'node="{node_name(spec, 4)}",gpu="7",uuid="{uuid(4, 7)}",xid="79"', xid)]),
+        )
+        _write_infiniband(w, spec, plan, steps)
+        _write_remediation(w, spec, plan, ts)
+        out.write("# EOF\n")
+    return plan
+
+
+def _allocation_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarray]]:
+    for node in range(spec.nodes):
+        for gpu in range(spec.gpus_per_node):
+            owner = allocation(spec, node, gpu)
+            if owner is None:
+                continue
+            values = np.ones(steps)
+            if node == 4 and gpu == 7:
+                values[steps // 2 :] = np.nan
+            yield (
+                (
+                    f'node="{node_name(spec, node)}",gpu="{gpu}",uuid="{uuid(node, gpu)}",'
+                    f'namespace="{owner[0]}",pod="{owner[1]}",container="main"'
+                ),
+                values,
+            )
+
+
+def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -> None:
+    ports = [(node, p) for node in range(spec.nodes) for p in range(spec.ib_ports_per_node)]
+
+    def label(node: int, p: int) -> str:
+        return f'node="{node_name(spec, node)}",device="mlx5_{p}",port="1"'
+
+    up = {key: np.ones(steps) for key in ports}
+    changes = {key: np.zeros(steps) for key in ports}
+    downed = {key: np.zeros(steps) for key in ports}
+    symbol = {key: np.zeros(steps) for key in ports}
+    saturated = {key: np.zeros(steps) for key in ports}
+    flap = (1, 3)
+    for k in range(plan.flaps):
+        at = steps // (plan.flaps + 1) * (k + 1)
+        up[flap][at : at + 2] = 0
+        changes[flap][at:] += 1
+        changes[flap][at + 2 :] += 1
+        downed[flap][at:] += 1
+    sat = (5, 1)
+    pin_at = steps * 3 // 8
+    climb = np.arange(steps) * (PINNED_SYMBOL_ERRORS / pin_at)
+    symbol[sat] = np.floor(np.minimum(climb, PINNED_SYMBOL_ERRORS))
+    saturated[sat][pin_at:] = 1
+    w.family("fleetwatch_infiniband_port_up", "gauge", ((label(*key), up[key]) for key in ports))
+    w.family(
+        "fleetwatch_infiniband_port_rate_bytes_per_second",
+        "gauge",
+        ((label(*key), np.full(steps, IB_RATE_BYTES)) for key in ports),
+    )
+    w.family(
+        "fleetwatch_infiniband_port_state_changes",
+        "counter",
+        ((label(*key), changes[key]) for key in ports),
+    )
+    w.family(
+        "fleetwatch_infiniband_port_errors",
+        "counter",
+        (
+            row
+            for key in ports
+            for row in (
+                (label(*key) + ',error="link_downed"', downed[key]),
+                (label(*key) + ',error="symbol"', symbol[key]),
+            )
+        ),
+    )
+    w.family(
+        "fleetwatch_infiniband_port_counter_saturated",
+        "gauge",
+        ((label(*key) + ',counter="symbol_error"', saturated[key]) for key in ports),
+    )
+
+
+def _write_remediation(w: _Writer, spec: FleetSpec, plan: Injected, ts: np.ndarray) -> None:
+    firing = (ts >= plan.hot_start) & (ts < plan.hot_end)
+    alert = (
+        f'alertname="GPUOverheating",alertstate="firing",fleetwatch_taint="gpu-overheat",'
+        f'gpu="2",node="{plan.tainted_node}",severity="critical",uuid="{uuid(2, 2)}"'
+    )
+    w.family("ALERTS", "gauge", iter([(alert, np.where(firing, 1.0, np.nan))]))
+    tainter = 'job="fleetwatch-tainter"'
+    added = (ts >= plan.hot_start).astype(float)
+    removed = (ts >= plan.hot_end).astype(float)
+    w.family(
+        "fleetwatch_tainter_taint_operations",
+        "counter",
+        iter(
+            [
+                (tainter + ',op="add",result="success"', added),
+                (tainter + ',op="remove",result="success"', removed),
+            ]
+        ),
+    )
+    w.family("fleetwatch_tainter_tainted_nodes", "gauge", iter([(tainter, firing.astype(float))]))
+    w.family("fleetwatch_tainter_breaker_open", "gauge", iter([(tainter, np.zeros(len(ts)))]))

@@ -1,0 +1,194 @@
+"""Prometheus HTTP API client for the report: range queries, chunked, bounded, retried.
+
+The report reads only the documented HTTP API (`/api/v1/query_range`,
+`/api/v1/label/__name__/values`), so it runs unchanged against Prometheus, Thanos, Mimir
+or VictoriaMetrics. A long window is split into chunks of at most `MAX_POINTS` steps
+(Prometheus refuses more than 11,000 points per series), chunks run with bounded
+concurrency, and 5xx answers, 429 and timeouts are retried with backoff. Failures are
+typed so the caller can tell "Prometheus is down" from "this one query is wrong".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+MAX_POINTS = 11_000
+
+
+class PrometheusError(Exception):
+    """Base of the errors below; the message names the URL or query and the reason."""
+
+
+class PrometheusUnreachable(PrometheusError):
+    """Connection refused, DNS, timeouts or 5xx after every retry."""
+
+
+class PrometheusAuthError(PrometheusError):
+    """401 or 403: the credentials are missing or wrong; retrying will not help."""
+
+
+class QueryError(PrometheusError):
+    """Prometheus rejected one query (bad PromQL, too many samples, ...)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One result series: its labels and its points as parallel sequences."""
+
+    labels: dict[str, str]
+    timestamps: list[float]
+    values: list[float]
+
+
+class Progress(Protocol):
+    """What the client reports progress to (a tqdm bar, or nothing)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+
+class _NoProgress:
+    def update(self, n: int = 1) -> object:
+        return None
+
+
+def chunks(start: float, end: float, step: float) -> list[tuple[float, float]]:
+    """Split [start, end] at `step` into ranges of at most MAX_POINTS points each."""
+    if step <= 0 or end < start:
+        raise ValueError(f"invalid range: start={start} end={end} step={step}")
+    total = math.floor((end - start) / step) + 1
+    span = MAX_POINTS * step
+    return [
+        (start + i * span, min(end, start + i * span + (MAX_POINTS - 1) * step))
+        for i in range(math.ceil(total / MAX_POINTS))
+    ]
+
+
+class PrometheusClient:
+    """Async client for one Prometheus-compatible endpoint.
+
+    Use as an async context manager; it owns its aiohttp session.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        bearer_token: str | None = None,
+        concurrency: int = 4,
+        retries: int = 3,
+        timeout_s: float = 120.0,
+        backoff_s: float = 0.5,
+        progress: Progress | None = None,
+    ) -> None:
+        self._url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        self._limit = asyncio.Semaphore(concurrency)
+        self._retries = retries
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._backoff_s = backoff_s
+        self._session: aiohttp.ClientSession | None = None
+        self.progress: Progress = progress or _NoProgress()
+
+    async def __aenter__(self) -> PrometheusClient:
+        self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def metric_names(self, *, start: float, end: float, match: str | None) -> set[str]:
+        """Names of the metrics that have samples in [start, end] (optionally matching)."""
+        params: list[tuple[str, str]] = [("start", _ts(start)), ("end", _ts(end))]
+        if match:
+            params.append(("match[]", match))
+        data = await self._get("/api/v1/label/__name__/values", params, what="metric names")
+        return {str(name) for name in data}
+
+    async def query_range(
+        self, expr: str, *, start: float, end: float, step: float
+    ) -> list[Series]:
+        """Evaluate `expr` over [start, end] every `step` seconds; chunks are merged per series."""
+        pieces = await asyncio.gather(
+            *(
+                self._query_chunk(expr, start=a, end=b, step=step)
+                for a, b in chunks(start, end, step)
+            )
+        )
+        merged: dict[tuple[tuple[str, str], ...], Series] = {}
+        for piece in pieces:
+            for series in piece:
+                key = tuple(sorted(series.labels.items()))
+                if key in merged:
+                    merged[key].timestamps.extend(series.timestamps)
+                    merged[key].values.extend(series.values)
+                else:
+                    merged[key] = series
+        return list(merged.values())
+
+    async def _query_chunk(
+        self, expr: str, *, start: float, end: float, step: float
+    ) -> list[Series]:
+        params = [("query", expr), ("start", _ts(start)), ("end", _ts(end)), ("step", _ts(step))]
+        data = await self._get("/api/v1/query_range", params, what=f"query {expr!r}")
+        self.progress.update(1)
+        return [_series(item) for item in data["result"]]
+
+    async def _get(self, path: str, params: Sequence[tuple[str, str]], *, what: str) -> Any:
+        if self._session is None:
+            raise RuntimeError("PrometheusClient used outside `async with`")
+        url = self._url + path
+        last = ""
+        for attempt in range(self._retries + 1):
+            if attempt:
+                await asyncio.sleep(self._backoff_s * 2 ** (attempt - 1))
+            try:
+                async with self._limit, self._session.get(url, params=params) as response:
+                    if response.status in (401, 403):
+                        raise PrometheusAuthError(
+                            f"{url}: HTTP {response.status}: Prometheus refused the credentials "
+                            "(check --prometheus.bearer-token-file)"
+                        )
+                    if response.status >= 500 or response.status == 429:
+                        last = f"HTTP {response.status}: {(await response.text())[:200]}"
+                        continue
+                    body = await _json(response, url)
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if body.get("status") != "success":
+                raise QueryError(f"{what} failed: {body.get('errorType')}: {body.get('error')}")
+            return body["data"]
+        raise PrometheusUnreachable(
+            f"cannot reach Prometheus at {self._url} ({what}) after {self._retries + 1} "
+            f"attempts: {last}"
+        )
+
+
+async def _json(response: aiohttp.ClientResponse, url: str) -> dict[str, Any]:
+    try:
+        body = await response.json(content_type=None)
+    except ValueError as exc:
+        raise QueryError(f"{url}: HTTP {response.status}: not a Prometheus API answer") from exc
+    if not isinstance(body, dict):
+        raise QueryError(f"{url}: HTTP {response.status}: not a Prometheus API answer")
+    return body
+
+
+def _series(item: dict[str, Any]) -> Series:
+    values = item.get("values", [])
+    return Series(
+        labels={str(k): str(v) for k, v in item["metric"].items()},
+        timestamps=[float(t) for t, _ in values],
+        values=[float(v) for _, v in values],
+    )
+
+
+def _ts(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".")
