@@ -31,7 +31,8 @@ def format_value(value: float) -> str:
     # floatToGoString switches to exponent form from 1e6 on and keeps the sign of -0.0.
     if (value.is_integer() and 0 < abs(value) < 1_000_000) or (value == 0 and str(value) == "0.0"):
         return f"{int(value)}.0"
-    return floatToGoString(value)
+    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+    return text
 
 
 class Renderer:

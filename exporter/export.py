@@ -1,0 +1,273 @@
+"""`fleetwatch export`: the DaemonSet process (flags, hardware or simulation, serving).
+
+Builds the settings from flags and environment, the collector context (real `pynvml`
+and `/sys`, or the simulated node under `--simulate`), starts the engine and the HTTP
+server, and stops cleanly on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from collectors import COLLECTORS
+from collectors.base import Collector, CollectorContext
+from collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
+from exporter import __version__
+from exporter.engine import Engine, ScheduledCollector
+from exporter.flagtypes import listen_address, positive_duration
+from exporter.http import make_app
+from exporter.settings import ExportSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = ":9842"
+SIM_BIN = Path(__file__).resolve().parent.parent / "collectors" / "sim" / "bin"
+SIM_REFRESH_SECONDS = 1.0
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Register `fleetwatch export`."""
+    parser = subparsers.add_parser(
+        "export",
+        help="run the exporter (serves /metrics)",
+        description="Collect GPU and fabric telemetry and serve it to Prometheus.",
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--web.listen-address",
+        dest="web_listen_address",
+        type=listen_address,
+        default=listen_address(DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--simulate",
+        metavar="SCENARIO",
+        help="simulate the hardware: a built-in scenario name or a scenario file "
+        "('list' prints the built-ins)",
+    )
+    parser.add_argument(
+        "--path.sysfs",
+        dest="path_sysfs",
+        type=Path,
+        default=Path("/sys"),
+        metavar="DIR",
+        help="sysfs mount point (default /sys; ignored under --simulate)",
+    )
+    parser.add_argument(
+        "--collection-interval",
+        type=positive_duration,
+        default=5.0,
+        metavar="DURATION",
+        help="how often each collector runs (default 5s)",
+    )
+    parser.add_argument(
+        "--collector.timeout",
+        dest="collector_timeout",
+        type=positive_duration,
+        default=None,
+        metavar="DURATION",
+        help="deadline of one collector run (default 80%% of its interval)",
+    )
+    parser.add_argument(
+        "--collector.max-staleness",
+        dest="collector_max_staleness",
+        type=positive_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="drop a failing collector's last good series after this age (default 30s)",
+    )
+    parser.add_argument(
+        "--collector.hang-timeout",
+        dest="collector_hang_timeout",
+        type=positive_duration,
+        default=120.0,
+        metavar="DURATION",
+        help="/healthz fails when a collector run has been blocked this long (default 2m)",
+    )
+    for spec in COLLECTORS:
+        group = parser.add_argument_group(f"collector {spec.name}", spec.help)
+        default = "on" if spec.enabled_by_default else "off"
+        group.add_argument(
+            f"--collector.{spec.name}",
+            dest=f"collector_{spec.name}",
+            action=argparse.BooleanOptionalAction,
+            default=spec.enabled_by_default,
+            help=f"enable the {spec.name} collector (default {default})",
+        )
+        group.add_argument(
+            f"--collector.{spec.name}.interval",
+            dest=f"collector_{spec.name}_interval",
+            type=positive_duration,
+            default=None,
+            metavar="DURATION",
+            help="collection interval of this collector (default --collection-interval)",
+        )
+        if spec.add_flags is not None:
+            spec.add_flags(group)
+    parser.set_defaults(run=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Entry point of `fleetwatch export`."""
+    if args.simulate == "list":
+        for name in builtin_names():
+            print(f"{name}\t{load_scenario(name).description}")
+        return 0
+    try:
+        settings = ExportSettings.from_args(args, tuple(spec.name for spec in COLLECTORS))
+    except ValueError as exc:
+        print(f"fleetwatch export: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with hardware_context(settings) as context:
+            collectors = create_collectors(context, settings, args)
+            try:
+                asyncio.run(serve(settings, collectors, context))
+            finally:
+                close_collectors(collectors)
+    except (ScenarioError, ValueError) as exc:
+        print(f"fleetwatch export: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"fleetwatch export: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@contextlib.contextmanager
+def hardware_context(settings: ExportSettings) -> Iterator[CollectorContext]:
+    """Real hardware (`pynvml`, `--path.sysfs`), or a simulated node in a temporary tree."""
+    if settings.simulate is None:
+        import pynvml
+
+        yield CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml)
+        return
+    from collectors.sim.fake_nvml import FakeNvml
+    from collectors.sim.sysfs_tree import SimulatedSysfs
+    from collectors.sim.world import SimulatedNode, WallClock
+
+    scenario = load_scenario(settings.simulate)
+    node = SimulatedNode(scenario=scenario, clock=WallClock())
+    root = Path(tempfile.mkdtemp(prefix="fleetwatch-sim-sysfs-"))
+    try:
+        sysfs = SimulatedSysfs(node=node, root=root)
+        sysfs.write()
+        log.info(
+            "simulating hardware",
+            extra={"scenario": scenario.name, "source": scenario.source, "sysfs": str(root)},
+        )
+        yield CollectorContext(
+            sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(SIM_BIN)
+        )
+    finally:
+        node.release_hangs()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def create_collectors(
+    context: CollectorContext, settings: ExportSettings, args: argparse.Namespace
+) -> dict[str, Collector]:
+    """Build the enabled collectors; on a failure, close the ones already built."""
+    collectors: dict[str, Collector] = {}
+    try:
+        for spec in COLLECTORS:
+            if spec.name in settings.enabled:
+                collectors[spec.name] = spec.create(context, args)
+    except BaseException:
+        close_collectors(collectors)
+        raise
+    return collectors
+
+
+def close_collectors(collectors: dict[str, Collector]) -> None:
+    """Close every collector; one failing to close does not keep the others open."""
+    for name, collector in collectors.items():
+        try:
+            collector.close()
+        except Exception:  # reported; closing continues with the next collector
+            log.exception("collector failed to close", extra={"collector": name})
+
+
+async def serve(
+    settings: ExportSettings, collectors: dict[str, Collector], context: CollectorContext
+) -> None:
+    """Run the engine and the HTTP server until SIGTERM or SIGINT."""
+    engine = Engine(
+        collectors=[
+            ScheduledCollector(
+                name=name,
+                collector=collector,
+                interval=settings.intervals[name],
+                timeout=settings.timeouts[name],
+            )
+            for name, collector in collectors.items()
+        ],
+        max_staleness=settings.max_staleness,
+        hang_timeout=settings.hang_timeout,
+        version=__version__,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    runner = web.AppRunner(make_app(engine), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
+        await site.start()
+        log.info(
+            "serving",
+            extra={
+                "address": f"{settings.listen_host}:{settings.listen_port}",
+                "collectors": ",".join(collectors),
+                "version": __version__,
+            },
+        )
+        async with _simulation_refresh(context):
+            await engine.start()
+            await stop.wait()
+        log.info("shutting down")
+    finally:
+        await engine.stop()
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def _simulation_refresh(context: CollectorContext) -> AsyncIterator[None]:
+    """Under simulation, rewrite the generated sysfs tree as simulated time moves."""
+    if context.simulation is None:
+        yield
+        return
+    from collectors.sim.sysfs_tree import SimulatedSysfs
+
+    sysfs = SimulatedSysfs(node=context.simulation, root=context.sysfs_root)
+
+    async def refresh() -> None:
+        while True:
+            await asyncio.sleep(SIM_REFRESH_SECONDS)
+            try:
+                await asyncio.to_thread(sysfs.write)
+            except OSError:
+                log.exception("could not refresh the simulated sysfs tree")
+
+    task = asyncio.create_task(refresh(), name="simulated-sysfs")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,223 @@
+"""The collection engine under fault injection: raising, hanging, slow and healthy collectors.
+
+Collectors here are small fakes with the real Collector protocol; the engine runs them in
+real worker threads on a real event loop, served through the real aiohttp app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import threading
+from collections.abc import Iterable
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from exporter.engine import Engine, ScheduledCollector
+from exporter.http import make_app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Steady:
+    """Always succeeds with one gauge."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls = 0
+
+    def collect(self) -> Iterable[Metric]:
+        self.calls += 1
+        family = GaugeMetricFamily(f"test_{self.name}_value", "A test value.", labels=["k"])
+        family.add_metric(["a"], 1.0)
+        return [family]
+
+    def close(self) -> None:
+        return None
+
+
+class Raising(Steady):
+    """Succeeds once, then raises on every later run."""
+
+    def collect(self) -> Iterable[Metric]:
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("NVML returned Unknown Error")
+        return Steady.collect(self)
+
+
+class Hanging(Steady):
+    """Succeeds once, then blocks like a wedged driver until released."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.release = threading.Event()
+        self.entered = 0
+        self.lock = threading.Lock()
+
+    def collect(self) -> Iterable[Metric]:
+        with self.lock:
+            self.entered += 1
+            first = self.entered == 1
+        if not first:
+            self.release.wait(30)
+        return Steady.collect(self)
+
+
+class Slow(Steady):
+    """Takes longer than a scrape would tolerate, but finishes inside its deadline."""
+
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(name)
+        self.seconds = seconds
+
+    def collect(self) -> Iterable[Metric]:
+        threading.Event().wait(self.seconds)
+        return Steady.collect(self)
+
+
+def scheduled(
+    collector: Steady, *, interval: float = 0.2, timeout: float = 0.15
+) -> ScheduledCollector:
+    return ScheduledCollector(
+        name=collector.name, collector=collector, interval=interval, timeout=timeout
+    )
+
+
+async def poll(predicate, *, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    """Await `predicate()` becoming truthy, or fail."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met before the deadline")
+
+
+def sample_value(text: str, prefix: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_failing_and_hung_collectors_do_not_disturb_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steady, raising, hanging = Steady("steady"), Raising("raising"), Hanging("hanging")
+    slow = Slow("slow", 0.1)
+    engine = Engine(
+        collectors=[
+            scheduled(steady),
+            scheduled(raising),
+            scheduled(hanging),
+            scheduled(slow, interval=0.3, timeout=0.25),
+        ],
+        max_staleness=60.0,
+        hang_timeout=0.6,
+        version="test",
+    )
+    caplog.set_level(logging.INFO)
+    client = TestClient(TestServer(make_app(engine)))
+    await client.start_server()
+    try:
+        await engine.start()
+        await asyncio.wait_for(engine.wait_first_cycle(), 5)
+        assert (await client.get("/readyz")).status == 200
+
+        # The hung collector is reported down, and no second run is stacked behind it.
+        async def hung_reported() -> bool:
+            text = await (await client.get("/metrics")).text()
+            return sample_value(text, 'fleetwatch_collector_up{collector="hanging"}') == 0.0
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await hung_reported():
+            assert asyncio.get_running_loop().time() < deadline, "hung collector never reported"
+            await asyncio.sleep(0.05)
+        await poll(lambda: engine.states[2].skipped >= 2)
+        assert hanging.entered == 2, "a second call was stacked behind the hung one"
+
+        text = await (await asyncio.wait_for(client.get("/metrics"), 2)).text()
+        # Other collectors' series are intact and their self-metrics say up.
+        assert 'test_steady_value{k="a"} 1.0' in text
+        assert 'test_slow_value{k="a"} 1.0' in text
+        assert sample_value(text, 'fleetwatch_collector_up{collector="steady"}') == 1.0
+        assert sample_value(text, 'fleetwatch_collector_up{collector="slow"}') == 1.0
+        assert sample_value(text, 'fleetwatch_collector_up{collector="raising"}') == 0.0
+        errors = sample_value(text, 'fleetwatch_collector_errors_total{collector="raising"}')
+        assert errors is not None
+        assert errors >= 1
+        assert sample_value(text, 'fleetwatch_collector_hung{collector="hanging"}') == 1.0
+        # Failing collectors' last good series are served until they go stale.
+        assert 'test_raising_value{k="a"} 1.0' in text
+
+        # The reason is logged with the collector's name.
+        reasons = [r for r in caplog.records if getattr(r, "collector", None) == "raising"]
+        assert any("NVML returned Unknown Error" in str(getattr(r, "reason", "")) for r in reasons)
+        deadlines = [r for r in caplog.records if getattr(r, "collector", None) == "hanging"]
+        assert any("deadline" in str(getattr(r, "reason", "")) for r in deadlines)
+
+        # Liveness fails once the hang outlasts the hang timeout.
+        await poll(engine.hung)
+        response = await client.get("/healthz")
+        assert response.status == 503
+        assert "hanging blocked for" in await response.text()
+
+        # Released, the collector recovers and liveness passes again.
+        hanging.release.set()
+        await poll(lambda: engine.states[2].up)
+        assert (await client.get("/healthz")).status == 200
+    finally:
+        hanging.release.set()
+        await engine.stop()
+        await client.close()
+
+
+async def test_stale_series_are_dropped_after_max_staleness() -> None:
+    raising = Raising("raising")
+    engine = Engine(
+        collectors=[scheduled(raising, interval=0.1, timeout=0.1)],
+        max_staleness=0.3,
+        hang_timeout=5.0,
+        version="test",
+    )
+    await engine.start()
+    try:
+        await poll(lambda: raising.calls >= 2)
+        assert b"test_raising_value" in engine.exposition()
+        await poll(lambda: b"test_raising_value" not in engine.exposition(), timeout=5)
+        assert b'fleetwatch_collector_up{collector="raising"} 0.0' in engine.exposition()
+    finally:
+        await engine.stop()
+
+
+async def test_metrics_is_gzipped_when_asked_and_identical() -> None:
+    engine = Engine(
+        collectors=[scheduled(Steady("steady"))], max_staleness=1, hang_timeout=5, version="9.9"
+    )
+    client = TestClient(TestServer(make_app(engine)))
+    await client.start_server()
+    try:
+        assert (await client.get("/readyz")).status == 503
+        await engine.start()
+        await asyncio.wait_for(engine.wait_first_cycle(), 5)
+        plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        zipped = await client.get(
+            "/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False
+        )
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        body = await plain.read()
+        assert gzip.decompress(await zipped.read()) == body
+        assert b'fleetwatch_build_info{python_version="' in body
+        assert b'version="9.9"} 1.0' in body
+        landing = await (await client.get("/")).text()
+        assert "fleetwatch exporter" in landing
+        assert "steady" in landing
+    finally:
+        await engine.stop()
+        await client.close()
