@@ -406,7 +406,12 @@ async def fetch(client: PrometheusClient, window: Window) -> Dataset:
     runnable: list[Query] = []
     for query in QUERIES:
         missing = [m for m in query.required if m not in present]
-        if missing:
+        if not present:
+            dataset.problems[query.name] = (
+                "Prometheus has no samples at all in the window: check --since/--until "
+                "and that this is the Prometheus that scrapes the fleet"
+            )
+        elif missing:
             dataset.problems[query.name] = (
                 f"metric {', '.join(missing)} has no samples in the window "
                 "(is its collector off, or the component not deployed?)"

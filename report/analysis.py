@@ -1,0 +1,518 @@
+"""Findings: turn a Dataset into ranked tables, each row carrying its evidence.
+
+Every finding table holds only rows that call for attention, ranked worst first;
+distribution tables (activity by node, by allocation) describe the whole fleet. A
+section whose inputs are missing says so in `notes` instead of showing an empty table
+as if the fleet were healthy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from report.dataset import GPU, PORT, Dataset
+
+RMA_XIDS = frozenset({"48", "64", "95", "140"})
+FELL_OFF_BUS_XID = "79"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """Where a value becomes a finding; defaults follow the fleet policy in DESIGN.md."""
+
+    temperature_celsius: float = 78.0
+    outlier_z: float = 3.5
+    outlier_min_excess_celsius: float = 3.0
+    idle_tensor_ratio: float = 0.05
+    busy_tensor_ratio: float = 0.3
+    straggler_fraction: float = 0.5
+    lost_after_seconds: float = 600.0
+
+
+@dataclass
+class Section:
+    """One report section: named tables in display order, and what could not be computed."""
+
+    title: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The action list plus every section."""
+
+    dataset: Dataset
+    actions: pd.DataFrame
+    sections: list[Section]
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table by its (unique) name, the action list first."""
+        out = {"actions": self.actions}
+        for section in self.sections:
+            out.update(section.tables)
+        return out
+
+
+def _values(ds: Dataset, name: str, keys: tuple[str, ...], column: str) -> pd.DataFrame | None:
+    """A summary frame as `keys + [column]`, or None when its query did not run."""
+    frame = ds.frame(name)
+    if frame is None:
+        return None
+    out = frame[[*keys, "value"]].rename(columns={"value": column})
+    return out.astype(dict.fromkeys(keys, "string"))
+
+
+def _require(section: Section, ds: Dataset, *names: str) -> bool:
+    """True when every named query ran; otherwise note why and return False."""
+    missing = [n for n in names if ds.frame(n) is None]
+    for name in missing:
+        section.notes.append(f"{name}: {ds.problems.get(name, 'not available')}")
+    return not missing
+
+
+def _ranked(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return frame.sort_values(by, ascending=False, kind="stable", ignore_index=True)
+
+
+def thermal(ds: Dataset, t: Thresholds) -> Section:
+    """Time above the taint threshold, p99/max, slowdown, and cooling/seating outliers."""
+    section = Section("Thermal")
+    if not _require(section, ds, "temp_p99", "temp_max", "temp_above_seconds"):
+        return section
+    gpus = _values(ds, "temp_p99", GPU, "p99_celsius")
+    assert gpus is not None
+    for name, column in (
+        ("temp_max", "max_celsius"),
+        ("temp_median", "median_celsius"),
+        ("power_median", "median_watts"),
+        ("temp_above_seconds", "above_s"),
+        ("thermal_slowdown_seconds", "slowdown_s"),
+    ):
+        values = _values(ds, name, GPU, column)
+        if values is None:
+            section.notes.append(f"{name}: {ds.problems.get(name)}")
+            values = pd.DataFrame(
+                {**{k: pd.Series(dtype="string") for k in GPU}, column: pd.Series(dtype="float64")}
+            )
+        gpus = gpus.merge(values, on=list(GPU), how="left")
+    gpus["minutes_above"] = gpus.pop("above_s").fillna(0) / 60
+    gpus["slowdown_minutes"] = gpus.pop("slowdown_s").fillna(0) / 60
+    section.tables["gpu_temperatures"] = gpus.sort_values(list(GPU), ignore_index=True)
+    hot = gpus[(gpus["minutes_above"] > 0) | (gpus["slowdown_minutes"] > 0)]
+    section.tables["thermal_hot_gpus"] = _ranked(
+        hot[[*GPU, "minutes_above", "slowdown_minutes", "p99_celsius", "max_celsius"]],
+        ["minutes_above", "slowdown_minutes", "max_celsius"],
+    )
+    section.tables["thermal_outliers"] = thermal_outliers(gpus, t)
+    return section
+
+
+def thermal_outliers(gpus: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
+    """GPUs much hotter than peers at similar power: robust z-score of the residual.
+
+    Peers are the k GPUs nearest in median power draw; the residual is a GPU's median
+    temperature minus its peers' median, scaled by the fleet-wide MAD of residuals.
+    """
+    columns = [
+        *GPU,
+        "median_celsius",
+        "median_watts",
+        "peer_median_celsius",
+        "excess_celsius",
+        "robust_z",
+    ]
+    data = gpus.dropna(subset=["median_celsius", "median_watts"])
+    if len(data) < 5:
+        return pd.DataFrame(columns=columns)
+    data = data.sort_values(["median_watts", *GPU], ignore_index=True)
+    k = max(5, min(51, len(data) // 4)) | 1
+    peers = data["median_celsius"].rolling(k, center=True, min_periods=1).median()
+    residual = data["median_celsius"] - peers
+    mad = float((residual - residual.median()).abs().median())
+    scale = max(mad / 0.6745, 0.5)
+    data = data.assign(
+        peer_median_celsius=peers,
+        excess_celsius=residual,
+        robust_z=(residual - residual.median()) / scale,
+    )
+    flagged = data[
+        (data["robust_z"] > t.outlier_z) & (data["excess_celsius"] >= t.outlier_min_excess_celsius)
+    ]
+    return _ranked(flagged[columns], ["robust_z"])
+
+
+def _job(pod: str) -> str:
+    """A pod's job: its name without a trailing ordinal (`llm-worker-3` → `llm-worker`)."""
+    return re.sub(r"-\d+$", "", pod)
+
+
+def activity(ds: Dataset, t: Thresholds) -> Section:
+    """Tensor activity by node and allocation, idle allocated GPUs, stragglers."""
+    section = Section("Activity")
+    if not _require(section, ds, "tensor_active"):
+        return section
+    tensor = ds.frames["tensor_active"]
+    keys = [*GPU, "timestamp"]
+    frame = tensor[[*keys, "value"]].rename(columns={"value": "tensor"})
+    frame = frame.astype(dict.fromkeys(GPU, "string"))
+    util = ds.frame("gpu_utilization")
+    if util is None:
+        section.notes.append(f"gpu_utilization: {ds.problems.get('gpu_utilization')}")
+        frame["utilization"] = np.nan
+    else:
+        util = util.astype(dict.fromkeys(GPU, "string")).rename(columns={"value": "utilization"})
+        frame = frame.merge(util[[*keys, "utilization"]], on=keys, how="left")
+    bucket_hours = ds.window.bucket / 3600
+    per_gpu = (
+        frame.groupby(list(GPU), observed=True)
+        .agg(tensor=("tensor", "mean"), utilization=("utilization", "mean"))
+        .reset_index()
+    )
+    section.tables["gpu_activity"] = per_gpu
+    section.tables["activity_by_node"] = (
+        frame.groupby("node", observed=True)
+        .agg(
+            gpus=("gpu", "nunique"),
+            tensor_mean=("tensor", "mean"),
+            tensor_p10=("tensor", lambda s: s.quantile(0.1)),
+            tensor_p50=("tensor", "median"),
+            tensor_p90=("tensor", lambda s: s.quantile(0.9)),
+            utilization_mean=("utilization", "mean"),
+        )
+        .reset_index()
+    )
+    alloc = ds.frame("allocation")
+    if alloc is None:
+        section.notes.append(
+            f"allocation: {ds.problems.get('allocation')}; "
+            "no per-pod activity, idle allocations or stragglers"
+        )
+        return section
+    alloc = alloc.astype(dict.fromkeys((*GPU, "namespace", "pod"), "string"))
+    owned = frame.merge(alloc[[*keys, "namespace", "pod"]], on=keys, how="inner")
+    section.tables["activity_by_allocation"] = (
+        owned.groupby(["namespace", "pod"], observed=True)
+        .agg(
+            gpus=("uuid", "nunique"),
+            gpu_hours=("tensor", lambda s: len(s) * bucket_hours),
+            tensor_mean=("tensor", "mean"),
+            tensor_p50=("tensor", "median"),
+            utilization_mean=("utilization", "mean"),
+        )
+        .reset_index()
+    )
+    idle = owned[owned["tensor"] < t.idle_tensor_ratio]
+    idle_gpus = (
+        idle.groupby([*GPU, "namespace", "pod"], observed=True)
+        .agg(
+            idle_gpu_hours=("tensor", lambda s: len(s) * bucket_hours),
+            tensor_mean=("tensor", "mean"),
+            utilization_mean=("utilization", "mean"),
+        )
+        .reset_index()
+    )
+    section.tables["idle_allocated_gpus"] = _ranked(idle_gpus, ["idle_gpu_hours"])
+    section.tables["stragglers"] = stragglers(owned, t)
+    return section
+
+
+def stragglers(owned: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
+    """GPUs far below their job's median tensor activity in most buckets the job was busy."""
+    columns = [
+        *GPU,
+        "namespace",
+        "job",
+        "tensor_mean",
+        "job_median_tensor",
+        "straggling_buckets",
+        "busy_buckets",
+    ]
+    data = owned.assign(job=owned["pod"].map(_job))
+    group = ["namespace", "job", "timestamp"]
+    data["job_median"] = data.groupby(group, observed=True)["tensor"].transform("median")
+    data["job_gpus"] = data.groupby(group, observed=True)["uuid"].transform("nunique")
+    busy = data[(data["job_gpus"] >= 3) & (data["job_median"] >= t.busy_tensor_ratio)]
+    busy = busy.assign(straggling=busy["tensor"] < t.straggler_fraction * busy["job_median"])
+    per_gpu = (
+        busy.groupby([*GPU, "namespace", "job"], observed=True)
+        .agg(
+            tensor_mean=("tensor", "mean"),
+            job_median_tensor=("job_median", "median"),
+            straggling_buckets=("straggling", "sum"),
+            busy_buckets=("straggling", "size"),
+        )
+        .reset_index()
+    )
+    flagged = per_gpu[per_gpu["straggling_buckets"] * 2 >= per_gpu["busy_buckets"]]
+    flagged = flagged[flagged["straggling_buckets"] > 0]
+    flagged = flagged.assign(deficit=flagged["job_median_tensor"] - flagged["tensor_mean"])
+    return _ranked(flagged, ["deficit"])[columns]
+
+
+def fabric(ds: Dataset) -> Section:
+    """InfiniBand errors per type, flaps, degraded rate, saturated counters; NVLink errors."""
+    section = Section("Fabric")
+    hours = ds.window.seconds / 3600
+    errors = _values(ds, "ib_errors", (*PORT, "error"), "errors")
+    if errors is None:
+        section.notes.append(f"ib_errors: {ds.problems.get('ib_errors')}")
+    else:
+        errors["errors_per_hour"] = errors["errors"] / hours
+        errors["rank_in_type"] = (
+            errors.groupby("error")["errors_per_hour"]
+            .rank(ascending=False, method="min")
+            .astype("int64")
+        )
+        section.tables["ib_port_errors"] = _ranked(errors, ["errors_per_hour"])
+    changes = _values(ds, "ib_state_changes", PORT, "state_changes")
+    down = _values(ds, "ib_down_seconds", PORT, "down_s")
+    if changes is None or down is None:
+        _require(section, ds, "ib_state_changes", "ib_down_seconds")
+    else:
+        flaps = changes.merge(down, on=list(PORT), how="outer")
+        downed = (
+            errors[errors["error"] == "link_downed"][[*PORT, "errors"]]
+            if errors is not None
+            else pd.DataFrame(columns=[*PORT, "errors"])
+        )
+        flaps = flaps.merge(
+            downed.rename(columns={"errors": "link_downed"}), on=list(PORT), how="left"
+        ).fillna(0.0)
+        flaps["flaps"] = np.maximum(flaps["link_downed"], np.floor(flaps["state_changes"] / 2))
+        flaps["down_minutes"] = flaps.pop("down_s") / 60
+        section.tables["ib_flaps"] = _ranked(flaps, ["flaps", "down_minutes"])
+    for name, column, table in (
+        ("ib_degraded_seconds", "degraded_minutes", "ib_degraded_ports"),
+        ("ib_saturated_seconds", "saturated_minutes", "ib_saturated_counters"),
+    ):
+        frame = ds.frame(name)
+        if frame is None:
+            section.notes.append(f"{name}: {ds.problems.get(name)}")
+            continue
+        keys = [c for c in frame.columns if c not in ("timestamp", "value")]
+        out = frame[keys].astype("string").assign(**{column: frame["value"] / 60})
+        section.tables[table] = _ranked(out, [column])
+    nvlink = _values(ds, "nvlink_errors", (*GPU, "link", "error"), "errors")
+    if nvlink is None:
+        section.notes.append(f"nvlink_errors: {ds.problems.get('nvlink_errors')}")
+    else:
+        nvlink["errors_per_hour"] = nvlink["errors"] / hours
+        section.tables["nvlink_errors"] = _ranked(nvlink, ["errors_per_hour"])
+    return section
+
+
+def reliability(ds: Dataset, t: Thresholds) -> Section:
+    """Xid events by code and GPU, ECC and row-remap growth, GPUs that fell off the bus."""
+    section = Section("Reliability")
+    xid = _values(ds, "xid_events", (*GPU, "xid"), "events")
+    if xid is None:
+        section.notes.append(f"xid_events: {ds.problems.get('xid_events')}")
+    else:
+        section.tables["xid_events"] = _ranked(xid, ["events"])
+        section.tables["xid_by_code"] = _ranked(
+            xid.groupby("xid")
+            .agg(events=("events", "sum"), gpus=("uuid", "nunique"))
+            .reset_index(),
+            ["events"],
+        )
+    for name, keys, column in (
+        ("ecc_errors", (*GPU, "severity"), "errors"),
+        ("remapped_rows", (*GPU, "cause"), "new_remapped_rows"),
+        ("remap_failed", GPU, "remap_failed"),
+    ):
+        values = _values(ds, name, keys, column)
+        if values is None:
+            section.notes.append(f"{name}: {ds.problems.get(name)}")
+        else:
+            section.tables[name] = _ranked(values, [column])
+    seen = _values(ds, "gpu_last_seen", GPU, "last_seen")
+    if seen is None:
+        section.notes.append(f"gpu_last_seen: {ds.problems.get('gpu_last_seen')}")
+    else:
+        latest = seen["last_seen"].max()
+        lost = seen[seen["last_seen"] < latest - t.lost_after_seconds].copy()
+        lost["minutes_missing"] = (latest - lost["last_seen"]) / 60
+        lost["last_seen"] = pd.to_datetime(lost["last_seen"], unit="s", utc=True).dt.strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        xids = (
+            xid.groupby(list(GPU))["xid"].agg(lambda s: " ".join(sorted(s))).rename("xids")
+            if xid is not None
+            else pd.Series(name="xids", dtype="string")
+        )
+        lost = lost.merge(
+            xids.reset_index() if xid is not None else pd.DataFrame(columns=[*GPU, "xids"]),
+            on=list(GPU),
+            how="left",
+        )
+        lost["xids"] = lost["xids"].fillna("")
+        section.tables["gpus_lost"] = _ranked(lost, ["minutes_missing"])
+    count = _values(ds, "gpu_count_min", ("node",), "min_visible")
+    expected = _values(ds, "gpu_expected", ("node",), "expected")
+    if count is not None and expected is not None:
+        nodes = count.merge(expected, on="node")
+        short = nodes[nodes["min_visible"] < nodes["expected"]]
+        section.tables["nodes_missing_gpus"] = short.sort_values("node", ignore_index=True)
+    else:
+        _require(section, ds, "gpu_count_min", "gpu_expected")
+    return section
+
+
+def _intervals(timeline: pd.DataFrame, keys: list[str], step: float) -> pd.DataFrame:
+    """Contiguous runs of samples (gap <= step) per key as start/end/minutes rows."""
+    rows = []
+    for key, group in timeline.groupby(keys, observed=True):
+        stamps = np.sort(group["timestamp"].to_numpy())
+        breaks = np.flatnonzero(np.diff(stamps) > step) + 1
+        for run in np.split(stamps, breaks):
+            rows.append(
+                (
+                    *(key if isinstance(key, tuple) else (key,)),
+                    int(run[0]),
+                    int(run[-1] + step),
+                    (run[-1] + step - run[0]) / 60,
+                )
+            )
+    return pd.DataFrame(rows, columns=[*keys, "start", "end", "minutes"])
+
+
+def remediation(ds: Dataset) -> Section:
+    """Taints applied and removed, time each node spent tainted, breaker trips."""
+    section = Section("Remediation")
+    step = ds.window.step
+    alerts = ds.frame("taint_alerts")
+    if alerts is None:
+        section.notes.append(f"taint_alerts: {ds.problems.get('taint_alerts')}")
+    else:
+        keys = ["node", "alertname", "fleetwatch_taint"]
+        windows = _intervals(alerts.astype(dict.fromkeys(keys, "string")), keys, step)
+        section.tables["taint_windows"] = windows.sort_values(["start", "node"], ignore_index=True)
+        section.tables["node_tainted_time"] = _ranked(
+            windows.groupby("node")
+            .agg(windows=("start", "size"), minutes=("minutes", "sum"))
+            .reset_index(),
+            ["minutes"],
+        )
+    summary: list[tuple[str, float]] = []
+    ops = _values(ds, "taint_operations", ("op", "result"), "count")
+    if ops is None:
+        section.notes.append(f"taint_operations: {ds.problems.get('taint_operations')}")
+    else:
+        summary += [(f"taint {r.op} ({r.result})", float(r.count)) for r in ops.itertuples()]
+    for name, label in (("breaker_open", "breaker trips"), ("tainted_nodes", "max tainted nodes")):
+        frame = ds.frame(name)
+        if frame is None:
+            section.notes.append(f"{name}: {ds.problems.get(name)}")
+            continue
+        values = frame["value"].to_numpy()
+        if name == "breaker_open":
+            opened = values > 0.5
+            summary.append((label, float(np.sum(opened[1:] & ~opened[:-1]) + opened[:1].sum())))
+        else:
+            summary.append((label, float(values.max(initial=0.0))))
+    if summary:
+        section.tables["tainter_summary"] = pd.DataFrame(summary, columns=["what", "value"])
+    return section
+
+
+def _gpu(row: Any) -> str:
+    return f"{row.node} GPU {row.gpu}"
+
+
+def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
+    """The short list at the top: drain, reseat/recable, RMA, reclaim, investigate."""
+    rows: list[tuple[str, str, str]] = []
+
+    def table(section: str, name: str) -> pd.DataFrame:
+        return sections[section].tables.get(name, pd.DataFrame())
+
+    for r in table("Thermal", "thermal_hot_gpus").itertuples():
+        rows.append(
+            (
+                "drain",
+                r.node,
+                f"GPU {r.gpu} above {t.temperature_celsius:g} °C for "
+                f"{r.minutes_above:.0f} min (max {r.max_celsius:.1f} °C, "
+                f"{r.slowdown_minutes:.0f} min thermal slowdown)",
+            )
+        )
+    for r in table("Reliability", "gpus_lost").itertuples():
+        xid = f" after Xid {r.xids}" if r.xids else ""
+        rows.append(
+            (
+                "drain",
+                r.node,
+                f"GPU {r.gpu} fell off the bus{xid}, last seen {r.last_seen}: reboot the node",
+            )
+        )
+    for r in table("Thermal", "thermal_outliers").itertuples():
+        rows.append(
+            (
+                "reseat",
+                _gpu(r),
+                f"runs {r.excess_celsius:.1f} °C hotter than peers at "
+                f"{r.median_watts:.0f} W (robust z {r.robust_z:.1f}): check cooling "
+                "and seating before it crosses the threshold",
+            )
+        )
+    for r in table("Fabric", "ib_flaps").itertuples():
+        rows.append(
+            (
+                "recable",
+                f"{r.node} {r.device}/{r.port}",
+                f"{r.flaps:.0f} link flaps, down {r.down_minutes:.0f} min",
+            )
+        )
+    for r in table("Fabric", "ib_saturated_counters").itertuples():
+        rows.append(
+            (
+                "recable",
+                f"{r.node} {r.device}/{r.port}",
+                f"{r.counter} pinned at its maximum for {r.saturated_minutes:.0f} min: "
+                "its rate reads 0; inspect the cable and reset the counters",
+            )
+        )
+    rma = table("Reliability", "xid_events")
+    if not rma.empty:
+        rma = rma[rma["xid"].isin(RMA_XIDS)]
+    for r in rma.itertuples():
+        rows.append(("rma", _gpu(r), f"Xid {r.xid} ({r.events:.0f} events)"))
+    for r in table("Reliability", "remap_failed").itertuples():
+        rows.append(("rma", _gpu(r), "row remapping failed"))
+    ecc = table("Reliability", "ecc_errors")
+    if not ecc.empty:
+        ecc = ecc[ecc["severity"] == "uncorrected"]
+    for r in ecc.itertuples():
+        rows.append(("rma", _gpu(r), f"{r.errors:.0f} uncorrected ECC errors"))
+    for r in table("Activity", "stragglers").itertuples():
+        rows.append(
+            (
+                "investigate",
+                _gpu(r),
+                f"straggler in {r.namespace}/{r.job}: tensor "
+                f"activity {r.tensor_mean:.2f} vs job median {r.job_median_tensor:.2f}",
+            )
+        )
+    for r in table("Activity", "idle_allocated_gpus").itertuples():
+        rows.append(
+            (
+                "reclaim",
+                _gpu(r),
+                f"allocated to {r.namespace}/{r.pod} but idle for "
+                f"{r.idle_gpu_hours:.1f} GPU-hours (tensor {r.tensor_mean:.3f})",
+            )
+        )
+    return pd.DataFrame(rows, columns=["action", "target", "reason"])
+
+
+def analyse(ds: Dataset, thresholds: Thresholds | None = None) -> Report:
+    """Every section plus the action list."""
+    t = thresholds or Thresholds(temperature_celsius=ds.window.threshold_celsius)
+    sections = [thermal(ds, t), activity(ds, t), fabric(ds), reliability(ds, t), remediation(ds)]
+    return Report(dataset=ds, actions=actions({s.title: s for s in sections}, t), sections=sections)

@@ -1,0 +1,199 @@
+"""`fleetwatch report`: read Prometheus history, write the ranked fleet report.
+
+Exit status: 0 when the report was written with at least one section computed; 1 when
+Prometheus could not be read at all (unreachable, refused credentials, bad snapshot) or
+nothing in the window could be computed (the report is still written, saying why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from exporter.flagtypes import existing_dir, http_url, positive_duration, readable_file
+from report import render
+from report.analysis import analyse
+from report.dataset import (
+    Dataset,
+    Window,
+    fetch,
+    load_snapshot,
+    node_selector,
+    planned_requests,
+    save_snapshot,
+)
+from report.promapi import PrometheusAuthError, PrometheusClient, PrometheusUnreachable
+
+log = logging.getLogger(__name__)
+
+
+def timestamp(text: str) -> float:
+    """Epoch seconds or an RFC 3339 time (`2024-05-01T12:00:00Z`)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass  # not a number: try RFC 3339 below
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use epoch seconds or RFC 3339, e.g. 2024-05-01T12:00:00Z"
+        ) from exc
+
+
+def selector(text: str) -> str:
+    """argparse wrapper around `node_selector`."""
+    try:
+        return node_selector(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Register `fleetwatch report`."""
+    p = subparsers.add_parser("report", help="ranked fleet report from Prometheus history")
+    p.add_argument(
+        "--prometheus-url",
+        type=http_url,
+        help="Prometheus-compatible API base URL (Prometheus, Thanos, Mimir, ...)",
+    )
+    p.add_argument(
+        "--prometheus.bearer-token-file",
+        dest="bearer_token_file",
+        type=readable_file,
+        help="file holding a bearer token for the API",
+    )
+    p.add_argument(
+        "--since",
+        type=positive_duration,
+        default=86400.0,
+        help="window length before --until (default 24h)",
+    )
+    p.add_argument(
+        "--until",
+        type=timestamp,
+        default=None,
+        help="window end, epoch seconds or RFC 3339 (default now)",
+    )
+    p.add_argument(
+        "--step",
+        type=positive_duration,
+        default=60.0,
+        help="resolution Prometheus evaluates at (default 60s)",
+    )
+    p.add_argument(
+        "--bucket",
+        type=positive_duration,
+        default=3600.0,
+        help="width of activity buckets (default 1h)",
+    )
+    p.add_argument(
+        "--node-selector",
+        type=selector,
+        default="",
+        help='PromQL label matchers limiting the nodes, e.g. node=~"rack1-.*"',
+    )
+    p.add_argument(
+        "--thermal.threshold-celsius",
+        dest="threshold_celsius",
+        type=float,
+        default=78.0,
+        help="the taint threshold (default 78)",
+    )
+    p.add_argument(
+        "--query.concurrency",
+        dest="concurrency",
+        type=int,
+        default=4,
+        help="HTTP requests in flight at once (default 4)",
+    )
+    p.add_argument(
+        "--query.retries",
+        dest="retries",
+        type=int,
+        default=3,
+        help="retries on 5xx, 429 and timeouts (default 3)",
+    )
+    p.add_argument(
+        "--query.timeout",
+        dest="query_timeout",
+        type=positive_duration,
+        default=120.0,
+        help="per-request timeout (default 120s)",
+    )
+    p.add_argument("--save-snapshot", type=Path, help="also write the pulled data (Parquet)")
+    p.add_argument(
+        "--from-snapshot",
+        type=existing_dir,
+        help="analyse a saved snapshot instead of querying Prometheus",
+    )
+    p.add_argument("--out", type=Path, required=True, help="directory the report is written to")
+    p.set_defaults(run=run)
+
+
+def _window(args: argparse.Namespace) -> Window:
+    end = args.until if args.until is not None else time.time()
+    return Window(
+        start=end - args.since,
+        end=end,
+        step=args.step,
+        bucket=args.bucket,
+        threshold_celsius=args.threshold_celsius,
+        selector=args.node_selector,
+    )
+
+
+async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
+    from tqdm import tqdm
+
+    token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
+    with tqdm(
+        total=planned_requests(window),
+        desc="querying",
+        unit="req",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    ) as bar:
+        async with PrometheusClient(
+            url=args.prometheus_url,
+            bearer_token=token,
+            concurrency=args.concurrency,
+            retries=args.retries,
+            timeout_s=args.query_timeout,
+            progress=bar,
+        ) as client:
+            return await fetch(client, window)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Pull (or load) the data, analyse it, write the report."""
+    try:
+        if args.from_snapshot:
+            dataset = load_snapshot(args.from_snapshot)
+        elif not args.prometheus_url:
+            log.error("report: give --prometheus-url or --from-snapshot")
+            return 1
+        else:
+            started = time.monotonic()
+            dataset = asyncio.run(_pull(args, _window(args)))
+            log.info("queried Prometheus", extra={"seconds": round(time.monotonic() - started, 2)})
+    except (PrometheusUnreachable, PrometheusAuthError, ValueError) as exc:
+        log.error("report: %s", exc)
+        return 1
+    if args.save_snapshot:
+        save_snapshot(dataset, args.save_snapshot)
+    for name, problem in sorted(dataset.problems.items()):
+        log.warning("report: %s not computed: %s", name, problem, extra={"query": name})
+    report = analyse(dataset)
+    render.write(report, args.out)
+    log.info("report written", extra={"out": str(args.out), "actions": len(report.actions)})
+    if not dataset.frames:
+        log.error("report: nothing could be computed for the window; see the report's notes")
+        return 1
+    return 0
