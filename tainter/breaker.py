@@ -1,0 +1,98 @@
+"""The circuit breaker: caps how many nodes fleetwatch may taint at once.
+
+A fleet-wide incident (a bad rule, a cooling failure, a broken exporter release) must not
+take most of the cluster out of scheduling. The cap is the smaller of an absolute count
+and a fraction of the nodes matching a selector. A new node taint that would exceed it is
+refused and opens the breaker; while open, every new node taint is refused, removals go on,
+and only an explicit reset closes it (or, when configured, the count falling below the
+cap). Decisions are made under one lock with reservations, so a storm of concurrent
+requests taints exactly the cap and not one node more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    """Caps: `max_nodes` absolute, `max_fraction` of `selected_nodes`; how it closes."""
+
+    max_nodes: int
+    max_fraction: float
+    auto_close: bool = False
+
+
+class Breaker:
+    """Tracks the nodes tainted by fleetwatch and decides whether one more may be."""
+
+    def __init__(self, *, policy: BreakerPolicy) -> None:
+        self._policy = policy
+        self._lock = asyncio.Lock()
+        self._tainted: set[str] = set()
+        self._reserved: set[str] = set()
+        self._selected_nodes: int | None = None
+        self.open = False
+
+    @property
+    def tainted(self) -> frozenset[str]:
+        """Nodes currently known to carry a fleetwatch taint."""
+        return frozenset(self._tainted)
+
+    def limit(self) -> int:
+        """The most nodes that may be tainted now (0 while the node count is unknown)."""
+        if self._selected_nodes is None:
+            return 0
+        by_fraction = math.floor(self._policy.max_fraction * self._selected_nodes)
+        return min(self._policy.max_nodes, by_fraction)
+
+    def set_selected_nodes(self, count: int) -> None:
+        """How many nodes match the selector (live, from the last node list)."""
+        self._selected_nodes = count
+
+    def observe(self, tainted: set[str]) -> None:
+        """Replace the tainted set with live state read from the nodes."""
+        self._tainted = set(tainted)
+        self._maybe_auto_close()
+
+    async def reserve(self, node: str) -> bool:
+        """May `node` get its first fleetwatch taint? True reserves a slot; then call
+        `commit` or `release`. A node already tainted by us is always allowed."""
+        async with self._lock:
+            if node in self._tainted or node in self._reserved:
+                self._reserved.add(node)
+                return True
+            if self.open:
+                return False
+            if len(self._tainted | self._reserved) + 1 > self.limit():
+                self.open = True
+                return False
+            self._reserved.add(node)
+            return True
+
+    def commit(self, node: str, *, tainted: bool) -> None:
+        """Record the outcome of a write for a reserved (or any) node."""
+        self._reserved.discard(node)
+        if tainted:
+            self._tainted.add(node)
+        else:
+            self._tainted.discard(node)
+            self._maybe_auto_close()
+
+    def release(self, node: str) -> None:
+        """Give back a reservation whose write did not happen."""
+        self._reserved.discard(node)
+
+    def reset(self) -> None:
+        """Close the breaker (an operator decided the taints so far are right)."""
+        self.open = False
+
+    def _maybe_auto_close(self) -> None:
+        if (
+            self._policy.auto_close
+            and self.open
+            and len(self._tainted | self._reserved) < self.limit()
+        ):
+            self.open = False

@@ -1,0 +1,378 @@
+"""`fleetwatch taint`, `untaint`, `breaker reset` and the hidden `simulate-cluster`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from exporter.flagtypes import duration, http_url, listen_address, positive_duration, readable_file
+from tainter.breaker import BreakerPolicy
+from tainter.controller import ControllerSettings
+from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
+from tainter.payload import PayloadError, taint_key, valid_node_name
+from tainter.service import TaintSettings, TlsFiles, run_tainter, untaint_command
+from tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
+from tainter.writes import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MANUAL_REASONS = ("gpu-lost", "xid")
+
+
+def _reason(text: str) -> str:
+    try:
+        taint_key(text)
+    except PayloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def _evidence(text: str) -> tuple[str, str]:
+    reason, sep, query = text.partition("=")
+    if not sep or not query.strip():
+        raise argparse.ArgumentTypeError(
+            f"invalid evidence {text!r}: expected REASON=PROMQL, e.g. gpu-overheat="
+            f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
+        )
+    return _reason(reason), query.strip()
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}: expected 0..1")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number >= 0")
+    return int(text)
+
+
+def _node(text: str) -> str:
+    if not valid_node_name(text):
+        raise argparse.ArgumentTypeError(f"invalid node name {text!r}")
+    return text
+
+
+def _read_token(path: Path) -> bytes:
+    token = path.read_bytes().strip()
+    if not token:
+        raise SystemExit(f"fleetwatch taint: error: token file {path} is empty")
+    return token
+
+
+def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        type=readable_file,
+        default=None,
+        help="kubeconfig file; without it the pod's in-cluster service account is used",
+    )
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Register the tainter's subcommands."""
+    taint = subparsers.add_parser(
+        "taint",
+        help="Alertmanager webhook receiver that taints and untaints nodes",
+        description="Taint the node of every alert labelled fleetwatch_taint; untaint on "
+        "positive evidence from Prometheus.",
+    )
+    taint.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=listen_address(":9848"),
+        help="HOST:PORT to serve (default :9848)",
+    )
+    taint.add_argument(
+        "--web.token-file",
+        dest="token_file",
+        type=readable_file,
+        help="file holding the bearer token Alertmanager must send",
+    )
+    taint.add_argument(
+        "--web.insecure-no-token",
+        dest="insecure",
+        action="store_true",
+        help="accept webhooks without a token (never in production)",
+    )
+    taint.add_argument(
+        "--web.max-body-bytes",
+        dest="max_body",
+        type=_count,
+        default=1 << 20,
+        help="largest webhook body accepted (default 1 MiB)",
+    )
+    taint.add_argument("--web.tls-cert-file", dest="tls_cert", type=readable_file)
+    taint.add_argument("--web.tls-key-file", dest="tls_key", type=readable_file)
+    taint.add_argument(
+        "--web.tls-client-ca-file",
+        dest="tls_client_ca",
+        type=readable_file,
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    _add_kubeconfig(taint)
+    taint.add_argument(
+        "--prometheus-url",
+        type=http_url,
+        default=None,
+        help="Prometheus for positive-evidence untaint; without it taints stay",
+    )
+    taint.add_argument(
+        "--alertmanager-url",
+        type=http_url,
+        default=None,
+        help="Alertmanager for periodic reconcile of firing alerts",
+    )
+    taint.add_argument(
+        "--dry-run", action="store_true", help="log, count and record Events, but never write nodes"
+    )
+    taint.add_argument(
+        "--node-selector",
+        default="",
+        help="label selector of the nodes the breaker fraction counts",
+    )
+    taint.add_argument(
+        "--breaker.max-nodes",
+        dest="breaker_max_nodes",
+        type=_count,
+        default=10,
+        help="most nodes fleetwatch may taint at once (default 10)",
+    )
+    taint.add_argument(
+        "--breaker.max-fraction",
+        dest="breaker_max_fraction",
+        type=_fraction,
+        default=0.1,
+        help="most fraction of selected nodes tainted (default 0.1)",
+    )
+    taint.add_argument(
+        "--breaker.auto-close",
+        dest="breaker_auto_close",
+        action="store_true",
+        help="close the breaker by itself once below the cap "
+        "(default: only `fleetwatch breaker reset`)",
+    )
+    taint.add_argument(
+        "--untaint.hold",
+        dest="hold",
+        type=duration,
+        default=300.0,
+        help="least time after the alert was last firing before untaint (default 5m)",
+    )
+    taint.add_argument(
+        "--untaint.clear-celsius",
+        dest="clear_celsius",
+        type=float,
+        default=75.0,
+        help="gpu-overheat clears below this (default 75)",
+    )
+    taint.add_argument(
+        "--untaint.evidence",
+        dest="evidence",
+        type=_evidence,
+        action="append",
+        default=[],
+        help="REASON=PROMQL: non-empty result means clear; "
+        f"{NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
+    )
+    taint.add_argument(
+        "--untaint.manual-reason",
+        dest="manual_reasons",
+        type=_reason,
+        action="append",
+        default=None,
+        help="reason whose taint stays until `fleetwatch untaint` (repeatable; "
+        f"default {', '.join(DEFAULT_MANUAL_REASONS)})",
+    )
+    taint.add_argument(
+        "--reconcile-interval",
+        type=positive_duration,
+        default=30.0,
+        help="how often to reconcile against Alertmanager and nodes (default 30s)",
+    )
+    taint.add_argument(
+        "--kube.concurrency",
+        dest="concurrency",
+        type=_count,
+        default=32,
+        help="most node writes in flight (default 32)",
+    )
+    taint.add_argument(
+        "--events.namespace",
+        dest="event_namespace",
+        default="default",
+        help="namespace the node Events are created in (default default)",
+    )
+    taint.set_defaults(run=_run_taint)
+
+    untaint = subparsers.add_parser("untaint", help="remove fleetwatch taints from a node now")
+    untaint.add_argument("node", type=_node)
+    untaint.add_argument(
+        "--reason",
+        type=_reason,
+        action="append",
+        default=None,
+        help="only this reason's taint (repeatable; default all fleetwatch taints)",
+    )
+    _add_kubeconfig(untaint)
+    untaint.set_defaults(run=_run_untaint)
+
+    breaker = subparsers.add_parser("breaker", help="control the tainter's circuit breaker")
+    breaker.add_argument("action", choices=("reset",))
+    breaker.add_argument(
+        "--tainter-url",
+        type=http_url,
+        required=True,
+        help="the running tainter, e.g. http://fleetwatch-tainter:9848",
+    )
+    breaker.add_argument("--web.token-file", dest="token_file", type=readable_file)
+    breaker.set_defaults(run=_run_breaker)
+
+    simulate = subparsers.add_parser("simulate-cluster")  # no help: hidden, for the demo
+    simulate.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=listen_address("127.0.0.1:0"),
+    )
+    simulate.add_argument("--node", dest="nodes", type=_node, action="append", required=True)
+    simulate.add_argument("--kubeconfig-out", type=Path, required=True)
+    simulate.set_defaults(run=_run_simulate)
+
+
+def settings_from_args(args: argparse.Namespace) -> TaintSettings:
+    """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
+    if args.token_file is None and not args.insecure:
+        raise SystemExit(
+            "fleetwatch taint: error: --web.token-file is required "
+            "(or --web.insecure-no-token to accept unauthenticated webhooks)"
+        )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise SystemExit(
+            "fleetwatch taint: error: --web.tls-cert-file and --web.tls-key-file go together"
+        )
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise SystemExit(
+            "fleetwatch taint: error: --web.tls-client-ca-file needs "
+            "--web.tls-cert-file and --web.tls-key-file"
+        )
+    queries = default_evidence_queries(clear_celsius=args.clear_celsius)
+    queries.update(dict(args.evidence))
+    manual = DEFAULT_MANUAL_REASONS if args.manual_reasons is None else args.manual_reasons
+    return TaintSettings(
+        token=_read_token(args.token_file) if args.token_file else b"",
+        kubeconfig=args.kubeconfig,
+        prometheus_url=args.prometheus_url,
+        alertmanager_url=args.alertmanager_url,
+        controller=ControllerSettings(
+            dry_run=args.dry_run,
+            hold_seconds=args.hold,
+            manual_reasons=frozenset(manual),
+            node_selector=args.node_selector,
+            concurrency=max(1, args.concurrency),
+            retry=RetryPolicy(),
+        ),
+        breaker=BreakerPolicy(
+            max_nodes=args.breaker_max_nodes,
+            max_fraction=args.breaker_max_fraction,
+            auto_close=args.breaker_auto_close,
+        ),
+        evidence_queries=queries,
+        reconcile_interval=args.reconcile_interval,
+        max_body_bytes=args.max_body,
+        event_namespace=args.event_namespace,
+        tls=TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+        if args.tls_cert
+        else None,
+    )
+
+
+def _run_taint(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    host, port = args.listen
+    if not settings.token:
+        log.warning("webhook authentication is OFF (--web.insecure-no-token)")
+    return run_tainter(settings, host=host, port=port)
+
+
+def _run_untaint(args: argparse.Namespace) -> int:
+    reasons = None if args.reason is None else frozenset(args.reason)
+    return untaint_command(kubeconfig=args.kubeconfig, node=args.node, reasons=reasons)
+
+
+def _run_breaker(args: argparse.Namespace) -> int:
+    headers = {}
+    if args.token_file is not None:
+        headers["Authorization"] = "Bearer " + _read_token(args.token_file).decode()
+
+    async def reset() -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{args.tainter_url}/breaker/reset",
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as response,
+        ):
+            return response.status, await response.text()
+
+    try:
+        status, text = asyncio.run(reset())
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        log.error("cannot reach the tainter", extra={"url": args.tainter_url, "error": repr(exc)})
+        return 1
+    if status != 200:
+        log.error("breaker reset refused", extra={"status": status, "body": text.strip()})
+        return 1
+    log.info("breaker reset", extra={"url": args.tainter_url})
+    return 0
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    token = secrets.token_urlsafe(16)
+    cluster = FakeCluster(token=token)
+    for name in args.nodes:
+        cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
+    host, port = args.listen
+
+    async def serve() -> None:
+        runner = web.AppRunner(make_app(cluster), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        server = f"http://{host}:{bound}"
+        write_kubeconfig(args.kubeconfig_out, server=server, token=token)
+        log.warning(
+            "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
+            extra={
+                "server": server,
+                "nodes": args.nodes,
+                "kubeconfig": str(args.kubeconfig_out),
+                "see_taints": f"{server}/api/v1/nodes/{args.nodes[0]}",
+            },
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        return 0
+    return 0

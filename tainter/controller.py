@@ -1,0 +1,435 @@
+"""The reconcile loop: desired taints per (node, key) from alerts, applied to nodes safely.
+
+Desired state is kept per alert, not per notification: for each (node, taint key) the set
+of firing alert fingerprints that want it. A notification only updates those sets (a
+firing alert older than a resolve already seen for its fingerprint is ignored), then each
+touched node is synced: add missing taints whose set is non-empty (if the breaker allows a
+newly tainted node), and remove taints whose set is empty only when the reason is not
+manual, the hold time has passed since the alert was last seen firing, and Prometheus
+confirms the condition is clear. The periodic `reconcile` does the same from live state:
+Alertmanager's active alerts and the nodes' own taints and annotations, which is also how
+a restarted tainter rebuilds its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tainter.breaker import Breaker
+from tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
+from tainter.metrics import TainterMetrics
+from tainter.payload import KEY_PREFIX, AlertState
+from tainter.sources import AlertSource, EvidenceSource, SourceError
+from tainter.writes import (
+    TAINTED_LABEL,
+    UNTAINT_ANNOTATION,
+    Change,
+    RetryPolicy,
+    guarded_update,
+    new_record,
+    our_taints,
+    untaint_requests,
+    with_retries,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Behaviour knobs of the controller (built from flags)."""
+
+    dry_run: bool = False
+    hold_seconds: float = 300.0
+    manual_reasons: frozenset[str] = frozenset({"gpu-lost", "xid"})
+    node_selector: str = ""
+    concurrency: int = 32
+    owner: str = "fleetwatch-tainter"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass
+class Intent:
+    """Why (node, key) should be tainted: the alerts that want it, and when last seen."""
+
+    node: str
+    key: str
+    effect: str
+    value: str
+    firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
+    resolved: dict[str, datetime] = field(default_factory=dict)  # fingerprint → when resolved
+    last_firing: float = 0.0  # time.time() when an alert was last seen firing
+    refused: bool = False  # a TaintRefused Event was already sent for this episode
+
+    @property
+    def reason(self) -> str:
+        return self.key.removeprefix(KEY_PREFIX)
+
+
+@dataclass
+class _SyncAttempt:
+    """Per-sync bookkeeping that survives re-plans after a conflict."""
+
+    reserved: bool = False
+    refused: list[Intent] = field(default_factory=list)
+
+
+class NodeSyncError(ApiError):
+    """Some nodes could not be synced because the Kubernetes API failed."""
+
+    def __init__(self, failures: dict[str, ApiError]) -> None:
+        detail = "; ".join(f"{node}: {exc}" for node, exc in sorted(failures.items())[:5])
+        first = min(failures.values(), key=lambda exc: exc.status)
+        super().__init__(
+            status=first.status, reason=f"{len(failures)} node(s) not synced: {detail}"
+        )
+        self.failures = failures
+
+
+class Controller:
+    """Owns the desired state and every node write. One per process."""
+
+    def __init__(
+        self,
+        *,
+        api: NodeApi,
+        breaker: Breaker,
+        evidence: EvidenceSource,
+        alerts: AlertSource | None,
+        metrics: TainterMetrics,
+        settings: ControllerSettings,
+    ) -> None:
+        self._api = api
+        self._breaker = breaker
+        self._evidence = evidence
+        self._alerts = alerts
+        self._metrics = metrics
+        self._settings = settings
+        self._intents: dict[tuple[str, str], Intent] = {}
+        self._node_locks: dict[str, asyncio.Lock] = {}
+        self._slots = asyncio.Semaphore(settings.concurrency)
+
+    @property
+    def breaker(self) -> Breaker:
+        return self._breaker
+
+    def intents(self) -> list[Intent]:
+        """A snapshot of the desired state (for tests and the landing page)."""
+        return list(self._intents.values())
+
+    # -- desired state -----------------------------------------------------------------
+
+    def record_alerts(self, alerts: Iterable[AlertState], *, now: float | None = None) -> set[str]:
+        """Fold alert states into the desired state; returns the nodes touched."""
+        now = time.time() if now is None else now
+        touched: set[str] = set()
+        for alert in alerts:
+            intent = self._intents.get((alert.node, alert.key))
+            if intent is None:
+                if not alert.firing:
+                    continue  # a resolve for something we never tainted for
+                intent = Intent(
+                    node=alert.node, key=alert.key, effect=alert.effect, value=alert.alertname
+                )
+                self._intents[(alert.node, alert.key)] = intent
+            touched.add(alert.node)
+            if alert.firing:
+                resolved_at = intent.resolved.get(alert.fingerprint)
+                if resolved_at is not None and alert.starts_at <= resolved_at:
+                    continue  # a late copy of an episode already resolved
+                intent.resolved.pop(alert.fingerprint, None)
+                intent.firing[alert.fingerprint] = alert.starts_at
+                intent.last_firing = now
+            elif alert.fingerprint in intent.firing:
+                del intent.firing[alert.fingerprint]
+                intent.resolved[alert.fingerprint] = alert.ends_at or alert.starts_at
+                intent.last_firing = now
+        return touched
+
+    def _forget(self, node: str, key: str) -> None:
+        self._intents.pop((node, key), None)
+
+    # -- entry points ------------------------------------------------------------------
+
+    async def handle_alerts(self, alerts: list[AlertState]) -> None:
+        """Apply one webhook notification. Raises NodeSyncError when the API failed."""
+        touched = self.record_alerts(alerts)
+        await self._ensure_node_count()
+        await self.sync_nodes(touched)
+
+    async def reconcile(self) -> None:
+        """Re-derive everything from live state: Alertmanager's alerts and the nodes.
+
+        Raises NodeSyncError when some nodes could not be read or written."""
+        if self._alerts is not None:
+            await self._reconcile_alerts()
+        selected = await self._list_nodes(self._settings.node_selector)
+        self._breaker.set_selected_nodes(len(selected))
+        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
+        live = {n.name for n in tainted if our_taints(n)}
+        self._breaker.observe(live)
+        self._publish_gauges()
+        wanted = {node for (node, _), intent in self._intents.items() if intent.firing}
+        await self.sync_nodes(live | wanted | {node for node, _ in self._intents})
+
+    async def _reconcile_alerts(self) -> None:
+        assert self._alerts is not None
+        try:
+            firing = await self._alerts.firing_alerts()
+        except SourceError as exc:
+            log.warning(
+                "cannot read Alertmanager alerts; reconciling nodes only",
+                extra={"error": repr(exc)},
+            )
+            return
+        now = time.time()
+        self.record_alerts(firing, now=now)
+        live = {(a.node, a.key, a.fingerprint) for a in firing}
+        for intent in self._intents.values():
+            for fingerprint in list(intent.firing):
+                if (intent.node, intent.key, fingerprint) not in live:
+                    log.info(
+                        "alert no longer active in Alertmanager; treating as resolved",
+                        extra={"node": intent.node, "key": intent.key, "fingerprint": fingerprint},
+                    )
+                    del intent.firing[fingerprint]
+                    intent.resolved[fingerprint] = datetime.fromtimestamp(now).astimezone()
+                    intent.last_firing = now
+
+    async def _ensure_node_count(self) -> None:
+        if self._breaker.limit() == 0:
+            selected = await self._list_nodes(self._settings.node_selector)
+            self._breaker.set_selected_nodes(len(selected))
+            self._publish_gauges()
+
+    async def _list_nodes(self, selector: str) -> list[NodeView]:
+        """List nodes, retrying what a retry can fix (like writes)."""
+        return await with_retries(
+            lambda: self._api.list_nodes(label_selector=selector),
+            retry=self._settings.retry,
+            metrics=self._metrics,
+            what=f"list nodes {selector!r}",
+        )
+
+    def reset_breaker(self) -> None:
+        """Close the breaker; the next reconcile re-evaluates live state."""
+        self._breaker.reset()
+        for intent in self._intents.values():
+            intent.refused = False
+        self._publish_gauges()
+        log.warning("circuit breaker reset")
+
+    async def sync_nodes(self, nodes: Iterable[str]) -> None:
+        """Sync each node (concurrently, bounded); raises NodeSyncError listing failures."""
+        names = sorted(set(nodes))
+        results = await asyncio.gather(*(self._sync_node(n) for n in names), return_exceptions=True)
+        failures: dict[str, ApiError] = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, ApiError):
+                failures[name] = result
+            elif isinstance(result, BaseException):
+                raise result
+        self._publish_gauges()
+        if failures:
+            raise NodeSyncError(failures)
+
+    # -- one node ----------------------------------------------------------------------
+
+    async def _sync_node(self, name: str) -> None:
+        lock = self._node_locks.setdefault(name, asyncio.Lock())
+        async with lock, self._slots:
+            attempt = _SyncAttempt()
+
+            async def plan(node: NodeView) -> Change:
+                attempt.refused.clear()
+                return await self._plan(node, attempt)
+
+            try:
+                node, change = await guarded_update(
+                    api=self._api,
+                    name=name,
+                    plan=plan,
+                    retry=self._settings.retry,
+                    metrics=self._metrics,
+                )
+            except ApiError as exc:
+                if attempt.reserved:
+                    self._breaker.release(name)
+                if exc.status == 404:
+                    log.warning(
+                        "node not found; forgetting its taint requests", extra={"node": name}
+                    )
+                    for key in [k for n, k in self._intents if n == name]:
+                        self._forget(name, key)
+                    return
+                log.error("node sync failed", extra={"node": name, "error": str(exc)})
+                raise
+            self._breaker.commit(name, tainted=bool(our_taints(node)))
+            await self._report(node, change, attempt.refused)
+
+    async def _plan(self, node: NodeView, attempt: _SyncAttempt) -> Change:
+        """Decide what to add and remove on `node`, given its current state."""
+        current = our_taints(node)
+        requested = frozenset(k for k in untaint_requests(node) or () if k in current)
+        for key in requested:
+            self._forget(node.name, key)
+        remove: set[str] = set(requested)
+        for key, taint in current.items():
+            if key in remove:
+                continue
+            intent = self._intents.get((node.name, key))
+            if intent is None:
+                # A taint we did not know of: written before a restart. Its alert, if still
+                # firing, was restored from Alertmanager; otherwise the hold starts now.
+                intent = Intent(
+                    node=node.name,
+                    key=key,
+                    effect=taint.effect,
+                    value=taint.value,
+                    last_firing=time.time(),
+                )
+                self._intents[(node.name, key)] = intent
+            if not intent.firing and await self._may_untaint(intent):
+                remove.add(key)
+        wanted = [
+            i
+            for (n, k), i in self._intents.items()
+            if n == node.name and i.firing and k not in current
+        ]
+        if wanted and not current.keys() - remove and not await self._reserve(node, attempt):
+            attempt.refused.extend(wanted)
+            wanted = []
+        add = tuple(
+            Taint(key=i.key, value=i.value, effect=i.effect, time_added=now_rfc3339())
+            for i in wanted
+        )
+        new_records = {
+            t.key: new_record(
+                taint=t, alertname=i.value, fingerprints=list(i.firing), owner=self._settings.owner
+            )
+            for t, i in zip(add, wanted, strict=True)
+        }
+        for (node_name, key), intent in list(self._intents.items()):
+            if (
+                node_name == node.name
+                and not intent.firing
+                and (key in remove or key not in current)
+            ):
+                self._forget(node_name, key)
+        return Change(
+            add=add,
+            remove=frozenset(remove),
+            new_records=new_records,
+            requested=requested,
+            clear_untaint_request=UNTAINT_ANNOTATION in node.annotations,
+        )
+
+    async def _reserve(self, node: NodeView, attempt: _SyncAttempt) -> bool:
+        """Ask the breaker for a slot for a node that has no fleetwatch taint yet."""
+        if not attempt.reserved:
+            attempt.reserved = await self._breaker.reserve(node.name)
+        return attempt.reserved
+
+    async def _may_untaint(self, intent: Intent) -> bool:
+        """Positive evidence: not manual, hold time passed, Prometheus says clear."""
+        if intent.reason in self._settings.manual_reasons or not self._evidence.has_query(
+            intent.reason
+        ):
+            self._metrics.untaint_deferred.labels(why="manual").inc()
+            return False
+        if time.time() - intent.last_firing < self._settings.hold_seconds:
+            self._metrics.untaint_deferred.labels(why="hold").inc()
+            return False
+        result = await self._evidence.condition_clear(node=intent.node, reason=intent.reason)
+        if not result.clear:
+            self._metrics.untaint_deferred.labels(why="evidence").inc()
+            log.info(
+                "taint kept: no positive evidence",
+                extra={"node": intent.node, "key": intent.key, "detail": result.detail},
+            )
+            return False
+        return True
+
+    async def _report(self, node: NodeView, change: Change, refused: list[Intent]) -> None:
+        """Log, count and record Events for what was done to `node`."""
+        dry = self._settings.dry_run
+        for taint in change.add:
+            self._metrics.taint_operations.labels(op="add", result="dry_run" if dry else "ok").inc()
+            if dry:
+                self._metrics.dry_run_actions.labels(op="add").inc()
+            log.warning(
+                "taint added" + (" (dry run)" if dry else ""),
+                extra={
+                    "node": node.name,
+                    "key": taint.key,
+                    "value": taint.value,
+                    "effect": taint.effect,
+                },
+            )
+            await self._event(
+                node,
+                "TaintAdded",
+                f"{taint.key}={taint.value}:{taint.effect} "
+                f"added by {self._settings.owner} for alert {taint.value}",
+            )
+        for key in sorted(change.remove):
+            self._metrics.taint_operations.labels(
+                op="remove", result="dry_run" if dry else "ok"
+            ).inc()
+            if dry:
+                self._metrics.dry_run_actions.labels(op="remove").inc()
+            log.warning(
+                "taint removed" + (" (dry run)" if dry else ""),
+                extra={"node": node.name, "key": key},
+            )
+            why = (
+                "an operator asked (annotation " + UNTAINT_ANNOTATION + ")"
+                if key in change.requested
+                else "alert resolved, hold time passed, condition confirmed clear"
+            )
+            await self._event(
+                node, "TaintRemoved", f"{key} removed by {self._settings.owner}: {why}"
+            )
+        for intent in refused:
+            self._metrics.taint_operations.labels(op="add", result="refused").inc()
+            if intent.refused:
+                continue
+            intent.refused = True
+            log.error(
+                "taint refused: circuit breaker open",
+                extra={
+                    "node": node.name,
+                    "key": intent.key,
+                    "limit": self._breaker.limit(),
+                    "tainted": len(self._breaker.tainted),
+                },
+            )
+            await self._event(
+                node,
+                "TaintRefused",
+                f"{intent.key} refused: circuit breaker open (at most "
+                f"{self._breaker.limit()} nodes may be tainted by fleetwatch)",
+                warning=True,
+            )
+
+    async def _event(
+        self, node: NodeView, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        try:
+            await self._api.create_event(node=node, reason=reason, message=message, warning=warning)
+        except ApiError as exc:
+            self._metrics.api_errors.labels(status=str(exc.status)).inc()
+            log.warning(
+                "cannot record Event",
+                extra={"node": node.name, "reason": reason, "error": str(exc)},
+            )
+
+    def _publish_gauges(self) -> None:
+        self._metrics.tainted_nodes.set(len(self._breaker.tainted))
+        self._metrics.breaker_open.set(1 if self._breaker.open else 0)
+        self._metrics.breaker_limit.set(self._breaker.limit())

@@ -1,0 +1,183 @@
+"""What the tainter reads besides Kubernetes: Prometheus evidence and Alertmanager's alerts.
+
+A resolved alert is not evidence that a node is healthy (it also resolves when the
+exporter dies and the series vanish), so untainting asks Prometheus a per-reason PromQL
+"condition clear" question that returns a non-empty vector only when the node's exporter
+is up and the condition is gone. Alertmanager's `GET /api/v2/alerts` is the live list of
+firing alerts the periodic reconcile compares against, to restore missed taints and to
+notice resolves that were never delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import aiohttp
+
+from tainter.payload import AlertState, PayloadError, alert_from_labels
+
+log = logging.getLogger(__name__)
+
+NODE_PLACEHOLDER = "$node"
+
+
+def default_evidence_queries(*, clear_celsius: float) -> dict[str, str]:
+    """The built-in "condition clear" queries: gpu-overheat clears when the node's exporter
+    and GPU collector are up and its hottest GPU reads below `clear_celsius`."""
+    return {
+        "gpu-overheat": (
+            'max by (node) (up{node="$node"}) == 1'
+            " and on (node) max by (node) "
+            '(fleetwatch_collector_up{collector="gpu", node="$node"}) == 1'
+            " and on (node) max by (node) "
+            '(fleetwatch_gpu_temperature_celsius{sensor="gpu", node="$node"})'
+            f" < {clear_celsius:g}"
+        ),
+    }
+
+
+def promql_string(value: str) -> str:
+    """`value` escaped for use inside a double-quoted PromQL string."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class SourceError(Exception):
+    """A source (Alertmanager) could not be read; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceResult:
+    """Whether a node's condition is positively clear, and why (for logs and Events)."""
+
+    clear: bool
+    detail: str
+
+
+class EvidenceSource(Protocol):
+    """Answers "is it safe to remove this taint?" for reasons that have a query."""
+
+    def has_query(self, reason: str) -> bool: ...
+
+    async def condition_clear(self, *, node: str, reason: str) -> EvidenceResult: ...
+
+
+class AlertSource(Protocol):
+    """The taint-requesting alerts that fire now."""
+
+    async def firing_alerts(self) -> list[AlertState]: ...
+
+
+class PrometheusEvidence:
+    """EvidenceSource over the Prometheus HTTP API (`/api/v1/query`)."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        url: str,
+        queries: Mapping[str, str],
+        timeout: float = 10.0,
+    ) -> None:
+        self._session = session
+        self._url = url
+        self._queries = dict(queries)
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+
+    def has_query(self, reason: str) -> bool:
+        return reason in self._queries
+
+    async def condition_clear(self, *, node: str, reason: str) -> EvidenceResult:
+        query = self._queries.get(reason)
+        if query is None:
+            return EvidenceResult(clear=False, detail=f"no evidence query for reason {reason!r}")
+        expr = query.replace(NODE_PLACEHOLDER, promql_string(node))
+        try:
+            async with self._session.get(
+                f"{self._url}/api/v1/query",
+                params={"query": expr},
+                timeout=self._timeout,
+            ) as response:
+                body: Any = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return EvidenceResult(clear=False, detail=f"Prometheus query failed: {exc!r}")
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else body
+            return EvidenceResult(clear=False, detail=f"Prometheus query failed: {error}")
+        result = body.get("data", {}).get("result") or []
+        if result:
+            return EvidenceResult(clear=True, detail=f"Prometheus confirms clear: {expr}")
+        return EvidenceResult(
+            clear=False,
+            detail="Prometheus does not confirm the condition is clear "
+            "(exporter down, data missing, or still over threshold)",
+        )
+
+
+class NoEvidence:
+    """EvidenceSource for running without Prometheus: nothing is ever confirmed clear."""
+
+    def has_query(self, reason: str) -> bool:
+        return False
+
+    async def condition_clear(self, *, node: str, reason: str) -> EvidenceResult:
+        return EvidenceResult(clear=False, detail="no --prometheus-url: taints stay until untaint")
+
+
+class AlertmanagerAlerts:
+    """AlertSource over Alertmanager's API v2 (`GET /api/v2/alerts`)."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        url: str,
+        timeout: float = 10.0,
+    ) -> None:
+        self._session = session
+        self._url = url
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+
+    async def firing_alerts(self) -> list[AlertState]:
+        """Active, unsilenced, uninhibited alerts that ask for a taint.
+
+        Raises SourceError when Alertmanager cannot be read; the caller then skips that
+        part of the reconcile."""
+        params = {
+            "active": "true",
+            "silenced": "false",
+            "inhibited": "false",
+            "filter": 'fleetwatch_taint=~".+"',
+        }
+        try:
+            async with self._session.get(
+                f"{self._url}/api/v2/alerts",
+                params=params,
+                timeout=self._timeout,
+            ) as response:
+                response.raise_for_status()
+                body: Any = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise SourceError(f"cannot read {self._url}/api/v2/alerts: {exc!r}") from exc
+        if not isinstance(body, list):
+            raise SourceError(f"{self._url}/api/v2/alerts did not return a list")
+        alerts: list[AlertState] = []
+        for item in body:
+            try:
+                state = alert_from_labels(
+                    labels=item.get("labels") or {},
+                    fingerprint=item.get("fingerprint", ""),
+                    firing=True,
+                    starts_at=datetime.fromisoformat(item["startsAt"]),
+                    ends_at=None,
+                    where=f"alertmanager alert {item.get('fingerprint')}",
+                )
+            except (PayloadError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("skipping malformed Alertmanager alert", extra={"error": str(exc)})
+                continue
+            if state is not None:
+                alerts.append(state)
+        return alerts

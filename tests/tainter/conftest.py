@@ -1,0 +1,204 @@
+"""Fixtures for the tainter: the fake Kubernetes API reached through the real client,
+fake evidence and alert sources, and builders for the controller and the webhook app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from tainter.breaker import Breaker, BreakerPolicy
+from tainter.controller import Controller, ControllerSettings
+from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
+from tainter.kube import KubeNodeApi, NodeApi
+from tainter.metrics import TainterMetrics
+from tainter.payload import AlertState
+from tainter.server import make_app as make_tainter_app
+from tainter.sources import EvidenceResult
+from tainter.writes import RetryPolicy
+
+TOKEN = "s3cret-token"
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class FakeEvidence:
+    """EvidenceSource whose answer per node the test sets; records what was asked."""
+
+    clear: dict[str, bool] = field(default_factory=dict)
+    reasons: frozenset[str] = frozenset({"gpu-overheat"})
+    asked: list[str] = field(default_factory=list)
+
+    def has_query(self, reason: str) -> bool:
+        return reason in self.reasons
+
+    async def condition_clear(self, *, node: str, reason: str) -> EvidenceResult:
+        self.asked.append(node)
+        ok = self.clear.get(node, False)
+        return EvidenceResult(clear=ok, detail="fake evidence")
+
+
+@dataclass
+class FakeAlerts:
+    """AlertSource serving a list the test controls."""
+
+    firing: list[AlertState] = field(default_factory=list)
+
+    async def firing_alerts(self) -> list[AlertState]:
+        return list(self.firing)
+
+
+def alert(
+    node: str,
+    *,
+    reason: str = "gpu-overheat",
+    status: str = "firing",
+    fp: str | None = None,
+    starts: datetime = T0,
+    ends: datetime | None = None,
+    alertname: str = "GPUOverheating",
+    effect: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One alert as Alertmanager puts it in a webhook body."""
+    labels = {
+        "alertname": alertname,
+        "node": node,
+        "gpu": "3",
+        "fleetwatch_taint": reason,
+        **(extra or {}),
+    }
+    if effect:
+        labels["fleetwatch_taint_effect"] = effect
+    return {
+        "status": status,
+        "labels": labels,
+        "annotations": {"summary": "hot"},
+        "startsAt": starts.isoformat().replace("+00:00", "Z"),
+        "endsAt": (ends or datetime(1, 1, 1, tzinfo=UTC)).isoformat().replace("+00:00", "Z"),
+        "generatorURL": "http://prometheus/graph",
+        "fingerprint": fp or f"fp-{node}-{reason}",
+    }
+
+
+def resolved(node: str, **kwargs: Any) -> dict[str, Any]:
+    """The resolve of `alert(node, ...)`, ending a minute after it started."""
+    return alert(
+        node, status="resolved", ends=kwargs.pop("ends", T0 + timedelta(minutes=1)), **kwargs
+    )
+
+
+def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
+    """A version 4 webhook body carrying `alerts`."""
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="GPUOverheating"}',
+        "truncatedAlerts": 0,
+        "status": "firing" if any(a["status"] == "firing" for a in alerts) else "resolved",
+        "receiver": "fleetwatch-tainter",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager",
+        "alerts": list(alerts),
+        "notification_reason": "new_alerts",
+    }
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    fake = FakeCluster(token="kube-token")
+    for index in range(10):
+        fake.add_node(f"gpu-{index}", labels={"nvidia.com/gpu.present": "true"})
+    return fake
+
+
+@pytest.fixture
+async def kube(cluster: FakeCluster, tmp_path: Path) -> AsyncIterator[KubeNodeApi]:
+    """The real kubernetes_asyncio client, configured by a generated kubeconfig."""
+    server = TestServer(make_app(cluster), host="127.0.0.1")
+    await server.start_server()
+    path = write_kubeconfig(
+        tmp_path / "kubeconfig", server=str(server.make_url("")).rstrip("/"), token="kube-token"
+    )
+    api = await KubeNodeApi.connect(kubeconfig=path, timeout=5.0)
+    yield api
+    await api.close()
+    await server.close()
+
+
+@pytest.fixture
+def evidence() -> FakeEvidence:
+    return FakeEvidence()
+
+
+@pytest.fixture
+def alerts_source() -> FakeAlerts:
+    return FakeAlerts()
+
+
+ControllerFactory = Callable[..., Controller]
+
+
+@pytest.fixture
+def make_controller(
+    kube: KubeNodeApi,
+    evidence: FakeEvidence,
+    alerts_source: FakeAlerts,
+) -> ControllerFactory:
+    """Build a controller on the fake API; keyword overrides for settings and policy."""
+
+    def build(
+        *,
+        api: NodeApi | None = None,
+        max_nodes: int = 100,
+        max_fraction: float = 1.0,
+        auto_close: bool = False,
+        metrics: TainterMetrics | None = None,
+        **settings: Any,
+    ) -> Controller:
+        settings.setdefault("hold_seconds", 0.0)
+        settings.setdefault("retry", RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.01))
+        return Controller(
+            api=api or kube,
+            breaker=Breaker(
+                policy=BreakerPolicy(
+                    max_nodes=max_nodes, max_fraction=max_fraction, auto_close=auto_close
+                )
+            ),
+            evidence=evidence,
+            alerts=alerts_source,
+            metrics=metrics or TainterMetrics(),
+            settings=ControllerSettings(**settings),
+        )
+
+    return build
+
+
+@pytest.fixture
+async def tainter_client(
+    make_controller: ControllerFactory,
+) -> AsyncIterator[TestClient[Any, Any]]:
+    """The webhook app (token TOKEN, 64 KiB body cap) around a default controller."""
+    metrics = TainterMetrics()
+    app = make_tainter_app(
+        controller=make_controller(metrics=metrics),
+        metrics=metrics,
+        token=TOKEN.encode(),
+        max_body_bytes=64 * 1024,
+        reconcile_interval=None,
+    )
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+def keys(cluster: FakeCluster, node: str) -> list[str]:
+    """Taint keys on `node`, in order."""
+    return [t["key"] for t in cluster.taints(node)]

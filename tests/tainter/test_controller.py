@@ -1,0 +1,363 @@
+"""The controller against the fake API through the real client: adds, removes, races,
+breaker, dry-run, manual reasons, hold time, evidence, outage, restart."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tainter.fakeapi import FakeCluster
+from tainter.kube import ApiError, KubeNodeApi
+from tainter.metrics import TainterMetrics
+from tainter.payload import parse_webhook
+from tainter.service import manual_untaint
+from tainter.writes import DryRunNodeApi
+from tests.tainter.conftest import (
+    T0,
+    ControllerFactory,
+    FakeAlerts,
+    FakeEvidence,
+    alert,
+    keys,
+    resolved,
+    webhook,
+)
+
+
+def states(*alerts: dict[str, Any]) -> Any:
+    return parse_webhook(webhook(*alerts))
+
+
+def foreign_taint(key: str = "example.com/maintenance") -> dict[str, str]:
+    return {"key": key, "value": "true", "effect": "NoSchedule"}
+
+
+def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_firing_alert_taints_node_with_key_value_effect_record_label_and_event(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1", effect="NoExecute")))
+
+    node = cluster.nodes["gpu-1"]
+    assert [(t["key"], t["value"], t["effect"]) for t in cluster.taints("gpu-1")] == [
+        ("fleetwatch.io/gpu-overheat", "GPUOverheating", "NoExecute")
+    ]
+    record = json.loads(node["metadata"]["annotations"]["fleetwatch.io/taints"])
+    assert record["fleetwatch.io/gpu-overheat"]["alert"] == "GPUOverheating"
+    assert record["fleetwatch.io/gpu-overheat"]["owner"] == "fleetwatch-tainter"
+    assert record["fleetwatch.io/gpu-overheat"]["fingerprints"] == ["fp-gpu-1-gpu-overheat"]
+    assert node["metadata"]["labels"]["fleetwatch.io/tainted"] == "true"
+    assert "unschedulable" not in node["spec"]
+    assert len(cluster.events_for("gpu-1", "TaintAdded")) == 1
+    assert keys(cluster, "gpu-2") == []
+
+
+async def test_duplicates_and_repeats_write_once(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    controller = make_controller()
+    for _ in range(3):
+        await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-1")))
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    assert [w.node for w in cluster.writes] == ["gpu-1"]
+    assert len(cluster.events_for("gpu-1", "TaintAdded")) == 1
+
+
+async def test_late_firing_copy_after_resolve_is_ignored(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1")))
+    await controller.handle_alerts(states(resolved("gpu-1")))
+    # hold 0 but evidence not clear: still tainted, and the stale firing copy must not
+    # revive the alert so that the taint leaves once evidence turns clear.
+    await controller.handle_alerts(states(alert("gpu-1")))
+    assert all(not i.firing for i in controller.intents())
+    # a new episode (later startsAt) does count again
+    await controller.handle_alerts(states(alert("gpu-1", starts=T0 + timedelta(hours=1))))
+    assert [bool(i.firing) for i in controller.intents()] == [True]
+
+
+async def test_taint_stays_while_any_alert_for_the_key_fires(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+) -> None:
+    evidence.clear["gpu-1"] = True
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1", fp="a"), alert("gpu-1", fp="b")))
+    await controller.handle_alerts(states(resolved("gpu-1", fp="a")))
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    await controller.handle_alerts(states(resolved("gpu-1", fp="b")))
+    assert keys(cluster, "gpu-1") == []
+    assert cluster.nodes["gpu-1"]["metadata"]["labels"].get("fleetwatch.io/tainted") is None
+    assert "fleetwatch.io/taints" not in cluster.nodes["gpu-1"]["metadata"]["annotations"]
+    assert len(cluster.events_for("gpu-1", "TaintRemoved")) == 1
+
+
+async def test_resolve_without_positive_evidence_keeps_taint(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+) -> None:
+    evidence.clear["gpu-1"] = False  # exporter down / data missing / still hot
+    metrics = TainterMetrics()
+    controller = make_controller(metrics=metrics)
+    await controller.handle_alerts(states(alert("gpu-1")))
+    await controller.handle_alerts(states(resolved("gpu-1")))
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    assert evidence.asked == ["gpu-1"]
+    assert sample(metrics, "fleetwatch_tainter_untaint_deferred_total", why="evidence") == 1
+    evidence.clear["gpu-1"] = True
+    await controller.reconcile()
+    assert keys(cluster, "gpu-1") == []
+
+
+async def test_hold_time_keeps_taint_without_asking_prometheus(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+) -> None:
+    evidence.clear["gpu-1"] = True
+    controller = make_controller(hold_seconds=3600.0)
+    await controller.handle_alerts(states(alert("gpu-1")))
+    await controller.handle_alerts(states(resolved("gpu-1")))
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    assert evidence.asked == []
+
+
+@pytest.mark.parametrize("reason", ["xid", "gpu-lost", "nvlink-down"])
+async def test_manual_reasons_and_reasons_without_query_stay_until_untaint(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+    kube: KubeNodeApi,
+    alerts_source: FakeAlerts,
+    reason: str,
+) -> None:
+    evidence.clear["gpu-1"] = True
+    evidence.reasons = frozenset({"gpu-overheat", "xid"})  # xid has a query but is manual
+    alerts_source.firing = list(states(alert("gpu-1", reason="gpu-overheat")))
+    controller = make_controller()
+    await controller.handle_alerts(
+        states(alert("gpu-1", reason=reason), alert("gpu-1", reason="gpu-overheat"))
+    )
+    await controller.handle_alerts(states(resolved("gpu-1", reason=reason)))
+    await controller.reconcile()
+    assert sorted(keys(cluster, "gpu-1")) == sorted(
+        ["fleetwatch.io/gpu-overheat", f"fleetwatch.io/{reason}"]
+    )
+
+    removed = await manual_untaint(
+        api=kube, node="gpu-1", reasons=frozenset({reason}), who="tester"
+    )
+    assert removed == [f"fleetwatch.io/{reason}"]
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    event = cluster.events_for("gpu-1", "TaintRemoved")[-1]
+    assert "tester" in event["message"]
+    await controller.reconcile()  # the controller forgets it and does not restore it
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+
+
+async def test_untaint_annotation_removes_and_clears_request(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1", reason="xid")))
+    cluster.mutate(
+        "gpu-1", lambda n: n["metadata"]["annotations"].update({"fleetwatch.io/untaint": "xid"})
+    )
+    await controller.reconcile()
+    assert keys(cluster, "gpu-1") == []
+    assert "fleetwatch.io/untaint" not in cluster.nodes["gpu-1"]["metadata"]["annotations"]
+    assert "operator asked" in cluster.events_for("gpu-1", "TaintRemoved")[0]["message"]
+
+
+async def test_foreign_taint_added_between_get_and_patch_survives(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    metrics = TainterMetrics()
+    controller = make_controller(metrics=metrics)
+    cluster.faults.before_write.append(
+        lambda c: c.mutate(
+            "gpu-1", lambda n: n["spec"].setdefault("taints", []).append(foreign_taint())
+        )
+    )
+    await controller.handle_alerts(states(alert("gpu-1")))
+    assert keys(cluster, "gpu-1") == ["example.com/maintenance", "fleetwatch.io/gpu-overheat"]
+    assert sample(metrics, "fleetwatch_tainter_api_conflicts_total") == 1
+    assert len(cluster.writes) == 1  # the stale write was refused, ours applied once
+
+
+async def test_foreign_taint_removed_between_get_and_patch_stays_removed(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+) -> None:
+    evidence.clear["gpu-1"] = True
+    cluster.mutate("gpu-1", lambda n: n["spec"].update(taints=[foreign_taint()]))
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1")))
+    cluster.faults.before_write.append(
+        lambda c: c.mutate(
+            "gpu-1",
+            lambda n: n["spec"].update(
+                taints=[t for t in n["spec"]["taints"] if t["key"] != "example.com/maintenance"]
+            ),
+        )
+    )
+    await controller.handle_alerts(states(resolved("gpu-1")))
+    assert keys(cluster, "gpu-1") == []
+
+
+async def test_injected_429_and_500_are_retried(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    cluster.faults.statuses.extend([429, 500, 429])
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gpu-1")))
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+
+
+async def test_outage_raises_then_converges_when_api_returns(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    alerts_source: FakeAlerts,
+) -> None:
+    alerts_source.firing = list(states(alert("gpu-1")))
+    controller = make_controller()
+    cluster.faults.outage = True
+    with pytest.raises(ApiError, match="503"):
+        await controller.handle_alerts(states(alert("gpu-1")))
+    assert cluster.writes == []
+    cluster.faults.outage = False
+    await controller.reconcile()
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+
+
+async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+    alerts_source: FakeAlerts,
+) -> None:
+    metrics = TainterMetrics()
+    controller = make_controller(max_nodes=100, max_fraction=0.3, metrics=metrics)  # 3 of 10
+    firing = states(*(alert(f"gpu-{i}") for i in range(6)))
+    alerts_source.firing = list(firing)
+    await controller.handle_alerts(firing)
+    tainted = sorted(n for n in cluster.nodes if keys(cluster, n))
+    assert len(tainted) == 3
+    assert sample(metrics, "fleetwatch_tainter_breaker_open") == 1
+    assert sum(len(cluster.events_for(f"gpu-{i}", "TaintRefused")) for i in range(6)) == 3
+    # a second reason on an already tainted node is not a new node: allowed
+    await controller.handle_alerts(states(alert(tainted[0], reason="xid")))
+    assert "fleetwatch.io/xid" in keys(cluster, tainted[0])
+    # a recovered node is untainted although the breaker is open
+    evidence.clear[tainted[1]] = True
+    alerts_source.firing = [a for a in firing if a.node != tainted[1]]
+    await controller.handle_alerts(states(resolved(tainted[1])))
+    assert keys(cluster, tainted[1]) == []
+    await controller.reconcile()  # still open: nothing new tainted
+    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 2
+    controller.reset_breaker()
+    await controller.reconcile()  # live state re-evaluated, up to the cap again
+    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 3
+    assert controller.breaker.open
+
+
+async def test_breaker_absolute_cap_and_auto_close(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+) -> None:
+    controller = make_controller(max_nodes=1, max_fraction=1.0, auto_close=True)
+    await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-2")))
+    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 1
+    assert controller.breaker.open
+    evidence.clear = {"gpu-1": True, "gpu-2": True}
+    await controller.handle_alerts(states(resolved("gpu-1"), resolved("gpu-2")))
+    assert not controller.breaker.open
+
+
+async def test_dry_run_writes_nothing_but_records_events_and_metrics(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    kube: KubeNodeApi,
+    evidence: FakeEvidence,
+) -> None:
+    metrics = TainterMetrics()
+    controller = make_controller(
+        api=DryRunNodeApi(real=kube), dry_run=True, metrics=metrics, max_nodes=1
+    )
+    await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-2")))
+    assert cluster.writes == []
+    assert sample(metrics, "fleetwatch_tainter_dry_run_actions_total", op="add") == 1
+    assert sample(metrics, "fleetwatch_tainter_breaker_open") == 1
+    added = [e for n in ("gpu-1", "gpu-2") for e in cluster.events_for(n, "TaintAdded")]
+    assert len(added) == 1
+    assert added[0]["message"].startswith("dry run:")
+    evidence.clear = {"gpu-1": True, "gpu-2": True}
+    await controller.handle_alerts(states(resolved("gpu-1"), resolved("gpu-2")))
+    assert sample(metrics, "fleetwatch_tainter_dry_run_actions_total", op="remove") == 1
+    assert cluster.writes == []
+
+
+async def test_restart_rebuilds_state_from_nodes_and_alertmanager(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+    alerts_source: FakeAlerts,
+) -> None:
+    first = make_controller()
+    await first.handle_alerts(states(alert("gpu-1"), alert("gpu-2"), alert("gpu-3")))
+    # while "down": gpu-3's taint was removed by someone (it is still firing), gpu-2 resolved
+    cluster.mutate("gpu-3", lambda n: n["spec"].update(taints=[]))
+    alerts_source.firing = list(states(alert("gpu-1"), alert("gpu-3")))
+    evidence.clear = {"gpu-1": True, "gpu-2": True, "gpu-3": True}
+
+    second = make_controller()
+    await second.reconcile()
+    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]  # still firing
+    assert keys(cluster, "gpu-2") == []  # resolve never delivered, evidence clear
+    assert keys(cluster, "gpu-3") == ["fleetwatch.io/gpu-overheat"]  # restored
+    assert second.breaker.tainted == {"gpu-1", "gpu-3"}
+
+
+async def test_reconcile_handles_undelivered_resolve(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+    evidence: FakeEvidence,
+    alerts_source: FakeAlerts,
+) -> None:
+    controller = make_controller()
+    alerts_source.firing = list(states(alert("gpu-1")))
+    await controller.handle_alerts(states(alert("gpu-1")))
+    alerts_source.firing = []
+    evidence.clear["gpu-1"] = True
+    await controller.reconcile()
+    assert keys(cluster, "gpu-1") == []
+
+
+async def test_unknown_node_is_forgotten_not_failed(
+    make_controller: ControllerFactory,
+    cluster: FakeCluster,
+) -> None:
+    controller = make_controller()
+    await controller.handle_alerts(states(alert("gone-node")))
+    assert controller.intents() == []
+    assert cluster.writes == []
