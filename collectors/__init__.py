@@ -6,6 +6,8 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 from __future__ import annotations
 
+from collectors import infiniband
+from collectors import gpu
 from collectors.base import CollectorSpec
 
-COLLECTORS: tuple[CollectorSpec, ...] = ()
+COLLECTORS: tuple[CollectorSpec, ...] = (infiniband.SPEC,)
