@@ -1,0 +1,96 @@
+"""Scenario files: the built-ins load, and malformed files fail naming file, key and reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
+from collectors.sim.world import FixedClock, SimulatedNode
+
+VALID = {
+    "gpus": 8,
+    "gpu_model": "NVIDIA H100 80GB HBM3",
+    "nvlinks_per_gpu": 18,
+    "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400}],
+    "faults": [{"at": 10, "kind": "temperature", "gpu": 3, "celsius": 84, "ramp_seconds": 20}],
+}
+
+
+def write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_builtins_load() -> None:
+    assert {"dgx-h100", "demo"} <= set(builtin_names())
+    for name in builtin_names():
+        scenario = load_scenario(name)
+        assert scenario.gpus > 0
+        assert scenario.description
+
+
+def test_valid_file_loads(tmp_path: Path) -> None:
+    scenario = load_scenario(str(write(tmp_path, VALID)))
+    assert scenario.faults[0].gpu == 3
+    node = SimulatedNode(scenario=scenario, clock=FixedClock(40))
+    assert node.gpu_temperature(3) == 84.0
+
+
+def mutate(path: str, value: object) -> dict[str, object]:
+    data = yaml.safe_load(yaml.safe_dump(VALID))
+    target = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    if value is KeyError:
+        del target[keys[-1]]
+    else:
+        target[keys[-1]] = value
+    return data  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("gpus", KeyError, "gpus: required key is missing"),
+        ("gpu", 8, "gpu: unknown key"),
+        ("gpus", "eight", "gpus: expected an integer, got 'eight'"),
+        ("faults.0.gpu", 9, "faults[0].gpu: 9 is out of range 0..7"),
+        ("faults.0.kind", "meltdown", "faults[0].kind: 'meltdown' is not one of"),
+        ("faults.0.celsius", KeyError, "faults[0].celsius: required key is missing"),
+        ("faults.0.colour", "red", "faults[0].colour: unknown key"),
+        ("infiniband.0.ports", 0, "infiniband[0].ports: 0 is out of range 1..4"),
+        ("infiniband.0.link_layer", "Token Ring", "infiniband[0].link_layer: 'Token Ring'"),
+        ("faults", {"at": 1}, "faults: expected a list of faults"),
+    ],
+)
+def test_malformed_scenarios_name_file_key_and_reason(
+    tmp_path: Path, path: str, value: object, message: str
+) -> None:
+    file = write(tmp_path, mutate(path, value))
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(str(file))
+    assert str(error.value).startswith(f"{file}: ")
+    assert message in str(error.value)
+
+
+def test_ib_fault_on_unknown_device_or_port(tmp_path: Path) -> None:
+    data = mutate("faults", [{"at": 1, "kind": "ib_port_down", "device": "mlx5_9", "port": 1}])
+    with pytest.raises(ScenarioError, match=r"faults\[0\]\.device: 'mlx5_9' is not one of mlx5_0"):
+        load_scenario(str(write(tmp_path, data)))
+    data = mutate("faults", [{"at": 1, "kind": "ib_port_down", "device": "mlx5_0", "port": 2}])
+    with pytest.raises(ScenarioError, match=r"faults\[0\]\.port: mlx5_0 has 1 port"):
+        load_scenario(str(write(tmp_path, data)))
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(str(write(tmp_path, "gpus: [8\n")))
+    with pytest.raises(ScenarioError, match="cannot read scenario .* built-in scenarios: "):
+        load_scenario(str(tmp_path / "absent.yaml"))
+    with pytest.raises(ScenarioError, match=r"\(top level\): expected a mapping"):
+        load_scenario(str(write(tmp_path, "- 1\n- 2\n")))
