@@ -21,12 +21,59 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from collectors.base import Collector
+from collectors.metrics import FamilyBuilder, MetricSpec
 from exporter.render import Renderer
 
 log = logging.getLogger(__name__)
+
+_BY_COLLECTOR = ("collector",)
+SELF_METRICS = (
+    MetricSpec(
+        "fleetwatch_build_info",
+        "gauge",
+        "fleetwatch build; value 1.",
+        ("version", "python_version"),
+    ),
+    MetricSpec(
+        "fleetwatch_collector_up",
+        "gauge",
+        "1 when the collector's last run succeeded within its deadline.",
+        _BY_COLLECTOR,
+    ),
+    MetricSpec(
+        "fleetwatch_collector_duration_seconds",
+        "gauge",
+        "Wall time of the collector's last completed run.",
+        _BY_COLLECTOR,
+    ),
+    MetricSpec(
+        "fleetwatch_collector_last_success_timestamp_seconds",
+        "gauge",
+        "Unix time at which the collector's last successful run ended.",
+        _BY_COLLECTOR,
+    ),
+    MetricSpec(
+        "fleetwatch_collector_errors_total",
+        "counter",
+        "Collector runs that raised or missed their deadline.",
+        _BY_COLLECTOR,
+    ),
+    MetricSpec(
+        "fleetwatch_collector_hung",
+        "gauge",
+        "1 while a collector run is blocked past its deadline.",
+        _BY_COLLECTOR,
+    ),
+    MetricSpec(
+        "fleetwatch_collector_skipped_runs_total",
+        "counter",
+        "Runs not started because the collector's previous run was still blocked.",
+        _BY_COLLECTOR,
+    ),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,54 +322,23 @@ class Engine:
         return self._gzip
 
     def _self_families(self) -> list[Metric]:
-        labels = ["collector"]
-        up = GaugeMetricFamily(
-            "fleetwatch_collector_up", "1 when the collector's last run succeeded.", labels=labels
-        )
-        duration = GaugeMetricFamily(
-            "fleetwatch_collector_duration_seconds",
-            "Wall time of the collector's last completed run.",
-            labels=labels,
-        )
-        last = GaugeMetricFamily(
-            "fleetwatch_collector_last_success_timestamp_seconds",
-            "Unix time at which the collector's last successful run ended.",
-            labels=labels,
-        )
-        errors = CounterMetricFamily(
-            "fleetwatch_collector_errors_total",
-            "Collector runs that raised or missed their deadline.",
-            labels=labels,
-        )
-        hung = GaugeMetricFamily(
-            "fleetwatch_collector_hung",
-            "1 while a collector run is blocked past its deadline.",
-            labels=labels,
-        )
-        skipped = CounterMetricFamily(
-            "fleetwatch_collector_skipped_runs_total",
-            "Runs not started because the collector's previous run was still blocked.",
-            labels=labels,
-        )
         now = self._clock()
+        out = FamilyBuilder(SELF_METRICS)
+        out.add("fleetwatch_build_info", (self._version, platform.python_version()), 1.0)
         for state in self._states:
-            name = [state.name]
-            up.add_metric(name, 1.0 if state.up else 0.0)
-            if state.duration is not None:
-                duration.add_metric(name, state.duration)
-            if state.last_success_wall is not None:
-                last.add_metric(name, state.last_success_wall)
-            errors.add_metric(name, float(state.errors))
+            name = (state.name,)
             blocked = (
                 state.in_flight_since is not None
                 and now - state.in_flight_since > state.spec.timeout
             )
-            hung.add_metric(name, 1.0 if blocked else 0.0)
-            skipped.add_metric(name, float(state.skipped))
-        build = GaugeMetricFamily(
-            "fleetwatch_build_info",
-            "fleetwatch build; value 1.",
-            labels=["version", "python_version"],
-        )
-        build.add_metric([self._version, platform.python_version()], 1.0)
-        return [build, up, duration, last, errors, hung, skipped]
+            out.add("fleetwatch_collector_up", name, 1.0 if state.up else 0.0)
+            out.add("fleetwatch_collector_duration_seconds", name, state.duration)
+            out.add(
+                "fleetwatch_collector_last_success_timestamp_seconds",
+                name,
+                state.last_success_wall,
+            )
+            out.add("fleetwatch_collector_errors_total", name, state.errors)
+            out.add("fleetwatch_collector_hung", name, 1.0 if blocked else 0.0)
+            out.add("fleetwatch_collector_skipped_runs_total", name, state.skipped)
+        return out.families()
