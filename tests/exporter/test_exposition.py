@@ -1,0 +1,137 @@
+"""The whole node's exposition: golden file, catalog agreement, promtool, real Prometheus.
+
+Collectors run in-process on a simulated node at a fixed simulated time, so the golden
+exposition is reproducible; the integration test runs the real `fleetwatch export`
+process and a real Prometheus scraping it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors import COLLECTORS
+from collectors.base import CollectorContext
+from collectors.sim.fake_nvml import FakeNvml
+from collectors.sim.scenario import load_scenario
+from collectors.sim.sysfs_tree import SimulatedSysfs
+from collectors.sim.world import FixedClock, SimulatedNode
+from exporter.cli import build_parser
+from exporter.engine import SELF_METRICS
+from exporter.export import SIM_BIN, close_collectors, create_collectors
+from exporter.render import Renderer
+from exporter.settings import ExportSettings
+from tests import servers
+from tests.golden import assert_golden
+
+CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
+FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
+
+
+def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
+    """Every default collector's exposition for `scenario` at simulated time `at`."""
+    node = SimulatedNode(scenario=load_scenario(scenario), clock=FixedClock(at))
+    root = workdir / f"sysfs-{scenario}-{at:g}"
+    SimulatedSysfs(node=node, root=root).write()
+    context = CollectorContext(
+        sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(SIM_BIN)
+    )
+    args = build_parser().parse_args(["export", f"--simulate={scenario}", *flags])
+    settings = ExportSettings.from_args(args, tuple(spec.name for spec in COLLECTORS))
+    collectors = create_collectors(context, settings, args)
+    try:
+        parts = [Renderer().render(c.collect()) for c in collectors.values()]
+    finally:
+        close_collectors(collectors)
+    return b"".join(parts).decode()
+
+
+def catalog_names() -> set[str]:
+    names = re.findall(r"^\| `(fleetwatch_[a-z0-9_]+)`", CATALOG.read_text(), re.MULTILINE)
+    assert names, f"no metric rows found in {CATALOG}"
+    return set(names)
+
+
+def test_golden_dgx_h100(tmp_path: Path) -> None:
+    text = collect_node("dgx-h100", 600.0, tmp_path)
+    assert "fleetwatch_gpu_temperature_celsius" in text
+    assert_golden("exposition-dgx-h100.txt", text)
+
+
+def test_every_collector_declares_its_metrics() -> None:
+    for spec in COLLECTORS:
+        assert spec.metrics, f"collector {spec.name} declares no metrics in its CollectorSpec"
+
+
+def test_catalog_lists_exactly_what_collectors_can_emit() -> None:
+    declared = {m.name for spec in COLLECTORS for m in spec.metrics}
+    declared |= {m.name for m in SELF_METRICS}
+    catalog = catalog_names()
+    assert sorted(declared - catalog) == [], "families missing from docs/metrics.md"
+    assert sorted(catalog - declared) == [], "docs/metrics.md lists families nothing emits"
+
+
+@pytest.mark.parametrize(("scenario", "at"), [("dgx-h100", 600.0), ("demo", 120.0)])
+def test_emitted_families_are_catalogued(scenario: str, at: float, tmp_path: Path) -> None:
+    text = collect_node(scenario, at, tmp_path)
+    emitted = {name for name, _type in FAMILY.findall(text)}
+    assert emitted, "nothing emitted"
+    assert sorted(emitted - catalog_names()) == [], "emitted but not in docs/metrics.md"
+
+
+@pytest.fixture(scope="module")
+def live(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[servers.Server, servers.Server]]:
+    """A real exporter on dgx-h100 and a real Prometheus scraping it as node `node-a`."""
+    workdir = tmp_path_factory.mktemp("live")
+    with servers.fleetwatch_export(
+        workdir / "exporter", simulate="dgx-h100", args=["--collection-interval=1s"]
+    ) as exporter:
+        target = exporter.url.removeprefix("http://")
+        scrape = [
+            {
+                "job_name": "fleetwatch",
+                "static_configs": [{"targets": [target], "labels": {"node": "node-a"}}],
+            }
+        ]
+        with servers.prometheus(workdir / "prometheus", scrape_configs=scrape) as prom:
+            yield exporter, prom
+
+
+@pytest.mark.integration
+def test_prometheus_scrapes_temperatures_with_node_label(
+    live: tuple[servers.Server, servers.Server],
+) -> None:
+    _exporter, prom = live
+    expr = 'fleetwatch_gpu_temperature_celsius{sensor="gpu"}'
+    result = servers.wait_until(
+        lambda: servers.prom_query(prom, expr) or None, timeout=30, what=expr
+    )
+    assert len(result) == 8
+    assert {r["metric"]["node"] for r in result} == {"node-a"}
+    assert {r["metric"]["gpu"] for r in result} == {str(i) for i in range(8)}
+    for r in result:
+        assert 55 < float(r["value"][1]) < 75
+    up = servers.prom_query(prom, 'up{job="fleetwatch"}')
+    assert [float(r["value"][1]) for r in up] == [1.0]
+
+
+@pytest.mark.integration
+def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Server]) -> None:
+    exporter, _prom = live
+    body = servers.http_get(exporter.url + "/metrics")
+    result = subprocess.run(
+        [servers.require_binary(servers.PROMTOOL), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    assert result.stdout.decode().strip() == "", result.stdout.decode()
+    assert b"fleetwatch_collector_up" in body
