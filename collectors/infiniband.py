@@ -232,26 +232,30 @@ class InfinibandCollector:
         """Log each problem once per file and reason: a stuck garbage file is not news."""
         for problem in problems:
             key = (problem.path, problem.reason)
-            if key not in self._logged:
-                self._logged.add(key)
-                log.warning(
-                    "skipped an InfiniBand sysfs value",
-                    extra={"path": problem.path, "reason": problem.reason},
-                )
+            self._log_once(
+                key, "skipped an InfiniBand sysfs value", path=problem.path, reason=problem.reason
+            )
 
     # -- mapping ------------------------------------------------------------------------
     def _families(self, reading: IbReading) -> list[Metric]:
         out = FamilyBuilder(SPECS)
+        fallback = self._ibstat_rates(reading)
         for device in reading.devices:
             for port in device.ports:
-                self._add_port(out, device, port)
+                self._add_port(out, device, port, fallback.get((port.device, port.port)))
             for name, value in sorted(device.hw_counters.items()):
                 out.add(HW_COUNTER, (device.info.device, "", name), value)
         for (subsystem, action), count in sorted(self._event_counts.items()):
             out.add(DEVICE_EVENTS, (subsystem, action), count)
         return out.families()
 
-    def _add_port(self, out: FamilyBuilder, device: IbDeviceReading, port: IbPortReading) -> None:
+    def _add_port(
+        self,
+        out: FamilyBuilder,
+        device: IbDeviceReading,
+        port: IbPortReading,
+        fallback_rate_gbps: float | None,
+    ) -> None:
         info = device.info
         topo = info.topology
         ids = (info.device, str(port.port))
@@ -275,8 +279,9 @@ class InfinibandCollector:
         out.add(STATE, ids, port.state_id)
         out.add(PHYS_STATE, ids, port.phys_state_id)
         # A port that is not up reports a leftover rate that means nothing.
-        if port.active and port.rate_gbps is not None:
-            out.add(RATE, ids, port.rate_gbps * _BYTES_PER_GBIT)
+        rate = port.rate_gbps if port.rate_gbps is not None else fallback_rate_gbps
+        if port.active and rate is not None:
+            out.add(RATE, ids, rate * _BYTES_PER_GBIT)
         expected = expected_rate_gbps(self._expected, info.device, port.port)
         if expected is not None:
             out.add(EXPECTED_RATE, ids, expected * _BYTES_PER_GBIT)
@@ -303,9 +308,51 @@ class InfinibandCollector:
         for name, value in sorted(port.hw_counters.items()):
             out.add(HW_COUNTER, (*ids, name), value)
 
+    def _log_once(self, key: tuple[str, str], message: str, **fields: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(message, extra=fields)
+
+    def _ibstat_rates(self, reading: IbReading) -> dict[tuple[str, int], float]:
+        """Rates from `ibstat` for active ports whose sysfs `rate` could not be read."""
+        missing = [
+            port
+            for device in reading.devices
+            for port in device.ports
+            if port.active and port.rate_gbps is None and port.link_layer == "InfiniBand"
+        ]
+        if not missing or self._tools is None:
+            return {}
+        try:
+            cas, error = self._tools.ibstat()
+        except IbToolError as exc:
+            self._log_once(
+                ("ibstat", str(exc)),
+                "ibstat failed; rates missing from sysfs stay absent",
+                reason=str(exc),
+            )
+            return {}
+        if error is not None:
+            self._log_once(("ibstat", error), "ibstat listing was cut short", reason=error)
+        return {
+            (ca.name, p.port): p.rate_gbps
+            for ca in cas
+            for p in ca.ports
+            if p.rate_gbps is not None
+        }
+
     def _extended_errors(self, port: IbPortReading) -> Mapping[str, int]:
         """64-bit error counters from `perfquery -x`, only for ports with a pinned counter."""
-        if self._tools is None or port.link_layer != "InfiniBand":
+        if self._tools is None:
+            return {}
+        if port.link_layer != "InfiniBand":
+            self._log_once(
+                (f"{port.device}:{port.port}", "roce"),
+                "not an InfiniBand link layer: reading this port from sysfs alone",
+                device=port.device,
+                port=port.port,
+                link_layer=port.link_layer,
+            )
             return {}
         pinned = any(
             port.counters.get(name, 0) >= (1 << bits) - 1
@@ -316,13 +363,13 @@ class InfinibandCollector:
         try:
             counters = self._tools.perfquery_extended(port.device, port.port)
         except IbToolError as exc:
-            key = (f"perfquery {port.device}:{port.port}", str(exc))
-            if key not in self._logged:
-                self._logged.add(key)
-                log.warning(
-                    "perfquery failed; using saturated sysfs counters",
-                    extra={"device": port.device, "port": port.port, "reason": str(exc)},
-                )
+            self._log_once(
+                (f"perfquery {port.device}:{port.port}", str(exc)),
+                "perfquery failed; using saturated sysfs counters",
+                device=port.device,
+                port=port.port,
+                reason=str(exc),
+            )
             return {}
         return counters.error_counters()
 

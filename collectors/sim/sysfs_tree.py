@@ -42,16 +42,6 @@ _IB_HW_COUNTERS: Final = (
 )
 _ROCE_HW_COUNTERS: Final = (*_IB_HW_COUNTERS, "np_cnp_sent", "np_ecn_marked_roce_packets")
 _DEFAULT_HOSTNAME: Final = "dgx-sim"
-_TRAFFIC_FILES: Final = (
-    "port_xmit_data",
-    "port_rcv_data",
-    "port_xmit_packets",
-    "port_rcv_packets",
-    "unicast_xmit_packets",
-    "unicast_rcv_packets",
-    "multicast_xmit_packets",
-    "multicast_rcv_packets",
-)
 
 
 def rate_text(rate_gbps: float) -> str:
@@ -219,7 +209,6 @@ class SimulatedSysfs:
             extended = {
                 error: node.port_error_raw(hca.device, port, error, t) for error in _ERROR_FILES
             }
-            extended.update({name: counters[name] for name in _TRAFFIC_FILES})
             lid = 0 if hca.link_layer == "Ethernet" else _lid(index, port)
             ports[str(port)] = {
                 "state": state.state,
@@ -229,6 +218,7 @@ class SimulatedSysfs:
                 "lid": lid,
                 "sm_lid": 1 if lid else 0,
                 "port_guid": _guid(index, port),
+                "counters": counters,
                 "extended": extended,
             }
         return {
