@@ -11,13 +11,13 @@ from tainter import cli
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fleetwatch", exit_on_error=False)
+    parser = argparse.ArgumentParser(prog="fleetwatch")
     cli.add_subcommands(parser.add_subparsers(dest="command"))
     return parser.parse_args(list(argv))
 
 
 def test_token_or_explicit_insecure_flag_is_required(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--web.token-file is required"):
+    with pytest.raises(SystemExit, match=r"--web\.token-file is required"):
         cli.settings_from_args(parse("taint"))
     settings = cli.settings_from_args(parse("taint", "--web.insecure-no-token"))
     assert settings.token == b""
@@ -62,9 +62,12 @@ def test_defaults_and_overrides() -> None:
         ("--breaker.max-nodes=-1", "invalid count '-1'"),
     ],
 )
-def test_bad_flags_name_the_problem(flag: str, problem: str) -> None:
-    with pytest.raises(argparse.ArgumentError, match=problem):
+def test_bad_flags_name_the_problem(
+    flag: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
         parse("taint", "--web.insecure-no-token", flag)
+    assert problem in capsys.readouterr().err
 
 
 def test_untaint_and_breaker_parse() -> None:
