@@ -1,0 +1,84 @@
+"""Helpers shared by the rule and dashboard tests: load the generators, read the catalog,
+and pull metric names out of PromQL.
+
+rules/ and dashboards/ are sources, not packages, so their generators are loaded by path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+
+from tests.servers import promtool
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_DIR = ROOT / "rules"
+DASHBOARDS_DIR = ROOT / "dashboards"
+CATALOG = ROOT / "docs" / "metrics.md"
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_OUR_NAME = re.compile(r"(?<![\w:])((?:[a-z_]+:)?fleetwatch_[a-z0-9_]+(?::[a-z0-9_]+)?)(?![\w:])")
+_CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import a script by path (once per process) under `name`."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def rules_generator() -> ModuleType:
+    return load_module(RULES_DIR / "generate.py", "fleetwatch_rules_generate")
+
+
+def dashboards_generator() -> ModuleType:
+    return load_module(DASHBOARDS_DIR / "generate.py", "fleetwatch_dashboards_generate")
+
+
+def metric_names(expr: str) -> set[str]:
+    """fleetwatch metric and recording-rule names an expression reads (strings ignored)."""
+    return set(_OUR_NAME.findall(_STRING.sub('""', expr)))
+
+
+def catalog_names() -> set[str]:
+    """Metric names in docs/metrics.md: table rows whose first cell is `fleetwatch_...`."""
+    if not CATALOG.exists():
+        return set()
+    names = set()
+    for line in CATALOG.read_text().splitlines():
+        match = _CATALOG_ROW.match(line)
+        if match:
+            names.add(match.group(1))
+    return names
+
+
+def recorded_names() -> set[str]:
+    """Names the committed recording rules produce."""
+    data = yaml.safe_load((RULES_DIR / "fleetwatch.recording.yaml").read_text())
+    return {rule["record"] for group in data["groups"] for rule in group["rules"]}
+
+
+def check_exprs_parse(exprs: dict[str, str], workdir: Path) -> str:
+    """Run `promtool check rules` on `exprs` as recording rules; return its output on failure."""
+    rules = [
+        {"record": f"check:expr_{i}:value", "expr": expr} for i, expr in enumerate(exprs.values())
+    ]
+    path = workdir / "exprs.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
+    result = promtool("check", "rules", str(path))
+    if result.returncode == 0:
+        return ""
+    names = "\n".join(f"  expr_{i}: {where}" for i, where in enumerate(exprs))
+    return f"{result.stdout}{result.stderr}\nwhere:\n{names}"

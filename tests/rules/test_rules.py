@@ -1,0 +1,168 @@
+"""The generated rules: no drift from config.yaml, promtool-clean, fully tested and documented,
+and every parameter substitutable for the Helm chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.rules.promql import (
+    RULES_DIR,
+    catalog_names,
+    metric_names,
+    recorded_names,
+    rules_generator,
+)
+from tests.servers import promtool
+
+gen = rules_generator()
+RULE_FILES = [RULES_DIR / "fleetwatch.rules.yaml", RULES_DIR / "fleetwatch.recording.yaml"]
+TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yaml"))
+
+
+def committed_alerts() -> list[dict[str, Any]]:
+    data = yaml.safe_load(RULE_FILES[0].read_text())
+    return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def test_committed_rule_files_match_a_fresh_generation() -> None:
+    for path, text in gen.rendered_files(gen.load_config()).items():
+        assert path.read_text() == text, f"{path} drifted: run .venv/bin/python rules/generate.py"
+
+
+def test_check_mode_reports_drift(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        (RULES_DIR / "config.yaml")
+        .read_text()
+        .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 80")
+    )
+    assert gen.main(["--config", str(config), "--check"]) == 1
+    assert gen.main(["--check"]) == 0
+
+
+def test_promtool_check_rules_is_clean() -> None:
+    result = promtool("check", "rules", *map(str, RULE_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    assert TEST_FILES
+    result = promtool("test", "rules", *map(str, TEST_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_severity_for_annotations_and_runbook() -> None:
+    alerts = committed_alerts()
+    assert len(alerts) >= 25
+    for rule in alerts:
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
+        assert "for" in rule, name
+        annotations = rule["annotations"]
+        assert annotations["summary"].strip(), name
+        assert annotations["description"].strip(), name
+        runbook = RULES_DIR / "runbooks" / annotations["runbook_url"].rsplit("/", 1)[-1]
+        assert runbook.is_file(), f"{name}: no runbook {runbook}"
+        text = runbook.read_text()
+        for section in ("## What it means", "## How to confirm", "## What to do", "untaint"):
+            assert section in text, f"{runbook.name} lacks {section!r}"
+
+
+def test_every_alert_has_firing_not_firing_and_absent_test_cases() -> None:
+    firing: set[str] = set()
+    silent: set[str] = set()
+    absent: set[str] = set()
+    for path in TEST_FILES:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                if case["name"].startswith("Absent series"):
+                    absent.add(check["alertname"])
+                (firing if check["exp_alerts"] else silent).add(check["alertname"])
+    names = {rule["alert"] for rule in committed_alerts()}
+    assert names - firing == set(), "alerts without a firing test case"
+    assert names - silent == set(), "alerts without a not-firing test case"
+    assert names - absent == set(), "alerts missing from the absent-series test case"
+
+
+def test_taint_alerts_carry_the_contract_labels() -> None:
+    taints = {r["alert"]: r["labels"].get("fleetwatch_taint") for r in committed_alerts()}
+    assert taints["GPUOverheating"] == "gpu-overheat"
+    assert taints["GPUXidCritical"] == "xid-critical"
+    assert taints["GPUFallenOffBus"] == "gpu-lost"
+    assert taints["GPURowRemapFailed"] == "row-remap-failed"
+    overheating = next(r for r in committed_alerts() if r["alert"] == "GPUOverheating")
+    assert overheating["keep_firing_for"] == "2m"
+    assert "> 78" in overheating["expr"]
+
+
+def test_substitute_reaches_every_parameter() -> None:
+    config = gen.load_config()
+    params = gen.parameters(config)
+    assert params["thresholds.gpu_temperature_celsius"] == "78"
+    assert params["thresholds.xid_critical"] == "48|62|64|95|119|120"
+    assert params["alerts.GPUOverheating.for"] == "5s"
+
+    def placeholder(name: str, default: str) -> str:
+        assert params[name] == default
+        return f"<<{name}>>"
+
+    text = yaml.safe_dump(gen.alert_groups(config, placeholder)) + yaml.safe_dump(
+        gen.recording_groups(config, placeholder)
+    )
+    unused = [name for name in params if f"<<{name}>>" not in text]
+    assert unused == [], "parameters in config.yaml that no rule uses"
+    overheating = gen.alert_groups(config, placeholder)[0]["rules"][0]
+    assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
+    assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
+    assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("severity: critical, for: 5s", "severity: urgent, for: 5s"),
+            "alerts.GPUOverheating.severity",
+        ),
+        (
+            ("GPUPowerBrake: {severity: warning, for: 30s}", "GPUPowerBrake: {severity: warning}"),
+            "alerts.GPUPowerBrake.for: required key is missing",
+        ),
+        (
+            ("GPUPowerBrake: {", "GPUPowerBrakes: {"),
+            "alerts.GPUPowerBrake: required key is missing",
+        ),
+        (("scrape: 5s", "scrape: fast"), "intervals.scrape: 'fast' is not a Prometheus duration"),
+        (("tensor_idle_ratio: 0.05", "tensor_idle_ratio: true"), "thresholds.tensor_idle_ratio"),
+        (("taint: gpu-overheat}", "taint: Gpu Overheat}"), "alerts.GPUOverheating.taint"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    text = (RULES_DIR / "config.yaml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(
+        gen.ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")
+    ) as info:
+        gen.rendered_files(gen.load_config(path))
+    assert str(path) in str(info.value)
+    assert gen.main(["--config", str(path), "--check"]) == 2
+
+
+def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:
+    known = catalog_names() | recorded_names()
+    used: dict[str, set[str]] = {}
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                for name in metric_names(rule["expr"]):
+                    used.setdefault(name, set()).add(rule.get("alert") or rule["record"])
+    assert "fleetwatch_gpu_temperature_celsius" in used
+    missing = {name: sorted(rules) for name, rules in used.items() if name not in known}
+    assert missing == {}, "metrics not in docs/metrics.md nor recorded"
