@@ -1,0 +1,230 @@
+"""The report against a real Prometheus holding a backfilled, simulated fleet history.
+
+The history (report/fleetsim.py) has known anomalies; the report must find exactly
+those, rank them first, and flag nothing else. One Prometheus and one report run serve
+the whole module.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from exporter.cli import main
+from report.analysis import analyse
+from report.dataset import load_snapshot
+from report.fleetsim import FleetSpec, Injected, write_openmetrics
+from tests.servers import Server, prometheus, promtool, require_binary
+
+pytestmark = pytest.mark.integration
+
+SPEC = FleetSpec(nodes=6, gpus_per_node=8, ib_ports_per_node=8, hours=4)
+CHROMIUM = "/usr/bin/chromium"
+
+
+@dataclass
+class Run:
+    prom: Server
+    plan: Injected
+    out: Path
+    snapshot: Path
+    status: int
+
+
+def report(prom: Server, out: Path, *extra: str) -> int:
+    return main(
+        [
+            "report",
+            f"--prometheus-url={prom.url}",
+            f"--since={int(SPEC.hours)}h",
+            f"--until={SPEC.end}",
+            "--step=60s",
+            f"--out={out}",
+            "--log.format=text",
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("report")
+    plan = write_openmetrics(SPEC, root / "fleet.om")
+    result = promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
+    )
+    assert result.returncode == 0, result.stderr
+    with prometheus(
+        root / "prom",
+        scrape_configs=[],
+        storage=root / "data",
+        extra_args=["--storage.tsdb.retention.time=100y"],
+    ) as prom:
+        status = report(prom, root / "out", f"--save-snapshot={root / 'snapshot'}")
+        yield Run(prom=prom, plan=plan, out=root / "out", snapshot=root / "snapshot", status=status)
+
+
+def table(run: Run, name: str) -> pd.DataFrame:
+    return pd.read_csv(run.out / "tables" / f"{name}.csv", dtype=str)
+
+
+def keys(frame: pd.DataFrame, *columns: str) -> list[tuple[str, ...]]:
+    return [tuple(row) for row in frame[list(columns)].itertuples(index=False)]
+
+
+def test_report_succeeds_and_writes_every_output(run: Run) -> None:
+    assert run.status == 0
+    assert (run.out / "report.html").stat().st_size > 10_000
+    assert "## Actions" in (run.out / "summary.md").read_text()
+
+
+def test_actions_are_exactly_the_injected_anomalies_in_priority_order(run: Run) -> None:
+    p = run.plan
+    actions = table(run, "actions")
+    assert keys(actions, "action", "target") == [
+        ("drain", p.hot_gpu[0]),
+        ("drain", p.xid79_gpu[0]),
+        ("reseat", f"{p.outlier_gpu[0]} GPU {p.outlier_gpu[1]}"),
+        ("recable", f"{p.flapping_port[0]} {p.flapping_port[1]}/{p.flapping_port[2]}"),
+        ("recable", f"{p.saturated_port[0]} {p.saturated_port[1]}/{p.saturated_port[2]}"),
+        ("investigate", f"{p.straggler_gpu[0]} GPU {p.straggler_gpu[1]}"),
+        ("reclaim", f"{p.idle_allocated_gpu[0]} GPU {p.idle_allocated_gpu[1]}"),
+    ]
+    assert "Xid 79" in actions["reason"][1]
+
+
+@pytest.mark.parametrize(
+    ("name", "columns", "expected"),
+    [
+        ("thermal_hot_gpus", ("node", "gpu"), lambda p: [p.hot_gpu]),
+        ("thermal_outliers", ("node", "gpu"), lambda p: [p.outlier_gpu]),
+        ("idle_allocated_gpus", ("node", "gpu"), lambda p: [p.idle_allocated_gpu]),
+        ("stragglers", ("node", "gpu"), lambda p: [p.straggler_gpu]),
+        ("ib_flaps", ("node", "device", "port"), lambda p: [p.flapping_port]),
+        ("ib_saturated_counters", ("node", "device", "port"), lambda p: [p.saturated_port]),
+        (
+            "ib_port_errors",
+            ("node", "device", "port"),
+            lambda p: [p.saturated_port, p.flapping_port],
+        ),
+        ("xid_events", ("node", "gpu"), lambda p: [p.xid79_gpu]),
+        ("gpus_lost", ("node", "gpu"), lambda p: [p.xid79_gpu]),
+        ("node_tainted_time", ("node",), lambda p: [(p.tainted_node,)]),
+        ("ib_degraded_ports", ("node",), lambda p: []),
+        ("ecc_errors", ("node",), lambda p: []),
+    ],
+)
+def test_finding_tables_hold_only_the_injected_rows(
+    run: Run, name: str, columns: tuple[str, ...], expected: object
+) -> None:
+    assert keys(table(run, name), *columns) == expected(run.plan)  # type: ignore[operator]
+
+
+def test_evidence_matches_what_was_injected(run: Run) -> None:
+    hot = table(run, "thermal_hot_gpus").iloc[0]
+    assert float(hot["minutes_above"]) == pytest.approx(40, abs=1)
+    assert float(hot["max_celsius"]) > 82
+    flaps = table(run, "ib_flaps").iloc[0]
+    assert float(flaps["flaps"]) == run.plan.flaps
+    outlier = table(run, "thermal_outliers").iloc[0]
+    assert float(outlier["median_celsius"]) < 78 < float(outlier["median_celsius"]) + 12
+    taint = table(run, "taint_windows").iloc[0]
+    assert int(taint["start"]) == run.plan.hot_start
+    # Backfilled data carries no staleness markers: the alert lingers for the 5m lookback.
+    assert float(taint["minutes"]) == pytest.approx(40, abs=6)
+    summary = dict(keys(table(run, "tainter_summary"), "what", "value"))
+    assert summary["taint add (success)"] == "1.0"
+    assert summary["taint remove (success)"] == "1.0"
+    assert summary["breaker trips"] == "0.0"
+    activity = table(run, "activity_by_node")
+    assert set(activity["node"]) == {f"gpu-node-{i:04d}" for i in range(SPEC.nodes)}
+
+
+def test_missing_collector_is_named_and_other_sections_still_render(run: Run) -> None:
+    summary = (run.out / "summary.md").read_text()
+    assert (
+        "not computed: nvlink_errors: metric fleetwatch_nvlink_errors_total has no samples"
+        in summary
+    )
+    assert "Not computed: nvlink_errors" in (run.out / "report.html").read_text()
+    assert not (run.out / "tables" / "nvlink_errors.csv").exists()
+
+
+def test_snapshot_round_trip_gives_identical_tables(run: Run, tmp_path: Path) -> None:
+    assert main(["report", f"--from-snapshot={run.snapshot}", f"--out={tmp_path}"]) == 0
+    live = sorted((run.out / "tables").iterdir())
+    assert [p.name for p in live] == sorted(p.name for p in (tmp_path / "tables").iterdir())
+    for path in live:
+        assert path.read_bytes() == (tmp_path / "tables" / path.name).read_bytes(), path.name
+    offline = analyse(load_snapshot(run.snapshot)).tables()
+    again = analyse(load_snapshot(run.snapshot)).tables()
+    for name, frame in offline.items():
+        pd.testing.assert_frame_equal(frame, again[name])
+
+
+def test_node_selector_limits_the_report(run: Run, tmp_path: Path) -> None:
+    node = run.plan.hot_gpu[0]
+    assert report(run.prom, tmp_path, f'--node-selector=node="{node}"') == 0
+    assert set(
+        table(Run(run.prom, run.plan, tmp_path, tmp_path, 0), "gpu_temperatures")["node"]
+    ) == {node}
+    actions = pd.read_csv(tmp_path / "tables" / "actions.csv", dtype=str)
+    assert keys(actions, "action", "target") == [("drain", node)]
+
+
+def test_empty_window_says_so_and_exits_nonzero(
+    run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        [
+            "report",
+            f"--prometheus-url={run.prom.url}",
+            "--since=1h",
+            f"--until={SPEC.start - 86400}",
+            f"--out={tmp_path}",
+        ]
+    )
+    assert status == 1
+    assert "no samples at all in the window" in (tmp_path / "summary.md").read_text()
+    assert "nothing could be computed" in capsys.readouterr().err
+
+
+def test_html_opens_in_headless_chromium_and_shows_the_plots(run: Run, tmp_path: Path) -> None:
+    require_binary(CHROMIUM)
+    shot = tmp_path / "shot.png"
+    result = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,1400",
+            (run.out / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    plots = pixels[400:1100]
+    assert plots.std() > 20, "the plot area is blank"
+    # Bars, markers, the heat map and the taint span are saturated colours; text and
+    # tables are grey.
+    colourful = (plots.max(axis=2) - plots.min(axis=2)) > 80
+    assert colourful.sum() > 5000, "no plotted data visible"
