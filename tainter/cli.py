@@ -23,7 +23,7 @@ from tainter.writes import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MANUAL_REASONS = ("gpu-lost", "xid")
+DEFAULT_MANUAL_REASONS = ("gpu-lost", "xid", "xid-critical", "row-remap-failed")
 
 
 def _reason(text: str) -> str:

@@ -46,7 +46,9 @@ class ControllerSettings:
 
     dry_run: bool = False
     hold_seconds: float = 300.0
-    manual_reasons: frozenset[str] = frozenset({"gpu-lost", "xid"})
+    manual_reasons: frozenset[str] = frozenset(
+        {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
+    )
     node_selector: str = ""
     concurrency: int = 32
     owner: str = "fleetwatch-tainter"

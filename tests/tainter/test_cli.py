@@ -49,7 +49,7 @@ def test_defaults_and_overrides() -> None:
     assert settings.breaker.max_fraction == 0.5
     assert cli.settings_from_args(
         parse("taint", "--web.insecure-no-token")
-    ).controller.manual_reasons == {"gpu-lost", "xid"}
+    ).controller.manual_reasons == {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
 
 
 @pytest.mark.parametrize(
