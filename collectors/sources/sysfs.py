@@ -336,11 +336,13 @@ class InfinibandSysfs:
             if data is None:
                 continue
             try:
-                values[name] = int(data)
+                value: int | None = int(data)
             except ValueError:
+                value = None
+            if value is None or value < 0:
                 value = self._garbage_counter(fd, data)
-                if value is not None:
-                    values[name] = value
+            if value is not None:
+                values[name] = value
         return values
 
     def _garbage_counter(self, fd: int, data: bytes) -> int | None:

@@ -1,0 +1,200 @@
+"""Fixture sysfs trees → golden expositions, and the per-file tolerance they exercise."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from collectors.sources.sysfs import FileAccess
+from exporter.render import render_families
+from tests.golden import assert_golden
+from tests.infiniband.fixtures import (
+    CX7_COUNTERS,
+    CX7_HW_COUNTERS,
+    FailingFiles,
+    add_device,
+    ib_port,
+    make_collector,
+)
+
+Fixture = Callable[[Path], FileAccess | None]
+
+
+def cx7_ndr(root: Path) -> None:
+    add_device(root, "mlx5_0", ports={1: ib_port(hw_counters=CX7_HW_COUNTERS)})
+
+
+def roce_bond(root: Path) -> None:
+    roce = {k: v for k, v in CX7_COUNTERS.items() if k != "VL15_dropped"}
+    add_device(
+        root,
+        "mlx5_bond_0",
+        attrs={"node_guid": "0000:0000:0000:0000"},
+        ports={
+            1: ib_port(
+                rate="200 Gb/sec (4X HDR)",
+                link_layer="Ethernet",
+                counters=roce,
+                hw_counters={"np_cnp_sent": "42", "np_ecn_marked_roce_packets": "40",
+                             "rp_cnp_handled": "39", "out_of_sequence": "2"},
+            )
+        },
+    )  # fmt: skip
+
+
+def saturated(root: Path) -> None:
+    pinned = {
+        **CX7_COUNTERS,
+        "link_downed": "255",
+        "excessive_buffer_overrun_errors": "15",
+        "port_xmit_discards": "65535",
+        "port_xmit_wait": "4294967295",
+    }
+    add_device(root, "mlx5_3", ports={1: ib_port(counters=pinned)})
+
+
+def einval(root: Path) -> FileAccess:
+    add_device(root, "mlx5_4", ports={1: ib_port(), 2: ib_port()})
+    return FailingFiles(
+        on_read={
+            "ports/1/counters/VL15_dropped": errno.EINVAL,
+            "ports/1/counters/port_xmit_wait": errno.ENOSYS,
+            "ports/2/rate": errno.EINVAL,
+            "ports/2/counters/symbol_error": errno.EIO,
+        }
+    )
+
+
+def missing_rate(root: Path) -> None:
+    add_device(root, "mlx5_5", ports={1: ib_port(rate=None)})
+
+
+def garbage(root: Path) -> None:
+    junk = {**CX7_COUNTERS, "symbol_error": "banana", "port_rcv_errors": "-4"}
+    add_device(root, "mlx5_6", ports={1: ib_port(counters=junk, phys_state="LinkUp?")})
+
+
+def no_pma(root: Path) -> None:
+    old = {name: "N/A (no PMA)" for name in CX7_COUNTERS}
+    add_device(root, "mlx4_0", ports={1: ib_port(counters=old, rate="40 Gb/sec (4X QDR)")})
+
+
+def no_counters(root: Path) -> None:
+    """hfi1/irdma-like devices: no counters/, hw_counters at port or device level."""
+    port = ib_port(rate="100 Gb/sec (4X EDR)")
+    del port["counters"]  # type: ignore[attr-defined]
+    add_device(
+        root,
+        "hfi1_0",
+        attrs={"hca_type": "", "board_id": "Intel Omni-Path HFI Silicon 100 Series"},
+        ports={1: {**port, "hw_counters": {"TxWords": "1000", "RxWords": "900"}}},
+        extra={"hw_counters": {"DcRecvErr": "0", "RcvOvflCnt": "3"}},
+    )
+    eth = ib_port(rate="100 Gb/sec (4X EDR)", link_layer="Ethernet", state="1: DOWN",
+                  phys_state="3: Disabled")  # fmt: skip
+    del eth["counters"]  # type: ignore[attr-defined]
+    add_device(root, "irdma0", pci_path="pci0000:80/0000:80:02.0/0000:81:00.0",
+               ports={1: eth}, extra={"hw_counters": {"ip4InReceives": "77"}})  # fmt: skip
+
+
+FIXTURES: dict[str, Callable[[Path], FileAccess | None]] = {
+    "cx7_ndr": cx7_ndr,
+    "roce_bond": roce_bond,
+    "saturated": saturated,
+    "einval": einval,
+    "missing_rate": missing_rate,
+    "garbage": garbage,
+    "no_pma": no_pma,
+    "no_counters": no_counters,
+}
+
+
+def exposition(tmp_path: Path, name: str, expected: str | None = None) -> str:
+    files = FIXTURES[name](tmp_path)
+    collector = make_collector(tmp_path, files=files, expected=expected)
+    try:
+        return render_families(collector.collect()).decode()
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_fixture_tree_matches_golden(tmp_path: Path, name: str) -> None:
+    assert_golden(f"infiniband/{name}.prom", exposition(tmp_path, name))
+
+
+def test_data_counters_are_words_times_four(tmp_path: Path) -> None:
+    text = exposition(tmp_path, "cx7_ndr")
+    words = int(CX7_COUNTERS["port_xmit_data"])
+    assert (
+        f'fleetwatch_infiniband_port_data_bytes_total{{device="mlx5_0",direction="tx",port="1"}} '
+        f"{float(words * 4):.1f}"
+        in text.replace("1e+12", "1000000000000.0")
+    )
+    assert 'fleetwatch_infiniband_port_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10' in text
+
+
+def test_saturated_counters_are_flagged(tmp_path: Path) -> None:
+    text = exposition(tmp_path, "saturated")
+    for counter in ("link_downed", "excessive_buffer_overrun", "xmit_discards", "xmit_wait"):
+        assert (
+            f'fleetwatch_infiniband_port_counter_saturated{{counter="{counter}",device="mlx5_3",'
+            'port="1"} 1.0' in text
+        )
+    assert (
+        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_3",port="1"} 0.0'
+        in text
+    )
+
+
+def test_einval_skips_only_that_value(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        text = exposition(tmp_path, "einval")
+    assert 'error="vl15_dropped",port="1"' not in text
+    assert 'fleetwatch_infiniband_port_xmit_wait_total{device="mlx5_4",port="1"}' not in text
+    assert 'error="vl15_dropped",port="2"' in text
+    assert 'fleetwatch_infiniband_port_rate_bytes_per_second{device="mlx5_4",port="1"}' in text
+    assert 'fleetwatch_infiniband_port_rate_bytes_per_second{device="mlx5_4",port="2"}' not in text
+    # EINVAL/ENOSYS are "not available here"; EIO is a fault a person should see.
+    reasons = [getattr(r, "reason", "") for r in caplog.records]
+    assert any("EIO" in reason for reason in reasons), reasons
+    assert not any("EINVAL" in reason or "ENOSYS" in reason for reason in reasons)
+
+
+def test_garbage_is_skipped_with_a_logged_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        text = exposition(tmp_path, "garbage")
+    assert 'error="symbol"' not in text
+    assert 'error="rcv"' not in text
+    assert 'error="link_downed",port="1"} 2.0' in text
+    assert "fleetwatch_infiniband_port_physical_state_id" not in text
+    assert "fleetwatch_infiniband_port_up" not in text
+    paths = {getattr(r, "path", "") for r in caplog.records}
+    assert any(p.endswith("counters/symbol_error") for p in paths), paths
+    assert any(p.endswith("ports/1/phys_state") for p in paths), paths
+
+
+def test_down_port_has_no_rate(tmp_path: Path) -> None:
+    text = exposition(tmp_path, "no_counters")
+    assert 'fleetwatch_infiniband_port_up{device="irdma0",port="1"} 0.0' in text
+    assert 'rate_bytes_per_second{device="irdma0"' not in text
+    assert 'fleetwatch_infiniband_hw_counter_total{counter="RcvOvflCnt",device="hfi1_0",port=""} 3.0' in text
+
+
+def test_expected_rate_flag(tmp_path: Path) -> None:
+    text = exposition(tmp_path, "cx7_ndr", expected="mlx5_9=100,mlx5_*=400")
+    assert (
+        'fleetwatch_infiniband_port_expected_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10'
+        in text
+    )
+
+
+def test_no_infiniband_means_no_series(tmp_path: Path) -> None:
+    collector = make_collector(tmp_path)
+    assert collector.collect() == []
