@@ -139,7 +139,8 @@ def test_evidence_matches_what_was_injected(run: Run) -> None:
     assert int(taint["start"]) == run.plan.hot_start
     # Backfilled data carries no staleness markers: the alert lingers for the 5m lookback.
     assert float(taint["minutes"]) == pytest.approx(40, abs=6)
-    summary = dict(keys(table(run, "tainter_summary"), "what", "value"))
+    frame = table(run, "tainter_summary")
+    summary = dict(zip(frame["what"], frame["value"], strict=True))
     assert summary["taint add (success)"] == "1.0"
     assert summary["taint remove (success)"] == "1.0"
     assert summary["breaker trips"] == "0.0"

@@ -1,0 +1,211 @@
+"""The report's Prometheus client and bad input, against an in-process fake API.
+
+The fake speaks the parts of the Prometheus HTTP API the report uses and can be told to
+fail in the ways real deployments fail: 5xx, refused credentials, rejected queries.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from exporter.cli import main
+from report.analysis import analyse
+from report.dataset import QUERIES, Window, fetch
+from report.promapi import (
+    MAX_POINTS,
+    PrometheusAuthError,
+    PrometheusClient,
+    PrometheusUnreachable,
+    chunks,
+)
+from tests.servers import free_port
+
+NAMES = [name for q in QUERIES for name in q.required]
+
+
+@dataclass
+class FakePrometheus:
+    """What the fake answers, and what it was asked."""
+
+    names: list[str] = field(default_factory=lambda: list(NAMES))
+    fail_first: int = 0
+    status: int = 200
+    reject: str = ""
+    requests: list[dict[str, str]] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+
+    async def names_handler(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": self.names})
+
+    async def range_handler(self, request: web.Request) -> web.Response:
+        q = dict(request.query)
+        self.requests.append(q)
+        self.tokens.append(request.headers.get("Authorization", ""))
+        if self.status != 200:
+            return web.json_response({"status": "error"}, status=self.status)
+        if len(self.requests) <= self.fail_first:
+            return web.Response(status=503, text="overloaded")
+        if self.reject and self.reject in q["query"]:
+            return web.json_response(
+                {
+                    "status": "error",
+                    "errorType": "bad_data",
+                    "error": "parse error: unexpected character",
+                },
+                status=400,
+            )
+        start, end, step = float(q["start"]), float(q["end"]), float(q["step"])
+        points = int((end - start) // step) + 1
+        assert points <= MAX_POINTS
+        values = [[start + i * step, "1"] for i in range(points)]
+        return web.json_response(
+            {
+                "status": "success",
+                "data": {
+                    "resultType": "matrix",
+                    "result": [{"metric": {"node": "n1"}, "values": values}],
+                },
+            }
+        )
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/v1/label/__name__/values", self.names_handler)
+        app.router.add_get("/api/v1/query_range", self.range_handler)
+        return app
+
+
+@pytest.fixture
+async def fake(aiohttp_server: object) -> tuple[FakePrometheus, TestServer]:
+    state = FakePrometheus()
+    server = await aiohttp_server(state.app())  # type: ignore[operator]
+    return state, server
+
+
+def url(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def test_chunks_respect_the_point_limit_and_cover_the_range() -> None:
+    pieces = chunks(0, 29_999 * 60, 60)
+    assert len(pieces) == 3
+    assert [int((b - a) / 60) + 1 for a, b in pieces] == [MAX_POINTS, MAX_POINTS, 8000]
+    assert pieces[0][0] == 0
+    assert pieces[-1][1] == 29_999 * 60
+    assert all(b + 60 == c for (_, b), (c, _) in itertools.pairwise(pieces))
+    with pytest.raises(ValueError, match="invalid range"):
+        chunks(10, 0, 60)
+
+
+async def test_long_range_is_chunked_and_merged(fake: tuple[FakePrometheus, TestServer]) -> None:
+    state, server = fake
+    async with PrometheusClient(url=url(server), concurrency=2, bearer_token="s3cret") as c:
+        series = await c.query_range("up", start=0, end=25_000 * 60, step=60)
+    assert len(state.requests) == 3
+    assert len(series) == 1
+    assert series[0].timestamps == [i * 60.0 for i in range(25_001)]
+    assert state.tokens == ["Bearer s3cret"] * 3
+
+
+async def test_5xx_is_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
+    state, server = fake
+    state.fail_first = 2
+    async with PrometheusClient(url=url(server), retries=3, backoff_s=0.01) as c:
+        series = await c.query_range("up", start=0, end=60, step=60)
+    assert len(state.requests) == 3
+    assert len(series) == 1
+
+
+async def test_persistent_5xx_names_the_url(fake: tuple[FakePrometheus, TestServer]) -> None:
+    state, server = fake
+    state.fail_first = 100
+    async with PrometheusClient(url=url(server), retries=2, backoff_s=0.01) as c:
+        with pytest.raises(PrometheusUnreachable, match=r"after 3 attempts: HTTP 503"):
+            await c.query_range("up", start=0, end=60, step=60)
+
+
+async def test_auth_failure_is_not_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
+    state, server = fake
+    state.status = 401
+    async with PrometheusClient(url=url(server), backoff_s=0.01) as c:
+        with pytest.raises(PrometheusAuthError, match="refused the credentials"):
+            await c.query_range("up", start=0, end=60, step=60)
+    assert len(state.requests) == 1
+
+
+async def test_a_rejected_query_fails_only_its_own_tables(
+    fake: tuple[FakePrometheus, TestServer],
+) -> None:
+    state, server = fake
+    state.reject = "quantile_over_time(0.99"
+    state.names.remove("fleetwatch_infiniband_port_errors_total")
+    window = Window(start=0, end=7200, step=60, bucket=3600)
+    async with PrometheusClient(url=url(server)) as c:
+        dataset = await fetch(c, window)
+    assert dataset.problems["temp_p99"] == (
+        "query 'max by (node,gpu,uuid) (quantile_over_time("
+        '0.99, fleetwatch_gpu_temperature_celsius{sensor="gpu"}[7200s]))\' failed: bad_data: '
+        "parse error: unexpected character"
+    )
+    assert "fleetwatch_infiniband_port_errors_total has no samples" in dataset.problems["ib_errors"]
+    report = analyse(dataset)
+    thermal, activity = report.sections[0], report.sections[1]
+    assert thermal.tables == {}
+    assert "temp_p99: query" in thermal.notes[0]
+    assert "tensor_active" not in " ".join(activity.notes)
+    assert activity.tables
+
+
+async def test_unreachable_prometheus() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with PrometheusClient(url=dead, retries=1, backoff_s=0.01) as c:
+        with pytest.raises(PrometheusUnreachable, match=f"cannot reach Prometheus at {dead}"):
+            await c.metric_names(start=0, end=60, match=None)
+
+
+def test_cli_unreachable_exits_1_with_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    status = main(
+        [
+            "report",
+            f"--prometheus-url={dead}",
+            "--query.retries=0",
+            f"--out={tmp_path}",
+            "--log.format=text",
+        ]
+    )
+    assert status == 1
+    assert f"cannot reach Prometheus at {dead}" in capsys.readouterr().err
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ('--node-selector=node=="x"', "invalid node selector"),
+        ("--since=yesterday", "invalid duration"),
+        ("--until=noon", "invalid time 'noon'"),
+        ("--prometheus-url=localhost:9090", "invalid URL"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--prometheus-url=http://127.0.0.1:1", f"--out={tmp_path}", flag])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_snapshot_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "snap").mkdir()
+    assert main(["report", f"--from-snapshot={tmp_path / 'snap'}", f"--out={tmp_path}"]) == 1
+    assert "not a fleetwatch report snapshot" in capsys.readouterr().err
