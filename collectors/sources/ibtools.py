@@ -225,9 +225,9 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
     return result
 
 
-def tool_reason(stderr: str) -> str | None:
-    """The `ibwarn`/`iberror`/`ibpanic` lines of stderr, last first; None if there are none."""
-    lines = [line.strip() for line in stderr.splitlines() if any(m in line for m in _TOOL_MARKERS)]
+def tool_reason(printed: str) -> str | None:
+    """The `ibwarn`/`iberror`/`ibpanic` lines of tool output, last first; None if none."""
+    lines = [line.strip() for line in printed.splitlines() if any(m in line for m in _TOOL_MARKERS)]
     return " | ".join(reversed(lines)) if lines else None
 
 
@@ -303,8 +303,9 @@ class IbTools:
         except sh.TimeoutException as exc:
             raise IbToolError(f"{name} timed out after {self._timeout:g}s") from exc
         except sh.ErrorReturnCode as exc:
-            stderr = exc.stderr.decode(errors="replace")
-            reason = tool_reason(stderr) or stderr.strip()[:200] or "no message"
+            # Debian's tools print `iberror` on stdout and `ibwarn` on stderr.
+            printed = exc.stderr.decode(errors="replace") + exc.stdout.decode(errors="replace")
+            reason = tool_reason(printed) or printed.strip()[:200] or "no message"
             raise IbToolError(f"{name} exited with {exc.exit_code}: {reason}") from exc
         except OSError as exc:
             raise IbToolError(f"{name} could not run: {exc.strerror}") from exc

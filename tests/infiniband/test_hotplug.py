@@ -1,0 +1,86 @@
+"""Hotplug: synthetic udev events re-run discovery; a vanished device loses only its series."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+from exporter.render import render_families
+from tests.infiniband.fixtures import (
+    FailingFiles,
+    FakeMonitor,
+    FakeUdevDevice,
+    add_device,
+    ib_port,
+    make_collector,
+)
+
+
+def _devices(text: str) -> set[str]:
+    return {
+        line.split('device="', 1)[1].split('"', 1)[0]
+        for line in text.splitlines()
+        if line.startswith("fleetwatch_infiniband_port_up{")
+    }
+
+
+def _two_devices(root: Path) -> None:
+    add_device(root, "mlx5_0", ports={1: ib_port()})
+    add_device(root, "mlx5_1", pci_path="pci0000:40/0000:40:01.0/0000:41:00.0", ports={1: ib_port()})
+
+
+def test_udev_events_trigger_rediscovery(tmp_path: Path) -> None:
+    _two_devices(tmp_path)
+    monitor = FakeMonitor()
+    collector = make_collector(tmp_path, monitor=monitor)
+    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+
+    (tmp_path / "class" / "infiniband" / "mlx5_1").unlink()
+    shutil.rmtree(tmp_path / "devices" / "pci0000:40")
+    monitor.queue.append(FakeUdevDevice("infiniband", "remove"))
+    text = render_families(collector.collect()).decode()
+    assert _devices(text) == {"mlx5_0"}
+    assert (
+        'fleetwatch_device_events_total{action="remove",subsystem="infiniband"} 1.0' in text
+    )
+
+    add_device(tmp_path, "mlx5_2", pci_path="pci0000:50/0000:50:01.0/0000:51:00.0",
+               ports={1: ib_port()})  # fmt: skip
+    monitor.queue += [FakeUdevDevice("pci", "add"), FakeUdevDevice("infiniband", "add")]
+    text = render_families(collector.collect()).decode()
+    assert _devices(text) == {"mlx5_0", "mlx5_2"}
+    assert 'fleetwatch_device_events_total{action="add",subsystem="pci"} 1.0' in text
+    collector.close()
+
+
+def test_without_events_nothing_is_rediscovered_until_the_timer(tmp_path: Path) -> None:
+    _two_devices(tmp_path)
+    now = [0.0]
+    collector = make_collector(tmp_path, monitor=None, monotonic=lambda: now[0])
+    collector.collect()
+    add_device(tmp_path, "mlx5_2", pci_path="pci0000:50/0000:50:01.0/0000:51:00.0",
+               ports={1: ib_port()})  # fmt: skip
+    now[0] = 30.0
+    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+    now[0] = 61.0
+    text = render_families(collector.collect()).decode()
+    assert _devices(text) == {"mlx5_0", "mlx5_1", "mlx5_2"}
+    assert "fleetwatch_device_events_total" not in text
+    collector.close()
+
+
+def test_device_removed_mid_read_loses_only_its_series(tmp_path: Path) -> None:
+    _two_devices(tmp_path)
+    files = FailingFiles()
+    collector = make_collector(tmp_path, files=files, monitor=FakeMonitor())
+    collector.collect()
+    files.on_read["mlx5_1/ports/1/counters/port_rcv_data"] = errno.ENODEV
+    text = render_families(collector.collect()).decode()
+    assert _devices(text) == {"mlx5_0"}
+    assert 'device="mlx5_1"' not in text
+    assert 'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}' in text
+    # The device is back (the fault cleared): the next cycle re-discovers and reads it.
+    files.on_read.clear()
+    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+    collector.close()
