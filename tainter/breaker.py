@@ -41,6 +41,11 @@ class Breaker:
         """Nodes currently known to carry a fleetwatch taint."""
         return frozenset(self._tainted)
 
+    @property
+    def selected_nodes(self) -> int | None:
+        """How many nodes match the selector, or None before the first node list."""
+        return self._selected_nodes
+
     def limit(self) -> int:
         """The most nodes that may be tainted now (0 while the node count is unknown)."""
         if self._selected_nodes is None:

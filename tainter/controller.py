@@ -115,6 +115,7 @@ class Controller:
         self._intents: dict[tuple[str, str], Intent] = {}
         self._node_locks: dict[str, asyncio.Lock] = {}
         self._slots = asyncio.Semaphore(settings.concurrency)
+        self._count_lock = asyncio.Lock()
 
     @property
     def breaker(self) -> Breaker:
@@ -204,10 +205,11 @@ class Controller:
                     intent.last_firing = now
 
     async def _ensure_node_count(self) -> None:
-        if self._breaker.limit() == 0:
-            selected = await self._list_nodes(self._settings.node_selector)
-            self._breaker.set_selected_nodes(len(selected))
-            self._publish_gauges()
+        async with self._count_lock:  # one list for a burst of first notifications
+            if self._breaker.selected_nodes is None:
+                selected = await self._list_nodes(self._settings.node_selector)
+                self._breaker.set_selected_nodes(len(selected))
+                self._publish_gauges()
 
     async def _list_nodes(self, selector: str) -> list[NodeView]:
         """List nodes, retrying what a retry can fix (like writes)."""
