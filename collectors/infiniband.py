@@ -192,6 +192,11 @@ class InfinibandCollector:
         if tools is None:
             log.info("infiniband-diags not found: reading InfiniBand from sysfs alone")
 
+    @property
+    def tools(self) -> IbTools | None:
+        """The infiniband-diags wrappers in use, or None when they are not installed."""
+        return self._tools
+
     def collect(self) -> list[Metric]:
         """One collection: drain hotplug events, re-discover if needed, read, map."""
         self._maybe_rediscover()
