@@ -748,10 +748,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rules/generate.py: {exc}", file=sys.stderr)
         return 2
+    return sync_files(files, check=args.check, command="rules/generate.py")
+
+
+def sync_files(files: Mapping[Path, str], *, check: bool, command: str) -> int:
+    """Write the generated files that differ; with `check`, write nothing, exit 1 on drift."""
     stale = [path for path, text in files.items() if not path.exists() or path.read_text() != text]
-    if args.check:
+    if check:
         for path in stale:
-            print(f"{path} is out of date: run rules/generate.py", file=sys.stderr)
+            print(f"{path} is out of date: run {command}", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         path.write_text(files[path])

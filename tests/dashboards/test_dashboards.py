@@ -1,0 +1,95 @@
+"""The generated dashboards: no drift, stable UIDs and variables, thresholds from
+rules/config.yaml, and every query parses and reads only catalogued or recorded metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.rules.promql import (
+    DASHBOARDS_DIR,
+    catalog_names,
+    check_exprs_parse,
+    dashboards_generator,
+    metric_names,
+    recorded_names,
+    rules_generator,
+)
+
+gen = dashboards_generator()
+EXPECTED = {
+    "fleet-overview": "fleetwatch-fleet",
+    "node-detail": "fleetwatch-node",
+    "fabric": "fleetwatch-fabric",
+    "stack-health": "fleetwatch-stack",
+}
+
+
+def committed() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS_DIR.glob("*.json"))}
+
+
+def all_queries() -> dict[str, str]:
+    """'dashboard / panel #n' -> expr, with Grafana's interval macro made concrete."""
+    out: dict[str, str] = {}
+    for stem, data in committed().items():
+        for i, (title, expr) in enumerate(gen.panel_queries(data)):
+            out[f"{stem} / {title} #{i}"] = expr.replace("$__rate_interval", "1m")
+    return out
+
+
+def test_committed_json_matches_a_fresh_generation() -> None:
+    for path, text in gen.rendered_files().items():
+        assert path.exists(), f"{path} missing: run .venv/bin/python dashboards/generate.py"
+        assert path.read_text() == text, f"{path} drifted: run dashboards/generate.py"
+    assert gen.main(["--check"]) == 0
+
+
+def test_stable_uids_and_variables() -> None:
+    boards = committed()
+    assert {stem: data["uid"] for stem, data in boards.items()} == EXPECTED
+    for stem, data in boards.items():
+        names = [v["name"] for v in data["templating"]["list"]]
+        assert names[:2] == ["datasource", "node"], stem
+        for panel in data["panels"]:
+            if panel["type"] != "row":
+                assert panel["datasource"] == "${datasource}", (stem, panel["title"])
+    assert [v["name"] for v in boards["node-detail"]["templating"]["list"]] == [
+        "datasource",
+        "node",
+        "gpu",
+    ]
+
+
+def test_temperature_threshold_comes_from_rules_config(tmp_path: Path) -> None:
+    rules = rules_generator()
+    text = (
+        (rules.CONFIG_PATH)
+        .read_text()
+        .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 81")
+    )
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(text)
+    node = gen.rendered_files(rules.load_config(config_path))[DASHBOARDS_DIR / "node-detail.json"]
+    panel = next(p for p in json.loads(node)["panels"] if p["title"] == "GPU temperature")
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == 81.0
+    assert "78" not in json.dumps(panel)
+
+
+def test_every_query_parses(tmp_path: Path) -> None:
+    queries = all_queries()
+    assert len(queries) >= 30
+    assert check_exprs_parse(queries, tmp_path) == ""
+
+
+def test_every_metric_a_dashboard_reads_is_catalogued_or_recorded() -> None:
+    known = catalog_names() | recorded_names()
+    used: dict[str, set[str]] = {}
+    for where, expr in all_queries().items():
+        for name in metric_names(expr):
+            used.setdefault(name, set()).add(where)
+    assert "node:fleetwatch_gpu_tensor_active_ratio:avg" in used
+    missing = {name: sorted(where) for name, where in used.items() if name not in known}
+    assert missing == {}, "metrics not in docs/metrics.md nor recorded"
