@@ -229,7 +229,8 @@ def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
             f"--web.token-file={token}",
             f"--kubeconfig={kubeconfig}",
             f"--prometheus-url={urls['prometheus']}",
-            "--hold-time=30s",
+            "--untaint.hold=30s",
+            f"--alertmanager-url={urls['alertmanager']}",
         ),
         f"{urls['tainter']}/healthz",
     )
