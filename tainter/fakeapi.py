@@ -206,6 +206,9 @@ async def _faults_and_auth(
     request: web.Request, handler: Callable[[web.Request], Any]
 ) -> web.StreamResponse:
     cluster = request.app[CLUSTER_KEY]
+    if request.path == "/readyz":  # like a real API server: readiness needs no token
+        ready: web.StreamResponse = await handler(request)
+        return ready
     if cluster.token is not None and request.headers.get("Authorization") != (
         f"Bearer {cluster.token}"
     ):
@@ -322,10 +325,15 @@ async def _list_events(request: web.Request) -> web.Response:
     return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
 
 
+async def _ready(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
 def make_app(cluster: FakeCluster) -> web.Application:
     """The aiohttp application serving `cluster` under the real API paths."""
     app = web.Application(middlewares=[_faults_and_auth])
     app[CLUSTER_KEY] = cluster
+    app.router.add_get("/readyz", _ready)
     app.router.add_get("/api/v1/nodes", _list_nodes)
     app.router.add_get("/api/v1/nodes/{name}", _get_node)
     app.router.add_patch("/api/v1/nodes/{name}", _write_node)
