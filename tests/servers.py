@@ -279,6 +279,23 @@ def fleetwatch_export(
         yield server
 
 
+@contextlib.contextmanager
+def fleetwatch_command(
+    workdir: Path, *, command: str, args: Sequence[str] = (), ready_path: str = "/healthz",
+) -> Iterator[Server]:
+    """`fleetwatch COMMAND --web.listen-address=127.0.0.1:PORT ARGS` as a real process
+    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200."""
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable, "-m", "exporter", command, f"--web.listen-address=127.0.0.1:{port}",
+        "--log.format=json", *args,
+    ]
+    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path=ready_path,
+                  workdir=workdir, name=f"fleetwatch-{command}") as server:
+        yield server
+
+
 def prom_query(prom: Server, expr: str, *, time_s: float | None = None) -> list[dict[str, Any]]:
     """Run an instant PromQL query and return `data.result`."""
     params = {"query": expr}
