@@ -134,12 +134,12 @@ class FailingFiles:
         self._names[fd] = path
         return fd
 
-    def pread(self, fd: int) -> bytes:
+    def pread(self, fd: int, size: int, offset: int, /) -> bytes:
         path = self._names[fd]
         for suffix, code in self.on_read.items():
             if path.endswith(suffix):
                 raise OSError(code, os.strerror(code), path)
-        return self._real.pread(fd)
+        return self._real.pread(fd, size, offset)
 
     def close(self, fd: int) -> None:
         self._names.pop(fd, None)

@@ -79,7 +79,7 @@ def garbage(root: Path) -> None:
 
 
 def no_pma(root: Path) -> None:
-    old = {name: "N/A (no PMA)" for name in CX7_COUNTERS}
+    old = dict.fromkeys(CX7_COUNTERS, "N/A (no PMA)")
     add_device(root, "mlx4_0", ports={1: ib_port(counters=old, rate="40 Gb/sec (4X QDR)")})
 
 
@@ -132,10 +132,11 @@ def test_data_counters_are_words_times_four(tmp_path: Path) -> None:
     words = int(CX7_COUNTERS["port_xmit_data"])
     assert (
         f'fleetwatch_infiniband_port_data_bytes_total{{device="mlx5_0",direction="tx",port="1"}} '
-        f"{float(words * 4):.1f}"
-        in text.replace("1e+12", "1000000000000.0")
+        f"{float(words * 4):.1f}" in text.replace("1e+12", "1000000000000.0")
     )
-    assert 'fleetwatch_infiniband_port_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10' in text
+    assert (
+        'fleetwatch_infiniband_port_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10' in text
+    )
 
 
 def test_saturated_counters_are_flagged(tmp_path: Path) -> None:
@@ -146,8 +147,8 @@ def test_saturated_counters_are_flagged(tmp_path: Path) -> None:
             'port="1"} 1.0' in text
         )
     assert (
-        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_3",port="1"} 0.0'
-        in text
+        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_3",'
+        'port="1"} 0.0' in text
     )
 
 
@@ -184,7 +185,10 @@ def test_down_port_has_no_rate(tmp_path: Path) -> None:
     text = exposition(tmp_path, "no_counters")
     assert 'fleetwatch_infiniband_port_up{device="irdma0",port="1"} 0.0' in text
     assert 'rate_bytes_per_second{device="irdma0"' not in text
-    assert 'fleetwatch_infiniband_hw_counter_total{counter="RcvOvflCnt",device="hfi1_0",port=""} 3.0' in text
+    assert (
+        'fleetwatch_infiniband_hw_counter_total{counter="RcvOvflCnt",device="hfi1_0",port=""} 3.0'
+        in text
+    )
 
 
 def test_expected_rate_flag(tmp_path: Path) -> None:

@@ -27,7 +27,9 @@ def _devices(text: str) -> set[str]:
 
 def _two_devices(root: Path) -> None:
     add_device(root, "mlx5_0", ports={1: ib_port()})
-    add_device(root, "mlx5_1", pci_path="pci0000:40/0000:40:01.0/0000:41:00.0", ports={1: ib_port()})
+    add_device(
+        root, "mlx5_1", pci_path="pci0000:40/0000:40:01.0/0000:41:00.0", ports={1: ib_port()}
+    )
 
 
 def test_udev_events_trigger_rediscovery(tmp_path: Path) -> None:
@@ -41,9 +43,7 @@ def test_udev_events_trigger_rediscovery(tmp_path: Path) -> None:
     monitor.queue.append(FakeUdevDevice("infiniband", "remove"))
     text = render_families(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0"}
-    assert (
-        'fleetwatch_device_events_total{action="remove",subsystem="infiniband"} 1.0' in text
-    )
+    assert 'fleetwatch_device_events_total{action="remove",subsystem="infiniband"} 1.0' in text
 
     add_device(tmp_path, "mlx5_2", pci_path="pci0000:50/0000:50:01.0/0000:51:00.0",
                ports={1: ib_port()})  # fmt: skip
@@ -79,7 +79,9 @@ def test_device_removed_mid_read_loses_only_its_series(tmp_path: Path) -> None:
     text = render_families(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0"}
     assert 'device="mlx5_1"' not in text
-    assert 'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}' in text
+    assert (
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}' in text
+    )
     # The device is back (the fault cleared): the next cycle re-discovers and reads it.
     files.on_read.clear()
     assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}

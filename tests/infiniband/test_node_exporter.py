@@ -1,7 +1,7 @@
 """Cross-check against Debian's node_exporter on the same fixture tree.
 
 Every counter both exporters emit must agree after mapping node_exporter's names onto
-ours (its data counters are already × 4, like ours). The test names any mismatch.
+ours (its data counters are already words x 4, like ours). The test names any mismatch.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _samples(text: str) -> dict[Key, float]:
 
 def _faulty_dgx() -> SimulatedNode:
     """A DGX-like node (names clear of the fixtures') with saturation, a flap, a down port."""
-    hcas = [{"device": f"mlx5_{n}"} for n in range(10, 18)]
+    hcas: list[dict[str, object]] = [{"device": f"mlx5_{n}"} for n in range(10, 18)]
     hcas += [{"device": "mlx5_18", "rate_gbps": 200, "link_layer": "Ethernet"}]
     faults = [
         {"at": 5, "kind": "ib_errors", "device": "mlx5_12", "port": 1, "error": "symbol",
@@ -126,9 +126,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def node_exporter_server(
-    tree: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
+def node_exporter_server(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with node_exporter(
         tmp_path_factory.mktemp("node_exporter"), sysfs=tree, collectors=["infiniband"]
     ) as server:

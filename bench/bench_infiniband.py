@@ -1,0 +1,104 @@
+"""Cost of one InfiniBand collection against Debian's node_exporter on the same trees.
+
+For trees of 8, 16 and 32 ports (simulated DGX-like nodes), starts node_exporter with only
+its infiniband collector on the tree, scrapes it repeatedly and reads its own
+`node_scrape_collector_duration_seconds{collector="infiniband"}`; in the same run, times
+our collector's `collect()` (read + map, no rendering) and prints medians and the ratio.
+Also prints the cost of a re-discovery (what a hotplug event triggers).
+
+Run: .venv/bin/python bench/bench_infiniband.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.infiniband import InfinibandCollector
+from collectors.sim.scenario import parse_scenario
+from collectors.sim.sysfs_tree import SimulatedSysfs
+from collectors.sim.world import FixedClock, SimulatedNode
+from collectors.sources.sysfs import InfinibandSysfs
+from collectors.sources.udev import DeviceEvents
+from tests.servers import http_get, node_exporter
+
+
+def _tree(root: Path, ports: int) -> None:
+    """A DGX-like tree with `ports` ports: one per HCA up to 8, then dual-port HCAs."""
+    per_hca = 1 if ports <= 8 else 2
+    hcas = [{"device": f"mlx5_{n}", "ports": per_hca} for n in range(ports // per_hca)]
+    data = {"gpus": 8, "gpu_model": "NVIDIA H100 80GB HBM3", "nvlinks_per_gpu": 18,
+            "infiniband": hcas}  # fmt: skip
+    node = SimulatedNode(
+        scenario=parse_scenario(data, source="bench", name=f"{ports}-ports"),
+        clock=FixedClock(600.0),
+    )
+    SimulatedSysfs(node=node, root=root).write()
+
+
+def _node_exporter_ms(url: str, rounds: int) -> float:
+    samples = []
+    for _ in range(rounds):
+        for family in text_string_to_metric_families(http_get(url + "/metrics").decode()):
+            for sample in family.samples:
+                if (
+                    sample.name == "node_scrape_collector_duration_seconds"
+                    and sample.labels.get("collector") == "infiniband"
+                ):
+                    samples.append(sample.value * 1000)
+    return statistics.median(samples)
+
+
+def _ours_ms(root: Path, rounds: int) -> tuple[float, float, int]:
+    collector = InfinibandCollector(
+        sysfs=InfinibandSysfs(root=root), tools=None, events=DeviceEvents(monitor=None),
+        rediscover_seconds=1e9,
+    )  # fmt: skip
+    families = collector.collect()
+    series = sum(len(f.samples) for f in families)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        collector.collect()
+        times.append((time.perf_counter() - start) * 1000)
+    sysfs = InfinibandSysfs(root=root)
+    discover = []
+    for _ in range(max(3, rounds // 10)):
+        start = time.perf_counter()
+        sysfs.discover()
+        discover.append((time.perf_counter() - start) * 1000)
+    sysfs.close()
+    collector.close()
+    return statistics.median(times), statistics.median(discover), series
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'node_exporter ms':>16} {'ratio':>6} "
+          f"{'rediscovery ms':>14}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for ports in (8, 16, 32):
+            root = Path(tmp) / f"tree{ports}"
+            _tree(root, ports)
+            with node_exporter(
+                Path(tmp) / f"ne{ports}", sysfs=root, collectors=["infiniband"]
+            ) as ne:
+                theirs = _node_exporter_ms(ne.url, args.rounds)
+                ours, discover, series = _ours_ms(root, args.rounds)
+            print(f"{ports:>5} {series:>6} {ours:>8.3f} {theirs:>16.3f} {ours / theirs:>6.2f} "
+                  f"{discover:>14.3f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
