@@ -1,0 +1,432 @@
+"""The Helm chart: linted and rendered by the real Helm library, then checked for the
+things users trip on (a tainted node losing its exporter, RBAC wider than the code,
+thresholds that differ from the values, copies drifting from rules/ and dashboards/)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.cli import build_parser
+from tainter.payload import taint_key
+from tests.deploy import fakekube
+from tests.deploy.chart import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    ROOT,
+    Release,
+    chart_generator,
+    default_values,
+    install,
+    lint,
+)
+from tests.rules.promql import rules_generator
+
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "tainter-off": {"tainter": {"enabled": False}},
+    "servicemonitor-off": {"serviceMonitor": {"enabled": False}},
+    "podmonitor": {
+        "serviceMonitor": {"kind": "PodMonitor"},
+        "exporter": {"collectors": {"infiniband": True}},
+    },
+    "custom-thresholds": {
+        "thresholds": {
+            "gpu_temperature_celsius": 81.5,
+            "xid_critical": [48, 79],
+            "nvlink_errors_per_second": {"replay": 3},
+            "event_window": "30m",
+        },
+        "alerts": {"GPUOverheating": {"for": "15s", "keep_firing_for": "5m"}},
+    },
+    "no-operator-no-nvidia-runtime": {
+        "serviceMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+        "tainter": {"alertmanagerConfig": {"enabled": False}, "dryRun": False},
+        "exporter": {
+            "nvidia": {"runtimeClassName": ""},
+            "hostMounts": [{"name": "dev", "hostPath": "/dev", "mountPath": "/dev"}],
+            "kernelLog": {"enabled": False},
+            "profilingNeedsSysAdmin": False,
+            "collectors": {"infiniband": False},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("kube") / "kubeconfig.json"
+    with fakekube.serve(fakekube.FakeKubeApi(), path) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def releases(kubeconfig: Path) -> dict[str, Release]:
+    """One install per override set, shared by the tests of this module."""
+    return {name: install(kubeconfig, values) for name, values in OVERRIDES.items()}
+
+
+def rules_config() -> Any:
+    return rules_generator().load_config()
+
+
+# --- generated parts and lint ------------------------------------------------------
+
+
+def test_generated_parts_match_rules_and_dashboards() -> None:
+    changed, orphans = chart_generator().stale_paths(rules_config())
+    stale = sorted(str(path) for path in [*changed, *orphans])
+    assert stale == [], "out of date: run helm/generate.py"
+
+
+def test_dashboard_copies_are_the_generated_dashboards() -> None:
+    sources = sorted(p.name for p in (ROOT / "dashboards").glob("*.json"))
+    copies = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
+    assert sources == copies
+    for name in sources:
+        assert (CHART / "dashboards" / name).read_bytes() == (
+            ROOT / "dashboards" / name
+        ).read_bytes()
+
+
+@pytest.mark.parametrize("name", list(OVERRIDES))
+def test_helm_lint_is_clean(name: str, tmp_path: Path) -> None:
+    assert lint(tmp_path, OVERRIDES[name]) == []
+
+
+def test_helm_lint_rejects_values_outside_the_schema(tmp_path: Path) -> None:
+    messages = lint(tmp_path, {"thresholds": {"gpu_temperature_celsius": "hot"}})
+    assert messages, "a string temperature passed the values schema"
+
+
+def test_values_schema_describes_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def resolve(node: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "$ref" in node:
+            return resolve(schema["definitions"][node["$ref"].rsplit("/", 1)[-1]])
+        if "allOf" in node:
+            merged: dict[str, Any] = {}
+            for part in node["allOf"]:
+                merged.update(resolve(part))
+            return merged
+        return node
+
+    def walk(value: Any, node: Mapping[str, Any], path: str) -> None:
+        node = resolve(node)
+        assert node, f"{path} has no schema"
+        if isinstance(value, dict) and "properties" in node:
+            for key, item in value.items():
+                assert key in node["properties"], f"{path}.{key} is not in values.schema.json"
+                walk(item, node["properties"][key], f"{path}.{key}")
+
+    walk(default_values(), schema, "values")
+
+
+# --- rendering ----------------------------------------------------------------------
+
+
+def test_overrides_switch_components(releases: dict[str, Release]) -> None:
+    assert releases["defaults"].of_kind("Deployment")
+    assert not releases["tainter-off"].of_kind("Deployment")
+    assert not releases["tainter-off"].of_kind("ClusterRole")
+    assert not releases["tainter-off"].of_kind("AlertmanagerConfig")
+    assert len(releases["defaults"].of_kind("ServiceMonitor")) == 2
+    assert not releases["servicemonitor-off"].of_kind("ServiceMonitor")
+    assert len(releases["podmonitor"].of_kind("PodMonitor")) == 2
+    bare = releases["no-operator-no-nvidia-runtime"]
+    assert not [o for o in bare.objects if o["apiVersion"].startswith("monitoring.coreos.com")]
+
+
+def test_prometheus_rule_with_default_values_equals_the_rule_files(
+    releases: dict[str, Release],
+) -> None:
+    rule = releases["defaults"].one("PrometheusRule")
+    expected = []
+    for name in ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml"):
+        expected += yaml.safe_load((ROOT / "rules" / name).read_text())["groups"]
+    assert rule["spec"]["groups"] == expected
+
+
+def test_prometheus_rule_thresholds_equal_the_values(releases: dict[str, Release]) -> None:
+    overrides = OVERRIDES["custom-thresholds"]
+    parameters = {
+        "thresholds.gpu_temperature_celsius": "81.5",
+        "thresholds.xid_critical": "48|79",
+        "thresholds.nvlink_errors_per_second.replay": "3",
+        "thresholds.event_window": "30m",
+        "alerts.GPUOverheating.for": overrides["alerts"]["GPUOverheating"]["for"],
+        "alerts.GPUOverheating.keep_firing_for": "5m",
+    }
+    expected = chart_generator().rule_groups(rules_config(), parameters.get)
+    rule = releases["custom-thresholds"].one("PrometheusRule")
+    assert rule["spec"]["groups"] == expected
+    overheating = next(
+        r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "GPUOverheating"
+    )
+    assert overheating["expr"].endswith("> 81.5")
+    assert overheating["for"] == "15s"
+    assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
+
+
+def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:
+    """Kubernetes' matching of one taint (with a value) against a pod's tolerations."""
+    for toleration in tolerations:
+        if toleration.get("effect") not in (None, "", effect):
+            continue
+        if toleration.get("operator") == "Exists" and toleration.get("key") in (None, "", key):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("effect", ["NoSchedule", "NoExecute"])
+def test_exporter_tolerates_every_taint_the_tainter_writes(
+    releases: dict[str, Release], effect: str
+) -> None:
+    reasons = {p.taint for p in rules_config().alerts.values() if p.taint}
+    assert reasons, "rules/config.yaml has no tainting alert"
+    for release in releases.values():
+        pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+        for reason in reasons:
+            assert _tolerates(pod["tolerations"], taint_key(reason), effect), reason
+        assert not _tolerates(pod["tolerations"], "example.com/other", effect)
+
+
+_VERBS = {"read": "get", "list": "list", "patch": "patch", "create": "create"}
+
+
+def tainter_api_calls() -> set[tuple[str, str]]:
+    """(resource, verb) of every CoreV1Api method tainter/kube.py calls via `self._core`."""
+    tree = ast.parse((ROOT / "tainter" / "kube.py").read_text())
+    calls = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "_core"
+        ):
+            match = re.fullmatch(r"(read|list|patch|create)_(?:namespaced_)?(\w+)", node.attr)
+            assert match, f"tainter/kube.py calls {node.attr}: map it to RBAC here"
+            calls.add((match.group(2) + "s", _VERBS[match.group(1)]))
+    return calls
+
+
+def _grants(role: Mapping[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (resource, verb)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]) -> None:
+    release = releases["defaults"]
+    calls = tainter_api_calls()
+    assert ("nodes", "patch") in calls
+    cluster = _grants(release.one("ClusterRole"))
+    namespaced = _grants(release.one("Role"))
+    assert cluster | namespaced == calls
+    assert all(resource == "nodes" for resource, _ in cluster)
+    assert (
+        release.one("Role")["metadata"]["namespace"]
+        == default_values()["tainter"]["eventsNamespace"]
+    )
+    for role in (release.one("ClusterRole"), release.one("Role")):
+        assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    account = release.one("ServiceAccount")["metadata"]["name"]
+    for binding in (release.one("ClusterRoleBinding"), release.one("RoleBinding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        ]
+
+
+def _container(obj: Mapping[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = obj["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _parse(args: list[str], token_file: Path) -> Any:
+    """Parse container args with the real `fleetwatch` CLI (unknown flags exit)."""
+    args = [re.sub(r"^--web.token-file=.*", f"--web.token-file={token_file}", a) for a in args]
+    return build_parser().parse_args(args)
+
+
+@pytest.mark.parametrize("name", list(OVERRIDES))
+def test_container_args_parse_with_the_real_cli(
+    releases: dict[str, Release], name: str, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    release = releases[name]
+    exporter = _parse(_container(release.one("DaemonSet"))["args"], token)
+    assert exporter.command == "export"
+    assert exporter.collection_interval == 5.0
+    if release.of_kind("Deployment"):
+        tainter = _parse(_container(release.one("Deployment"))["args"], token)
+        assert tainter.command == "taint"
+        assert tainter.dry_run is (name != "no-operator-no-nvidia-runtime")
+
+
+def test_dry_run_is_on_by_default_and_says_so(releases: dict[str, Release]) -> None:
+    assert "--dry-run" in _container(releases["defaults"].one("Deployment"))["args"]
+    assert "DRY-RUN is ON" in releases["defaults"].notes
+    live = releases["no-operator-no-nvidia-runtime"]
+    assert "--dry-run" not in _container(live.one("Deployment"))["args"]
+    assert "Tainting is LIVE" in live.notes
+
+
+def test_exporter_pod_reads_the_host_safely(releases: dict[str, Release]) -> None:
+    daemonset = releases["defaults"].one("DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    container = _container(daemonset)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["sysfs"]["readOnly"] is True
+    assert volumes["sysfs"]["hostPath"]["path"] == "/sys"
+    assert "--path.sysfs=/host/sys" in container["args"]
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert volumes["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["automountServiceAccountToken"] is False
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYSLOG"]}
+    assert "privileged" not in security
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert pod["priorityClassName"] == "system-node-critical"
+
+    bare = releases["no-operator-no-nvidia-runtime"].one("DaemonSet")
+    assert "runtimeClassName" not in bare["spec"]["template"]["spec"]
+    bare_container = _container(bare)
+    assert bare_container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--no-collector.infiniband" in bare_container["args"]
+    assert {"name": "dev", "mountPath": "/dev", "readOnly": True} in bare_container["volumeMounts"]
+
+
+def test_tainter_runs_unprivileged_with_its_token(releases: dict[str, Release]) -> None:
+    release = releases["defaults"]
+    deployment = release.one("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert deployment["spec"]["replicas"] == 1
+    secret = release.one("Secret")
+    token_volume = next(v for v in pod["volumes"] if "secret" in v)
+    assert token_volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert len(secret["data"]["token"]) >= 48
+
+
+def test_monitors_label_job_and_node_as_the_rules_expect(releases: dict[str, Release]) -> None:
+    config = rules_config()
+    jobs = {
+        "exporter": re.fullmatch(r'job="([^"]+)"', config.exporter_selector),
+        "tainter": re.fullmatch(r'job="([^"]+)"', config.tainter_selector),
+    }
+    for kind, release in (("ServiceMonitor", "defaults"), ("PodMonitor", "podmonitor")):
+        endpoints_key = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
+        for component, job in jobs.items():
+            assert job, f'rules/config.yaml selector of the {component} is not job="..."'
+            monitor = releases[release].one(kind, component)
+            (endpoint,) = monitor["spec"][endpoints_key]
+            assert endpoint["interval"] == config.scrape_interval
+            relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+            assert relabel["job"]["replacement"] == job.group(1)
+            assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
+            assert endpoint["honorLabels"] is True
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar(
+    releases: dict[str, Release],
+) -> None:
+    maps = releases["defaults"].of_kind("ConfigMap")
+    sources = sorted((ROOT / "dashboards").glob("*.json"))
+    assert len(maps) == len(sources)
+    by_key = {key: (cm, text) for cm in maps for key, text in cm["data"].items()}
+    for source in sources:
+        configmap, text = by_key[source.name]
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(text) == json.loads(source.read_text())
+
+
+def test_alertmanager_config_is_the_plain_route(releases: dict[str, Release]) -> None:
+    plain = yaml.safe_load((ROOT / "rules" / "alertmanager.yml").read_text())
+    (route,) = [r for r in plain["route"]["routes"] if r["receiver"] == "fleetwatch-tainter"]
+    (receiver,) = [r for r in plain["receivers"] if r["name"] == "fleetwatch-tainter"]
+    release = releases["defaults"]
+    spec = release.one("AlertmanagerConfig")["spec"]
+    assert spec["route"]["groupBy"] == route["group_by"]
+    assert spec["route"]["groupWait"] == route["group_wait"]
+    assert spec["route"]["groupInterval"] == route["group_interval"]
+    assert spec["route"]["repeatInterval"] == route["repeat_interval"]
+    assert spec["route"]["continue"] is route["continue"]
+    assert [f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in spec["route"]["matchers"]] == (
+        route["matchers"]
+    )
+    (webhook,) = spec["receivers"][0]["webhookConfigs"]
+    assert webhook["sendResolved"] is receiver["webhook_configs"][0]["send_resolved"] is True
+    assert webhook["url"].endswith(f":{default_values()['tainter']['port']}/alerts")
+    assert webhook["httpConfig"]["authorization"]["type"] == "Bearer"
+    assert (
+        webhook["httpConfig"]["authorization"]["credentials"]["name"]
+        == (release.one("Secret")["metadata"]["name"])
+    )
+
+
+def test_network_policy_admits_only_alertmanager_and_prometheus(
+    releases: dict[str, Release],
+) -> None:
+    policy = releases["defaults"].one("NetworkPolicy")["spec"]
+    (rule,) = policy["ingress"]
+    names = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in rule["from"]]
+    assert names == ["alertmanager", "prometheus"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert policy["policyTypes"] == ["Ingress"]
+
+
+def test_webhook_token_is_kept_on_upgrade_or_taken_from_an_existing_secret(
+    tmp_path: Path,
+) -> None:
+    api = fakekube.FakeKubeApi()
+    kept = base64.b64encode(b"token-from-the-first-install").decode()
+    name = "fw-fleetwatch-tainter-token"
+    api.seed(
+        f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {  # what the first install left: Helm's ownership marks
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                "annotations": {
+                    "meta.helm.sh/release-name": RELEASE,
+                    "meta.helm.sh/release-namespace": NAMESPACE,
+                },
+            },
+            "data": {"token": kept},
+        },
+    )
+    with fakekube.serve(api, tmp_path / "kubeconfig.json") as kubeconfig:
+        upgraded = install(kubeconfig)
+        own = install(kubeconfig, {"tainter": {"webhookToken": {"existingSecret": "mine"}}})
+    assert upgraded.one("Secret")["data"]["token"] == kept
+    assert not own.of_kind("Secret")
+    pod = own.one("Deployment")["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["secret"]["secretName"] == "mine"
+    routed = own.one("AlertmanagerConfig")["spec"]["receivers"][0]["webhookConfigs"][0]
+    assert routed["httpConfig"]["authorization"]["credentials"]["name"] == "mine"
