@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -343,8 +342,8 @@ def _run_breaker(args: argparse.Namespace) -> int:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    token = secrets.token_urlsafe(16)
-    cluster = FakeCluster(token=token)
+    # No token: a loopback-only simulation that people (and the demo) read with plain curl.
+    cluster = FakeCluster(token=None)
     for name in args.nodes:
         cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
     host, port = args.listen
@@ -356,7 +355,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         await site.start()
         bound = runner.addresses[0][1]
         server = f"http://{host}:{bound}"
-        write_kubeconfig(args.kubeconfig_out, server=server, token=token)
+        write_kubeconfig(args.kubeconfig_out, server=server, token=None)
         log.warning(
             "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
             extra={

@@ -161,7 +161,7 @@ def start_stack(workdir: Path, stack: contextlib.ExitStack, *, interval: str, ho
         alertmanager=am,
         tainter=tainter,
         cluster_url=kube["clusters"][0]["cluster"]["server"],
-        cluster_token=kube["users"][0]["user"]["token"],
+        cluster_token=kube["users"][0]["user"].get("token", ""),
     )
 
 
