@@ -89,20 +89,10 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> ArgParser:
     """The whole CLI. Subcommand modules are listed here, explicitly."""
     from exporter import demo, export
+    from report import cli as report_cli
+    from tainter import cli as tainter_cli
 
-    modules: list[SubcommandModule] = [export, demo]
-    try:
-        from tainter import cli as tainter_cli
-
-        modules.append(tainter_cli)
-    except ImportError:  # the tainter package is not part of this build yet
-        pass
-    try:
-        from report import cli as report_cli
-
-        modules.append(report_cli)
-    except ImportError:  # the report package is not part of this build yet
-        pass
+    modules: list[SubcommandModule] = [export, demo, tainter_cli, report_cli]
 
     parser = ArgParser(prog="fleetwatch", description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--version", action="version", version=f"fleetwatch {__version__}")

@@ -14,21 +14,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.flagtypes import existing_dir, http_url, positive_duration, readable_file
-from report import render
-from report.analysis import analyse
-from report.dataset import (
-    Dataset,
-    Window,
-    fetch,
-    load_snapshot,
-    node_selector,
-    planned_requests,
-    save_snapshot,
-)
-from report.promapi import PrometheusAuthError, PrometheusClient, PrometheusUnreachable
+
+# pandas, pyarrow and matplotlib are imported where the report runs, not here: every
+# `fleetwatch` process (the exporter too) builds this parser and must stay small.
+if TYPE_CHECKING:
+    from report.dataset import Dataset, Window
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +42,8 @@ def timestamp(text: str) -> float:
 
 def selector(text: str) -> str:
     """argparse wrapper around `node_selector`."""
+    from report.dataset import node_selector
+
     try:
         return node_selector(text)
     except ValueError as exc:
@@ -138,6 +133,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _window(args: argparse.Namespace) -> Window:
+    from report.dataset import Window
+
     end = args.until if args.until is not None else time.time()
     return Window(
         start=end - args.since,
@@ -151,6 +148,9 @@ def _window(args: argparse.Namespace) -> Window:
 
 async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
     from tqdm import tqdm
+
+    from report.dataset import fetch, planned_requests
+    from report.promapi import PrometheusClient
 
     token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
     with tqdm(
@@ -173,6 +173,11 @@ async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
 
 def run(args: argparse.Namespace) -> int:
     """Pull (or load) the data, analyse it, write the report."""
+    from report import render
+    from report.analysis import analyse
+    from report.dataset import load_snapshot, save_snapshot
+    from report.promapi import PrometheusAuthError, PrometheusUnreachable
+
     try:
         if args.from_snapshot:
             dataset = load_snapshot(args.from_snapshot)

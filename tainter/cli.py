@@ -6,19 +6,20 @@ import argparse
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from exporter.flagtypes import duration, http_url, listen_address, positive_duration, readable_file
 from tainter.breaker import BreakerPolicy
-from tainter.controller import ControllerSettings
-from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
 from tainter.payload import PayloadError, taint_key, valid_node_name
-from tainter.service import TaintSettings, TlsFiles, run_tainter, untaint_command
 from tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
-from tainter.writes import RetryPolicy
+
+# The Kubernetes client and the controller are imported where they run, not here: every
+# `fleetwatch` process builds this parser, and the exporter must stay small.
+if TYPE_CHECKING:
+    from tainter.service import TaintSettings
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,10 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
+    from tainter.controller import ControllerSettings
+    from tainter.service import TaintSettings, TlsFiles
+    from tainter.writes import RetryPolicy
+
     if args.token_file is None and not args.insecure:
         raise SystemExit(
             "fleetwatch taint: error: --web.token-file is required "
@@ -301,6 +306,8 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
 
 
 def _run_taint(args: argparse.Namespace) -> int:
+    from tainter.service import run_tainter
+
     settings = settings_from_args(args)
     host, port = args.listen
     if not settings.token:
@@ -309,6 +316,8 @@ def _run_taint(args: argparse.Namespace) -> int:
 
 
 def _run_untaint(args: argparse.Namespace) -> int:
+    from tainter.service import untaint_command
+
     reasons = None if args.reason is None else frozenset(args.reason)
     return untaint_command(kubeconfig=args.kubeconfig, node=args.node, reasons=reasons)
 
@@ -342,6 +351,8 @@ def _run_breaker(args: argparse.Namespace) -> int:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
+
     # No token: a loopback-only simulation that people (and the demo) read with plain curl.
     cluster = FakeCluster(token=None)
     for name in args.nodes:

@@ -122,3 +122,16 @@ def test_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "fleetwatch export: error:" in result.stderr
     assert "address already in use" in result.stderr.lower()
+
+
+def test_cli_keeps_heavy_libraries_out_of_the_exporter() -> None:
+    """Every process builds the whole parser; pandas & co. must load only where they run."""
+    probe = (
+        "import sys; from exporter.cli import build_parser; build_parser(); "
+        "print(','.join(m for m in ('pandas', 'matplotlib', 'pyarrow', 'numpy', "
+        "'kubernetes_asyncio', 'grafanalib') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == ""
