@@ -6,8 +6,7 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 from __future__ import annotations
 
-from collectors import infiniband
-from collectors import gpu
+from collectors import gpu, infiniband
 from collectors.base import CollectorSpec
 
-COLLECTORS: tuple[CollectorSpec, ...] = (infiniband.SPEC,)
+COLLECTORS: tuple[CollectorSpec, ...] = (gpu.SPEC, infiniband.SPEC)

@@ -10,6 +10,7 @@ serving. Missing hardware is not a failure: return no families.
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any, Protocol
 
 from prometheus_client.metrics_core import Metric
 
+from collectors.metrics import MetricSpec
 from collectors.sim.world import SimulatedNode
+from collectors.sources.nvml import NvmlSource
 
 
 class Collector(Protocol):
@@ -47,6 +50,11 @@ class CollectorContext:
     simulation: SimulatedNode | None = None
     tool_path: str | None = None
 
+    @functools.cached_property
+    def nvml_source(self) -> NvmlSource:
+        """The one NVML source of the process, shared by every GPU collector (one nvmlInit)."""
+        return NvmlSource(lib=self.nvml)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorSpec:
@@ -62,3 +70,6 @@ class CollectorSpec:
     create: Callable[[CollectorContext, argparse.Namespace], Collector]
     add_flags: Callable[[argparse._ArgumentGroup], None] | None = None
     enabled_by_default: bool = True
+    # Every family the collector can emit; the metrics-catalog test checks it against
+    # docs/metrics.md in both directions.
+    metrics: tuple[MetricSpec, ...] = ()

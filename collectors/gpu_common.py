@@ -1,0 +1,112 @@
+"""What the GPU collectors share: unit conversions, GPU identity labels, NVML failure counts.
+
+NVML reports milliwatts, millijoules, MHz, percentages, nanoseconds and MiB/s; the metric
+contract wants base units (watts, joules, hertz, ratios 0..1, seconds, bytes/s). Each
+conversion passes `None` through, because a value the hardware did not report stays absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+
+from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.sources.nvml import CallFailure, GpuIdentity
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+def scaled(value: float | None, factor: float) -> float | None:
+    """`value * factor`, or None when the value is absent."""
+    return None if value is None else value * factor
+
+
+def milliwatts_to_watts(value: float | None) -> float | None:
+    return scaled(value, 1e-3)
+
+
+def millijoules_to_joules(value: float | None) -> float | None:
+    return scaled(value, 1e-3)
+
+
+def megahertz_to_hertz(value: float | None) -> float | None:
+    return scaled(value, 1e6)
+
+
+def percent_to_ratio(value: float | None) -> float | None:
+    """NVML percentages (0..100) as ratios clamped to 0..1 (GPM can overshoot by rounding)."""
+    return None if value is None else min(1.0, max(0.0, value / 100.0))
+
+
+def nanoseconds_to_seconds(value: float | None) -> float | None:
+    return scaled(value, 1e-9)
+
+
+def mebibytes_to_bytes(value: float | None) -> float | None:
+    return scaled(value, MIB)
+
+
+def gpu_labels(identity: GpuIdentity) -> tuple[str, str]:
+    """The identity labels every per-GPU series starts with: `gpu` (NVML index), `uuid`."""
+    return (str(identity.index), identity.uuid)
+
+
+def nvml_errors_spec(area: str) -> MetricSpec:
+    """The failed-call counter of one collector (each collector has its own family)."""
+    return MetricSpec(
+        f"fleetwatch_{area}_nvml_errors_total",
+        "counter",
+        "NVML calls that failed (timeout, unknown error) by GPU, call and error; the values "
+        "those calls would have given are absent while the rest keeps reporting.",
+        ("gpu", "uuid", "call", "error"),
+    )
+
+
+class NvmlFailures:
+    """Counts NVML call failures per GPU/call/error across cycles, logging each new kind."""
+
+    def __init__(self, *, collector: str, spec: MetricSpec) -> None:
+        self._collector = collector
+        self.spec = spec
+        self._counts: Counter[tuple[str, str, str, str]] = Counter()
+
+    def record(self, identity: GpuIdentity, failures: Iterable[CallFailure]) -> None:
+        for failure in failures:
+            key = (*gpu_labels(identity), failure.call, failure.error)
+            if key not in self._counts:
+                log.warning(
+                    "NVML call failed; its values are absent",
+                    extra={
+                        "collector": self._collector,
+                        "gpu": identity.index,
+                        "call": failure.call,
+                        "error": failure.error,
+                    },
+                )
+            self._counts[key] += 1
+
+    def add_to(self, builder: FamilyBuilder) -> None:
+        for labels, count in self._counts.items():
+            builder.add(self.spec.name, labels, count)
+
+
+class LostGpus:
+    """Logs a GPU falling off the bus once, and again only if it comes back and goes."""
+
+    def __init__(self, *, collector: str) -> None:
+        self._collector = collector
+        self._lost: set[int] = set()
+
+    def lost(self, identity: GpuIdentity) -> None:
+        if identity.index not in self._lost:
+            self._lost.add(identity.index)
+            log.error(
+                "GPU is lost (fallen off the bus, Xid 79): its series are dropped",
+                extra={"collector": self._collector, "gpu": identity.index, "uuid": identity.uuid},
+            )
+
+    def seen(self, identity: GpuIdentity) -> None:
+        self._lost.discard(identity.index)

@@ -1,0 +1,510 @@
+"""A fake NVML: the `pynvml` call surface the collectors use, driven by a simulated node.
+
+`FakeNvml(node=SimulatedNode(...))` has the same function names, constants and result
+shapes as the `pynvml` module (opaque handles, field-value results with `.nvmlReturn` and
+`.value.*`, a `c_nvmlGpmMetricsGet_t`-like request), raises the real `pynvml.NVMLError`
+subclasses, and makes a call block like a wedged driver while a scenario `hang` fault
+applies. Every value is read from the node at the simulated time of the call, so the
+fake and the generated sysfs tree always agree, and a fixed clock gives fixed output.
+
+Hardware behaviour it reproduces (reference/nvml.md): a lost GPU answers `GpuIsLost` to
+every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
+answer `NotSupported`; NVLink5 field values exist only where the scenario says so;
+`nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
+created. Tests can inject a failure into any call (`fail`), hold the profiling counters
+as another tool would (`hold_profiling`) and inject Xid events (`inject_xid`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pynvml
+
+from collectors.sim.world import (
+    GPU_MAX_CELSIUS,
+    MEMORY_MAX_CELSIUS,
+    SHUTDOWN_CELSIUS,
+    SLOWDOWN_CELSIUS,
+    SimulatedNode,
+)
+from collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
+
+# PCI bus numbers of the eight GPUs of a DGX H100 (`nvidia-smi` order).
+_DGX_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_THRESHOLDS: Final = {
+    pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: SHUTDOWN_CELSIUS,
+    pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: SLOWDOWN_CELSIUS,
+    pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: MEMORY_MAX_CELSIUS,
+    pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: GPU_MAX_CELSIUS,
+}
+_VIOLATION_FIELDS: Final = {field_id: name for name, field_id in VIOLATION_FIELDS.items()}
+_NVLINK_COUNTERS: Final = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+_NVLINK5_FIELDS: Final = frozenset(NVLINK5_FIELDS.values())
+_SUPPORTED_EVENTS: Final[int] = (
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypeSingleBitEccError
+)
+_SM_CLOCK_MHZ: Final = 1980
+_SM_CLOCK_THROTTLED_MHZ: Final = 1410
+_MEMORY_CLOCK_MHZ: Final = 2619
+_DEFAULT_MEMORY_MIB: Final = 81559
+# What pynvml exposes that the fake passes through unchanged: constants and error classes.
+_PASSTHROUGH: Final = re.compile(r"^(NVML_|NVMLError|nvmlClocksEventReason|nvmlEventType)")
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    """An opaque device handle, as `nvmlDeviceGetHandleByIndex` returns."""
+
+    index: int
+
+
+@dataclass
+class _Value:
+    """The `c_nvmlValue_t` union: every member holds the value."""
+
+    dVal: float = 0.0
+    uiVal: int = 0
+    ulVal: int = 0
+    ullVal: int = 0
+    sllVal: int = 0
+    siVal: int = 0
+    usVal: int = 0
+
+
+@dataclass
+class FakeFieldValue:
+    """A `c_nvmlFieldValue_t`: one field's result with its own `nvmlReturn`."""
+
+    fieldId: int
+    scopeId: int
+    nvmlReturn: int
+    valueType: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    value: _Value = field(default_factory=_Value)
+
+
+@dataclass
+class FakeGpmSample:
+    """An allocated GPM sample; filled by `nvmlGpmSampleGet` with the GPU and the time."""
+
+    gpu: int | None = None
+    at: float | None = None
+    freed: bool = False
+
+
+@dataclass
+class FakeGpmMetric:
+    """One `c_nvmlGpmMetric_t` entry."""
+
+    metricId: int = 0
+    nvmlReturn: int = pynvml.NVML_SUCCESS
+    value: float = 0.0
+
+
+class FakeGpmMetricsGet:
+    """Shaped like `c_nvmlGpmMetricsGet_t`: version, numMetrics, sample1/2, metrics[]."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [FakeGpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
+
+
+@dataclass
+class FakeEventData:
+    """A `c_nvmlEventData_t`."""
+
+    device: FakeHandle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeEventSet:
+    """An event set: which GPUs are registered, and which scenario Xids it delivered."""
+
+    created_at: float
+    gpus: set[int] = field(default_factory=set)
+    delivered: int = 0
+    freed: bool = False
+
+
+@dataclass(frozen=True)
+class _Struct:
+    """Small result records (`.gpu`, `.used`, `.busId`, ...), read-only like the real ones."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class FakeNvml:
+    """The `pynvml` subset the GPU collectors call, answered by a `SimulatedNode`."""
+
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+
+    def __init__(self, *, node: SimulatedNode) -> None:
+        self.node = node
+        self.scenario = node.scenario
+        self.init_calls = 0
+        self.live_gpm_samples = 0
+        self._failures: dict[tuple[str, int | None], type[pynvml.NVMLError]] = {}
+        self._profiling_held = False
+        self._hang_calls = frozenset(f.call for f in self.scenario.faults if f.kind == "hang")
+        self._injected: deque[tuple[int, int]] = deque()
+        self._wake = threading.Condition()
+        self._memory_total = int(self.scenario.extra.get("memory_total_mib", _DEFAULT_MEMORY_MIB))
+
+    def __getattr__(self, name: str) -> Any:
+        """Constants and error classes come from the real pynvml; calls must be faked here."""
+        if _PASSTHROUGH.match(name):
+            return getattr(pynvml, name)
+        raise AttributeError(f"FakeNvml does not implement {name}")
+
+    # -- test controls -----------------------------------------------------------------
+    def fail(self, call: str, *, error: type[pynvml.NVMLError], gpu: int | None = None) -> None:
+        """Make `call` raise `error` (on one GPU, or every GPU when `gpu` is None)."""
+        self._failures[(call, gpu)] = error
+
+    def clear_failures(self) -> None:
+        self._failures.clear()
+
+    def hold_profiling(self, held: bool) -> None:
+        """Simulate another tool (Nsight, DCGM profiling) holding the profiling counters."""
+        self._profiling_held = held
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        """Deliver an Xid event to every registered event set, now."""
+        with self._wake:
+            self._injected.append((gpu, xid))
+            self._wake.notify_all()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _enter(self, call: str, handle: FakeHandle | None) -> int | None:
+        """What every device call does first: injected failure, hang, lost GPU."""
+        gpu = None if handle is None else handle.index
+        error = self._failures.get((call, gpu)) or self._failures.get((call, None))
+        if error is not None:
+            raise error()
+        if call in self._hang_calls:
+            self.node.block_for_hang(call, gpu)
+        if gpu is not None and self.node.gpu_lost(gpu):
+            raise pynvml.NVMLError_GpuIsLost()
+        return gpu
+
+    def _gpu(self, call: str, handle: FakeHandle) -> int:
+        gpu = self._enter(call, handle)
+        assert gpu is not None
+        return gpu
+
+    # -- system ----------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+
+    def nvmlShutdown(self) -> None:
+        self.init_calls -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.scenario.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount", None)
+        return self.scenario.gpus
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        if not 0 <= index < self.scenario.gpus:
+            raise pynvml.NVMLError_InvalidArgument()
+        handle = FakeHandle(index)
+        self._enter("nvmlDeviceGetHandleByIndex", handle)
+        return handle
+
+    def nvmlDeviceGetIndex(self, handle: FakeHandle) -> int:
+        return self._gpu("nvmlDeviceGetIndex", handle)
+
+    # -- identity --------------------------------------------------------------------------
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+        self._gpu("nvmlDeviceGetName", handle)
+        return self.scenario.gpu_model
+
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+        gpu = self._gpu("nvmlDeviceGetUUID", handle)
+        return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'fleetwatch-sim/{self.scenario.name}/{gpu}')}"
+
+    def nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
+        gpu = self._gpu("nvmlDeviceGetSerial", handle)
+        return str(1654922000000 + gpu)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _Struct:
+        gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
+        bus = _DGX_BUSES[gpu] if gpu < len(_DGX_BUSES) else 0x20 + gpu
+        return _Struct({"busId": f"00000000:{bus:02X}:00.0".encode(), "bus": bus})
+
+    # -- thermals, power, clocks -----------------------------------------------------------
+    def nvmlDeviceGetTemperatureV(self, handle: FakeHandle, sensor: int, version: int = 0) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperatureV", handle)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError_InvalidArgument()
+        return round(self.node.gpu_temperature(gpu))
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperature", handle)
+        return round(self.node.gpu_temperature(gpu))
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: FakeHandle, threshold: int) -> int:
+        self._gpu("nvmlDeviceGetTemperatureThreshold", handle)
+        if threshold not in _THRESHOLDS:
+            raise pynvml.NVMLError_NotSupported()
+        return round(_THRESHOLDS[threshold])
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetPowerUsage", handle)
+        return round(self.node.power_watts(gpu) * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return round(self.scenario.baseline.power_limit_watts * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetTotalEnergyConsumption", handle)
+        return round(self.node.energy_joules(gpu) * 1000)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
+        if clock == pynvml.NVML_CLOCK_MEM:
+            return _MEMORY_CLOCK_MHZ
+        slowed = self.node.throttle_reasons(gpu) - {"gpu_idle", "sync_boost"}
+        return _SM_CLOCK_THROTTLED_MHZ if slowed else _SM_CLOCK_MHZ
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
+        gpu = self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        bits = 0
+        for reason in self.node.throttle_reasons(gpu):
+            bits |= CLOCK_EVENT_BITS[reason]
+        return bits
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Struct:
+        """NVML "utilization": time any kernel ran; stays high while tensor cores idle."""
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
+        busy = self.node.tensor_active(gpu) > 0
+        percent = round(self.scenario.baseline.utilization * 100) if busy else 0
+        return _Struct({"gpu": percent, "memory": round(percent * 0.4)})
+
+    # -- memory and health -------------------------------------------------------------------
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> _Struct:
+        self._gpu("nvmlDeviceGetMemoryInfo", handle)
+        total = self._memory_total * 1024 * 1024
+        used = int(total * self.scenario.baseline.memory_used_ratio)
+        return _Struct({"total": total, "used": used, "free": total - used})
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, error_type: int, counter: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
+        corrected = error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        return self.node.ecc_errors(gpu, "corrected" if corrected else "uncorrected")
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> tuple[int, int, int, int]:
+        gpu = self._gpu("nvmlDeviceGetRemappedRows", handle)
+        state = self.node.row_remap(gpu)
+        return (state["correctable"], state["uncorrectable"], state["pending"], state["failure"])
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetPcieReplayCounter", handle)
+        return 0
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle)
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        return 16
+
+    # -- field values ----------------------------------------------------------------------
+    def nvmlDeviceGetFieldValues(
+        self, handle: FakeHandle, field_ids: list[int | tuple[int, int]]
+    ) -> list[FakeFieldValue]:
+        gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+        return [self._field(gpu, fid) for fid in field_ids]
+
+    def _field(self, gpu: int, requested: int | tuple[int, int]) -> FakeFieldValue:
+        field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+        result = FakeFieldValue(fieldId=field_id, scopeId=scope, nvmlReturn=pynvml.NVML_SUCCESS)
+        value: float | None = None
+        if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+            value = round(self.node.memory_temperature(gpu))
+        elif field_id in _VIOLATION_FIELDS:
+            value = round(self.node.throttle_seconds(gpu, _VIOLATION_FIELDS[field_id]) * 1e9)
+        elif field_id == 230:
+            value = 1 if self.node.row_remap(gpu)["pending"] else 0
+        elif field_id in _NVLINK5_FIELDS and self.scenario.nvlink5_counters:
+            if scope >= self.scenario.nvlinks_per_gpu:
+                result.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+                return result
+            value = self._nvlink5(gpu, scope, field_id)
+        if value is None:
+            result.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            return result
+        result.value = _Value(
+            dVal=float(value), uiVal=int(value), ulVal=int(value), ullVal=int(value)
+        )
+        return result
+
+    def _nvlink5(self, gpu: int, link: int, field_id: int) -> int:
+        """NVLink5 counters: symbol errors are what the CRC faults look like on the wire."""
+        crc_flit = self.node.nvlink_errors(gpu, link, "crc_flit")
+        crc_data = self.node.nvlink_errors(gpu, link, "crc_data")
+        if field_id == 221:
+            return crc_flit + crc_data
+        if field_id == 219:
+            return crc_data
+        return 0
+
+    # -- NVLink ----------------------------------------------------------------------------
+    def _link(self, call: str, handle: FakeHandle, link: int) -> int:
+        gpu = self._gpu(call, handle)
+        if not 0 <= link < self.scenario.nvlinks_per_gpu:
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        gpu = self._link("nvmlDeviceGetNvLinkState", handle, link)
+        return int(self.node.nvlink_up(gpu, link))
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeHandle, link: int, counter: int) -> int:
+        gpu = self._link("nvmlDeviceGetNvLinkErrorCounter", handle, link)
+        if not 0 <= counter < len(_NVLINK_COUNTERS):
+            raise pynvml.NVMLError_InvalidArgument()
+        return self.node.nvlink_errors(gpu, link, _NVLINK_COUNTERS[counter])
+
+    # -- GPM -------------------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> _Struct:
+        self._gpu("nvmlGpmQueryDeviceSupport", handle)
+        return _Struct({"version": 1, "isSupportedDevice": int(self.scenario.gpm_supported)})
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self.live_gpm_samples += 1
+        return FakeGpmSample()
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        if sample.freed:
+            raise pynvml.NVMLError_InvalidArgument()
+        sample.freed = True
+        self.live_gpm_samples -= 1
+
+    def nvmlGpmSampleGet(self, handle: FakeHandle, sample: FakeGpmSample) -> FakeGpmSample:
+        gpu = self._gpu("nvmlGpmSampleGet", handle)
+        if not self.scenario.gpm_supported:
+            raise pynvml.NVMLError_NotSupported()
+        if self._profiling_held:
+            raise pynvml.NVMLError_InUse()
+        sample.gpu, sample.at = gpu, self.node.now()
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
+        self._enter("nvmlGpmMetricsGet", None)
+        first, second = request.sample1, request.sample2
+        if (
+            request.version != pynvml.NVML_GPM_METRICS_GET_VERSION
+            or first is None
+            or second is None
+            or first.gpu is None
+            or first.gpu != second.gpu
+            or second.at is None
+        ):
+            raise pynvml.NVMLError_InvalidArgument()
+        values = self._gpm_values(first.gpu, second.at)
+        for metric in request.metrics[: request.numMetrics]:
+            value = values.get(metric.metricId)
+            metric.nvmlReturn = (
+                pynvml.NVML_SUCCESS if value is not None else (pynvml.NVML_ERROR_NOT_SUPPORTED)
+            )
+            metric.value = 0.0 if value is None else value
+        return request
+
+    def _gpm_values(self, gpu: int, t: float) -> dict[int, float]:
+        """GPM metrics (percent, MiB/s) over the interval ending at `t`."""
+        tensor = self.node.tensor_active(gpu, t) * 100
+        sm = self.node.sm_active(gpu, t) * 100
+        nvlink_mib = self.node.nvlink_throughput(gpu, t) / (1024 * 1024)
+        return {
+            pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: self.scenario.baseline.utilization * 100,
+            pynvml.NVML_GPM_METRIC_SM_UTIL: round(sm, 2),
+            pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: round(sm * 0.6, 2),
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: round(tensor, 2),
+            pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: round(tensor * 0.95, 2),
+            pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: 0.0,
+            pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL: 0.0,
+            pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL: round(tensor * 0.05, 2),
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: round(min(100.0, tensor * 1.2), 2),
+            pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: round(nvlink_mib * 0.98, 1),
+            pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: round(nvlink_mib, 1),
+        }
+
+    # -- events ----------------------------------------------------------------------------
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._enter("nvmlEventSetCreate", None)
+        return FakeEventSet(created_at=self.node.now())
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetSupportedEventTypes", handle)
+        return _SUPPORTED_EVENTS
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeHandle, mask: int, events: FakeEventSet) -> None:
+        gpu = self._gpu("nvmlDeviceRegisterEvents", handle)
+        if mask & ~_SUPPORTED_EVENTS:
+            raise pynvml.NVMLError_NotSupported()
+        events.gpus.add(gpu)
+
+    def nvmlEventSetWait_v2(self, events: FakeEventSet, timeout_ms: int) -> FakeEventData:
+        """The next Xid for a registered GPU; `Timeout` after `timeout_ms` without one."""
+        self._enter("nvmlEventSetWait_v2", None)
+        with self._wake:
+            event = self._next_event(events)
+            if event is None:
+                self._wake.wait(timeout_ms / 1000)
+                event = self._next_event(events)
+        if event is None:
+            raise pynvml.NVMLError_Timeout()
+        gpu, xid = event
+        return FakeEventData(
+            device=FakeHandle(gpu), eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid
+        )
+
+    def _next_event(self, events: FakeEventSet) -> tuple[int, int] | None:
+        while self._injected:
+            gpu, xid = self._injected.popleft()
+            if gpu in events.gpus:
+                return gpu, xid
+        scheduled = self.node.xid_events()
+        while events.delivered < len(scheduled):
+            at, gpu, xid = scheduled[events.delivered]
+            events.delivered += 1
+            # NVML keeps no history: Xids from before the set existed are never delivered.
+            if at >= events.created_at and gpu in events.gpus:
+                return gpu, xid
+        return None
+
+    def nvmlEventSetFree(self, events: FakeEventSet) -> None:
+        events.freed = True

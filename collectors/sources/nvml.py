@@ -1,0 +1,540 @@
+"""NVML source: typed readings of every GPU in native units, one call's failure at a time.
+
+`NvmlSource(lib=...)` wraps the `pynvml` module (or the fake NVML under simulation: the
+same call surface) and returns frozen readings in NVML's own units (`power_milliwatts`,
+`energy_millijoules`, `clock_mhz`, percentages, nanoseconds). It never imports
+`prometheus_client`; collectors convert units and name metrics.
+
+Errors are handled per call, because NVML's are per call:
+- `NotSupported`, `FunctionNotFound`, `NoPermission`: the value is absent (None), never 0;
+- `GpuIsLost`: the whole GPU is gone (Xid 79): `GpuLostError`, the caller drops that GPU;
+- anything else (`Timeout`, `Unknown`, ...): the value is absent and the failure is kept
+  in the reading's `failures`, so the collector reports it while other GPUs keep reporting.
+
+`nvmlInit()` runs once per process (the exporter shares one source between collectors).
+On a host without the NVIDIA driver the source logs "no NVIDIA driver" once and reports
+no GPUs; nothing raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pynvml
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "this GPU or driver does not report this value": absent, not failed.
+_ABSENT: Final = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoPermission,
+)
+# Errors from nvmlInit that mean "there is no NVIDIA driver on this host".
+_NO_DRIVER: Final = (
+    pynvml.NVMLError_LibraryNotFound,
+    pynvml.NVMLError_DriverNotLoaded,
+)
+# Link indices past the real count raise these (B200/GB200: 18 links, 36 claimed).
+_NO_SUCH_LINK: Final = (pynvml.NVMLError_InvalidArgument, pynvml.NVMLError_NotSupported)
+
+NVLINK_MAX_LINKS: Final = 36
+THRESHOLDS: Final = {
+    "shutdown": pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+    "slowdown": pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+    "memory_max": pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX,
+    "gpu_max": pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
+}
+CLOCK_EVENT_BITS: Final = {
+    "gpu_idle": 0x1,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake": 0x80,
+}
+# Cumulative clock-event (violation) time in ns, read as field values.
+VIOLATION_FIELDS: Final = {
+    "sw_power_cap": pynvml.NVML_FI_DEV_PERF_POLICY_POWER,
+    "sw_thermal_slowdown": 269,
+    "hw_thermal_slowdown": 270,
+    "hw_power_brake": 271,
+}
+FIELD_MEMORY_TEMP: Final = pynvml.NVML_FI_DEV_MEMORY_TEMP
+FIELD_RECOVERY_ACTION: Final = 230
+NVLINK_ERROR_COUNTERS: Final = {
+    "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+    "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+    "ecc_data": pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,
+}
+# NVLink5 (Blackwell) per-link counters, read as field values scoped to a link.
+NVLINK5_FIELDS: Final = {
+    "symbol": 221,
+    "effective": 219,
+    "recovery_failed": 214,
+    "malformed_packet": 206,
+    "buffer_overrun": 207,
+}
+XID_EVENT_MASK: Final = (
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypeSingleBitEccError
+)
+_FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+class GpuLostError(Exception):
+    """A GPU answered `GPU_IS_LOST`: it fell off the bus; drop it, keep the others."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"GPU {index} is lost (fallen off the bus)")
+        self.index = index
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallFailure:
+    """One NVML call that failed in a way that is not "not supported"."""
+
+    call: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuIdentity:
+    """What a GPU is: stable for the life of the process (the `_info` series)."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    serial: str
+    driver_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuReading:
+    """One GPU at one instant, NVML units; None means the GPU did not report it."""
+
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    thresholds_celsius: Mapping[str, float | None] = field(default_factory=dict)
+    power_milliwatts: float | None = None
+    power_limit_milliwatts: float | None = None
+    energy_millijoules: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    clock_event_reasons: int | None = None
+    violation_nanoseconds: Mapping[str, float | None] = field(default_factory=dict)
+    utilization_percent: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    ecc_corrected: float | None = None
+    ecc_uncorrected: float | None = None
+    remapped_rows_correctable: float | None = None
+    remapped_rows_uncorrectable: float | None = None
+    remap_pending: float | None = None
+    remap_failed: float | None = None
+    recovery_action: int | None = None
+    pcie_replays: float | None = None
+    pcie_generation_current: float | None = None
+    pcie_generation_max: float | None = None
+    pcie_width_current: float | None = None
+    pcie_width_max: float | None = None
+    failures: tuple[CallFailure, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvLinkReading:
+    """One NVLink of one GPU: state and cumulative error counters (None: not reported)."""
+
+    link: int
+    up: bool | None
+    errors: Mapping[str, float | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuLinksReading:
+    """Every existing NVLink of one GPU."""
+
+    links: tuple[NvLinkReading, ...]
+    failures: tuple[CallFailure, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class XidEvent:
+    """An NVML critical-error event: the Xid raised by one GPU."""
+
+    gpu: int
+    uuid: str
+    xid: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU as the source tracks it: identity plus the opaque NVML handle."""
+
+    identity: GpuIdentity
+    handle: Any = field(compare=False, repr=False)
+
+    @property
+    def index(self) -> int:
+        return self.identity.index
+
+
+def _text(value: Any) -> str:
+    """pynvml returns `str` from most getters but `bytes` from structure fields."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def error_name(exc: pynvml.NVMLError) -> str:
+    """`NVMLError_Timeout` → `Timeout`: a short, bounded label value."""
+    return type(exc).__name__.removeprefix("NVMLError_") or "Unknown"
+
+
+def field_value(result: Any) -> float | None:
+    """A field-value result as a number, or None when its own `nvmlReturn` failed."""
+    if result.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    value_type = int(result.valueType)
+    if not 0 <= value_type < len(_FIELD_VALUE_ATTRS):
+        return None
+    return float(getattr(result.value, _FIELD_VALUE_ATTRS[value_type]))
+
+
+class _Calls:
+    """Runs NVML calls for one GPU and one cycle, sorting each failure by what it means."""
+
+    def __init__(self, lib: Any, gpu: int) -> None:
+        self._lib = lib
+        self._gpu = gpu
+        self.failures: list[CallFailure] = []
+
+    def get(self, call: str, *args: Any) -> Any:
+        """The call's result, or None when absent or failed (failures are recorded)."""
+        try:
+            return getattr(self._lib, call)(*args)
+        except _ABSENT:
+            return None
+        except pynvml.NVMLError_GpuIsLost as exc:
+            raise GpuLostError(self._gpu) from exc
+        except pynvml.NVMLError as exc:
+            self.failures.append(CallFailure(call=call, error=error_name(exc)))
+            return None
+
+    def number(self, call: str, *args: Any) -> float | None:
+        value = self.get(call, *args)
+        return None if value is None else float(value)
+
+
+class NvmlSource:
+    """The process's one view of NVML: init once, GPUs enumerated once, readings per call.
+
+    Thread-safe: collectors call it from their own worker threads at the same time
+    (NVML itself is thread-safe; the source only guards its own initialisation).
+    """
+
+    def __init__(self, *, lib: Any) -> None:
+        self.lib = lib
+        self._lock = threading.Lock()
+        self._started = False
+        self._gpus: tuple[Gpu, ...] = ()
+        self._links: dict[int, tuple[int, ...]] = {}
+        self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
+
+    def gpus(self) -> tuple[Gpu, ...]:
+        """Every GPU found at start; empty without a driver (logged once, not raised)."""
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._gpus = self._start()
+            return self._gpus
+
+    def _start(self) -> tuple[Gpu, ...]:
+        try:
+            self.lib.nvmlInit()
+        except _NO_DRIVER as exc:
+            log.warning(
+                "no NVIDIA driver: GPU collectors report no GPUs",
+                extra={"reason": str(exc) or error_name(exc)},
+            )
+            return ()
+        driver = _text(self.lib.nvmlSystemGetDriverVersion())
+        gpus: list[Gpu] = []
+        for index in range(int(self.lib.nvmlDeviceGetCount())):
+            try:
+                gpus.append(self._identify(index, driver))
+            except pynvml.NVMLError as exc:
+                log.warning(
+                    "GPU skipped: cannot identify it",
+                    extra={"gpu": index, "reason": error_name(exc)},
+                )
+        log.info("NVML started", extra={"gpus": len(gpus), "driver_version": driver})
+        return tuple(gpus)
+
+    def _identify(self, index: int, driver: str) -> Gpu:
+        handle = self.lib.nvmlDeviceGetHandleByIndex(index)
+        try:
+            serial = _text(self.lib.nvmlDeviceGetSerial(handle))
+        except _ABSENT:
+            serial = ""
+        identity = GpuIdentity(
+            index=index,
+            uuid=_text(self.lib.nvmlDeviceGetUUID(handle)),
+            name=_text(self.lib.nvmlDeviceGetName(handle)),
+            pci_bus_id=_text(self.lib.nvmlDeviceGetPciInfo(handle).busId),
+            serial=serial,
+            driver_version=driver,
+        )
+        return Gpu(identity=identity, handle=handle)
+
+    # -- thermals, power, clocks, memory health, PCIe ------------------------------------
+    def _temperature(self, calls: _Calls, handle: Any) -> float | None:
+        if self._temperature_v:
+            try:
+                return float(
+                    self.lib.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU)
+                )
+            except pynvml.NVMLError_FunctionNotFound:
+                self._temperature_v = False  # an older driver: use the deprecated call
+            except _ABSENT:
+                return None
+            except pynvml.NVMLError_GpuIsLost as exc:
+                raise GpuLostError(calls._gpu) from exc
+            except pynvml.NVMLError as exc:
+                calls.failures.append(
+                    CallFailure(call="nvmlDeviceGetTemperatureV", error=error_name(exc))
+                )
+                return None
+        return calls.number("nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
+
+    def read_gpu(self, gpu: Gpu) -> GpuReading:
+        """Everything but NVLink and GPM for one GPU; raises GpuLostError when it is gone."""
+        calls = _Calls(self.lib, gpu.index)
+        h = gpu.handle
+        fields = self._fields(
+            calls, h, [FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION]
+        )
+        reasons = calls.get("nvmlDeviceGetCurrentClocksEventReasons", h)
+        utilization = calls.get("nvmlDeviceGetUtilizationRates", h)
+        memory = calls.get("nvmlDeviceGetMemoryInfo", h)
+        remap = calls.get("nvmlDeviceGetRemappedRows", h)
+        recovery = fields.get(FIELD_RECOVERY_ACTION)
+        return GpuReading(
+            temperature_celsius=self._temperature(calls, h),
+            memory_temperature_celsius=fields.get(FIELD_MEMORY_TEMP),
+            thresholds_celsius={
+                name: calls.number("nvmlDeviceGetTemperatureThreshold", h, code)
+                for name, code in THRESHOLDS.items()
+            },
+            power_milliwatts=calls.number("nvmlDeviceGetPowerUsage", h),
+            power_limit_milliwatts=calls.number("nvmlDeviceGetEnforcedPowerLimit", h),
+            energy_millijoules=calls.number("nvmlDeviceGetTotalEnergyConsumption", h),
+            sm_clock_mhz=calls.number("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM),
+            memory_clock_mhz=calls.number("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM),
+            clock_event_reasons=None if reasons is None else int(reasons),
+            violation_nanoseconds={
+                name: fields.get(field_id) for name, field_id in VIOLATION_FIELDS.items()
+            },
+            utilization_percent=None if utilization is None else float(utilization.gpu),
+            memory_used_bytes=None if memory is None else float(memory.used),
+            memory_total_bytes=None if memory is None else float(memory.total),
+            ecc_corrected=calls.number(
+                "nvmlDeviceGetTotalEccErrors",
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                pynvml.NVML_AGGREGATE_ECC,
+            ),
+            ecc_uncorrected=calls.number(
+                "nvmlDeviceGetTotalEccErrors",
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_AGGREGATE_ECC,
+            ),
+            remapped_rows_correctable=None if remap is None else float(remap[0]),
+            remapped_rows_uncorrectable=None if remap is None else float(remap[1]),
+            remap_pending=None if remap is None else float(bool(remap[2])),
+            remap_failed=None if remap is None else float(bool(remap[3])),
+            recovery_action=None if recovery is None else int(recovery),
+            pcie_replays=calls.number("nvmlDeviceGetPcieReplayCounter", h),
+            pcie_generation_current=calls.number("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            pcie_generation_max=calls.number("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_width_current=calls.number("nvmlDeviceGetCurrPcieLinkWidth", h),
+            pcie_width_max=calls.number("nvmlDeviceGetMaxPcieLinkWidth", h),
+            failures=tuple(calls.failures),
+        )
+
+    @staticmethod
+    def _fields(
+        calls: _Calls, handle: Any, ids: Sequence[int | tuple[int, int]]
+    ) -> dict[Any, float | None]:
+        """One batched nvmlDeviceGetFieldValues; each value checked on its own nvmlReturn.
+
+        Keys are the requested ids (`field` or `(field, scope)`); a failed batch gives {}.
+        """
+        results = calls.get("nvmlDeviceGetFieldValues", handle, list(ids))
+        if results is None:
+            return {}
+        return {key: field_value(result) for key, result in zip(ids, results, strict=True)}
+
+    # -- NVLink --------------------------------------------------------------------------
+    def nvlinks(self, gpu: Gpu) -> tuple[int, ...]:
+        """Indices of the links this GPU really has, probed once by state.
+
+        NVML claims up to 36 links; B200/GB200 have 18 and answer InvalidArgument past
+        them, which means "no such link", not an error.
+        """
+        links = self._links.get(gpu.index)
+        if links is None:
+            found: list[int] = []
+            for link in range(NVLINK_MAX_LINKS):
+                try:
+                    self.lib.nvmlDeviceGetNvLinkState(gpu.handle, link)
+                except _NO_SUCH_LINK:
+                    continue
+                except pynvml.NVMLError_GpuIsLost as exc:
+                    raise GpuLostError(gpu.index) from exc
+                found.append(link)
+            links = self._links[gpu.index] = tuple(found)
+        return links
+
+    def read_nvlinks(self, gpu: Gpu, *, nvlink5: bool) -> GpuLinksReading:
+        """State and per-link error counters (legacy totals read 0 on Hopper: not used).
+
+        With `nvlink5`, also the NVLink5 counters, batched into one field-value call.
+        """
+        calls = _Calls(self.lib, gpu.index)
+        h = gpu.handle
+        links = self.nvlinks(gpu)
+        extra: dict[Any, float | None] = {}
+        if nvlink5 and links:
+            ids = [(field_id, link) for link in links for field_id in NVLINK5_FIELDS.values()]
+            extra = self._fields(calls, h, ids)
+        readings = []
+        for link in links:
+            state = calls.get("nvmlDeviceGetNvLinkState", h, link)
+            errors: dict[str, float | None] = {
+                name: calls.number("nvmlDeviceGetNvLinkErrorCounter", h, link, code)
+                for name, code in NVLINK_ERROR_COUNTERS.items()
+            }
+            if nvlink5:
+                for name, field_id in NVLINK5_FIELDS.items():
+                    errors[name] = extra.get((field_id, link))
+            readings.append(
+                NvLinkReading(link=link, up=None if state is None else bool(state), errors=errors)
+            )
+        return GpuLinksReading(links=tuple(readings), failures=tuple(calls.failures))
+
+    # -- GPM (Hopper and newer) --------------------------------------------------------
+    def gpm_supported(self, gpu: Gpu) -> bool:
+        """True when the GPU has GPM; NotSupported/FunctionNotFound (older drivers) → False."""
+        try:
+            return bool(self.lib.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice)
+        except _ABSENT:
+            return False
+        except pynvml.NVMLError_GpuIsLost as exc:
+            raise GpuLostError(gpu.index) from exc
+
+    def gpm_sample(self, gpu: Gpu) -> Any:
+        """A new GPM sample of the GPU (free it with `gpm_free`); raises NVMLError on failure."""
+        sample = self.lib.nvmlGpmSampleAlloc()
+        try:
+            self.lib.nvmlGpmSampleGet(gpu.handle, sample)
+        except pynvml.NVMLError_GpuIsLost as exc:
+            self.lib.nvmlGpmSampleFree(sample)
+            raise GpuLostError(gpu.index) from exc
+        except BaseException:
+            self.lib.nvmlGpmSampleFree(sample)
+            raise
+        return sample
+
+    def gpm_free(self, sample: Any) -> None:
+        self.lib.nvmlGpmSampleFree(sample)
+
+    def gpm_metrics(
+        self, first: Any, second: Any, metric_ids: Sequence[int]
+    ) -> dict[int, float | None]:
+        """GPM metrics over two samples, in NVML units (percent, MiB/s); None per failed id."""
+        request = self.lib.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1 = first
+        request.sample2 = second
+        for position, metric_id in enumerate(metric_ids):
+            request.metrics[position].metricId = metric_id
+        result = self.lib.nvmlGpmMetricsGet(request)
+        values: dict[int, float | None] = {}
+        for position, metric_id in enumerate(metric_ids):
+            metric = result.metrics[position]
+            ok = metric.nvmlReturn == pynvml.NVML_SUCCESS
+            values[metric_id] = float(metric.value) if ok else None
+        return values
+
+    # -- Xid events ----------------------------------------------------------------------
+    def open_xid_events(self) -> Any | None:
+        """An event set registered for Xid (and ECC) events on every GPU that has them."""
+        gpus = self.gpus()
+        if not gpus:
+            return None
+        event_set = self.lib.nvmlEventSetCreate()
+        for gpu in gpus:
+            try:
+                mask = int(self.lib.nvmlDeviceGetSupportedEventTypes(gpu.handle)) & XID_EVENT_MASK
+                if mask:
+                    self.lib.nvmlDeviceRegisterEvents(gpu.handle, mask, event_set)
+            except pynvml.NVMLError as exc:
+                log.warning(
+                    "Xid events unavailable for a GPU",
+                    extra={"gpu": gpu.index, "reason": error_name(exc)},
+                )
+        return event_set
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> XidEvent | None:
+        """The next Xid event, or None when none came within the timeout."""
+        try:
+            data = self.lib.nvmlEventSetWait_v2(event_set, timeout_ms)
+        except pynvml.NVMLError_Timeout:
+            return None
+        if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
+            return None
+        gpu = self._gpu_of(data.device)
+        if gpu is None:
+            return None
+        return XidEvent(gpu=gpu.index, uuid=gpu.identity.uuid, xid=int(data.eventData))
+
+    def _gpu_of(self, handle: Any) -> Gpu | None:
+        uuid = _text(self.lib.nvmlDeviceGetUUID(handle))
+        return next((g for g in self.gpus() if g.identity.uuid == uuid), None)
+
+    def free_events(self, event_set: Any) -> None:
+        self.lib.nvmlEventSetFree(event_set)
+
+
+def timed(lib: Any, record: Callable[[str, float], None]) -> Any:
+    """`lib` with every `nvml*` call timed into `record(call, seconds)` (hardware checks)."""
+
+    class _Timed:
+        def __getattr__(self, name: str) -> Any:
+            target = getattr(lib, name)
+            if not (name.startswith("nvml") and callable(target)):
+                return target
+
+            def call(*args: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return target(*args)
+                finally:
+                    record(name, time.perf_counter() - start)
+
+            return call
+
+    return _Timed()
