@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
@@ -166,43 +167,62 @@ def expected_rate_gbps(rates: Iterable[ExpectedRate], device: str, port: int) ->
     return None
 
 
-class _Families:
-    """`collectors.metrics.FamilyBuilder` with label dicts kept between cycles.
+class _LabelCache:
+    """Label dicts by (family, label values), checked against the spec table once.
 
-    Same contract (a table of specs, label count checked, absent values skipped, only
-    families with samples returned), but a port's label sets are the same every cycle,
-    so each `(family, label values)` is checked and turned into a label dict once and
-    samples are appended directly: this halves the cost of a collection.
+    A port's label sets are the same every cycle, so each is validated and turned into a
+    dict once (per discovery) and reused; this is most of what makes a collection cheap.
     """
 
-    def __init__(
-        self,
-        specs: Iterable[MetricSpec],
-        cache: dict[tuple[str, tuple[str, ...]], dict[str, str]],
-    ) -> None:
-        self._specs = {spec.name: spec for spec in specs}
-        self._cache = cache
+    def __init__(self, specs: Iterable[MetricSpec]) -> None:
+        self.specs = {spec.name: spec for spec in specs}
+        self._cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+    def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
+        key = (family, values)
+        found = self._cache.get(key)
+        if found is None:
+            names = self.specs[family].labels
+            if len(values) != len(names):
+                raise ValueError(f"{family}: expected labels {names}, got {values}")
+            found = self._cache[key] = dict(zip(names, values, strict=True))
+        return found
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+
+class _Families:
+    """Families of one collection (the `FamilyBuilder` contract, with cached label dicts)."""
+
+    def __init__(self, cache: _LabelCache) -> None:
+        self._specs = cache.specs
         self._families: dict[str, Metric] = {}
 
-    def add(self, name: str, labels: tuple[str, ...], value: float | None) -> None:
+    def put(self, name: str, labels: dict[str, str], value: float | None) -> None:
         """Add one sample; `value=None` means the hardware did not report it (skipped)."""
         if value is None:
             return
-        key = (name, labels)
-        label_dict = self._cache.get(key)
-        if label_dict is None:
-            spec = self._specs[name]
-            if len(labels) != len(spec.labels):
-                raise ValueError(f"{name}: expected labels {spec.labels}, got {labels}")
-            label_dict = self._cache[key] = dict(zip(spec.labels, labels, strict=True))
         family = self._families.get(name)
         if family is None:
             family = self._families[name] = self._specs[name].new_family()
-        family.samples.append(Sample(name, label_dict, float(value)))
+        family.samples.append(Sample(name, labels, float(value)))
 
     def families(self) -> list[Metric]:
         """Families with at least one sample, in spec order."""
         return [self._families[name] for name in self._specs if name in self._families]
+
+
+@dataclass(frozen=True)
+class _PortPlan:
+    """Everything about a port's samples that does not change between discoveries."""
+
+    ids: tuple[str, str]
+    info: dict[str, str]
+    port: dict[str, str]
+    expected_gbps: float | None
+    traffic: tuple[tuple[str, str, int, dict[str, str]], ...]
+    errors: tuple[tuple[str, str, int, str, dict[str, str], dict[str, str]], ...]
 
 
 class InfinibandCollector:
@@ -229,8 +249,8 @@ class InfinibandCollector:
         self._event_counts: dict[tuple[str, str], int] = {}
         self._last_state: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self._state_changes: dict[tuple[str, int], int] = {}
-        self._label_cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-        self._expected_cache: dict[tuple[str, int], float | None] = {}
+        self._labels = _LabelCache(SPECS)
+        self._plans: dict[tuple[str, int], _PortPlan] = {}
         if tools is None:
             log.info("infiniband-diags not found: reading InfiniBand from sysfs alone")
 
@@ -269,7 +289,8 @@ class InfinibandCollector:
         if events or periodic or self._events.lost:
             self._report(self._sysfs.discover())
             self._discovered_at = now
-            self._label_cache.clear()
+            self._labels.clear()
+            self._plans.clear()
             if events:
                 log.info(
                     "re-discovered InfiniBand devices after udev events",
@@ -286,16 +307,53 @@ class InfinibandCollector:
 
     # -- mapping ------------------------------------------------------------------------
     def _families(self, reading: IbReading) -> list[Metric]:
-        out = _Families(SPECS, self._label_cache)
+        out = _Families(self._labels)
         fallback = self._ibstat_rates(reading)
         for device in reading.devices:
             for port in device.ports:
                 self._add_port(out, device, port, fallback.get((port.device, port.port)))
             for name, value in sorted(device.hw_counters.items()):
-                out.add(HW_COUNTER, (device.info.device, "", name), value)
+                out.put(
+                    HW_COUNTER,
+                    self._labels.labels(HW_COUNTER, (device.info.device, "", name)),
+                    value,
+                )
         for (subsystem, action), count in sorted(self._event_counts.items()):
-            out.add(DEVICE_EVENTS, (subsystem, action), count)
+            out.put(DEVICE_EVENTS, self._labels.labels(DEVICE_EVENTS, (subsystem, action)), count)
         return out.families()
+
+    def _plan(self, device: IbDeviceReading, port: IbPortReading) -> _PortPlan:
+        """Label dicts for every sample of a port, built once per discovery."""
+        info, topo = device.info, device.info.topology
+        ids = (info.device, str(port.port))
+        labels = partial(self._labels_for, ids=ids)
+        return _PortPlan(
+            ids=ids,
+            info=labels(INFO, (port.link_layer or "", info.board_id or "",
+                              info.firmware_version or "", info.hca_type or "",
+                              info.node_guid or "", topo.pci_address or "",
+                              "" if topo.numa_node is None else str(topo.numa_node),
+                              ",".join(str(gpu) for gpu in topo.gpus))),
+            port=labels(UP, ()),
+            expected_gbps=expected_rate_gbps(self._expected, info.device, port.port),
+            traffic=tuple(
+                (family, name, _DATA_WORD_BYTES if family == DATA else 1,
+                 labels(family, (direction,)))
+                for name, (family, direction) in _TRAFFIC.items()
+            ),
+            errors=tuple(
+                (name, error, (1 << bits) - 1,
+                 XMIT_WAIT if error == "xmit_wait" else ERRORS,
+                 labels(XMIT_WAIT, ()) if error == "xmit_wait" else labels(ERRORS, (error,)),
+                 labels(SATURATED, (error,)))
+                for name, (error, bits) in PMA_ERROR_COUNTERS.items()
+            ),
+        )  # fmt: skip
+
+    def _labels_for(
+        self, family: str, extra: tuple[str, ...], *, ids: tuple[str, str]
+    ) -> dict[str, str]:
+        return self._labels.labels(family, (*ids, *extra))
 
     def _add_port(
         self,
@@ -304,60 +362,43 @@ class InfinibandCollector:
         port: IbPortReading,
         fallback_rate_gbps: float | None,
     ) -> None:
-        info = device.info
-        topo = info.topology
-        ids = (info.device, str(port.port))
-        out.add(
-            INFO,
-            (
-                *ids,
-                port.link_layer or "",
-                info.board_id or "",
-                info.firmware_version or "",
-                info.hca_type or "",
-                info.node_guid or "",
-                topo.pci_address or "",
-                "" if topo.numa_node is None else str(topo.numa_node),
-                ",".join(str(gpu) for gpu in topo.gpus),
-            ),
-            1,
-        )
+        key = (port.device, port.port)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(device, port)
+        put, own = out.put, plan.port
+        put(INFO, plan.info, 1)
         if port.state_id is not None and port.phys_state_id is not None:
-            out.add(UP, ids, 1 if port.active else 0)
-        out.add(STATE, ids, port.state_id)
-        out.add(PHYS_STATE, ids, port.phys_state_id)
+            put(UP, own, 1 if port.active else 0)
+        put(STATE, own, port.state_id)
+        put(PHYS_STATE, own, port.phys_state_id)
         # A port that is not up reports a leftover rate that means nothing.
         rate = port.rate_gbps if port.rate_gbps is not None else fallback_rate_gbps
         if port.active and rate is not None:
-            out.add(RATE, ids, rate * _BYTES_PER_GBIT)
-        key = (info.device, port.port)
-        if key not in self._expected_cache:
-            self._expected_cache[key] = expected_rate_gbps(self._expected, *key)
-        expected = self._expected_cache[key]
-        if expected is not None:
-            out.add(EXPECTED_RATE, ids, expected * _BYTES_PER_GBIT)
+            put(RATE, own, rate * _BYTES_PER_GBIT)
+        if plan.expected_gbps is not None:
+            put(EXPECTED_RATE, own, plan.expected_gbps * _BYTES_PER_GBIT)
         counters = port.counters
-        for name, (family, direction) in _TRAFFIC.items():
+        for family, name, scale, labels in plan.traffic:
             value = counters.get(name)
-            if value is not None and family == DATA:
-                value *= _DATA_WORD_BYTES
-            out.add(family, (*ids, direction), value)
-        extended = self._extended_errors(port)
-        for name, (error, bits) in PMA_ERROR_COUNTERS.items():
-            value = counters.get(name)
-            wide = extended.get(error)
-            saturated = value is not None and value >= (1 << bits) - 1
-            if saturated and wide is not None:
-                value, saturated = wide, wide >= (1 << 64) - 1
-            if error == "xmit_wait":
-                out.add(XMIT_WAIT, ids, value)
-            else:
-                out.add(ERRORS, (*ids, error), value)
             if value is not None:
-                out.add(SATURATED, (*ids, error), 1 if saturated else 0)
-        out.add(STATE_CHANGES, ids, self._count_state_changes(port))
-        for name, value in sorted(port.hw_counters.items()):
-            out.add(HW_COUNTER, (*ids, name), value)
+                put(family, labels, value * scale)
+        extended = self._extended_errors(port, plan)
+        for name, error, limit, family, labels, saturated_labels in plan.errors:
+            value = counters.get(name)
+            if value is None:
+                continue
+            saturated = value >= limit
+            wide = extended.get(error) if saturated else None
+            if wide is not None:
+                value, saturated = wide, wide >= (1 << 64) - 1
+            put(family, labels, value)
+            put(SATURATED, saturated_labels, 1 if saturated else 0)
+        put(STATE_CHANGES, own, self._count_state_changes(port))
+        if port.hw_counters:
+            hw = self._labels.labels
+            for name, value in sorted(port.hw_counters.items()):
+                put(HW_COUNTER, hw(HW_COUNTER, (*plan.ids, name)), value)
 
     def _log_once(self, key: tuple[str, str], message: str, **fields: object) -> None:
         if key not in self._logged:
@@ -392,7 +433,7 @@ class InfinibandCollector:
             if p.rate_gbps is not None
         }
 
-    def _extended_errors(self, port: IbPortReading) -> Mapping[str, int]:
+    def _extended_errors(self, port: IbPortReading, plan: _PortPlan) -> Mapping[str, int]:
         """64-bit error counters from `perfquery -x`, only for ports with a pinned counter."""
         if self._tools is None:
             return {}
@@ -405,10 +446,7 @@ class InfinibandCollector:
                 link_layer=port.link_layer,
             )
             return {}
-        pinned = any(
-            port.counters.get(name, 0) >= (1 << bits) - 1
-            for name, (_error, bits) in PMA_ERROR_COUNTERS.items()
-        )
+        pinned = any(port.counters.get(entry[0], 0) >= entry[2] for entry in plan.errors)
         if not pinned:
             return {}
         try:
