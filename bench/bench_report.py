@@ -23,17 +23,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from report import render  # noqa: E402
-from report.analysis import analyse  # noqa: E402
-from report.dataset import Window, fetch  # noqa: E402
-from report.fleetsim import FleetSpec, write_openmetrics  # noqa: E402
-from report.promapi import PrometheusClient  # noqa: E402
-from tests.servers import PROMTOOL, prometheus  # noqa: E402
+from report import render
+from report.analysis import analyse
+from report.dataset import Window, fetch
+from report.fleetsim import FleetSpec, write_openmetrics
+from report.promapi import PrometheusClient
+from tests.servers import PROMTOOL, prometheus
 
 
 def spec_from(args: argparse.Namespace) -> FleetSpec:
-    return FleetSpec(nodes=args.nodes, gpus_per_node=8, ib_ports_per_node=args.ib_ports,
-                     hours=args.hours, step_seconds=args.step)
+    return FleetSpec(
+        nodes=args.nodes,
+        gpus_per_node=8,
+        ib_ports_per_node=args.ib_ports,
+        hours=args.hours,
+        step_seconds=args.step,
+    )
 
 
 def generate(args: argparse.Namespace) -> None:
@@ -61,28 +66,58 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         t0 = time.monotonic()
-        subprocess.run([sys.executable, __file__, f"--nodes={args.nodes}",
-                        f"--hours={args.hours}", f"--step={args.step}",
-                        f"--ib-ports={args.ib_ports}", f"--generate-only-to={root / 'fleet.om'}"],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                f"--nodes={args.nodes}",
+                f"--hours={args.hours}",
+                f"--step={args.step}",
+                f"--ib-ports={args.ib_ports}",
+                f"--generate-only-to={root / 'fleet.om'}",
+            ],
+            check=True,
+        )
         size = (root / "fleet.om").stat().st_size
         t1 = time.monotonic()
-        result = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics",
-                                 "--max-block-duration=24h", str(root / "fleet.om"),
-                                 str(root / "data")], capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [
+                PROMTOOL,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--max-block-duration=24h",
+                str(root / "fleet.om"),
+                str(root / "data"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode:
             raise SystemExit(f"backfill failed: {result.stderr}")
         (root / "fleet.om").unlink()
         t2 = time.monotonic()
-        print(f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
-              f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node")
-        print(f"generate: {t1 - t0:.1f} s ({size / 2**30:.2f} GiB OpenMetrics); "
-              f"backfill: {t2 - t1:.1f} s")
-        with prometheus(root / "prom", scrape_configs=[], storage=root / "data",
-                        extra_args=["--storage.tsdb.retention.time=100y",
-                                    "--query.timeout=10m"]) as prom:
-            window = Window(start=spec.end - spec.hours * 3600, end=spec.end,
-                            step=spec.step_seconds, bucket=3600)
+        print(
+            f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
+            f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node"
+        )
+        print(
+            f"generate: {t1 - t0:.1f} s ({size / 2**30:.2f} GiB OpenMetrics); "
+            f"backfill: {t2 - t1:.1f} s"
+        )
+        with prometheus(
+            root / "prom",
+            scrape_configs=[],
+            storage=root / "data",
+            extra_args=["--storage.tsdb.retention.time=100y", "--query.timeout=10m"],
+        ) as prom:
+            window = Window(
+                start=spec.end - spec.hours * 3600,
+                end=spec.end,
+                step=spec.step_seconds,
+                bucket=3600,
+            )
             t3 = time.monotonic()
             dataset = asyncio.run(pull(prom.url, window))
             t4 = time.monotonic()

@@ -31,7 +31,6 @@ class Thresholds:
     idle_tensor_ratio: float = 0.05
     busy_tensor_ratio: float = 0.3
     straggler_fraction: float = 0.5
-    lost_after_seconds: float = 600.0
 
 
 @dataclass
@@ -331,14 +330,16 @@ def reliability(ds: Dataset, t: Thresholds) -> Section:
             section.notes.append(f"{name}: {ds.problems.get(name)}")
         else:
             section.tables[name] = _ranked(values, [column])
-    seen = _values(ds, "gpu_last_seen", GPU, "last_seen")
-    if seen is None:
-        section.notes.append(f"gpu_last_seen: {ds.problems.get('gpu_last_seen')}")
+    lost = _values(ds, "gpu_lost_samples", GPU, "samples")
+    reference = ds.frame("gpu_samples_max")
+    if lost is None or reference is None or reference.empty:
+        _require(section, ds, "gpu_lost_samples", "gpu_samples_max")
     else:
-        latest = seen["last_seen"].max()
-        lost = seen[seen["last_seen"] < latest - t.lost_after_seconds].copy()
-        lost["minutes_missing"] = (latest - lost["last_seen"]) / 60
-        lost["last_seen"] = pd.to_datetime(lost["last_seen"], unit="s", utc=True).dt.strftime(
+        # A healthy GPU has the fleet's full sample count; the shortfall is time missing.
+        full = float(reference["value"].iloc[0])
+        lost["minutes_missing"] = (full - lost.pop("samples")) / full * ds.window.seconds / 60
+        last_seen = ds.window.end - lost["minutes_missing"] * 60
+        lost["last_seen_approx"] = pd.to_datetime(last_seen, unit="s", utc=True).dt.strftime(
             "%Y-%m-%dT%H:%M:%SZ"
         )
         xids = (
@@ -448,7 +449,8 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
             (
                 "drain",
                 r.node,
-                f"GPU {r.gpu} fell off the bus{xid}, last seen {r.last_seen}: reboot the node",
+                f"GPU {r.gpu} fell off the bus{xid}, last seen about {r.last_seen_approx}: "
+                "reboot the node",
             )
         )
     for r in table("Thermal", "thermal_outliers").itertuples():

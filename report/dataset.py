@@ -28,6 +28,7 @@ from report.promapi import PrometheusClient, QueryError, Series
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
+LOST_AFTER_SECONDS = 600.0
 
 _MATCHER = r'\s*[A-Za-z_]\w*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
@@ -138,9 +139,17 @@ def _bucket(
 
 
 def _degraded(w: Window) -> str:
-    rate, up = _sel(w, IB_RATE), _sel(w, IB_UP)
-    below = f"({rate} < bool on() group_left() max({rate}))"
-    return _time_in_state(w, f"{below} * on(node,device,port) {up}") + " > 0"
+    """Time a port ran below the fleet's fastest port (scalar comparison: cheap per step)."""
+    rate = _sel(w, IB_RATE)
+    return _time_in_state(w, f"{rate} < bool scalar(max({rate}))") + " > 0"
+
+
+def _lost(w: Window) -> str:
+    """GPUs with samples in the window but none in the last LOST_AFTER_SECONDS."""
+    return (
+        f"max by (node,gpu,uuid) (count_over_time({_temp(w)}[{_d(w.seconds)}]) "
+        f"unless on(node,gpu,uuid) count_over_time({_temp(w)}[{_d(LOST_AFTER_SECONDS)}]))"
+    )
 
 
 QUERIES: tuple[Query, ...] = (
@@ -197,14 +206,18 @@ QUERIES: tuple[Query, ...] = (
         ),
     ),
     Query(
-        "gpu_last_seen",
+        "gpu_lost_samples",
         "summary",
         GPU,
         (TEMP,),
-        lambda w: (
-            "max by (node,gpu,uuid) "
-            f"(max_over_time(timestamp({_temp(w)})[{_d(w.seconds)}:{_d(w.step)}]))"
-        ),
+        _lost,
+    ),
+    Query(
+        "gpu_samples_max",
+        "summary",
+        (),
+        (TEMP,),
+        lambda w: f"max(count_over_time({_temp(w)}[{_d(w.seconds)}]))",
     ),
     Query(
         "tensor_active",
@@ -252,7 +265,7 @@ QUERIES: tuple[Query, ...] = (
         (IB_UP,),
         lambda w: _time_in_state(w, f"{_sel(w, IB_UP)} == bool 0") + " > 0",
     ),
-    Query("ib_degraded_seconds", "summary", PORT, (IB_RATE, IB_UP), _degraded),
+    Query("ib_degraded_seconds", "summary", PORT, (IB_RATE,), _degraded),
     Query(
         "ib_saturated_seconds",
         "summary",
