@@ -56,19 +56,20 @@ def _node_exporter_ms(url: str) -> float:
     raise RuntimeError("node_exporter reported no infiniband collector duration")
 
 
-def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, int]:
+def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, float, int]:
     """Medians of ours and node_exporter's cost, interleaved so load hits both alike."""
     collector = InfinibandCollector(
         sysfs=InfinibandSysfs(root=root), tools=None, events=DeviceEvents(monitor=None),
         rediscover_seconds=1e9,
     )  # fmt: skip
     series = sum(len(f.samples) for f in collector.collect())
-    ours, theirs = [], []
+    ours, cpu, theirs = [], [], []
     for _ in range(rounds):
         theirs.append(_node_exporter_ms(url))
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         collector.collect()
         ours.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.thread_time() - start_cpu) * 1000)
     collector.close()
     sysfs = InfinibandSysfs(root=root)
     discover = []
@@ -77,14 +78,21 @@ def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, in
         sysfs.discover()
         discover.append((time.perf_counter() - start) * 1000)
     sysfs.close()
-    return statistics.median(ours), statistics.median(theirs), statistics.median(discover), series
+    return (
+        statistics.median(ours),
+        statistics.median(cpu),
+        statistics.median(theirs),
+        statistics.median(discover),
+        series,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
-    print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'node_exporter ms':>16} {'ratio':>6} "
+    print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'ours cpu ms':>11} "
+          f"{'node_exporter ms':>16} {'ratio':>6} "
           f"{'rediscovery ms':>14}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for ports in (8, 16, 32):
@@ -93,8 +101,9 @@ def main() -> int:
             with node_exporter(
                 Path(tmp) / f"ne{ports}", sysfs=root, collectors=["infiniband"]
             ) as ne:
-                ours, theirs, discover, series = _measure(root, ne.url, args.rounds)
-            print(f"{ports:>5} {series:>6} {ours:>8.3f} {theirs:>16.3f} {ours / theirs:>6.2f} "
+                ours, cpu, theirs, discover, series = _measure(root, ne.url, args.rounds)
+            print(f"{ports:>5} {series:>6} {ours:>8.3f} {cpu:>11.3f} "
+                  f"{theirs:>16.3f} {ours / theirs:>6.2f} "
                   f"{discover:>14.3f}")  # fmt: skip
     return 0
 
