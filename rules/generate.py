@@ -377,6 +377,8 @@ def gpu_alerts(config: Config, p: Params) -> list[Alert]:
     expected = q.exporter("fleetwatch_gpu_expected_count")
     ecc = q.exporter("fleetwatch_gpu_ecc_errors_total", 'severity="uncorrected"')
     clock = "fleetwatch_gpu_clock_event_active"
+    # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
+    recovery = q.exporter("fleetwatch_gpu_recovery_action", match("action", "!=", "none"))
     gpu_temp = q.exporter(temp, match("sensor", "=", "gpu"))
     memory_temp = q.exporter(temp, match("sensor", "=", "memory"))
     thermal = q.exporter(clock, match("reason", "=~", "hw_thermal_slowdown|sw_thermal_slowdown"))
@@ -456,12 +458,9 @@ def gpu_alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPURecoveryActionRequested",
-            expr=f"{q.exporter('fleetwatch_gpu_recovery_action')} > 0",
+            expr=f"{recovery} == 1",
             summary="GPU asks for a recovery action on node {{ $labels.node }}",
-            description=(
-                f"{GPU} requests recovery action {{{{ $value }}}} (1 GPU reset, "
-                "2 node reboot, 3 drain peer-to-peer, 4 drain and reset)."
-            ),
+            description=f"{GPU} requests the recovery action {{{{ $labels.action }}}}.",
         ),
         Alert(
             name="GPUTensorCoresIdle",
