@@ -6,7 +6,14 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 from __future__ import annotations
 
-from collectors import gpu, infiniband
+from collectors import gpm, gpu, infiniband, nvlink, podresources, xid
 from collectors.base import CollectorSpec
 
-COLLECTORS: tuple[CollectorSpec, ...] = (gpu.SPEC, infiniband.SPEC)
+COLLECTORS: tuple[CollectorSpec, ...] = (
+    gpu.SPEC,
+    gpm.SPEC,
+    nvlink.SPEC,
+    xid.SPEC,
+    podresources.SPEC,
+    infiniband.SPEC,
+)

@@ -276,4 +276,5 @@ SPEC = CollectorSpec(
     help="GPU identity, temperatures, power, clocks, clock events, memory health, PCIe (NVML)",
     create=_create,
     add_flags=_add_flags,
+    metrics=SPECS,
 )

@@ -38,7 +38,10 @@ def megahertz_to_hertz(value: float | None) -> float | None:
 
 def percent_to_ratio(value: float | None) -> float | None:
     """NVML percentages (0..100) as ratios clamped to 0..1 (GPM can overshoot by rounding)."""
-    return None if value is None else min(1.0, max(0.0, value / 100.0))
+    if value is None:
+        return None
+    # Rounded to what NVML's percentages resolve, so 53.27 % is 0.5327, not 0.5327000000000001.
+    return min(1.0, max(0.0, round(value / 100.0, 6)))
 
 
 def nanoseconds_to_seconds(value: float | None) -> float | None:

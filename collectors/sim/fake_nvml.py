@@ -251,8 +251,7 @@ class FakeNvml:
 
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _Struct:
         gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
-        bus = _DGX_BUSES[gpu] if gpu < len(_DGX_BUSES) else 0x20 + gpu
-        return _Struct({"busId": f"00000000:{bus:02X}:00.0".encode(), "bus": bus})
+        return _Struct({"busId": simulated_pci_bus_id(gpu).encode()})
 
     # -- thermals, power, clocks -----------------------------------------------------------
     def nvmlDeviceGetTemperatureV(self, handle: FakeHandle, sensor: int, version: int = 0) -> int:
@@ -508,3 +507,40 @@ class FakeNvml:
 
     def nvmlEventSetFree(self, events: FakeEventSet) -> None:
         events.freed = True
+
+
+def simulated_pci_bus_id(gpu: int) -> str:
+    """The PCI bus id NVML reports for a simulated GPU (`00000000:18:00.0`)."""
+    bus = _DGX_BUSES[gpu] if gpu < len(_DGX_BUSES) else 0x20 + gpu
+    return f"00000000:{bus:02X}:00.0"
+
+
+class SimulatedKernelLog:
+    """The simulated node's kernel log: an NVRM Xid line per scenario Xid, history included.
+
+    Implements `collectors.sources.kmsg.KernelLog`; unlike NVML events, the kernel log
+    keeps the Xids raised before the reader started.
+    """
+
+    def __init__(self, *, node: SimulatedNode) -> None:
+        self._node = node
+        self._sent = 0
+        self._closed = threading.Event()
+
+    def _new_lines(self) -> list[str]:
+        events = self._node.xid_events()
+        new, self._sent = events[self._sent :], len(events)
+        return [
+            f"NVRM: Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): {xid}, pid='<unknown>', "
+            "name=<unknown>, simulated"
+            for _, gpu, xid in new
+        ]
+
+    def read(self, timeout: float) -> list[str]:
+        lines = self._new_lines()
+        if not lines and not self._closed.wait(timeout):
+            lines = self._new_lines()
+        return lines
+
+    def close(self) -> None:
+        self._closed.set()

@@ -18,6 +18,7 @@ no GPUs; nothing raises.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -196,6 +197,14 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _handle_key(handle: Any) -> Any:
+    """What identifies a device handle: the address a pynvml handle points to."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):  # the fake NVML's handles are plain values
+        return handle
+
+
 def error_name(exc: pynvml.NVMLError) -> str:
     """`NVMLError_Timeout` → `Timeout`: a short, bounded label value."""
     return type(exc).__name__.removeprefix("NVMLError_") or "Unknown"
@@ -249,6 +258,7 @@ class NvmlSource:
         self._started = False
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
+        self._nvlink5: dict[int, bool] = {}
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
 
     def gpus(self) -> tuple[Gpu, ...]:
@@ -416,9 +426,11 @@ class NvmlSource:
         h = gpu.handle
         links = self.nvlinks(gpu)
         extra: dict[Any, float | None] = {}
-        if nvlink5 and links:
+        if nvlink5 and links and self._nvlink5.get(gpu.index, True):
             ids = [(field_id, link) for link in links for field_id in NVLINK5_FIELDS.values()]
             extra = self._fields(calls, h, ids)
+            if extra and all(value is None for value in extra.values()):
+                self._nvlink5[gpu.index] = False  # pre-NVLink5 GPU or driver: stop asking
         readings = []
         for link in links:
             state = calls.get("nvmlDeviceGetNvLinkState", h, link)
@@ -426,7 +438,7 @@ class NvmlSource:
                 name: calls.number("nvmlDeviceGetNvLinkErrorCounter", h, link, code)
                 for name, code in NVLINK_ERROR_COUNTERS.items()
             }
-            if nvlink5:
+            if extra:
                 for name, field_id in NVLINK5_FIELDS.items():
                     errors[name] = extra.get((field_id, link))
             readings.append(
@@ -512,8 +524,9 @@ class NvmlSource:
         return XidEvent(gpu=gpu.index, uuid=gpu.identity.uuid, xid=int(data.eventData))
 
     def _gpu_of(self, handle: Any) -> Gpu | None:
-        uuid = _text(self.lib.nvmlDeviceGetUUID(handle))
-        return next((g for g in self.gpus() if g.identity.uuid == uuid), None)
+        """The GPU of an event's handle, without an NVML call (a lost GPU answers none)."""
+        key = _handle_key(handle)
+        return next((g for g in self.gpus() if _handle_key(g.handle) == key), None)
 
     def free_events(self, event_set: Any) -> None:
         self.lib.nvmlEventSetFree(event_set)

@@ -1,0 +1,172 @@
+"""GPM activity collector: tensor-core, SM and DRAM activity, NVLink throughput (Hopper+).
+
+NVML's GPU Performance Monitoring computes metrics from two samples taken some time
+apart. The collector keeps the previous sample of each GPU between cycles, computes the
+metrics from (previous, current), frees the previous one and keeps the current one, so
+each cycle reports the activity since the last cycle. The first cycle only takes the
+first sample: its families appear from the second cycle on.
+
+A GPU without GPM (A100 and older) has none of these families; that is logged once with
+the way to get tensor activity there (DCGM profiling). While another tool (Nsight, DCGM
+profiling) holds the profiling counters, sampling fails: the collector raises, so the
+engine reports it down with the reason, and it starts over with a fresh pair when the
+counters are free again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any, Final
+
+import pynvml
+from prometheus_client.metrics_core import Metric
+
+from collectors.base import CollectorContext, CollectorSpec
+from collectors.gpu_common import (
+    LostGpus,
+    gpu_labels,
+    mebibytes_to_bytes,
+    percent_to_ratio,
+)
+from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
+
+log = logging.getLogger(__name__)
+
+_ID: Final = ("gpu", "uuid")
+TENSOR = "fleetwatch_gpu_tensor_active_ratio"
+THROUGHPUT = "fleetwatch_nvlink_throughput_bytes_per_second"
+
+SPECS: Final = (
+    MetricSpec(
+        TENSOR,
+        "gauge",
+        "Fraction of time tensor cores were active (pipe=any, or one of hmma, imma, dfma, "
+        "dmma) since the last cycle: the figure that says whether training is busy.",
+        (*_ID, "pipe"),
+    ),
+    MetricSpec("fleetwatch_gpu_sm_active_ratio", "gauge", "Fraction of SMs busy.", _ID),
+    MetricSpec(
+        "fleetwatch_gpu_sm_occupancy_ratio",
+        "gauge",
+        "Resident warps as a fraction of the SMs' maximum.",
+        _ID,
+    ),
+    MetricSpec(
+        "fleetwatch_gpu_dram_active_ratio",
+        "gauge",
+        "DRAM bandwidth used as a fraction of the maximum.",
+        _ID,
+    ),
+    MetricSpec(
+        THROUGHPUT,
+        "gauge",
+        "NVLink traffic of the GPU over all links, by direction.",
+        (*_ID, "direction"),
+    ),
+)
+
+# (GPM metric id, family, extra label values, NVML units → base units)
+_METRICS: Final = (
+    (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, TENSOR, ("any",), percent_to_ratio),
+    (pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, TENSOR, ("hmma",), percent_to_ratio),
+    (pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL, TENSOR, ("imma",), percent_to_ratio),
+    (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, TENSOR, ("dfma",), percent_to_ratio),
+    (pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL, TENSOR, ("dmma",), percent_to_ratio),
+    (pynvml.NVML_GPM_METRIC_SM_UTIL, "fleetwatch_gpu_sm_active_ratio", (), percent_to_ratio),
+    (
+        pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+        "fleetwatch_gpu_sm_occupancy_ratio",
+        (),
+        percent_to_ratio,
+    ),
+    (
+        pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+        "fleetwatch_gpu_dram_active_ratio",
+        (),
+        percent_to_ratio,
+    ),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, THROUGHPUT, ("rx",), mebibytes_to_bytes),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, THROUGHPUT, ("tx",), mebibytes_to_bytes),
+)
+_METRIC_IDS: Final = tuple(entry[0] for entry in _METRICS)
+
+
+class GpmCollector:
+    """Activity from pairs of GPM samples, one pair per GPU per cycle."""
+
+    def __init__(self, *, source: NvmlSource) -> None:
+        self._source = source
+        self._previous: dict[int, Any] = {}
+        self._supported: dict[int, bool] = {}
+        self._lost = LostGpus(collector="gpm")
+
+    def _has_gpm(self, gpu: Gpu) -> bool:
+        supported = self._supported.get(gpu.index)
+        if supported is None:
+            supported = self._supported[gpu.index] = self._source.gpm_supported(gpu)
+            if not supported:
+                log.info(
+                    "GPU has no GPM (A100 or older, or an old driver): no tensor-core activity "
+                    "from NVML; use DCGM profiling (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) there",
+                    extra={"gpu": gpu.index, "name": gpu.identity.name},
+                )
+        return supported
+
+    def collect(self) -> list[Metric]:
+        builder = FamilyBuilder(SPECS)
+        for gpu in self._source.gpus():
+            try:
+                if self._has_gpm(gpu):
+                    self._collect_gpu(builder, gpu)
+            except GpuLostError:
+                self._forget(gpu.index)
+                self._lost.lost(gpu.identity)
+            except pynvml.NVMLError as exc:
+                self.close()
+                raise RuntimeError(
+                    f"GPM sampling failed on GPU {gpu.index} ({error_name(exc)}): another tool "
+                    "(Nsight, DCGM profiling) may hold the profiling counters"
+                ) from exc
+        return builder.families()
+
+    def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu) -> None:
+        current = self._source.gpm_sample(gpu)
+        self._lost.seen(gpu.identity)
+        previous = self._previous.pop(gpu.index, None)
+        self._previous[gpu.index] = current
+        if previous is None:
+            return
+        try:
+            values = self._source.gpm_metrics(previous, current, _METRIC_IDS)
+        finally:
+            self._source.gpm_free(previous)
+        ids = gpu_labels(gpu.identity)
+        for metric_id, family, extra, convert in _METRICS:
+            builder.add(family, (*ids, *extra), convert(values.get(metric_id)))
+
+    def _forget(self, gpu: int) -> None:
+        sample = self._previous.pop(gpu, None)
+        if sample is not None:
+            try:
+                self._source.gpm_free(sample)
+            except pynvml.NVMLError as exc:  # a lost GPU's sample may not free; it is gone
+                log.debug("GPM sample not freed", extra={"gpu": gpu, "reason": error_name(exc)})
+
+    def close(self) -> None:
+        """Free every kept sample (also after a failure, so the next run starts a new pair)."""
+        for gpu in list(self._previous):
+            self._forget(gpu)
+
+
+def _create(context: CollectorContext, args: argparse.Namespace) -> GpmCollector:
+    return GpmCollector(source=context.nvml_source)
+
+
+SPEC = CollectorSpec(
+    name="gpm",
+    help="tensor-core, SM and DRAM activity and NVLink throughput from NVML GPM (Hopper+)",
+    create=_create,
+    metrics=SPECS,
+)

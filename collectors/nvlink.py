@@ -1,0 +1,136 @@
+"""NVLink collector: per-link state and error counters, NVLink5 counters where present.
+
+Links are enumerated by state once per GPU (18 on H100 and B200/GB200 even though NVML
+claims 36; indices past the real count answer InvalidArgument, which means "no such
+link"). Error counters are read per link with `nvmlDeviceGetNvLinkErrorCounter`, never
+the legacy total field values that read 0 on Hopper. With `--collector.nvlink.nvlink5`
+the NVLink5 counters (symbol errors, effective errors, failed recoveries, ...) are read
+too, in one batched field-value call per GPU; a driver without them leaves them absent.
+
+`--collector.nvlink.per-gpu` aggregates per-link series to per GPU for users who need
+fewer series: `fleetwatch_nvlink_links_up` (links up) replaces `fleetwatch_nvlink_up`, and
+the error counters are summed over links (no `link` label).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from typing import Final
+
+from prometheus_client.metrics_core import Metric
+
+from collectors.base import CollectorContext, CollectorSpec
+from collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
+from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.sources.nvml import GpuIdentity, GpuLinksReading, GpuLostError, NvmlSource
+
+_ID: Final = ("gpu", "uuid")
+UP = "fleetwatch_nvlink_up"
+LINKS_UP = "fleetwatch_nvlink_links_up"
+ERRORS = "fleetwatch_nvlink_errors_total"
+FAILURES = nvml_errors_spec("nvlink")
+_ERROR_HELP: Final = (
+    "NVLink errors by kind: replay, recovery, crc_flit, crc_data, ecc_data (per-link "
+    "counters), and the NVLink5 counters symbol, effective, recovery_failed, "
+    "malformed_packet, buffer_overrun where the driver has them."
+)
+
+PER_LINK_SPECS: Final = (
+    MetricSpec(UP, "gauge", "1 when the NVLink is active, 0 when it is down.", (*_ID, "link")),
+    MetricSpec(ERRORS, "counter", _ERROR_HELP, (*_ID, "link", "error")),
+    FAILURES,
+)
+PER_GPU_SPECS: Final = (
+    MetricSpec(LINKS_UP, "gauge", "NVLinks of the GPU that are active.", _ID),
+    MetricSpec(ERRORS, "counter", _ERROR_HELP + " Summed over links.", (*_ID, "error")),
+    FAILURES,
+)
+
+
+class NvLinkCollector:
+    """Per-link (or per-GPU aggregated) NVLink state and error counters."""
+
+    def __init__(self, *, source: NvmlSource, nvlink5: bool, per_gpu: bool) -> None:
+        self._source = source
+        self._nvlink5 = nvlink5
+        self._per_gpu = per_gpu
+        self._failures = NvmlFailures(collector="nvlink", spec=FAILURES)
+        self._lost = LostGpus(collector="nvlink")
+
+    def collect(self) -> list[Metric]:
+        builder = FamilyBuilder(PER_GPU_SPECS if self._per_gpu else PER_LINK_SPECS)
+        for gpu in self._source.gpus():
+            try:
+                reading = self._source.read_nvlinks(gpu, nvlink5=self._nvlink5)
+            except GpuLostError:
+                self._lost.lost(gpu.identity)
+                continue
+            self._lost.seen(gpu.identity)
+            self._failures.record(gpu.identity, reading.failures)
+            if self._per_gpu:
+                add_per_gpu(builder, gpu.identity, reading)
+            else:
+                add_per_link(builder, gpu.identity, reading)
+        self._failures.add_to(builder)
+        return builder.families()
+
+    def close(self) -> None:
+        """Nothing to release: the NVML source is shared."""
+
+
+def add_per_link(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinksReading) -> None:
+    ids = gpu_labels(identity)
+    for link in reading.links:
+        labels = (*ids, str(link.link))
+        builder.add(UP, labels, None if link.up is None else int(link.up))
+        for error, count in link.errors.items():
+            builder.add(ERRORS, (*labels, error), count)
+
+
+def add_per_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinksReading) -> None:
+    ids = gpu_labels(identity)
+    states = [link.up for link in reading.links if link.up is not None]
+    if states:
+        builder.add(LINKS_UP, ids, sum(states))
+    totals: dict[str, float] = defaultdict(float)
+    for link in reading.links:
+        for error, count in link.errors.items():
+            if count is not None:
+                totals[error] += count
+    for error, total in totals.items():
+        builder.add(ERRORS, (*ids, error), total)
+
+
+def _add_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--collector.nvlink.per-gpu",
+        dest="collector_nvlink_per_gpu",
+        action="store_true",
+        help="aggregate NVLink series per GPU instead of per link (18x fewer series)",
+    )
+    group.add_argument(
+        "--collector.nvlink.nvlink5",
+        dest="collector_nvlink_nvlink5",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also read the NVLink5 (Blackwell) per-link counters; absent where the driver "
+        "lacks them (default on)",
+    )
+
+
+def _create(context: CollectorContext, args: argparse.Namespace) -> NvLinkCollector:
+    return NvLinkCollector(
+        source=context.nvml_source,
+        nvlink5=getattr(args, "collector_nvlink_nvlink5", True),
+        per_gpu=getattr(args, "collector_nvlink_per_gpu", False),
+    )
+
+
+SPEC = CollectorSpec(
+    name="nvlink",
+    help="NVLink state and per-link error counters, NVLink5 counters (NVML)",
+    create=_create,
+    add_flags=_add_flags,
+    metrics=(*PER_LINK_SPECS, PER_GPU_SPECS[0]),
+)

@@ -1,0 +1,169 @@
+"""Pod attribution: `fleetwatch_gpu_allocation_info{gpu,uuid,namespace,pod,container}`.
+
+A poller thread asks the kubelet's PodResources API every `--collector.podresources.
+interval` and keeps the latest answer; `collect()` only reads it, so a slow or wedged
+kubelet never blocks or fails the scrape. Join the info series on `gpu`/`uuid` rather
+than stamping pod labels on every GPU series. No socket means no series and no error; a
+failing kubelet is logged when it starts and stops failing, and its stale attribution is
+dropped (a wrong pod on a GPU is worse than none).
+
+Device ids are GPU UUIDs with the NVIDIA device plugin's default strategy, or NVML
+indices with `--device-id-strategy=index`; both are mapped to `gpu` and `uuid`. An id
+that matches no GPU (a MIG device) keeps its id as `uuid` with an empty `gpu`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Final
+
+import grpc
+from prometheus_client.metrics_core import Metric
+
+from collectors.base import CollectorContext, CollectorSpec
+from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.sources.nvml import NvmlSource
+from collectors.sources.podresources import (
+    DEFAULT_RESOURCES,
+    DEFAULT_SOCKET,
+    DeviceAllocation,
+    PodResourcesClient,
+)
+
+log = logging.getLogger(__name__)
+
+ALLOCATION = "fleetwatch_gpu_allocation_info"
+SPECS: Final = (
+    MetricSpec(
+        ALLOCATION,
+        "gauge",
+        "GPU allocated to a pod's container (value 1), from the kubelet PodResources API.",
+        ("gpu", "uuid", "namespace", "pod", "container"),
+    ),
+)
+
+
+class PodResourcesCollector:
+    """Serves the latest allocations the poller thread fetched from the kubelet."""
+
+    def __init__(self, *, client: PodResourcesClient, source: NvmlSource, interval: float) -> None:
+        self._client = client
+        self._source = source
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._allocations: tuple[DeviceAllocation, ...] = ()
+        self._state = "unknown"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._poll_loop, name="podresources", daemon=True
+            )
+            self._thread.start()
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self._interval)
+
+    def poll(self) -> None:
+        """Ask the kubelet once and keep the answer (never raises)."""
+        try:
+            allocations = self._client.list_allocations()
+        except grpc.RpcError as exc:
+            self._set(None, "failing", str(exc))
+        else:
+            state = "absent" if allocations is None else "ok"
+            self._set(allocations, state, str(self._client.socket))
+
+    def _set(self, allocations: list[DeviceAllocation] | None, state: str, detail: str) -> None:
+        with self._lock:
+            self._allocations = tuple(allocations or ())
+            changed, self._state = state != self._state, state
+        if changed:
+            level = logging.WARNING if state == "failing" else logging.INFO
+            log.log(level, "kubelet PodResources: %s", state, extra={"detail": detail})
+
+    def collect(self) -> list[Metric]:
+        self.start()
+        with self._lock:
+            allocations = self._allocations
+        if not allocations:
+            return []
+        by_uuid = {g.identity.uuid: g.identity for g in self._source.gpus()}
+        by_index = {str(g.index): g.identity for g in self._source.gpus()}
+        builder = FamilyBuilder(SPECS)
+        for allocation in allocations:
+            identity = by_uuid.get(allocation.device_id) or by_index.get(allocation.device_id)
+            gpu, uuid = (
+                ("", allocation.device_id)
+                if identity is None
+                else (
+                    str(identity.index),
+                    identity.uuid,
+                )
+            )
+            builder.add(
+                ALLOCATION,
+                (gpu, uuid, allocation.namespace, allocation.pod, allocation.container),
+                1,
+            )
+        return builder.families()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+
+def _add_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--collector.podresources.socket",
+        dest="collector_podresources_socket",
+        type=Path,
+        default=DEFAULT_SOCKET,
+        metavar="PATH",
+        help=f"kubelet PodResources socket (default {DEFAULT_SOCKET})",
+    )
+    group.add_argument(
+        "--collector.podresources.resource-name",
+        dest="collector_podresources_resource_name",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="extended resource whose devices are GPUs; repeat for more "
+        f"(default {', '.join(DEFAULT_RESOURCES)})",
+    )
+    group.add_argument(
+        "--collector.podresources.interval",
+        dest="collector_podresources_interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often to ask the kubelet (default 15)",
+    )
+
+
+def _create(context: CollectorContext, args: argparse.Namespace) -> PodResourcesCollector:
+    interval: float = getattr(args, "collector_podresources_interval", 15.0)
+    resources = getattr(args, "collector_podresources_resource_name", None) or DEFAULT_RESOURCES
+    client = PodResourcesClient(
+        socket=getattr(args, "collector_podresources_socket", DEFAULT_SOCKET),
+        resources=frozenset(resources),
+        timeout=min(5.0, interval),
+    )
+    return PodResourcesCollector(client=client, source=context.nvml_source, interval=interval)
+
+
+SPEC = CollectorSpec(
+    name="podresources",
+    help="which pod holds which GPU, from the kubelet PodResources API",
+    create=_create,
+    add_flags=_add_flags,
+    metrics=SPECS,
+)

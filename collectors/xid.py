@@ -1,0 +1,257 @@
+"""Xid collector: a counter per GPU and Xid, from NVML events and (optionally) the kernel log.
+
+A listener thread waits on NVML events (`nvmlEventSetWait_v2`, short timeouts so it
+stops promptly); with `--collector.xid.kmsg` a second thread reads NVRM Xid lines from the
+kernel log, so Xids raised while NVML events were not registered (before the exporter
+started, or while it was down) are not lost. `collect()` only reads the counters the
+threads keep: it never waits on either source.
+
+The same Xid usually arrives from both sources. `XidLedger` counts it once: an Xid from
+one source cancels one not-yet-matched report of the same GPU and Xid from the other
+source within `--collector.xid.dedup-window`. Kernel-log records carry their own
+timestamp (seconds since boot, the clock `time.monotonic` uses on Linux), so Xids from
+the log's history never cancel a fresh NVML event. The counter of a GPU that fell off the
+bus stays: that Xid 79 is exactly what an operator needs to see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import pynvml
+from prometheus_client.metrics_core import Metric
+
+from collectors.base import CollectorContext, CollectorSpec
+from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.sources.kmsg import KernelLog, KmsgReader, normalize_pci, parse_xid
+from collectors.sources.nvml import NvmlSource, error_name
+
+log = logging.getLogger(__name__)
+
+XID = "fleetwatch_gpu_xid_errors_total"
+SPECS: Final = (
+    MetricSpec(
+        XID,
+        "counter",
+        "Xid errors raised by the GPU, by Xid (from NVML events and, when enabled, the "
+        "kernel log, counted once). Stays after the GPU is lost.",
+        ("gpu", "uuid", "xid"),
+    ),
+)
+Origin = Literal["nvml", "kmsg"]
+_WAIT_MS: Final = 500
+_RETRY_SECONDS: Final = 5.0
+
+
+class XidLedger:
+    """Xid counts by (gpu, uuid, xid), each Xid counted once whichever source saw it first."""
+
+    def __init__(self, *, window: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str, str]] = Counter()
+        self._unmatched: dict[tuple[Origin, str, str], deque[float]] = {}
+        self._last_sequence = -1
+
+    def record(
+        self,
+        *,
+        gpu: str,
+        uuid: str,
+        xid: int,
+        origin: Origin,
+        at: float | None = None,
+        sequence: int | None = None,
+    ) -> bool:
+        """Count one Xid report; False when it duplicates one already counted."""
+        when = self._clock() if at is None else at
+        other: Origin = "kmsg" if origin == "nvml" else "nvml"
+        with self._lock:
+            if sequence is not None:
+                if sequence <= self._last_sequence:  # the same kmsg record read twice
+                    return False
+                self._last_sequence = sequence
+            pending = self._unmatched.get((other, gpu, str(xid)))
+            if pending:
+                while pending and abs(when - pending[0]) > self._window and pending[0] < when:
+                    pending.popleft()  # too old to be the same event
+                if pending and abs(when - pending[0]) <= self._window:
+                    pending.popleft()
+                    return False
+            self._counts[(gpu, uuid, str(xid))] += 1
+            self._unmatched.setdefault((origin, gpu, str(xid)), deque()).append(when)
+            return True
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class XidCollector:
+    """Serves the Xid counters kept by the NVML-event and kernel-log listener threads."""
+
+    def __init__(
+        self, *, source: NvmlSource, kernel_log: KernelLog | None, ledger: XidLedger
+    ) -> None:
+        self._source = source
+        self._kernel_log = kernel_log
+        self.ledger = ledger
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the listener threads (once); `collect()` calls it on first use."""
+        if self._threads:
+            return
+        targets: list[tuple[str, Callable[[], None]]] = [("xid-nvml", self._listen_nvml)]
+        if self._kernel_log is not None:
+            targets.append(("xid-kmsg", self._listen_kmsg))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def collect(self) -> list[Metric]:
+        self.start()
+        builder = FamilyBuilder(SPECS)
+        for labels, count in sorted(self.ledger.counts().items()):
+            builder.add(XID, labels, count)
+        return builder.families()
+
+    def _listen_nvml(self) -> None:
+        event_set: Any = None
+        while not self._stop.is_set():
+            try:
+                if event_set is None:
+                    event_set = self._source.open_xid_events()
+                    if event_set is None:  # no driver or no GPU: nothing will ever come
+                        return
+                event = self._source.wait_xid(event_set, _WAIT_MS)
+            except pynvml.NVMLError as exc:
+                log.warning("waiting for NVML Xid events failed", extra={"reason": error_name(exc)})
+                self._stop.wait(_RETRY_SECONDS)
+                continue
+            if event is not None:
+                self.ledger.record(
+                    gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
+                )
+                log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
+        if event_set is not None:
+            self._source.free_events(event_set)
+
+    def _listen_kmsg(self) -> None:
+        assert self._kernel_log is not None
+        while not self._stop.is_set():
+            try:
+                lines = self._kernel_log.read(1.0)
+            except OSError as exc:
+                log.warning("reading the kernel log failed", extra={"reason": str(exc)})
+                self._stop.wait(_RETRY_SECONDS)
+                continue
+            for line in lines:
+                self._kernel_line(line)
+
+    def _kernel_line(self, line: str) -> None:
+        found = parse_xid(line)
+        if found is None:
+            return
+        by_pci = {normalize_pci(g.identity.pci_bus_id): g.identity for g in self._source.gpus()}
+        identity = by_pci.get(found.pci_bus_id)
+        # A GPU NVML never enumerated (lost before start) is still worth counting.
+        gpu, uuid = ("", "") if identity is None else (str(identity.index), identity.uuid)
+        counted = self.ledger.record(
+            gpu=gpu,
+            uuid=uuid,
+            xid=found.xid,
+            origin="kmsg",
+            at=found.seconds,
+            sequence=found.sequence,
+        )
+        if counted:
+            log.warning(
+                "Xid",
+                extra={
+                    "gpu": gpu,
+                    "pci_bus_id": found.pci_bus_id,
+                    "xid": found.xid,
+                    "origin": "kmsg",
+                },
+            )
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._kernel_log is not None:
+            self._kernel_log.close()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+
+
+def _add_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--collector.xid.kmsg",
+        dest="collector_xid_kmsg",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also count NVRM Xid lines from the kernel log, so Xids from before the exporter "
+        "started are not lost (needs read access to /dev/kmsg; default off, on in the chart)",
+    )
+    group.add_argument(
+        "--collector.xid.kmsg-path",
+        dest="collector_xid_kmsg_path",
+        type=Path,
+        default=Path("/dev/kmsg"),
+        metavar="PATH",
+        help="kernel log device to read (default /dev/kmsg)",
+    )
+    group.add_argument(
+        "--collector.xid.dedup-window",
+        dest="collector_xid_dedup_window",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="an Xid seen by NVML and the kernel log within this many seconds counts once "
+        "(default 10)",
+    )
+
+
+def _kernel_log(context: CollectorContext, args: argparse.Namespace) -> KernelLog | None:
+    if not getattr(args, "collector_xid_kmsg", False):
+        return None
+    if context.simulation is not None:
+        from collectors.sim.fake_nvml import SimulatedKernelLog
+
+        return SimulatedKernelLog(node=context.simulation)
+    path = getattr(args, "collector_xid_kmsg_path", Path("/dev/kmsg"))
+    try:
+        return KmsgReader(path=path)
+    except OSError as exc:
+        log.warning(
+            "kernel log unavailable: Xids come from NVML events only",
+            extra={"path": str(path), "reason": exc.strerror},
+        )
+        return None
+
+
+def _create(context: CollectorContext, args: argparse.Namespace) -> XidCollector:
+    return XidCollector(
+        source=context.nvml_source,
+        kernel_log=_kernel_log(context, args),
+        ledger=XidLedger(window=getattr(args, "collector_xid_dedup_window", 10.0)),
+    )
+
+
+SPEC = CollectorSpec(
+    name="xid",
+    help="Xid errors per GPU from NVML events and, optionally, the kernel log",
+    create=_create,
+    add_flags=_add_flags,
+    metrics=SPECS,
+)
