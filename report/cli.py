@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 import time
 from datetime import datetime
@@ -24,6 +25,21 @@ if TYPE_CHECKING:
     from report.dataset import Dataset, Window
 
 log = logging.getLogger(__name__)
+
+
+_MATCHER = r'\s*[A-Za-z_]\w*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
+
+
+def node_selector(text: str) -> str:
+    """Validate a PromQL label-matcher list (`node=~"rack1-.*"`) and return it braceless."""
+    inner = text.strip().removeprefix("{").removesuffix("}").strip()
+    if inner and not _SELECTOR.fullmatch(inner):
+        raise ValueError(
+            f"invalid node selector {text!r}: expected PromQL label matchers such as "
+            'node=~"rack1-.*" or node!="gpu-7"'
+        )
+    return inner
 
 
 def timestamp(text: str) -> float:
@@ -42,8 +58,6 @@ def timestamp(text: str) -> float:
 
 def selector(text: str) -> str:
     """argparse wrapper around `node_selector`."""
-    from report.dataset import node_selector
-
     try:
         return node_selector(text)
     except ValueError as exc:

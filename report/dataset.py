@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,20 +28,6 @@ from report.promapi import PrometheusClient, QueryError, Series
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
 LOST_AFTER_SECONDS = 600.0
-
-_MATCHER = r'\s*[A-Za-z_]\w*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
-_SELECTOR = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
-
-
-def node_selector(text: str) -> str:
-    """Validate a PromQL label-matcher list (`node=~"rack1-.*"`) and return it braceless."""
-    inner = text.strip().removeprefix("{").removesuffix("}").strip()
-    if inner and not _SELECTOR.fullmatch(inner):
-        raise ValueError(
-            f"invalid node selector {text!r}: expected PromQL label matchers such as "
-            'node=~"rack1-.*" or node!="gpu-7"'
-        )
-    return inner
 
 
 @dataclass(frozen=True, kw_only=True)
