@@ -110,7 +110,7 @@ class GpmCollector:
                 log.info(
                     "GPU has no GPM (A100 or older, or an old driver): no tensor-core activity "
                     "from NVML; use DCGM profiling (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) there",
-                    extra={"gpu": gpu.index, "name": gpu.identity.name},
+                    extra={"gpu": gpu.index, "model": gpu.identity.name},
                 )
         return supported
 

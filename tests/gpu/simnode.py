@@ -1,0 +1,38 @@
+"""A simulated node's NVML for the GPU tests: fake NVML + shared source at a fixed time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client.metrics_core import Metric
+
+from collectors.sim.fake_nvml import FakeNvml
+from collectors.sim.scenario import Fault, load_scenario
+from collectors.sim.world import FixedClock, SimulatedNode
+from collectors.sources.nvml import NvmlSource
+from exporter.render import render_families
+
+
+def simulated(
+    scenario: str = "dgx-h100", *, at: float = 120.0, faults: tuple[Fault, ...] = (), **changes: Any
+) -> tuple[FakeNvml, NvmlSource]:
+    """The fake NVML of a built-in scenario (plus extra faults) frozen at time `at`."""
+    base = load_scenario(scenario)
+    spec = replace(base, faults=base.faults + faults, **changes)
+    fake = FakeNvml(node=SimulatedNode(scenario=spec, clock=FixedClock(at)))
+    return fake, NvmlSource(lib=fake)
+
+
+def samples(families: list[Metric], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Samples of family `name` (counter names without `_total`) by sorted label items."""
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in families
+        if family.name == name.removesuffix("_total")
+        for s in family.samples
+    }
+
+
+def text(families: list[Metric]) -> str:
+    return render_families(families).decode()

@@ -1,0 +1,171 @@
+"""Per-error behaviour through the fake NVML: each failure costs exactly what it should."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pynvml
+import pytest
+
+from collectors.gpm import GpmCollector
+from collectors.gpu import GpuCollector
+from collectors.nvlink import NvLinkCollector
+from collectors.sim.scenario import Fault
+from collectors.sources.nvml import NvmlSource
+from tests.gpu.simnode import samples, simulated
+
+TEMP = "fleetwatch_gpu_temperature_celsius"
+
+
+def gpus_in(families: list, name: str) -> set[str]:
+    return {dict(labels)["gpu"] for labels in samples(families, name)}
+
+
+def test_not_supported_leaves_just_that_value_absent() -> None:
+    fake, source = simulated()
+    fake.fail("nvmlDeviceGetPowerUsage", gpu=2, error=pynvml.NVMLError_NotSupported)
+    families = GpuCollector(source=source, expected_count=8).collect()
+    assert gpus_in(families, "fleetwatch_gpu_power_watts") == {"0", "1", "3", "4", "5", "6", "7"}
+    assert "2" in gpus_in(families, "fleetwatch_gpu_power_limit_watts")
+    assert samples(families, "fleetwatch_gpu_nvml_errors_total") == {}
+
+
+def test_gpu_lost_drops_that_gpu_only(caplog: pytest.LogCaptureFixture) -> None:
+    _, source = simulated(at=100.0)
+    collector = GpuCollector(source=source, expected_count=8)
+    assert samples(collector.collect(), "fleetwatch_gpu_count") == {(): 8.0}
+    lost, lost_source = simulated(at=100.0, faults=(Fault(at=50, kind="gpu_lost", gpu=6),))
+    # The same source after GPU 6 fell off the bus mid-run: identities known, calls fail.
+    lost_source._gpus, lost_source._started = source.gpus(), True
+    lost_source.lib = lost
+    collector = GpuCollector(source=lost_source, expected_count=8)
+    with caplog.at_level(logging.ERROR):
+        families = collector.collect()
+        collector.collect()
+    assert samples(families, "fleetwatch_gpu_count") == {(): 7.0}
+    assert samples(families, "fleetwatch_gpu_expected_count") == {(): 8.0}
+    assert gpus_in(families, TEMP) == {"0", "1", "2", "3", "4", "5", "7"}
+    assert len([r for r in caplog.records if "GPU is lost" in r.getMessage()]) == 1
+
+
+def test_timeout_is_counted_and_other_gpus_keep_reporting() -> None:
+    fake, source = simulated()
+    fake.fail("nvmlDeviceGetFieldValues", gpu=1, error=pynvml.NVMLError_Timeout)
+    collector = GpuCollector(source=source, expected_count=None)
+    collector.collect()
+    families = collector.collect()
+    memory = {dict(k)["gpu"] for k in samples(families, TEMP) if dict(k)["sensor"] == "memory"}
+    assert memory == {"0", "2", "3", "4", "5", "6", "7"}
+    assert "1" in gpus_in(families, TEMP)  # the die temperature comes from another call
+    errors = samples(families, "fleetwatch_gpu_nvml_errors_total")
+    assert [(dict(k)["gpu"], dict(k)["call"], dict(k)["error"], v) for k, v in errors.items()] == [
+        ("1", "nvmlDeviceGetFieldValues", "Timeout", 2.0)
+    ]
+
+
+def test_hung_call_blocks_its_collector_not_the_others() -> None:
+    hang = Fault(at=0, kind="hang", call="nvmlDeviceGetPowerUsage", seconds=1000, gpu=3)
+    fake, source = simulated(faults=(hang,))
+    source.gpus()
+    done = threading.Event()
+    worker = threading.Thread(
+        target=lambda: (GpuCollector(source=source, expected_count=None).collect(), done.set()),
+        daemon=True,
+    )
+    worker.start()
+    try:
+        families = NvLinkCollector(source=source, nvlink5=False, per_gpu=False).collect()
+        assert len(samples(families, "fleetwatch_nvlink_up")) == 8 * 18
+        assert not done.is_set()
+    finally:
+        fake.node.release_hangs()
+    worker.join(timeout=10)
+    assert done.is_set()
+
+
+def test_links_past_the_real_count_are_not_errors() -> None:
+    _, source = simulated("gb200")
+    gpu = source.gpus()[0]
+    assert source.nvlinks(gpu) == tuple(range(18))
+    reading = source.read_nvlinks(gpu, nvlink5=True)
+    assert reading.failures == ()
+    assert len(reading.links) == 18
+
+
+def test_nvlink5_fields_absent_on_hopper() -> None:
+    _, source = simulated("dgx-h100")
+    for _ in range(2):  # the second read no longer asks for them
+        reading = source.read_nvlinks(source.gpus()[0], nvlink5=True)
+        reported = {name for name, value in reading.links[0].errors.items() if value is not None}
+        assert reported == {"replay", "recovery", "crc_flit", "crc_data", "ecc_data"}
+
+
+def test_per_gpu_aggregation() -> None:
+    errors = Fault(at=0, kind="nvlink_errors", gpu=5, link=2, error="crc_flit", per_second=1)
+    down = Fault(at=0, kind="nvlink_down", gpu=5, link=3)
+    _, source = simulated(faults=(errors, down))
+    families = NvLinkCollector(source=source, nvlink5=True, per_gpu=True).collect()
+    links_up = samples(families, "fleetwatch_nvlink_links_up")
+    assert {dict(k)["gpu"]: v for k, v in links_up.items()}["5"] == 17
+    totals = samples(families, "fleetwatch_nvlink_errors_total")
+    crc = {dict(k)["gpu"]: v for k, v in totals.items() if dict(k)["error"] == "crc_flit"}
+    assert crc["5"] == 120
+    assert crc["0"] == 0
+    assert all("link" not in dict(k) for k in totals)
+
+
+def test_gpm_absent_without_support_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    _, source = simulated(gpm_supported=False)
+    collector = GpmCollector(source=source)
+    with caplog.at_level(logging.INFO):
+        assert collector.collect() == []
+        assert collector.collect() == []
+    said = [r for r in caplog.records if "no GPM" in r.getMessage()]
+    assert len(said) == 8
+    assert "DCGM" in said[0].getMessage()
+
+
+def test_gpm_reports_held_counters_and_recovers() -> None:
+    fake, source = simulated()
+    collector = GpmCollector(source=source)
+    collector.collect()
+    assert samples(collector.collect(), "fleetwatch_gpu_tensor_active_ratio")
+    fake.hold_profiling(True)
+    with pytest.raises(RuntimeError, match="profiling counters"):
+        collector.collect()
+    assert fake.live_gpm_samples == 0
+    fake.hold_profiling(False)
+    assert collector.collect() == []  # a new pair starts
+    tensor = samples(collector.collect(), "fleetwatch_gpu_tensor_active_ratio")
+    assert len(tensor) == 8 * 5
+    collector.close()
+    assert fake.live_gpm_samples == 0
+
+
+def test_tensor_activity_follows_the_fault() -> None:
+    low = Fault(at=0, kind="tensor_active", gpu=4, value=0.05)
+    _, source = simulated(faults=(low,))
+    collector = GpmCollector(source=source)
+    collector.collect()
+    tensor = samples(collector.collect(), "fleetwatch_gpu_tensor_active_ratio")
+    any_pipe = {dict(k)["gpu"]: v for k, v in tensor.items() if dict(k)["pipe"] == "any"}
+    assert any_pipe["4"] == 0.05
+    assert any_pipe["0"] > 0.5
+
+
+def test_nvml_init_once_per_source() -> None:
+    fake, source = simulated()
+    GpuCollector(source=source, expected_count=None).collect()
+    NvLinkCollector(source=source, nvlink5=True, per_gpu=False).collect()
+    assert fake.init_calls == 1
+
+
+def test_no_driver_real_pynvml(caplog: pytest.LogCaptureFixture) -> None:
+    source = NvmlSource(lib=pynvml)
+    with caplog.at_level(logging.WARNING):
+        assert GpuCollector(source=source, expected_count=None).collect() == []
+        assert GpmCollector(source=source).collect() == []
+        assert NvLinkCollector(source=source, nvlink5=True, per_gpu=False).collect() == []
+    said = [r for r in caplog.records if "no NVIDIA driver" in r.getMessage()]
+    assert len(said) == 1

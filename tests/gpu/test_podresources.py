@@ -1,0 +1,130 @@
+"""PodResources attribution against a real gRPC server on a temporary unix socket."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from collectors.podresources import PodResourcesCollector
+from collectors.sources import podresources_pb2 as pb
+from collectors.sources import podresources_pb2_grpc as pb_grpc
+from collectors.sources.podresources import DEFAULT_RESOURCES, PodResourcesClient
+from tests.gpu.simnode import samples, simulated
+
+ALLOCATION = "fleetwatch_gpu_allocation_info"
+
+
+class Kubelet(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+    """Answers List with whatever the test sets in `response`."""
+
+    def __init__(self) -> None:
+        self.response = pb.ListPodResourcesResponse()
+
+    def List(self, request: Any, context: Any) -> Any:
+        return self.response
+
+
+@pytest.fixture(scope="module")
+def kubelet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kubelet, Path]]:
+    socket = tmp_path_factory.mktemp("kubelet") / "kubelet.sock"
+    servicer = Kubelet()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    try:
+        yield servicer, socket
+    finally:
+        server.stop(grace=None).wait()
+
+
+def pod(name: str, container: str, resource: str, *devices: str) -> Any:
+    return pb.PodResources(
+        name=name,
+        namespace="training",
+        containers=[
+            pb.ContainerResources(
+                name=container,
+                devices=[pb.ContainerDevices(resource_name=resource, device_ids=list(devices))],
+            )
+        ],
+    )
+
+
+def collector_for(socket: Path) -> PodResourcesCollector:
+    _, source = simulated()
+    client = PodResourcesClient(socket=socket, resources=frozenset(DEFAULT_RESOURCES), timeout=5)
+    return PodResourcesCollector(client=client, source=source, interval=3600)
+
+
+def test_allocations_by_uuid_and_index(kubelet: tuple[Kubelet, Path]) -> None:
+    servicer, socket = kubelet
+    collector = collector_for(socket)
+    uuid3 = collector._source.gpus()[3].identity.uuid
+    servicer.response = pb.ListPodResourcesResponse(
+        pod_resources=[
+            pod("llama-0", "trainer", "nvidia.com/gpu", uuid3, "5"),
+            pod("web", "nginx", "example.com/fpga", "fpga0"),
+        ]
+    )
+    collector.poll()
+    found = {
+        (dict(k)["gpu"], dict(k)["pod"], dict(k)["container"]): v
+        for k, v in samples(collector.collect(), ALLOCATION).items()
+    }
+    collector.close()
+    assert found == {("3", "llama-0", "trainer"): 1.0, ("5", "llama-0", "trainer"): 1.0}
+
+
+def test_oversized_response(kubelet: tuple[Kubelet, Path]) -> None:
+    servicer, socket = kubelet
+    pods = [
+        pod(f"pod-{n:05d}-{'x' * 200}", "main", "nvidia.com/gpu", f"MIG-{n}") for n in range(20000)
+    ]
+    servicer.response = pb.ListPodResourcesResponse(pod_resources=pods)
+    assert servicer.response.ByteSize() > 4 * 1024 * 1024
+    # gRPC's default 4 MiB receive limit fails on this answer.
+    with (
+        grpc.insecure_channel(f"unix://{socket}") as channel,
+        pytest.raises(grpc.RpcError) as failed,
+    ):
+        pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=10)
+    assert failed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    collector = collector_for(socket)
+    collector.poll()
+    assert len(samples(collector.collect(), ALLOCATION)) == 20000
+
+
+def test_no_socket_means_no_series_and_no_error(tmp_path: Path) -> None:
+    collector = collector_for(tmp_path / "missing.sock")
+    collector.poll()
+    assert collector.collect() == []
+
+
+def test_socket_that_disappears(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    socket = tmp_path / "kubelet.sock"
+    servicer = Kubelet()
+    servicer.response = pb.ListPodResourcesResponse(
+        pod_resources=[pod("job", "main", "nvidia.com/gpu", "0")]
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    pb_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    collector = collector_for(socket)
+    try:
+        collector.poll()
+        assert len(samples(collector.collect(), ALLOCATION)) == 1
+    finally:
+        server.stop(grace=None).wait()
+    if socket.exists():  # a dead kubelet can leave its socket file behind: the call fails
+        collector.poll()
+        assert collector.collect() == []
+        socket.unlink()
+    collector.poll()
+    assert collector.collect() == []
