@@ -23,6 +23,8 @@ CATALOG = ROOT / "docs" / "metrics.md"
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 _OUR_NAME = re.compile(r"(?<![\w:])((?:[a-z_]+:)?fleetwatch_[a-z0-9_]+(?::[a-z0-9_]+)?)(?![\w:])")
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
 
 
@@ -48,8 +50,13 @@ def dashboards_generator() -> ModuleType:
 
 
 def metric_names(expr: str) -> set[str]:
-    """fleetwatch metric and recording-rule names an expression reads (strings ignored)."""
-    return set(_OUR_NAME.findall(_STRING.sub('""', expr)))
+    """fleetwatch metric and recording-rule names an expression reads.
+
+    Strings, label matchers (`{...}`) and label lists (`by (...)`, `on (...)`, ...) are
+    dropped first, so label names such as `fleetwatch_taint` are not taken for metrics.
+    """
+    text = _LABEL_LIST.sub(" ", _MATCHERS.sub(" ", _STRING.sub('""', expr)))
+    return set(_OUR_NAME.findall(text))
 
 
 def catalog_names() -> set[str]:
