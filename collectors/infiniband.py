@@ -553,4 +553,5 @@ SPEC = CollectorSpec(
     help="InfiniBand/RoCE ports: state, rate, counters, saturation, flaps, topology",
     create=create,
     add_flags=_add_flags,
+    metrics=SPECS,
 )

@@ -15,8 +15,12 @@ from exporter.flagtypes import duration, listen_address
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=60,
-        env=env, check=False,
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
     )
 
 
@@ -85,7 +89,8 @@ def test_environment_fills_flags_and_command_line_wins(monkeypatch: pytest.Monke
 
 def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     result = run_cli(
-        "export", "--simulate=dgx-h100",
+        "export",
+        "--simulate=dgx-h100",
         env={"FLEETWATCH_COLLECTION_INTERVAL": "often", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2

@@ -179,17 +179,24 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
 
 async def test_stale_series_are_dropped_after_max_staleness() -> None:
     raising = Raising("raising")
+    now = [1000.0]
     engine = Engine(
-        collectors=[scheduled(raising, interval=0.1, timeout=0.1)],
-        max_staleness=0.3,
+        collectors=[scheduled(raising, interval=0.05, timeout=1.0)],
+        max_staleness=30.0,
         hang_timeout=5.0,
         version="test",
+        clock=lambda: now[0],
     )
     await engine.start()
     try:
-        await poll(lambda: raising.calls >= 2)
+        await poll(lambda: engine.states[0].errors >= 1)
+        # Failing, but its last good series are younger than max_staleness: still served.
+        assert b'test_raising_value{k="a"} 1.0' in engine.exposition()
+        assert b'fleetwatch_collector_up{collector="raising"} 0.0' in engine.exposition()
+        now[0] += 29.0
         assert b"test_raising_value" in engine.exposition()
-        await poll(lambda: b"test_raising_value" not in engine.exposition(), timeout=5)
+        now[0] += 2.0
+        assert b"test_raising_value" not in engine.exposition()
         assert b'fleetwatch_collector_up{collector="raising"} 0.0' in engine.exposition()
     finally:
         await engine.stop()

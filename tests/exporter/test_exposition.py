@@ -28,6 +28,13 @@ from exporter.settings import ExportSettings
 from tests import servers
 from tests.golden import assert_golden
 
+# promtool's naming heuristics object to three names the metric contract (DESIGN.md) fixes
+# and every rule, dashboard and report uses; anything else it reports fails the test.
+CONTRACT_LINT = {
+    'fleetwatch_gpu_count non-histogram and non-summary metrics should not have "_count" suffix',
+    "fleetwatch_infiniband_hw_counter_total metric name should not include type 'counter'",
+    "fleetwatch_infiniband_port_counter_saturated metric name should not include type 'counter'",
+}
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
 FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
 
@@ -67,15 +74,23 @@ def test_every_collector_declares_its_metrics() -> None:
         assert spec.metrics, f"collector {spec.name} declares no metrics in its CollectorSpec"
 
 
-def test_catalog_lists_exactly_what_collectors_can_emit() -> None:
+def tainter_names() -> set[str]:
+    """Exposition names of the tainter's families (served by `fleetwatch taint`)."""
+    from tainter.metrics import TainterMetrics
+
+    suffix = {"counter": "_total"}
+    return {f.name + suffix.get(f.type, "") for f in TainterMetrics().registry.collect()}
+
+
+def test_catalog_lists_exactly_what_fleetwatch_can_emit() -> None:
     declared = {m.name for spec in COLLECTORS for m in spec.metrics}
-    declared |= {m.name for m in SELF_METRICS}
+    declared |= {m.name for m in SELF_METRICS} | tainter_names()
     catalog = catalog_names()
     assert sorted(declared - catalog) == [], "families missing from docs/metrics.md"
     assert sorted(catalog - declared) == [], "docs/metrics.md lists families nothing emits"
 
 
-@pytest.mark.parametrize(("scenario", "at"), [("dgx-h100", 600.0), ("demo", 120.0)])
+@pytest.mark.parametrize(("scenario", "at"), [("dgx-h100", 600.0), ("demo", 56.0)])
 def test_emitted_families_are_catalogued(scenario: str, at: float, tmp_path: Path) -> None:
     text = collect_node(scenario, at, tmp_path)
     emitted = {name for name, _type in FAMILY.findall(text)}
@@ -132,6 +147,7 @@ def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Ser
         timeout=60,
         check=False,
     )
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
-    assert result.stdout.decode().strip() == "", result.stdout.decode()
+    findings = set((result.stdout + result.stderr).decode().strip().splitlines())
+    assert findings - CONTRACT_LINT == set(), "promtool check metrics found problems"
+    assert result.returncode in (0, 3)
     assert b"fleetwatch_collector_up" in body

@@ -90,7 +90,7 @@ def test_ib_fault_on_unknown_device_or_port(tmp_path: Path) -> None:
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(str(write(tmp_path, "gpus: [8\n")))
-    with pytest.raises(ScenarioError, match="cannot read scenario .* built-in scenarios: "):
+    with pytest.raises(ScenarioError, match=r"cannot read scenario .* built-in scenarios: "):
         load_scenario(str(tmp_path / "absent.yaml"))
     with pytest.raises(ScenarioError, match=r"\(top level\): expected a mapping"):
         load_scenario(str(write(tmp_path, "- 1\n- 2\n")))
