@@ -253,46 +253,42 @@ def fleetwatch_export(
     *,
     simulate: str,
     args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """`fleetwatch export --simulate SCENARIO` as a real process on a free loopback port."""
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "exporter",
-        "export",
-        f"--web.listen-address=127.0.0.1:{port}",
-        f"--simulate={simulate}",
-        "--log.format=json",
-        *args,
-    ]
-    with _running(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        ready_path="/readyz",
-        workdir=workdir,
-        name="fleetwatch-export",
-        env=env,
+    """`fleetwatch export --simulate SCENARIO` as a real process, ready at /readyz."""
+    with fleetwatch_command(
+        workdir, command="export", args=[f"--simulate={simulate}", *args], ready_path="/readyz"
     ) as server:
         yield server
 
 
 @contextlib.contextmanager
 def fleetwatch_command(
-    workdir: Path, *, command: str, args: Sequence[str] = (), ready_path: str = "/healthz",
+    workdir: Path,
+    *,
+    command: str,
+    args: Sequence[str] = (),
+    ready_path: str = "/healthz",
 ) -> Iterator[Server]:
     """`fleetwatch COMMAND --web.listen-address=127.0.0.1:PORT ARGS` as a real process
     (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
-        sys.executable, "-m", "exporter", command, f"--web.listen-address=127.0.0.1:{port}",
-        "--log.format=json", *args,
+        sys.executable,
+        "-m",
+        "exporter",
+        command,
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.format=json",
+        *args,
     ]
-    with _running(argv, url=f"http://127.0.0.1:{port}", ready_path=ready_path,
-                  workdir=workdir, name=f"fleetwatch-{command}") as server:
+    with _running(
+        argv,
+        url=f"http://127.0.0.1:{port}",
+        ready_path=ready_path,
+        workdir=workdir,
+        name=f"fleetwatch-{command}",
+    ) as server:
         yield server
 
 
