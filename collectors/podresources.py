@@ -1,7 +1,7 @@
 """Pod attribution: `fleetwatch_gpu_allocation_info{gpu,uuid,namespace,pod,container}`.
 
-A poller thread asks the kubelet's PodResources API every `--collector.podresources.
-interval` and keeps the latest answer; `collect()` only reads it, so a slow or wedged
+A poller thread asks the kubelet's PodResources API every
+`--collector.podresources.refresh-interval` and keeps the latest answer; `collect()` only reads it, so a slow or wedged
 kubelet never blocks or fails the scrape. Join the info series on `gpu`/`uuid` rather
 than stamping pod labels on every GPU series. No socket means no series and no error; a
 failing kubelet is logged when it starts and stops failing, and its stale attribution is
@@ -140,8 +140,8 @@ def _add_flags(group: argparse._ArgumentGroup) -> None:
         f"(default {', '.join(DEFAULT_RESOURCES)})",
     )
     group.add_argument(
-        "--collector.podresources.interval",
-        dest="collector_podresources_interval",
+        "--collector.podresources.refresh-interval",
+        dest="collector_podresources_refresh_interval",
         type=float,
         default=15.0,
         metavar="SECONDS",
@@ -150,7 +150,7 @@ def _add_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def _create(context: CollectorContext, args: argparse.Namespace) -> PodResourcesCollector:
-    interval: float = getattr(args, "collector_podresources_interval", 15.0)
+    interval: float = getattr(args, "collector_podresources_refresh_interval", 15.0)
     resources = getattr(args, "collector_podresources_resource_name", None) or DEFAULT_RESOURCES
     client = PodResourcesClient(
         socket=getattr(args, "collector_podresources_socket", DEFAULT_SOCKET),
