@@ -1,11 +1,12 @@
 """Pod attribution: `fleetwatch_gpu_allocation_info{gpu,uuid,namespace,pod,container}`.
 
 A poller thread asks the kubelet's PodResources API every
-`--collector.podresources.refresh-interval` and keeps the latest answer; `collect()` only reads it, so a slow or wedged
-kubelet never blocks or fails the scrape. Join the info series on `gpu`/`uuid` rather
-than stamping pod labels on every GPU series. No socket means no series and no error; a
-failing kubelet is logged when it starts and stops failing, and its stale attribution is
-dropped (a wrong pod on a GPU is worse than none).
+`--collector.podresources.refresh-interval` and keeps the latest answer; `collect()`
+only reads it, so a slow or wedged kubelet never blocks or fails the scrape. Join the
+info series on `gpu`/`uuid` rather than stamping pod labels on every GPU series. No
+socket means no series and no error; a failing kubelet is logged when it starts and
+stops failing, and its stale attribution is dropped (a wrong pod on a GPU is worse than
+none).
 
 Device ids are GPU UUIDs with the NVIDIA device plugin's default strategy, or NVML
 indices with `--device-id-strategy=index`; both are mapped to `gpu` and `uuid`. An id
