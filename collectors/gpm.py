@@ -29,7 +29,7 @@ from collectors.gpu_common import (
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
 from collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class GpmCollector:
         self._previous: dict[int, Any] = {}
         self._supported: dict[int, bool] = {}
         self._lost = LostGpus(collector="gpm")
+        self._labels = LabelCache(SPECS)
 
     def _has_gpm(self, gpu: Gpu) -> bool:
         supported = self._supported.get(gpu.index)
@@ -115,7 +116,7 @@ class GpmCollector:
         return supported
 
     def collect(self) -> list[Metric]:
-        builder = FamilyBuilder(SPECS)
+        builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:
                 if self._has_gpm(gpu):

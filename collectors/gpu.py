@@ -32,7 +32,7 @@ from collectors.gpu_common import (
     nvml_errors_spec,
     percent_to_ratio,
 )
-from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
 from collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     GpuIdentity,
@@ -191,9 +191,10 @@ class GpuCollector:
         self._expected = expected_count
         self._failures = NvmlFailures(collector="gpu", spec=ERRORS)
         self._lost = LostGpus(collector="gpu")
+        self._labels = LabelCache(SPECS)
 
     def collect(self) -> list[Metric]:
-        builder = FamilyBuilder(SPECS)
+        builder = FamilyBuilder(self._labels)
         gpus = self._source.gpus()
         visible = 0
         for gpu in gpus:

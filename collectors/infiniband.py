@@ -28,10 +28,9 @@ from functools import partial
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
 
 from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import MetricSpec
+from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
 from collectors.sources.ibtools import IbToolError, IbTools
 from collectors.sources.sysfs import (
     PMA_ERROR_COUNTERS,
@@ -167,52 +166,6 @@ def expected_rate_gbps(rates: Iterable[ExpectedRate], device: str, port: int) ->
     return None
 
 
-class _LabelCache:
-    """Label dicts by (family, label values), checked against the spec table once.
-
-    A port's label sets are the same every cycle, so each is validated and turned into a
-    dict once (per discovery) and reused; this is most of what makes a collection cheap.
-    """
-
-    def __init__(self, specs: Iterable[MetricSpec]) -> None:
-        self.specs = {spec.name: spec for spec in specs}
-        self._cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-
-    def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
-        key = (family, values)
-        found = self._cache.get(key)
-        if found is None:
-            names = self.specs[family].labels
-            if len(values) != len(names):
-                raise ValueError(f"{family}: expected labels {names}, got {values}")
-            found = self._cache[key] = dict(zip(names, values, strict=True))
-        return found
-
-    def clear(self) -> None:
-        self._cache.clear()
-
-
-class _Families:
-    """Families of one collection (the `FamilyBuilder` contract, with cached label dicts)."""
-
-    def __init__(self, cache: _LabelCache) -> None:
-        self._specs = cache.specs
-        self._families: dict[str, Metric] = {}
-
-    def put(self, name: str, labels: dict[str, str], value: float | None) -> None:
-        """Add one sample; `value=None` means the hardware did not report it (skipped)."""
-        if value is None:
-            return
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = self._specs[name].new_family()
-        family.samples.append(Sample(name, labels, float(value)))
-
-    def families(self) -> list[Metric]:
-        """Families with at least one sample, in spec order."""
-        return [self._families[name] for name in self._specs if name in self._families]
-
-
 @dataclass(frozen=True)
 class _PortPlan:
     """Everything about a port's samples that does not change between discoveries."""
@@ -249,7 +202,7 @@ class InfinibandCollector:
         self._event_counts: dict[tuple[str, str], int] = {}
         self._last_state: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self._state_changes: dict[tuple[str, int], int] = {}
-        self._labels = _LabelCache(SPECS)
+        self._labels = LabelCache(SPECS)
         self._plans: dict[tuple[str, int], _PortPlan] = {}
         if tools is None:
             log.info("infiniband-diags not found: reading InfiniBand from sysfs alone")
@@ -307,7 +260,7 @@ class InfinibandCollector:
 
     # -- mapping ------------------------------------------------------------------------
     def _families(self, reading: IbReading) -> list[Metric]:
-        out = _Families(self._labels)
+        out = FamilyBuilder(self._labels)
         fallback = self._ibstat_rates(reading)
         for device in reading.devices:
             for port in device.ports:
@@ -357,7 +310,7 @@ class InfinibandCollector:
 
     def _add_port(
         self,
-        out: _Families,
+        out: FamilyBuilder,
         device: IbDeviceReading,
         port: IbPortReading,
         fallback_rate_gbps: float | None,

@@ -4,6 +4,11 @@ Collectors declare each family once (`MetricSpec`: name, type, help, label names
 samples by label values; the builder checks the label count, skips absent values (a value
 the hardware does not report is absent, never a fake 0) and returns only families that
 have samples.
+
+A device's label sets are the same every cycle, so a collector keeps one `LabelCache`
+across collections: each label set is checked against its spec and turned into a dict
+once, then reused. That, and appending samples directly, is most of what keeps a
+collection cheap (prometheus_client's `add_metric` rebuilds the dict every call).
 """
 
 from __future__ import annotations
@@ -12,11 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 MetricKind = Literal["gauge", "counter"]
 
@@ -36,29 +38,55 @@ class MetricSpec:
         return GaugeMetricFamily(self.name, self.help, labels=self.labels)
 
 
+class LabelCache:
+    """Label dicts by (family, label values), checked against the spec table once.
+
+    Keep one per collector and `clear()` it when devices are re-discovered, so label
+    sets of vanished devices do not accumulate.
+    """
+
+    def __init__(self, specs: Iterable[MetricSpec]) -> None:
+        self.specs = {spec.name: spec for spec in specs}
+        self._cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+    def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
+        """The (shared, not to be mutated) label dict of one sample."""
+        key = (family, values)
+        found = self._cache.get(key)
+        if found is None:
+            names = self.specs[family].labels
+            if len(values) != len(names):
+                raise ValueError(f"{family}: expected labels {names}, got {values}")
+            found = self._cache[key] = dict(zip(names, values, strict=True))
+        return found
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+
 class FamilyBuilder:
     """Accumulates samples for a fixed table of specs during one collection."""
 
-    def __init__(self, specs: Iterable[MetricSpec]) -> None:
-        self._specs = {spec.name: spec for spec in specs}
+    def __init__(self, specs: Iterable[MetricSpec] | LabelCache) -> None:
+        self._cache = specs if isinstance(specs, LabelCache) else LabelCache(specs)
+        self._specs = self._cache.specs
         self._families: dict[str, Metric] = {}
 
     def add(self, name: str, labels: Sequence[str], value: float | None) -> None:
         """Add one sample; `value=None` means the hardware did not report it (skipped)."""
         if value is None:
             return
-        spec = self._specs[name]
-        if len(labels) != len(spec.labels):
-            raise ValueError(f"{name}: expected labels {spec.labels}, got {tuple(labels)}")
+        self.put(name, self._cache.labels(name, tuple(labels)), value)
+
+    def put(self, name: str, labels: dict[str, str], value: float | None) -> None:
+        """Add one sample whose label dict came from the same `LabelCache`."""
+        if value is None:
+            return
         family = self._families.get(name)
         if family is None:
-            family = self._families[name] = spec.new_family()
-        family.add_metric(list(labels), float(value))  # type: ignore[attr-defined]
+            family = self._families[name] = self._specs[name].new_family()
+        family.samples.append(Sample(name, labels, float(value)))
 
     def families(self) -> list[Metric]:
         """Families with at least one sample, in spec order."""
         return [self._families[name] for name in self._specs if name in self._families]
-
-
-def specs_by_name(specs: Iterable[MetricSpec]) -> dict[str, MetricSpec]:
-    return {spec.name: spec for spec in specs}

@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import Metric
 
 from collectors.base import CollectorContext, CollectorSpec
 from collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
-from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
 from collectors.sources.nvml import GpuIdentity, GpuLinksReading, GpuLostError, NvmlSource
 
 _ID: Final = ("gpu", "uuid")
@@ -57,9 +57,10 @@ class NvLinkCollector:
         self._per_gpu = per_gpu
         self._failures = NvmlFailures(collector="nvlink", spec=FAILURES)
         self._lost = LostGpus(collector="nvlink")
+        self._labels = LabelCache(PER_GPU_SPECS if per_gpu else PER_LINK_SPECS)
 
     def collect(self) -> list[Metric]:
-        builder = FamilyBuilder(PER_GPU_SPECS if self._per_gpu else PER_LINK_SPECS)
+        builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:
                 reading = self._source.read_nvlinks(gpu, nvlink5=self._nvlink5)

@@ -29,7 +29,7 @@ import pynvml
 from prometheus_client.metrics_core import Metric
 
 from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
 from collectors.sources.kmsg import KernelLog, KmsgReader, normalize_pci, parse_xid
 from collectors.sources.nvml import NvmlSource, error_name
 
@@ -106,6 +106,7 @@ class XidCollector:
         self.ledger = ledger
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._labels = LabelCache(SPECS)
 
     def start(self) -> None:
         """Start the listener threads (once); `collect()` calls it on first use."""
@@ -121,7 +122,7 @@ class XidCollector:
 
     def collect(self) -> list[Metric]:
         self.start()
-        builder = FamilyBuilder(SPECS)
+        builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
             builder.add(XID, labels, count)
         return builder.families()
