@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 DEBIAN_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags
-                 prometheus-node-exporter chromium)
+                 prometheus-node-exporter chromium wrk)
 VENV=.venv
 
 missing_debian_packages() {

@@ -39,7 +39,10 @@ class Renderer:
     """Renders families to exposition bytes, reusing formatted label prefixes between calls."""
 
     def __init__(self) -> None:
-        self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        # Keyed by the label dict's identity: collectors reuse one dict per label set
+        # (collectors.metrics.LabelCache), and the entry holds the dict so the id stays
+        # its own. A fresh dict each cycle only costs a miss.
+        self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         self._headers: dict[tuple[str, str, str], str] = {}
 
     def _header(self, family: Metric) -> str:
@@ -54,15 +57,16 @@ class Renderer:
         return header
 
     def _prefix(self, name: str, labels: dict[str, str]) -> str:
-        key = (name, tuple(labels.items()))
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            if labels:
-                body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
-                prefix = f"{name}{{{body}}} "
-            else:
-                prefix = f"{name} "
-            self._prefixes[key] = prefix
+        key = (name, id(labels))
+        hit = self._prefixes.get(key)
+        if hit is not None and hit[0] is labels:
+            return hit[1]
+        if labels:
+            body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
+            prefix = f"{name}{{{body}}} "
+        else:
+            prefix = f"{name} "
+        self._prefixes[key] = (labels, prefix)
         return prefix
 
     def render(self, families: Iterable[Metric]) -> bytes:
