@@ -21,7 +21,6 @@ import threading
 from pathlib import Path
 from typing import Final
 
-import grpc
 from prometheus_client.metrics_core import Metric
 
 from collectors.base import CollectorContext, CollectorSpec
@@ -32,6 +31,7 @@ from collectors.sources.podresources import (
     DEFAULT_SOCKET,
     DeviceAllocation,
     PodResourcesClient,
+    PodResourcesError,
 )
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class PodResourcesCollector:
         """Ask the kubelet once and keep the answer (never raises)."""
         try:
             allocations = self._client.list_allocations()
-        except grpc.RpcError as exc:
+        except PodResourcesError as exc:
             self._set(None, "failing", str(exc))
         else:
             state = "absent" if allocations is None else "ok"

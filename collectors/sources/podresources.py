@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import grpc
-
-from collectors.sources import podresources_pb2, podresources_pb2_grpc
-
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_RESOURCES: Final = ("nvidia.com/gpu",)
 MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
@@ -34,6 +30,10 @@ class DeviceAllocation:
     device_id: str
 
 
+class PodResourcesError(Exception):
+    """The kubelet socket is there but the List call failed (the gRPC status is the message)."""
+
+
 class PodResourcesClient:
     """Lists device allocations from the kubelet, one short-lived channel per call."""
 
@@ -45,17 +45,27 @@ class PodResourcesClient:
     def list_allocations(self) -> list[DeviceAllocation] | None:
         """Allocations of the watched resources; None when there is no kubelet socket.
 
-        Raises `grpc.RpcError` when the kubelet is there but the call fails.
+        Raises `PodResourcesError` when the kubelet is there but the call fails.
         """
         if not self.socket.exists():
             return None
+        # gRPC and the generated stubs cost ~12 MB of RSS: load them only on nodes that
+        # have a kubelet socket, never on Slurm nodes or under simulation without one.
+        import grpc
+
+        from collectors.sources import podresources_pb2, podresources_pb2_grpc
+
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.enable_http_proxy", 0),
         ]
-        with grpc.insecure_channel(f"unix://{self.socket}", options=options) as channel:
-            stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
-            response = stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=self._timeout)
+        try:
+            with grpc.insecure_channel(f"unix://{self.socket}", options=options) as channel:
+                stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
+                request = podresources_pb2.ListPodResourcesRequest()
+                response = stub.List(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise PodResourcesError(str(exc)) from exc
         return [
             DeviceAllocation(
                 namespace=pod.namespace,
