@@ -55,6 +55,12 @@ class CollectorContext:
         """The one NVML source of the process, shared by every GPU collector (one nvmlInit)."""
         return NvmlSource(lib=self.nvml)
 
+    def close(self) -> None:
+        """Release what the collectors shared (NVML), after every collector closed."""
+        source: NvmlSource | None = self.__dict__.get("nvml_source")
+        if source is not None:
+            source.shutdown()
+
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorSpec:

@@ -139,6 +139,7 @@ def run_export(args: argparse.Namespace) -> int:
                 asyncio.run(serve(settings, collectors, context))
             finally:
                 close_collectors(collectors)
+                context.close()
     except (ScenarioError, ValueError) as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2

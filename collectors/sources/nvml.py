@@ -256,6 +256,7 @@ class NvmlSource:
         self.lib = lib
         self._lock = threading.Lock()
         self._started = False
+        self._initialised = False
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
         self._nvlink5: dict[int, bool] = {}
@@ -269,6 +270,17 @@ class NvmlSource:
                 self._gpus = self._start()
             return self._gpus
 
+    def shutdown(self) -> None:
+        """Release NVML (once, after every collector closed); a no-op if never started."""
+        with self._lock:
+            if not self._initialised:
+                return
+            self._initialised = False
+        try:
+            self.lib.nvmlShutdown()
+        except pynvml.NVMLError as exc:  # exiting anyway: report and carry on
+            log.warning("nvmlShutdown failed", extra={"reason": error_name(exc)})
+
     def _start(self) -> tuple[Gpu, ...]:
         try:
             self.lib.nvmlInit()
@@ -278,6 +290,7 @@ class NvmlSource:
                 extra={"reason": str(exc) or error_name(exc)},
             )
             return ()
+        self._initialised = True
         driver = _text(self.lib.nvmlSystemGetDriverVersion())
         gpus: list[Gpu] = []
         for index in range(int(self.lib.nvmlDeviceGetCount())):

@@ -169,3 +169,14 @@ def test_no_driver_real_pynvml(caplog: pytest.LogCaptureFixture) -> None:
         assert NvLinkCollector(source=source, nvlink5=True, per_gpu=False).collect() == []
     said = [r for r in caplog.records if "no NVIDIA driver" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_shutdown_releases_nvml_once_and_only_after_init() -> None:
+    fake, source = simulated()
+    source.shutdown()  # never started: nothing to release
+    assert fake.init_calls == 0
+    assert source.gpus()
+    assert fake.init_calls == 1
+    source.shutdown()
+    source.shutdown()
+    assert fake.init_calls == 0
