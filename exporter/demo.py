@@ -319,11 +319,16 @@ def print_banner(urls: dict[str, str], workdir: Path) -> None:
         ]
     lines += [
         "",
-        "What happens: GPU 3 heats from ~64 °C to 84 °C from t=20s (GPUOverheating fires above",
-        "78 °C and the node is tainted fleetwatch.io/gpu-overheat), NVLink errors start on GPU 5,",
-        "InfiniBand mlx5_3 flaps, GPU 6 falls off the bus (Xid 79), NVML hangs from t=60s, GPU 3",
-        "cools from t=150s and the taint is removed once Prometheus shows it below the clear",
-        f"threshold. Logs: {workdir}. Press Ctrl-C to stop.",
+        "What happens (times from the exporter's start):",
+        "  t=20s   GPU 3 heats from ~64 °C to 84 °C: GPUOverheating fires above 78 °C and the",
+        "          node is tainted fleetwatch.io/gpu-overheat",
+        "  t=30s   NVLink CRC errors on GPU 5; t=40s InfiniBand mlx5_3 flaps; t=45s symbol errors",
+        "  t=50s   GPU 6 falls off the bus (Xid 79): tainted fleetwatch.io/gpu-lost, a manual",
+        "          reason that stays until `fleetwatch untaint demo-node --reason gpu-lost`",
+        "  t=60s   NVML hangs for 2 minutes: the gpu collector is reported down, nothing else is",
+        "  t=150s  GPU 3 cools; the overheat taint goes once Prometheus shows it below the clear",
+        "          threshold after the hold time (around t=270s)",
+        f"Logs: {workdir}. Press Ctrl-C to stop.",
         "",
     ]
     print("\n".join(lines), flush=True)
