@@ -324,7 +324,9 @@ def print_banner(urls: dict[str, str], workdir: Path) -> None:
         "          node is tainted fleetwatch.io/gpu-overheat",
         "  t=30s   NVLink CRC errors on GPU 5; t=40s InfiniBand mlx5_3 flaps; t=45s symbol errors",
         "  t=50s   GPU 6 falls off the bus (Xid 79): tainted fleetwatch.io/gpu-lost, a manual",
-        "          reason that stays until `fleetwatch untaint demo-node --reason gpu-lost`",
+        "          reason that stays until a person runs",
+        f"          fleetwatch untaint {NODE} --reason gpu-lost "
+        f"--kubeconfig={workdir}/simulated-kubeconfig.yaml",
         "  t=60s   NVML hangs for 2 minutes: the gpu collector is reported down, nothing else is",
         "  t=150s  GPU 3 cools; the overheat taint goes once Prometheus shows it below the clear",
         "          threshold after the hold time (around t=270s)",
