@@ -152,8 +152,13 @@ class Engine:
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         """Start one scheduling task per collector."""
-        for state in self._states:
-            self._tasks.append(asyncio.create_task(self._schedule(state), name=state.name))
+        for index, state in enumerate(self._states):
+            # Every collector runs at once for the first cycle (readiness), then each keeps
+            # its own phase within the interval: collection holds the GIL in bursts, and
+            # spreading them keeps scrape latency flat (p99 ~9 ms instead of ~16 ms on a
+            # simulated DGX H100 under 50 scrapers, see docs/performance.md).
+            phase = state.spec.interval * index / len(self._states)
+            self._tasks.append(asyncio.create_task(self._schedule(state, phase), name=state.name))
         if not self._states:
             self._first_cycle.set()
 
@@ -182,9 +187,9 @@ class Engine:
         ]
 
     # -- scheduling -----------------------------------------------------------------------
-    async def _schedule(self, state: CollectorState) -> None:
+    async def _schedule(self, state: CollectorState, phase: float) -> None:
         interval = state.spec.interval
-        next_run = self._clock()
+        next_run = self._clock() + phase  # now, then start + phase + k * interval, k >= 1
         while True:
             await self._run_once(state)
             if all(s.runs or s.errors for s in self._states):
