@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +133,10 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
     try:
-        with hardware_context(settings) as context:
+        with hardware(settings) as (context, refresh):
             collectors = create_collectors(context, settings, args)
             try:
-                asyncio.run(serve(settings, collectors, context))
+                asyncio.run(serve(settings, collectors, refresh))
             finally:
                 close_collectors(collectors)
                 context.close()
@@ -149,13 +149,17 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+Refresh = Callable[[], None] | None
+"""Rewrites the simulated sysfs tree as simulated time moves; None on real hardware."""
+
+
 @contextlib.contextmanager
-def hardware_context(settings: ExportSettings) -> Iterator[CollectorContext]:
+def hardware(settings: ExportSettings) -> Iterator[tuple[CollectorContext, Refresh]]:
     """Real hardware (`pynvml`, `--path.sysfs`), or a simulated node in a temporary tree."""
     if settings.simulate is None:
         import pynvml
 
-        yield CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml)
+        yield CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml), None
         return
     from collectors.sim.fake_nvml import FakeNvml
     from collectors.sim.sysfs_tree import SimulatedSysfs
@@ -171,9 +175,10 @@ def hardware_context(settings: ExportSettings) -> Iterator[CollectorContext]:
             "simulating hardware",
             extra={"scenario": scenario.name, "source": scenario.source, "sysfs": str(root)},
         )
-        yield CollectorContext(
+        context = CollectorContext(
             sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(SIM_BIN)
         )
+        yield context, sysfs.write
     finally:
         node.release_hangs()
         shutil.rmtree(root, ignore_errors=True)
@@ -204,7 +209,7 @@ def close_collectors(collectors: dict[str, Collector]) -> None:
 
 
 async def serve(
-    settings: ExportSettings, collectors: dict[str, Collector], context: CollectorContext
+    settings: ExportSettings, collectors: dict[str, Collector], refresh: Refresh
 ) -> None:
     """Run the engine and the HTTP server until SIGTERM or SIGINT."""
     engine = Engine(
@@ -238,7 +243,7 @@ async def serve(
                 "version": __version__,
             },
         )
-        async with _simulation_refresh(context):
+        async with _simulation_refresh(refresh):
             await engine.start()
             await stop.wait()
         log.info("shutting down")
@@ -248,24 +253,21 @@ async def serve(
 
 
 @contextlib.asynccontextmanager
-async def _simulation_refresh(context: CollectorContext) -> AsyncIterator[None]:
-    """Under simulation, rewrite the generated sysfs tree as simulated time moves."""
-    if context.simulation is None:
+async def _simulation_refresh(refresh: Refresh) -> AsyncIterator[None]:
+    """Under simulation, call `refresh` every second (off the event loop) while serving."""
+    if refresh is None:
         yield
         return
-    from collectors.sim.sysfs_tree import SimulatedSysfs
 
-    sysfs = SimulatedSysfs(node=context.simulation, root=context.sysfs_root)
-
-    async def refresh() -> None:
+    async def loop() -> None:
         while True:
             await asyncio.sleep(SIM_REFRESH_SECONDS)
             try:
-                await asyncio.to_thread(sysfs.write)
+                await asyncio.to_thread(refresh)
             except OSError:
                 log.exception("could not refresh the simulated sysfs tree")
 
-    task = asyncio.create_task(refresh(), name="simulated-sysfs")
+    task = asyncio.create_task(loop(), name="simulated-sysfs")
     try:
         yield
     finally:
