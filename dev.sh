@@ -7,27 +7,30 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEBIAN_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags
-                 prometheus-node-exporter chromium wrk)
+# The demo runs these; the tests also need node_exporter (cross-check), Chromium (report
+# screenshot) and wrk (the benchmarks' scrape load).
+DEMO_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags)
+TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter chromium wrk)
 VENV=.venv
 
 missing_debian_packages() {
     local pkg
-    for pkg in "${DEBIAN_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
             || printf '%s\n' "$pkg"
     done
 }
 
 ensure_debian_packages() {
-    local missing
-    missing=$(missing_debian_packages | tr '\n' ' ')
+    local need=$1 missing
+    shift
+    missing=$(missing_debian_packages "$@" | tr '\n' ' ')
     [ -z "$missing" ] && return 0
     if [ "$(id -u)" -eq 0 ]; then
         echo "dev.sh: installing Debian packages: $missing" >&2
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    elif [ "$1" = required ]; then
+    elif [ "$need" = required ]; then
         echo "dev.sh: missing Debian packages. Run as root, then retry:" >&2
         echo "  sudo apt-get install -y --no-install-recommends $missing" >&2
         exit 1
@@ -53,13 +56,13 @@ ensure_venv() {
 
 case "${1:-}" in
     demo)
-        ensure_debian_packages optional
+        ensure_debian_packages optional "${DEMO_PACKAGES[@]}"
         ensure_venv
         shift
         exec "$VENV/bin/fleetwatch" demo "$@"
         ;;
     test)
-        ensure_debian_packages required
+        ensure_debian_packages required "${TEST_PACKAGES[@]}"
         ensure_venv
         shift
         "$VENV/bin/ruff" check .

@@ -71,8 +71,8 @@ def test_hadolint_does_flag_a_bad_dockerfile(tmp_path: Path) -> None:
 
 def test_debian_packages_come_from_dev_sh() -> None:
     dev_sh = (ROOT / "dev.sh").read_text()
-    listed = re.search(r"DEBIAN_PACKAGES=\(([^)]*)\)", dev_sh)
-    assert listed, "dev.sh no longer lists DEBIAN_PACKAGES=(...)"
+    listed = re.search(r"DEMO_PACKAGES=\(([^)]*)\)", dev_sh)
+    assert listed, "dev.sh no longer lists DEMO_PACKAGES=(...)"
     dev_packages = set(listed.group(1).split())
     image_packages = {
         word
