@@ -115,6 +115,7 @@ class CollectorState:
     in_flight: asyncio.Future[RunResult] | None = None
     in_flight_since: float | None = None
     dropped_stale: bool = False
+    blocked_logged_at: float | None = None  # when "still blocked" was last logged
 
     @property
     def name(self) -> str:
@@ -202,14 +203,18 @@ class Engine:
 
     async def _run_once(self, state: CollectorState) -> None:
         if state.in_flight is not None and not state.in_flight.done():
-            blocked = self._clock() - (state.in_flight_since or self._clock())
+            now = self._clock()
+            blocked = now - (state.in_flight_since or now)
             state.skipped += 1
             state.up = False
             state.last_error = f"previous run still blocked after {blocked:.1f}s"
-            log.warning(
-                "collector still blocked, not starting another run",
-                extra={"collector": state.name, "blocked_seconds": round(blocked, 1)},
-            )
+            # Once when the hang is first seen, then once a minute: not every interval.
+            if state.blocked_logged_at is None or now - state.blocked_logged_at >= 60:
+                state.blocked_logged_at = now
+                log.warning(
+                    "collector still blocked, not starting another run",
+                    extra={"collector": state.name, "blocked_seconds": round(blocked, 1)},
+                )
             self._invalidate()
             return
         started = self._clock()
@@ -274,6 +279,7 @@ class Engine:
             log.info("collector recovered", extra={"collector": state.name})
         state.body, state.body_time = result.body, self._clock()
         state.up, state.dropped_stale, state.last_error = True, False, None
+        state.blocked_logged_at = None
         state.runs += 1
         state.duration, state.cpu_seconds = duration, result.cpu_seconds
         state.series = result.series

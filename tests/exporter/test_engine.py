@@ -160,6 +160,10 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
         assert any("NVML returned Unknown Error" in str(getattr(r, "reason", "")) for r in reasons)
         deadlines = [r for r in caplog.records if getattr(r, "collector", None) == "hanging"]
         assert any("deadline" in str(getattr(r, "reason", "")) for r in deadlines)
+        # Skipped runs are counted each time but logged once a minute, not every interval.
+        blocked = [r for r in deadlines if r.getMessage().startswith("collector still blocked")]
+        assert engine.states[2].skipped >= 2
+        assert len(blocked) == 1
 
         # Liveness fails once the hang outlasts the hang timeout.
         await poll(engine.hung)
