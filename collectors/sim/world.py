@@ -14,23 +14,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from collectors.sim.scenario import Fault, HcaSpec, Scenario
+from collectors.sources.sysfs import PMA_ERROR_BITS
 
-# Width of each PMA error counter in sysfs: they saturate at all-ones (reference/infiniband.md).
-IB_COUNTER_BITS: Final = {
-    "symbol": 16,
-    "link_error_recovery": 8,
-    "link_downed": 8,
-    "rcv": 16,
-    "rcv_remote_physical": 16,
-    "rcv_switch_relay": 16,
-    "xmit_discards": 16,
-    "xmit_constraint": 8,
-    "rcv_constraint": 8,
-    "local_link_integrity": 4,
-    "excessive_buffer_overrun": 4,
-    "vl15_dropped": 16,
-    "xmit_wait": 32,
-}
 # Steady traffic per active port, in bytes per second of line rate used.
 _LINK_LOAD: Final = 0.35
 _PACKET_BYTES: Final = 4096
@@ -279,7 +264,7 @@ class SimulatedNode:
 
     def port_error(self, device: str, port: int, error: str, t: float | None = None) -> int:
         """An error count as sysfs shows it: pinned at all-ones once it saturates."""
-        limit = (1 << IB_COUNTER_BITS[error]) - 1
+        limit = (1 << PMA_ERROR_BITS[error]) - 1
         return min(limit, self.port_error_raw(device, port, error, t))
 
     def port_data_words(
