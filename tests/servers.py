@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,7 +30,6 @@ import yaml
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-AMTOOL = "/usr/bin/amtool"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 
 T = TypeVar("T")
@@ -354,7 +352,3 @@ def promtool_check_metrics(exposition: str) -> list[str]:
     if result.returncode not in (0, 3) and not problems:  # 3 means lint findings only
         problems.append(f"promtool exited {result.returncode}")
     return problems
-
-
-def which(name: str) -> str | None:
-    return shutil.which(name)
