@@ -21,21 +21,22 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import logging
+import operator
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from functools import partial
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, cast
 
 from prometheus_client.metrics_core import Metric
 
 from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from collectors.metrics import LabelCache, MetricSpec, SeriesFamily
 from collectors.sources.ibtools import IbToolError, IbTools
 from collectors.sources.sysfs import (
     PMA_ERROR_COUNTERS,
-    IbDeviceReading,
-    IbPortReading,
+    IbDevice,
+    IbPort,
+    IbPortState,
     IbReading,
     InfinibandSysfs,
     ReadProblem,
@@ -167,15 +168,129 @@ def expected_rate_gbps(rates: Iterable[ExpectedRate], device: str, port: int) ->
 
 
 @dataclass(frozen=True)
-class _PortPlan:
-    """Everything about a port's samples that does not change between discoveries."""
+class _Series:
+    """One family's label sets and where each value comes from (slots or positions)."""
 
-    ids: tuple[str, str]
-    info: dict[str, str]
-    port: dict[str, str]
-    expected_gbps: float | None
-    traffic: tuple[tuple[str, str, int, dict[str, str]], ...]
-    errors: tuple[tuple[str, str, int, str, dict[str, str], dict[str, str]], ...]
+    family: str
+    labels: list[dict[str, str]] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+
+    def add(self, labels: dict[str, str], source: int) -> None:
+        self.labels.append(labels)
+        self.sources.append(source)
+
+
+_Values = Sequence[int | None]
+_Picker = Callable[[_Values], tuple[int | None, ...]]
+
+
+def _picker(positions: Sequence[int]) -> _Picker:
+    """`operator.itemgetter` that always returns a tuple (for one item it would not)."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    return lambda values: tuple(values[position] for position in positions)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Every series the collector can emit until the next discovery.
+
+    Label lists are built once per discovery and handed to each cycle's `SeriesFamily`
+    unchanged (so the renderer's prefix cache holds). Each cycle, `gather` picks every
+    counter the families use out of the reading's slots in one C-level call, in family
+    order: traffic families, then the PMA error counters of every port (`pma`: the
+    saturation flags' labels), then hw_counters; each family is a slice of that.
+    `errors` and `wait` index into the PMA values by position.
+    """
+
+    ports: tuple[IbPort, ...]
+    info: list[dict[str, str]]
+    own: list[dict[str, str]]
+    expected: list[float | None]
+    link_downed: list[int | None]
+    gather: _Picker
+    traffic: tuple[tuple[_Series, slice], ...]
+    pma: _Series
+    pma_span: slice
+    pma_limits: list[int]
+    pma_ports: list[int]
+    pma_errors: list[str]
+    errors: tuple[_Series, _Picker]
+    wait: tuple[_Series, _Picker]
+    hw: _Series
+    hw_span: slice
+
+
+def _layout(
+    devices: Iterable[IbDevice], labels: LabelCache, expected: Iterable[ExpectedRate]
+) -> _Layout:
+    """Label lists and slots for every series of the discovered devices."""
+    ports: list[IbPort] = []
+    info: list[dict[str, str]] = []
+    own: list[dict[str, str]] = []
+    rates: list[float | None] = []
+    downed: list[int | None] = []
+    traffic = {family: _Series(family) for family, _ in _TRAFFIC.values()}
+    pma, errors, wait, hw = _Series(""), _Series(ERRORS), _Series(XMIT_WAIT), _Series(HW_COUNTER)
+    limits: list[int] = []
+    pma_ports: list[int] = []
+    names: list[str] = []
+    for device in devices:
+        dev, topo = device.info, device.info.topology
+        for port in device.ports:
+            index, ids = len(ports), (dev.device, str(port.port))
+            ports.append(port)
+            info.append(labels.labels(INFO, (
+                *ids, port.link_layer or "", dev.board_id or "", dev.firmware_version or "",
+                dev.hca_type or "", dev.node_guid or "", topo.pci_address or "",
+                "" if topo.numa_node is None else str(topo.numa_node),
+                ",".join(str(gpu) for gpu in topo.gpus))))  # fmt: skip
+            own.append(labels.labels(UP, ids))
+            gbps = expected_rate_gbps(expected, dev.device, port.port)
+            rates.append(None if gbps is None else gbps * _BYTES_PER_GBIT)
+            downed.append(port.counters.get("link_downed"))
+            for name, (family, direction) in _TRAFFIC.items():
+                if name in port.counters:
+                    traffic[family].add(labels.labels(family, (*ids, direction)),
+                                        port.counters[name])  # fmt: skip
+            for name, (error, bits) in PMA_ERROR_COUNTERS.items():
+                if name not in port.counters:
+                    continue
+                if error == "xmit_wait":
+                    wait.add(labels.labels(XMIT_WAIT, ids), len(pma.sources))
+                else:
+                    errors.add(labels.labels(ERRORS, (*ids, error)), len(pma.sources))
+                pma.add(labels.labels(SATURATED, (*ids, error)), port.counters[name])
+                limits.append((1 << bits) - 1)
+                pma_ports.append(index)
+                names.append(error)
+            for name, slot in port.hw_counters.items():
+                hw.add(labels.labels(HW_COUNTER, (*ids, name)), slot)
+        for name, slot in device.hw_counters.items():
+            hw.add(labels.labels(HW_COUNTER, (dev.device, "", name)), slot)
+    spans: list[slice] = []
+    slots: list[int] = []
+    for series in (*traffic.values(), pma, hw):
+        spans.append(slice(len(slots), len(slots) + len(series.sources)))
+        slots += series.sources
+    return _Layout(
+        ports=tuple(ports),
+        info=info,
+        own=own,
+        expected=rates,
+        link_downed=downed,
+        gather=_picker(slots),
+        traffic=tuple(zip(traffic.values(), spans, strict=False)),
+        pma=pma,
+        pma_span=spans[-2],
+        pma_limits=limits,
+        pma_ports=pma_ports,
+        pma_errors=names,
+        errors=(errors, _picker(errors.sources)),
+        wait=(wait, _picker(wait.sources)),
+        hw=hw,
+        hw_span=spans[-1],
+    )
 
 
 class InfinibandCollector:
@@ -200,10 +315,11 @@ class InfinibandCollector:
         self._discovered_at: float | None = None
         self._logged: set[tuple[str, str]] = set()
         self._event_counts: dict[tuple[str, str], int] = {}
+        self._event_labels: list[dict[str, str]] = []
         self._last_state: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self._state_changes: dict[tuple[str, int], int] = {}
         self._labels = LabelCache(SPECS)
-        self._plans: dict[tuple[str, int], _PortPlan] = {}
+        self._layout = _layout((), self._labels, ())
         if tools is None:
             log.info("infiniband-diags not found: reading InfiniBand from sysfs alone")
 
@@ -243,11 +359,27 @@ class InfinibandCollector:
             self._report(self._sysfs.discover())
             self._discovered_at = now
             self._labels.clear()
-            self._plans.clear()
+            self._event_labels = []
+            self._layout = _layout(self._sysfs.devices(), self._labels, self._expected)
+            self._note_sysfs_only_ports()
             if events:
                 log.info(
                     "re-discovered InfiniBand devices after udev events",
                     extra={"events": len(events), "devices": list(self._sysfs.listing())},
+                )
+
+    def _note_sysfs_only_ports(self) -> None:
+        """perfquery speaks to InfiniBand ports only: say once which ports it will not see."""
+        if self._tools is None:
+            return
+        for port in self._layout.ports:
+            if port.link_layer != "InfiniBand":
+                self._log_once(
+                    (f"{port.device}:{port.port}", "roce"),
+                    "not an InfiniBand link layer: reading this port from sysfs alone",
+                    device=port.device,
+                    port=port.port,
+                    link_layer=port.link_layer,
                 )
 
     def _report(self, problems: Iterable[ReadProblem]) -> None:
@@ -258,113 +390,121 @@ class InfinibandCollector:
                 key, "skipped an InfiniBand sysfs value", path=problem.path, reason=problem.reason
             )
 
-    # -- mapping ------------------------------------------------------------------------
-    def _families(self, reading: IbReading) -> list[Metric]:
-        out = FamilyBuilder(self._labels)
-        fallback = self._ibstat_rates(reading)
-        for device in reading.devices:
-            for port in device.ports:
-                self._add_port(out, device, port, fallback.get((port.device, port.port)))
-            for name, value in sorted(device.hw_counters.items()):
-                out.put(
-                    HW_COUNTER,
-                    self._labels.labels(HW_COUNTER, (device.info.device, "", name)),
-                    value,
-                )
-        for (subsystem, action), count in sorted(self._event_counts.items()):
-            out.put(DEVICE_EVENTS, self._labels.labels(DEVICE_EVENTS, (subsystem, action)), count)
-        return out.families()
-
-    def _plan(self, device: IbDeviceReading, port: IbPortReading) -> _PortPlan:
-        """Label dicts for every sample of a port, built once per discovery."""
-        info, topo = device.info, device.info.topology
-        ids = (info.device, str(port.port))
-        labels = partial(self._labels_for, ids=ids)
-        return _PortPlan(
-            ids=ids,
-            info=labels(INFO, (port.link_layer or "", info.board_id or "",
-                              info.firmware_version or "", info.hca_type or "",
-                              info.node_guid or "", topo.pci_address or "",
-                              "" if topo.numa_node is None else str(topo.numa_node),
-                              ",".join(str(gpu) for gpu in topo.gpus))),
-            port=labels(UP, ()),
-            expected_gbps=expected_rate_gbps(self._expected, info.device, port.port),
-            traffic=tuple(
-                (family, name, _DATA_WORD_BYTES if family == DATA else 1,
-                 labels(family, (direction,)))
-                for name, (family, direction) in _TRAFFIC.items()
-            ),
-            errors=tuple(
-                (name, error, (1 << bits) - 1,
-                 XMIT_WAIT if error == "xmit_wait" else ERRORS,
-                 labels(XMIT_WAIT, ()) if error == "xmit_wait" else labels(ERRORS, (error,)),
-                 labels(SATURATED, (error,)))
-                for name, (error, bits) in PMA_ERROR_COUNTERS.items()
-            ),
-        )  # fmt: skip
-
-    def _labels_for(
-        self, family: str, extra: tuple[str, ...], *, ids: tuple[str, str]
-    ) -> dict[str, str]:
-        return self._labels.labels(family, (*ids, *extra))
-
-    def _add_port(
-        self,
-        out: FamilyBuilder,
-        device: IbDeviceReading,
-        port: IbPortReading,
-        fallback_rate_gbps: float | None,
-    ) -> None:
-        key = (port.device, port.port)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(device, port)
-        put, own = out.put, plan.port
-        put(INFO, plan.info, 1)
-        if port.state_id is not None and port.phys_state_id is not None:
-            put(UP, own, 1 if port.active else 0)
-        put(STATE, own, port.state_id)
-        put(PHYS_STATE, own, port.phys_state_id)
-        # A port that is not up reports a leftover rate that means nothing.
-        rate = port.rate_gbps if port.rate_gbps is not None else fallback_rate_gbps
-        if port.active and rate is not None:
-            put(RATE, own, rate * _BYTES_PER_GBIT)
-        if plan.expected_gbps is not None:
-            put(EXPECTED_RATE, own, plan.expected_gbps * _BYTES_PER_GBIT)
-        counters = port.counters
-        for family, name, scale, labels in plan.traffic:
-            value = counters.get(name)
-            if value is not None:
-                put(family, labels, value * scale)
-        extended = self._extended_errors(port, plan)
-        for name, error, limit, family, labels, saturated_labels in plan.errors:
-            value = counters.get(name)
-            if value is None:
-                continue
-            saturated = value >= limit
-            wide = extended.get(error) if saturated else None
-            if wide is not None:
-                value, saturated = wide, wide >= (1 << 64) - 1
-            put(family, labels, value)
-            put(SATURATED, saturated_labels, 1 if saturated else 0)
-        put(STATE_CHANGES, own, self._count_state_changes(port))
-        if port.hw_counters:
-            hw = self._labels.labels
-            for name, value in sorted(port.hw_counters.items()):
-                put(HW_COUNTER, hw(HW_COUNTER, (*plan.ids, name)), value)
-
     def _log_once(self, key: tuple[str, str], message: str, **fields: object) -> None:
         if key not in self._logged:
             self._logged.add(key)
             log.warning(message, extra=fields)
 
+    # -- mapping ------------------------------------------------------------------------
+    def _families(self, reading: IbReading) -> list[Metric]:
+        layout = self._layout
+        gathered = layout.gather(reading.values)
+        pma: Sequence[int | None] = gathered[layout.pma_span]
+        saturated: Sequence[bool | None]
+        if None in pma:
+            saturated = [
+                None if value is None else value >= limit
+                for value, limit in zip(pma, layout.pma_limits, strict=True)
+            ]
+        else:
+            saturated = tuple(map(operator.ge, cast(tuple[int, ...], pma), layout.pma_limits))
+        if self._tools is not None and True in saturated:
+            pma, saturated = self._widen(reading, pma, saturated)
+        info, up, state, phys, rate, expected, changes = self._port_columns(reading)
+        table: list[tuple[str, list[dict[str, str]], Sequence[float | None]]] = [
+            (INFO, layout.info, info),
+            (UP, layout.own, up),
+            (STATE, layout.own, state),
+            (PHYS_STATE, layout.own, phys),
+            (RATE, layout.own, rate),
+            (EXPECTED_RATE, layout.own, expected),
+        ]
+        for series, span in layout.traffic:
+            words = gathered[span]
+            if series.family == DATA:
+                words = tuple(None if v is None else v * _DATA_WORD_BYTES for v in words)
+            table.append((series.family, series.labels, words))
+        (errors, pick_errors), (wait, pick_wait) = layout.errors, layout.wait
+        table += [
+            (ERRORS, errors.labels, pick_errors(pma)),
+            (XMIT_WAIT, wait.labels, pick_wait(pma)),
+            (SATURATED, layout.pma.labels, saturated),
+            (STATE_CHANGES, layout.own, changes),
+            (HW_COUNTER, layout.hw.labels, gathered[layout.hw_span]),
+            (DEVICE_EVENTS, *self._events_column()),
+        ]
+        specs = self._labels.specs
+        return [
+            SeriesFamily(specs[name], labels, column)
+            for name, labels, column in table
+            if column.count(None) < len(column)
+        ]
+
+    def _port_columns(self, reading: IbReading) -> list[list[float | None]]:
+        """Per port: info, up, state, physical state, rate, expected rate, state changes."""
+        layout, values = self._layout, reading.values
+        fallback = self._ibstat_rates(reading)
+        rows: list[tuple[float | None, ...]] = []
+        for index, now in enumerate(reading.ports):
+            if now is None:  # its device vanished while being read
+                rows.append((None,) * 7)
+                continue
+            port = layout.ports[index]
+            # A port that is not up reports a leftover rate that means nothing.
+            gbps = now.rate_gbps
+            if gbps is None:
+                gbps = fallback.get((port.device, port.port))
+            downed = layout.link_downed[index]
+            rows.append((
+                1,
+                (1 if now.active else 0)
+                if now.state_id is not None and now.phys_state_id is not None
+                else None,
+                now.state_id,
+                now.phys_state_id,
+                gbps * _BYTES_PER_GBIT if now.active and gbps is not None else None,
+                layout.expected[index],
+                self._count_state_changes(port, now, None if downed is None else values[downed]),
+            ))  # fmt: skip
+        return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 7
+
+    def _events_column(self) -> tuple[list[dict[str, str]], list[float | None]]:
+        """udev event counts, with a label list that changes only when a new kind appears."""
+        keys = sorted(self._event_counts)
+        if len(self._event_labels) != len(keys):
+            self._event_labels = [self._labels.labels(DEVICE_EVENTS, key) for key in keys]
+        return self._event_labels, [self._event_counts[key] for key in keys]
+
+    def _widen(
+        self, reading: IbReading, pma: Sequence[int | None], flags: Sequence[bool | None]
+    ) -> tuple[list[int | None], list[bool | None]]:
+        """The PMA error counters with pinned ones replaced by `perfquery -x` 64-bit values."""
+        layout, values, saturated = self._layout, list(pma), list(flags)
+        pinned: dict[int, list[int]] = {}
+        for position, flag in enumerate(saturated):
+            if flag:
+                pinned.setdefault(layout.pma_ports[position], []).append(position)
+        for index, positions in pinned.items():
+            port = layout.ports[index]
+            if port.link_layer != "InfiniBand" or reading.ports[index] is None:
+                continue
+            wide = self._extended_errors(port)
+            for position in positions:
+                value = wide.get(layout.pma_errors[position])
+                if value is not None:
+                    values[position] = value
+                    saturated[position] = value >= (1 << 64) - 1
+        return values, saturated
+
     def _ibstat_rates(self, reading: IbReading) -> dict[tuple[str, int], float]:
         """Rates from `ibstat` for active ports whose sysfs `rate` could not be read."""
         missing = [
             port
-            for device in reading.devices
-            for port in device.ports
-            if port.active and port.rate_gbps is None and port.link_layer == "InfiniBand"
+            for port, now in zip(self._layout.ports, reading.ports, strict=True)
+            if now is not None
+            and now.active
+            and now.rate_gbps is None
+            and port.link_layer == "InfiniBand"
         ]
         if not missing or self._tools is None:
             return {}
@@ -386,22 +526,9 @@ class InfinibandCollector:
             if p.rate_gbps is not None
         }
 
-    def _extended_errors(self, port: IbPortReading, plan: _PortPlan) -> Mapping[str, int]:
-        """64-bit error counters from `perfquery -x`, only for ports with a pinned counter."""
-        if self._tools is None:
-            return {}
-        if port.link_layer != "InfiniBand":
-            self._log_once(
-                (f"{port.device}:{port.port}", "roce"),
-                "not an InfiniBand link layer: reading this port from sysfs alone",
-                device=port.device,
-                port=port.port,
-                link_layer=port.link_layer,
-            )
-            return {}
-        pinned = any(port.counters.get(entry[0], 0) >= entry[2] for entry in plan.errors)
-        if not pinned:
-            return {}
+    def _extended_errors(self, port: IbPort) -> Mapping[str, int]:
+        """64-bit error counters from `perfquery -x`; empty when it cannot give them."""
+        assert self._tools is not None
         try:
             counters = self._tools.perfquery_extended(port.device, port.port)
         except IbToolError as exc:
@@ -415,7 +542,7 @@ class InfinibandCollector:
             return {}
         return counters.error_counters()
 
-    def _count_state_changes(self, port: IbPortReading) -> int:
+    def _count_state_changes(self, port: IbPort, now: IbPortState, downed: int | None) -> int:
         """Transitions since the last cycle: seen directly, or implied by link_downed.
 
         `link_downed` counts up→down transitions, so d new downs mean 2d transitions if
@@ -423,19 +550,18 @@ class InfinibandCollector:
         it came up. A saturated or missing link_downed falls back to what was seen.
         """
         key = (port.device, port.port)
-        downed = port.counters.get("link_downed")
         if downed is not None and downed >= 255:
             downed = None
         previous = self._last_state.get(key)
-        self._last_state[key] = (port.state_id, downed)
+        self._last_state[key] = (now.state_id, downed)
         total = self._state_changes.get(key, 0)
         if previous is not None:
             before_state, before_downed = previous
-            seen = 1 if before_state != port.state_id else 0
+            seen = 1 if before_state != now.state_id else 0
             implied = 0
             if downed is not None and before_downed is not None and downed > before_downed:
                 downs = downed - before_downed
-                was_up, is_up = before_state == 4, port.state_id == 4
+                was_up, is_up = before_state == 4, now.state_id == 4
                 implied = 2 * downs + (0 if was_up == is_up else (1 if is_up else -1))
             total += max(seen, implied)
         self._state_changes[key] = total

@@ -9,6 +9,11 @@ A device's label sets are the same every cycle, so a collector keeps one `LabelC
 across collections: each label set is checked against its spec and turned into a dict
 once, then reused. That, and appending samples directly, is most of what keeps a
 collection cheap (prometheus_client's `add_metric` rebuilds the dict every call).
+
+A collector whose series are all known at discovery (InfiniBand: every port's counter
+files) goes one step further with `SeriesFamily`: the label dicts are a list built once,
+and each collection supplies only a list of values, so no `Sample` is made per value.
+The exposition renderer reads the two lists directly (`exporter.render`).
 """
 
 from __future__ import annotations
@@ -90,3 +95,52 @@ class FamilyBuilder:
     def families(self) -> list[Metric]:
         """Families with at least one sample, in spec order."""
         return [self._families[name] for name in self._specs if name in self._families]
+
+
+class SeriesFamily(Metric):
+    """A family whose label sets are fixed and whose values come as one list per cycle.
+
+    `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
+    Keep the same `labels` list between collections: the renderer caches each list's
+    formatted prefixes by identity. `samples` builds prometheus_client `Sample`s on
+    demand for generic consumers (`generate_latest`, tests); the renderer never needs them.
+    """
+
+    def __init__(
+        self,
+        spec: MetricSpec,
+        labels: Sequence[dict[str, str]],
+        values: Sequence[float | None],
+    ) -> None:
+        if len(labels) != len(values):
+            raise ValueError(f"{spec.name}: {len(labels)} label sets for {len(values)} values")
+        # As prometheus_client's CounterMetricFamily: the family is named without
+        # `_total`, its samples with it. Metric.__init__ is not called: it would assign
+        # `samples`, which this class computes.
+        self.name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+        self.documentation = spec.help
+        self.unit = ""
+        self.type = spec.kind
+        self.sample_name = spec.name
+        self.labels = labels
+        self.values = values
+
+    @property
+    def samples(self) -> list[Sample]:  # type: ignore[override]  # computed, not assigned
+        return [
+            Sample(self.sample_name, labels, float(value))
+            for labels, value in zip(self.labels, self.values, strict=True)
+            if value is not None
+        ]
+
+    def count(self) -> int:
+        """How many samples the family has (values that are not None)."""
+        return len(self.values) - self.values.count(None)
+
+
+def series_count(families: Iterable[Metric]) -> int:
+    """Samples in `families`, without building `Sample`s for a `SeriesFamily`."""
+    return sum(
+        family.count() if isinstance(family, SeriesFamily) else len(family.samples)
+        for family in families
+    )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 
 from collectors.base import Collector
-from collectors.metrics import FamilyBuilder, MetricSpec
+from collectors.metrics import FamilyBuilder, MetricSpec, series_count
 from exporter.render import Renderer
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class Engine:
                 body = state.renderer.render(families)
                 result = RunResult(
                     body=body,
-                    series=sum(len(f.samples) for f in families),
+                    series=series_count(families),
                     cpu_seconds=time.thread_time() - cpu_start,
                 )
             except Exception as exc:  # handed to the event loop, which reports it

@@ -5,14 +5,18 @@
 `Renderer` keeps each sample's formatted `name{labels} ` prefix and only formats the
 value each time. The output is byte-for-byte what `generate_latest` writes for the same
 families (a test holds it to that), so correctness is borrowed from the reference.
+A `SeriesFamily` (label sets fixed at discovery, values as a list) is rendered from its
+two lists, with the formatted prefixes of its label list cached as a whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
+
+from collectors.metrics import SeriesFamily
 
 _SUPPORTED = frozenset({"gauge", "counter"})
 
@@ -44,6 +48,8 @@ class Renderer:
         # its own. A fresh dict each cycle only costs a miss.
         self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         self._headers: dict[tuple[str, str, str], str] = {}
+        # A SeriesFamily's prefixes by (sample name, identity of its label list).
+        self._lists: dict[tuple[str, int], tuple[Sequence[dict[str, str]], list[str]]] = {}
 
     def _header(self, family: Metric) -> str:
         key = (family.name, family.type, family.documentation)
@@ -69,13 +75,35 @@ class Renderer:
         self._prefixes[key] = (labels, prefix)
         return prefix
 
+    def _prefix_list(self, family: SeriesFamily) -> list[str]:
+        key = (family.sample_name, id(family.labels))
+        hit = self._lists.get(key)
+        if hit is not None and hit[0] is family.labels:
+            return hit[1]
+        prefixes = [self._prefix(family.sample_name, labels) for labels in family.labels]
+        self._lists[key] = (family.labels, prefixes)
+        return prefixes
+
     def render(self, families: Iterable[Metric]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         out: list[str] = []
-        used = 0
+        used = listed = 0
         for family in families:
             if family.type not in _SUPPORTED:
                 raise ValueError(f"{family.name}: family type {family.type} is not rendered")
+            if isinstance(family, SeriesFamily):
+                count = family.count()
+                if not count:
+                    continue
+                out.append(self._header(family))
+                out.extend(
+                    f"{prefix}{format_value(float(value))}\n"
+                    for prefix, value in zip(self._prefix_list(family), family.values, strict=True)
+                    if value is not None
+                )
+                used += count
+                listed += 1
+                continue
             if not family.samples:
                 continue
             out.append(self._header(family))
@@ -85,8 +113,9 @@ class Renderer:
                 out.append("\n")
             used += len(family.samples)
         # Label sets of vanished devices would otherwise accumulate forever.
-        if len(self._prefixes) > 4 * used + 1024:
+        if len(self._prefixes) > 4 * used + 1024 or len(self._lists) > 4 * listed + 64:
             self._prefixes.clear()
+            self._lists.clear()
         return "".join(out).encode()
 
 

@@ -18,12 +18,14 @@ rates in Gb/s as the `rate` file prints them. No Prometheus here.
 from __future__ import annotations
 
 import errno
+import functools
+import operator
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol, cast
 
 # PMA PortCounters error counters: sysfs file -> (error name, width in bits). They
 # saturate at all-ones instead of wrapping (reference/infiniband.md).
@@ -52,7 +54,6 @@ _UNAVAILABLE: Final = frozenset(
     {errno.EINVAL, errno.ENOSYS, errno.EACCES, errno.EPERM, errno.EOPNOTSUPP, errno.ENOENT}
 )
 _READ_SIZE: Final = 256
-_T = TypeVar("_T")
 _STATE = re.compile(r"\s*(\d+)\s*:\s*(\S.*?)\s*")
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec\b.*")
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
@@ -120,23 +121,39 @@ class IbDeviceInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
-class IbPortReading:
-    """One port at one instant. Absent values are None / missing keys, never a fake 0.
+class IbPort:
+    """A port as discovered: static attributes, and the slots its counters are read into.
 
-    `counters` maps `counters/` file names to raw values (data counters in 4-octet
-    words); `hw_counters` maps driver counter names to values.
+    `counters` maps `counters/` file names, `hw_counters` driver counter names, to their
+    slot in `IbReading.values`. A file that was missing or answered "not available" at
+    discovery has no slot until the next discovery.
     """
 
     device: str
     port: int
     link_layer: str | None
+    counters: Mapping[str, int]
+    hw_counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IbDevice:
+    """A device as discovered, with its ports and the slots of device-level hw_counters."""
+
+    info: IbDeviceInfo
+    ports: tuple[IbPort, ...]
+    hw_counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IbPortState:
+    """A port's state and trained rate at one instant; None where the file had no value."""
+
     state_id: int | None
     state: str | None
     phys_state_id: int | None
     phys_state: str | None
     rate_gbps: float | None
-    counters: Mapping[str, int]
-    hw_counters: Mapping[str, int]
 
     @property
     def active(self) -> bool:
@@ -145,19 +162,16 @@ class IbPortReading:
 
 
 @dataclass(frozen=True, kw_only=True)
-class IbDeviceReading:
-    """A device with its ports and device-level `hw_counters`."""
-
-    info: IbDeviceInfo
-    ports: tuple[IbPortReading, ...]
-    hw_counters: Mapping[str, int]
-
-
-@dataclass(frozen=True, kw_only=True)
 class IbReading:
-    """Everything one `read()` saw. `vanished` devices disappeared while being read."""
+    """Everything one `read()` saw.
 
-    devices: tuple[IbDeviceReading, ...]
+    `values[slot]` is a counter's raw value, None when it could not be read this time.
+    `ports` is aligned with `InfinibandSysfs.ports()`; a port is None when its device
+    vanished while being read (its name is then in `vanished`, its values are None).
+    """
+
+    values: Sequence[int | None]
+    ports: tuple[IbPortState | None, ...]
     problems: tuple[ReadProblem, ...] = ()
     vanished: tuple[str, ...] = ()
 
@@ -178,34 +192,73 @@ def parse_rate_gbps(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-@dataclass(kw_only=True)
-class _PortFiles:
-    device: str
-    port: int
-    link_layer: str | None
-    state: int | None
-    phys_state: int | None
-    rate: int | None
-    counters: list[tuple[str, int]] = field(default_factory=list)
-    hw_counters: list[tuple[str, int]] = field(default_factory=list)
+def _first_line(data: bytes) -> str:
+    return data.decode(errors="replace").split("\n", 1)[0].strip()
 
 
-@dataclass(kw_only=True)
-class _DeviceFiles:
-    info: IbDeviceInfo
-    ports: list[_PortFiles]
-    hw_counters: list[tuple[str, int]]
+# What a port's state, phys_state and rate files say (one line each).
+_PORT_FILES: Final = (
+    (parse_state, "a state like '4: ACTIVE'"),
+    (parse_state, "a state like '5: LinkUp'"),
+    (parse_rate_gbps, "a rate like '400 Gb/sec'"),
+)
+
+
+# Ports say one of a handful of things: each distinct (state, phys_state, rate) is parsed
+# once. Returns the state and, for files that held garbage, (file index, reason).
+@functools.lru_cache(maxsize=256)
+def _port_state(
+    state: bytes | None, phys: bytes | None, rate: bytes | None
+) -> tuple[IbPortState, tuple[tuple[int, str], ...]]:
+    parsed: list[object] = []
+    garbage = []
+    for index, (data, (parse, expected)) in enumerate(
+        zip((state, phys, rate), _PORT_FILES, strict=True)
+    ):
+        text = None if data is None else _first_line(data)
+        value = None if text is None or text.startswith("N/A") else parse(text)
+        if value is None and text is not None and not text.startswith("N/A"):
+            garbage.append((index, f"expected {expected}, got {text[:40]!r}"))
+        parsed.append(value)
+    states = cast(tuple[tuple[int, str] | None, tuple[int, str] | None], parsed[:2])
+    return (
+        IbPortState(
+            state_id=states[0][0] if states[0] else None,
+            state=states[0][1] if states[0] else None,
+            phys_state_id=states[1][0] if states[1] else None,
+            phys_state=states[1][1] if states[1] else None,
+            rate_gbps=cast(float | None, parsed[2]),
+        ),
+        tuple(garbage),
+    )
 
 
 class InfinibandSysfs:
-    """Reads `<root>/class/infiniband`: discover once, then `read()` every cycle."""
+    """Reads `<root>/class/infiniband`: discover once, then `read()` every cycle.
+
+    Discovery opens every counter and port state file once; `read()` re-reads all of
+    them in one pass with `os.pread` and converts the counters in one pass with `int`.
+    Only when that pass meets an error or a value that is not a plain decimal does it go
+    file by file, so one bad file costs its own value and nothing else.
+    """
 
     def __init__(self, *, root: Path, files: FileAccess | None = None) -> None:
         self.root = root
         self._files: FileAccess = files or OsFiles()
-        self._devices: list[_DeviceFiles] = []
+        self._devices: tuple[IbDevice, ...] = ()
+        self._ports: tuple[IbPort, ...] = ()
         self._paths: dict[int, str] = {}
         self._problems: list[ReadProblem] = []
+        # Every descriptor read each cycle, and the index of its device in `_devices`:
+        # counters first (a counter's slot is its index), then port state files.
+        self._fds: list[int] = []
+        self._fd_device: list[int] = []
+        self._counters = 0
+        # By port (aligned with `_ports`): its state, phys_state and rate descriptors
+        # while discovering; then a getter of those three from a read, and its device.
+        self._port_files: list[tuple[int | None, int | None, int | None]] = []
+        self._port_text: list[Callable[[list[bytes | None]], tuple[bytes | None, ...]]] = []
+        self._port_device: list[int] = []
 
     # -- discovery ----------------------------------------------------------------------
     def discover(self) -> list[ReadProblem]:
@@ -218,18 +271,45 @@ class InfinibandSysfs:
         except FileNotFoundError:
             names = []
         gpus = find_gpus(self.root)
+        devices: list[IbDevice] = []
         for name in names:
             device_dir = class_dir / name
             if not device_dir.is_dir():
                 continue
-            self._devices.append(self._discover_device(name, device_dir, gpus))
+            devices.append(self._discover_device(len(devices), name, device_dir, gpus))
+        self._devices = tuple(devices)
+        self._ports = tuple(port for device in devices for port in device.ports)
+        # Port state files follow the counters; a file a port lacks reads the None that
+        # `read()` appends after the last descriptor.
+        self._counters = len(self._fds)
+        missing = self._counters + sum(fd is not None for f in self._port_files for fd in f)
+        for files, device in zip(self._port_files, self._port_device, strict=True):
+            slots = []
+            for fd in files:
+                if fd is None:
+                    slots.append(missing)
+                    continue
+                slots.append(len(self._fds))
+                self._fds.append(fd)
+                self._fd_device.append(device)
+            self._port_text.append(operator.itemgetter(*slots))
         return self._problems
+
+    def devices(self) -> tuple[IbDevice, ...]:
+        """Devices as last discovered."""
+        return self._devices
+
+    def ports(self) -> tuple[IbPort, ...]:
+        """Every port as last discovered, in device then port order (as `IbReading.ports`)."""
+        return self._ports
 
     def listing(self) -> dict[str, tuple[int, ...]]:
         """Devices and their port numbers as last discovered (to check tool arguments)."""
         return {d.info.device: tuple(p.port for p in d.ports) for d in self._devices}
 
-    def _discover_device(self, name: str, device_dir: Path, gpus: list[str]) -> _DeviceFiles:
+    def _discover_device(
+        self, index: int, name: str, device_dir: Path, gpus: list[str]
+    ) -> IbDevice:
         info = IbDeviceInfo(
             device=name,
             board_id=self._read_static(device_dir / "board_id"),
@@ -239,23 +319,30 @@ class InfinibandSysfs:
             node_desc=self._read_static(device_dir / "node_desc"),
             topology=hca_topology(self.root, device_dir, gpus),
         )
-        ports: list[_PortFiles] = []
+        ports: list[IbPort] = []
         for port_name in _sorted_numeric(device_dir / "ports"):
             port_dir = device_dir / "ports" / port_name
+            self._port_files.append(
+                (
+                    self._open(port_dir / "state"),
+                    self._open(port_dir / "phys_state"),
+                    self._open(port_dir / "rate"),
+                )
+            )
+            self._port_device.append(index)
             ports.append(
-                _PortFiles(
+                IbPort(
                     device=name,
                     port=int(port_name),
                     link_layer=self._read_static(port_dir / "link_layer"),
-                    state=self._open(port_dir / "state"),
-                    phys_state=self._open(port_dir / "phys_state"),
-                    rate=self._open(port_dir / "rate"),
-                    counters=self._open_all(port_dir / "counters"),
-                    hw_counters=self._open_all(port_dir / "hw_counters"),
+                    counters=self._open_counters(index, port_dir / "counters"),
+                    hw_counters=self._open_counters(index, port_dir / "hw_counters"),
                 )
             )
-        return _DeviceFiles(
-            info=info, ports=ports, hw_counters=self._open_all(device_dir / "hw_counters")
+        return IbDevice(
+            info=info,
+            ports=tuple(ports),
+            hw_counters=self._open_counters(index, device_dir / "hw_counters"),
         )
 
     def _read_static(self, path: Path) -> str | None:
@@ -263,7 +350,8 @@ class InfinibandSysfs:
         if fd is None:
             return None
         try:
-            return self._text(fd)
+            data = self._raw(fd)
+            return None if data is None else _first_line(data)
         finally:
             self._paths.pop(fd, None)
             self._files.close(fd)
@@ -278,115 +366,125 @@ class InfinibandSysfs:
         self._paths[fd] = str(path)
         return fd
 
-    def _open_all(self, directory: Path) -> list[tuple[str, int]]:
+    def _open_counters(self, device: int, directory: Path) -> dict[str, int]:
+        """Open and probe each counter file; those that hold a value get a slot."""
         try:
             names = sorted(os.listdir(directory))
         except OSError:
-            return []
-        opened = []
+            return {}
+        slots = {}
         for name in names:
             if name in _NOT_COUNTERS:
                 continue
             fd = self._open(directory / name)
-            if fd is not None:
-                opened.append((name, fd))
-        return opened
+            if fd is None:
+                continue
+            if self._unavailable(fd):
+                self._paths.pop(fd, None)
+                self._files.close(fd)
+                continue
+            slots[name] = len(self._fds)
+            self._fds.append(fd)
+            self._fd_device.append(device)
+        return slots
+
+    def _unavailable(self, fd: int) -> bool:
+        """Does this counter answer "not available here" (EINVAL/ENOSYS/..., N/A)?
+
+        Such a file stays that way, so it is left out until the next discovery instead
+        of sending every read down the file-by-file path.
+        """
+        try:
+            data = self._files.pread(fd, _READ_SIZE, 0)
+        except OSError as exc:
+            return exc.errno in _UNAVAILABLE
+        return data.lstrip().startswith(b"N/A")
 
     # -- reading ------------------------------------------------------------------------
     def read(self) -> IbReading:
         """Re-read every kept descriptor now."""
         self._problems = []
-        devices: list[IbDeviceReading] = []
-        vanished: list[str] = []
-        for device in self._devices:
-            try:
-                devices.append(
-                    IbDeviceReading(
-                        info=device.info,
-                        ports=tuple(self._read_port(port) for port in device.ports),
-                        hw_counters=self._counters(device.hw_counters),
-                    )
-                )
-            except DeviceVanished:
-                vanished.append(device.info.device)
-        return IbReading(
-            devices=tuple(devices), problems=tuple(self._problems), vanished=tuple(vanished)
-        )
-
-    def _read_port(self, files: _PortFiles) -> IbPortReading:
-        state = self._parsed(files.state, parse_state, "a state like '4: ACTIVE'")
-        phys = self._parsed(files.phys_state, parse_state, "a state like '5: LinkUp'")
-        return IbPortReading(
-            device=files.device,
-            port=files.port,
-            link_layer=files.link_layer,
-            state_id=state[0] if state else None,
-            state=state[1] if state else None,
-            phys_state_id=phys[0] if phys else None,
-            phys_state=phys[1] if phys else None,
-            rate_gbps=self._parsed(files.rate, parse_rate_gbps, "a rate like '400 Gb/sec'"),
-            counters=self._counters(files.counters),
-            hw_counters=self._counters(files.hw_counters),
-        )
-
-    def _counters(self, opened: list[tuple[str, int]]) -> dict[str, int]:
-        values: dict[str, int] = {}
         pread = self._files.pread
-        for name, fd in opened:
-            # The hot loop of a collection: one system call and one int() per value.
-            try:
-                data = pread(fd, _READ_SIZE, 0)
-            except OSError as exc:
-                self._failed(fd, exc)
-                continue
-            try:
-                values[name] = int(data)
-            except ValueError:
-                value = self._garbage_counter(fd, data)
-                if value is not None:
-                    values[name] = value
-                continue
-            if values[name] < 0:
-                del values[name]
-                self._garbage_counter(fd, data)
-        return values
-
-    def _garbage_counter(self, fd: int, data: bytes) -> int | None:
-        """Slow path for a counter that is not a plain decimal: hex, N/A, or garbage."""
-        text = data.decode(errors="replace").split("\n", 1)[0].strip()
-        if text.startswith("N/A"):
-            return None
+        gone: set[int] = set()
+        values: Sequence[int | None]
         try:
-            value = int(text, 0)
-        except ValueError:
-            value = -1
-        if value < 0:
-            self._problems.append(
-                ReadProblem(path=self._paths[fd], reason=f"expected a counter, got {text[:40]!r}")
+            raw: list[bytes | None] = [pread(fd, _READ_SIZE, 0) for fd in self._fds]
+        except OSError:
+            raw = self._read_one_by_one(gone)
+        # Counters come first: zip() with `self._fds` or `self._fd_device` stops there.
+        counters = raw[: self._counters]
+        try:
+            ints = list(map(int, counters))  # type: ignore[arg-type]  # TypeError on None
+            if ints and min(ints) < 0:
+                raise ValueError("negative counter")
+            values = ints
+        except (TypeError, ValueError):  # a failed read or not a plain decimal somewhere
+            values = [
+                self._counter(fd, data) for fd, data in zip(self._fds, counters, strict=False)
+            ]
+        raw.append(None)
+        ports = [
+            None if device in gone else self._port_state(index, text(raw))
+            for index, (text, device) in enumerate(
+                zip(self._port_text, self._port_device, strict=True)
             )
-            return None
-        return value
+        ]
+        if gone:  # values read before the device answered ENODEV go with it
+            values = [
+                None if device in gone else value
+                for device, value in zip(self._fd_device, values, strict=False)
+            ]
+        return IbReading(
+            values=values,
+            ports=tuple(ports),
+            problems=tuple(self._problems),
+            vanished=tuple(self._devices[d].info.device for d in sorted(gone)),
+        )
 
-    def _parsed(
-        self, fd: int | None, parse: Callable[[str], _T | None], expected: str
-    ) -> _T | None:
-        if fd is None:
-            return None
-        text = self._text(fd)
-        if text is None or text.startswith("N/A"):
-            return None
-        value = parse(text)
-        if value is None:
-            self._problems.append(
-                ReadProblem(path=self._paths[fd], reason=f"expected {expected}, got {text[:40]!r}")
-            )
-        return value
+    def _read_one_by_one(self, gone: set[int]) -> list[bytes | None]:
+        """The slow path: each file on its own, so one failure loses only its value."""
+        raw: list[bytes | None] = []
+        for fd, device in zip(self._fds, self._fd_device, strict=True):
+            if device in gone:
+                raw.append(None)
+                continue
+            try:
+                raw.append(self._raw(fd))
+            except DeviceVanished:
+                gone.add(device)
+                raw.append(None)
+        return raw
 
-    def _text(self, fd: int) -> str | None:
-        data = self._raw(fd)
+    def _port_state(self, index: int, texts: tuple[bytes | None, ...]) -> IbPortState:
+        state, garbage = _port_state(*texts)
+        for file, reason in garbage:
+            fd = self._port_files[index][file]
+            self._problems.append(ReadProblem(path=self._paths.get(fd or -1, "?"), reason=reason))
+        return state
+
+    def _counter(self, fd: int, data: bytes | None) -> int | None:
+        """One counter value the slow way: hex, N/A, or garbage (reported)."""
         if data is None:
             return None
-        return data.decode(errors="replace").split("\n", 1)[0].strip()
+        try:
+            value = int(data)
+        except ValueError:
+            text = _first_line(data)
+            if text.startswith("N/A"):
+                return None
+            try:
+                value = int(text, 0)
+            except ValueError:
+                value = -1
+        if value < 0:
+            self._problems.append(
+                ReadProblem(
+                    path=self._paths[fd],
+                    reason=f"expected a counter, got {_first_line(data)[:40]!r}",
+                )
+            )
+            return None
+        return value
 
     def _raw(self, fd: int) -> bytes | None:
         try:
@@ -410,7 +508,14 @@ class InfinibandSysfs:
             except OSError:  # already gone with its device; nothing left to release
                 continue
         self._paths.clear()
-        self._devices = []
+        self._devices = ()
+        self._ports = ()
+        self._fds = []
+        self._fd_device = []
+        self._counters = 0
+        self._port_files = []
+        self._port_text = []
+        self._port_device = []
 
 
 def _reason(exc: OSError) -> str:
@@ -486,10 +591,3 @@ def hca_topology(root: Path, device_dir: Path, gpus: list[str]) -> HcaTopology:
         gpus=tuple(gpus.index(gpu) for gpu in near),
         gpu_pci_addresses=tuple(os.path.basename(gpu) for gpu in near),
     )
-
-
-def iter_ports(reading: IbReading) -> Iterator[tuple[IbDeviceReading, IbPortReading]]:
-    """Every (device, port) pair of a reading, in device then port order."""
-    for device in reading.devices:
-        for port in device.ports:
-            yield device, port
