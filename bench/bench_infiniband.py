@@ -3,8 +3,13 @@
 For trees of 8, 16 and 32 ports (simulated DGX-like nodes), starts node_exporter with only
 its infiniband collector on the tree, scrapes it repeatedly and reads its own
 `node_scrape_collector_duration_seconds{collector="infiniband"}`; in the same run, times
-our collector's `collect()` (read + map, no rendering) and prints medians and the ratio.
-Also prints the cost of a re-discovery (what a hotplug event triggers).
+our collector's `collect()` (read + map, no rendering, as node_exporter's figure has no
+encoding either) and prints medians and the ratio. Also prints what rendering the result
+to exposition text adds, and the cost of a re-discovery (what a hotplug event triggers).
+
+Rounds alternate one node_exporter scrape and one collection of ours, so both run cold
+(the bench's own HTTP and parsing work sits between any two collections), as they do
+in production where a collection runs once per interval.
 
 Run: .venv/bin/python bench/bench_infiniband.py [--rounds N]
 """
@@ -23,11 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.infiniband import InfinibandCollector
+from collectors.metrics import series_count
 from collectors.sim.scenario import parse_scenario
 from collectors.sim.sysfs_tree import SimulatedSysfs
 from collectors.sim.world import FixedClock, SimulatedNode
 from collectors.sources.sysfs import InfinibandSysfs
 from collectors.sources.udev import DeviceEvents
+from exporter.render import Renderer
 from tests.servers import http_get, node_exporter
 
 
@@ -56,20 +63,24 @@ def _node_exporter_ms(url: str) -> float:
     raise RuntimeError("node_exporter reported no infiniband collector duration")
 
 
-def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, float, int]:
+def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, float, float, int]:
     """Medians of ours and node_exporter's cost, interleaved so load hits both alike."""
     collector = InfinibandCollector(
         sysfs=InfinibandSysfs(root=root), tools=None, events=DeviceEvents(monitor=None),
         rediscover_seconds=1e9,
     )  # fmt: skip
-    series = sum(len(f.samples) for f in collector.collect())
-    ours, cpu, theirs = [], [], []
+    renderer = Renderer()
+    series = series_count(collector.collect())
+    ours, cpu, render, theirs = [], [], [], []
     for _ in range(rounds):
         theirs.append(_node_exporter_ms(url))
         start, start_cpu = time.perf_counter(), time.thread_time()
-        collector.collect()
+        families = collector.collect()
         ours.append((time.perf_counter() - start) * 1000)
         cpu.append((time.thread_time() - start_cpu) * 1000)
+        start = time.perf_counter()
+        renderer.render(families)
+        render.append((time.perf_counter() - start) * 1000)
     collector.close()
     sysfs = InfinibandSysfs(root=root)
     discover = []
@@ -81,6 +92,7 @@ def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, fl
     return (
         statistics.median(ours),
         statistics.median(cpu),
+        statistics.median(render),
         statistics.median(theirs),
         statistics.median(discover),
         series,
@@ -92,7 +104,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
     print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'ours cpu ms':>11} "
-          f"{'node_exporter ms':>16} {'ratio':>6} "
+          f"{'render ms':>9} {'node_exporter ms':>16} {'ratio':>6} "
           f"{'rediscovery ms':>14}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for ports in (8, 16, 32):
@@ -101,8 +113,8 @@ def main() -> int:
             with node_exporter(
                 Path(tmp) / f"ne{ports}", sysfs=root, collectors=["infiniband"]
             ) as ne:
-                ours, cpu, theirs, discover, series = _measure(root, ne.url, args.rounds)
-            print(f"{ports:>5} {series:>6} {ours:>8.3f} {cpu:>11.3f} "
+                ours, cpu, render, theirs, discover, series = _measure(root, ne.url, args.rounds)
+            print(f"{ports:>5} {series:>6} {ours:>8.3f} {cpu:>11.3f} {render:>9.3f} "
                   f"{theirs:>16.3f} {ours / theirs:>6.2f} "
                   f"{discover:>14.3f}")  # fmt: skip
     return 0

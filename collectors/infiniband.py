@@ -332,7 +332,8 @@ class InfinibandCollector:
         """One collection: drain hotplug events, re-discover if needed, read, map."""
         self._maybe_rediscover()
         reading = self._sysfs.read()
-        self._report(reading.problems)
+        if reading.problems:
+            self._report(reading.problems)
         if reading.vanished:
             log.info(
                 "InfiniBand devices vanished while reading",
@@ -440,33 +441,33 @@ class InfinibandCollector:
             if column.count(None) < len(column)
         ]
 
-    def _port_columns(self, reading: IbReading) -> list[list[float | None]]:
+    def _port_columns(self, reading: IbReading) -> list[Sequence[float | None]]:
         """Per port: info, up, state, physical state, rate, expected rate, state changes."""
         layout, values = self._layout, reading.values
-        fallback = self._ibstat_rates(reading)
+        fallback: dict[tuple[str, int], float] | None = None
         rows: list[tuple[float | None, ...]] = []
         for index, now in enumerate(reading.ports):
             if now is None:  # its device vanished while being read
                 rows.append((None,) * 7)
                 continue
-            port = layout.ports[index]
-            # A port that is not up reports a leftover rate that means nothing.
+            port, active = layout.ports[index], now.active
             gbps = now.rate_gbps
-            if gbps is None:
+            if gbps is None and active and port.link_layer == "InfiniBand":
+                if fallback is None:
+                    fallback = self._ibstat_rates()
                 gbps = fallback.get((port.device, port.port))
             downed = layout.link_downed[index]
             rows.append((
                 1,
-                (1 if now.active else 0)
-                if now.state_id is not None and now.phys_state_id is not None
-                else None,
+                None if now.state_id is None or now.phys_state_id is None else int(active),
                 now.state_id,
                 now.phys_state_id,
-                gbps * _BYTES_PER_GBIT if now.active and gbps is not None else None,
+                # A port that is not up reports a leftover rate that means nothing.
+                gbps * _BYTES_PER_GBIT if active and gbps is not None else None,
                 layout.expected[index],
                 self._count_state_changes(port, now, None if downed is None else values[downed]),
             ))  # fmt: skip
-        return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 7
+        return list(zip(*rows, strict=True)) if rows else [()] * 7
 
     def _events_column(self) -> tuple[list[dict[str, str]], list[float | None]]:
         """udev event counts, with a label list that changes only when a new kind appears."""
@@ -496,17 +497,9 @@ class InfinibandCollector:
                     saturated[position] = value >= (1 << 64) - 1
         return values, saturated
 
-    def _ibstat_rates(self, reading: IbReading) -> dict[tuple[str, int], float]:
-        """Rates from `ibstat` for active ports whose sysfs `rate` could not be read."""
-        missing = [
-            port
-            for port, now in zip(self._layout.ports, reading.ports, strict=True)
-            if now is not None
-            and now.active
-            and now.rate_gbps is None
-            and port.link_layer == "InfiniBand"
-        ]
-        if not missing or self._tools is None:
+    def _ibstat_rates(self) -> dict[tuple[str, int], float]:
+        """Rates from `ibstat`, for active ports whose sysfs `rate` could not be read."""
+        if self._tools is None:
             return {}
         try:
             cas, error = self._tools.ibstat()
@@ -552,8 +545,10 @@ class InfinibandCollector:
         key = (port.device, port.port)
         if downed is not None and downed >= 255:
             downed = None
-        previous = self._last_state.get(key)
-        self._last_state[key] = (now.state_id, downed)
+        previous, current = self._last_state.get(key), (now.state_id, downed)
+        if previous == current:
+            return self._state_changes[key]
+        self._last_state[key] = current
         total = self._state_changes.get(key, 0)
         if previous is not None:
             before_state, before_downed = previous

@@ -11,7 +11,8 @@ two lists, with the formatted prefixes of its label list cached as a whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
@@ -29,14 +30,27 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+_go_float: Callable[[float], str] = floatToGoString
+_EXACT: Final = 2**53  # integers below this are exact as floats: str(n) == repr digits
+
+
 def format_value(value: float) -> str:
-    """Go-compatible float formatting (`+Inf`, `NaN`, `1e+06`), as Prometheus expects."""
-    # Fast path for the common small integral values (counts, states, temperatures);
-    # floatToGoString switches to exponent form from 1e6 on and keeps the sign of -0.0.
-    if (value.is_integer() and 0 < abs(value) < 1_000_000) or (value == 0 and str(value) == "0.0"):
-        return f"{int(value)}.0"
-    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-    return text
+    """Go-compatible float formatting (`+Inf`, `NaN`, `1e+06`), as Prometheus expects.
+
+    Exactly what prometheus_client's `floatToGoString` writes for `float(value)`, with
+    fast paths for the integral values that counters and states are (ints and bools
+    straight from a `SeriesFamily`, or integral floats): below 1e6 `123.0`, from 1e6 on
+    the exponent form `1.23456e+06`.
+    """
+    if type(value) is float and not (value.is_integer() and (value or str(value) == "0.0")):
+        return _go_float(value)  # fractions, NaN, infinities, -0.0
+    number = int(value)
+    if -1_000_000 < number < 1_000_000:
+        return f"{number}.0"
+    if 1_000_000 <= number < _EXACT:
+        digits = str(number)
+        return f"{digits[0]}.{digits[1:]}".rstrip("0.") + f"e+{len(digits) - 1:02d}"
+    return _go_float(float(number))
 
 
 class Renderer:
@@ -97,7 +111,7 @@ class Renderer:
                     continue
                 out.append(self._header(family))
                 out.extend(
-                    f"{prefix}{format_value(float(value))}\n"
+                    f"{prefix}{format_value(value)}\n"
                     for prefix, value in zip(self._prefix_list(family), family.values, strict=True)
                     if value is not None
                 )

@@ -1,8 +1,9 @@
 """The exposition renderer writes exactly what prometheus_client's `generate_latest` writes.
 
 Random families (label values with characters that need escaping, values from -0.0 and
-NaN to 1e300) are rendered by both; `SeriesFamily` (labels fixed, values as a list) must
-render as the same samples built the ordinary way, skipping absent values.
+NaN to 1e300, ints and bools as collectors hand them over) are rendered by both;
+`SeriesFamily` (labels fixed, values as a list) must render as the same samples built
+the ordinary way, skipping absent values.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from exporter.render import Renderer
 LABEL_VALUES = st.text(alphabet=st.sampled_from('ab_ 0\\"\n.é'), max_size=6)
 VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**70), max_value=2**70),
     st.integers(min_value=0, max_value=2**64 - 1).map(float),
+    st.booleans(),
     st.sampled_from([0.0, -0.0, 1.0, 999_999.0, 1_000_000.0, 1e21]),
 )
 SPECS = (
