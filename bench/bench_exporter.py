@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as RegistryCollector
 from prometheus_client.registry import CollectorRegistry
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors import COLLECTORS
 from collectors.base import CollectorContext
+from collectors.metrics import series_count
 from collectors.sim.fake_nvml import FakeNvml
 from collectors.sim.scenario import load_scenario
 from collectors.sim.sysfs_tree import SimulatedSysfs
@@ -71,7 +73,7 @@ def cycle_costs(cycles: int) -> None:
         totals: list[float] = []
         without_fake: list[float] = []
         series = 0
-        families = []
+        families: list[Metric] = []
         try:
             for _ in range(cycles):
                 sysfs.write()
@@ -88,7 +90,7 @@ def cycle_costs(cycles: int) -> None:
                     families.extend(got)
                 totals.append(total)
                 without_fake.append(total - in_fake[0])
-                series = sum(len(f.samples) for f in families)
+                series = series_count(families)
         finally:
             close_collectors(collectors)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from collectors.base import Collector
 from collectors.gpm import GpmCollector
 from collectors.gpu import GpuCollector
 from collectors.nvlink import NvLinkCollector
@@ -34,7 +35,7 @@ def measure(scenario_name: str, cycles: int) -> None:
     node = SimulatedNode(scenario=load_scenario(scenario_name), clock=FixedClock(120.0))
     lib = timed(FakeNvml(node=node), lambda call, seconds: in_calls.append(seconds))
     source = NvmlSource(lib=lib)
-    collectors = [
+    collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
         GpmCollector(source=source),
         NvLinkCollector(source=source, nvlink5=True, per_gpu=False),

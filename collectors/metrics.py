@@ -18,6 +18,7 @@ The exposition renderer reads the two lists directly (`exporter.render`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -36,6 +37,11 @@ class MetricSpec:
     kind: MetricKind
     help: str
     labels: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def family_name(self) -> str:
+        """The family's name as prometheus_client has it: a counter's without `_total`."""
+        return self.name.removesuffix("_total") if self.kind == "counter" else self.name
 
     def new_family(self) -> Metric:
         if self.kind == "counter":
@@ -117,7 +123,7 @@ class SeriesFamily(Metric):
         # As prometheus_client's CounterMetricFamily: the family is named without
         # `_total`, its samples with it. Metric.__init__ is not called: it would assign
         # `samples`, which this class computes.
-        self.name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+        self.name = spec.family_name
         self.documentation = spec.help
         self.unit = ""
         self.type = spec.kind

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol, cast
+from typing import Final, NamedTuple, Protocol, cast
 
 # PMA PortCounters error counters: sysfs file -> (error name, width in bits). They
 # saturate at all-ones instead of wrapping (reference/infiniband.md).
@@ -161,9 +161,8 @@ class IbPortState:
         return self.state_id == 4 and self.phys_state_id == 5
 
 
-@dataclass(frozen=True, kw_only=True)
-class IbReading:
-    """Everything one `read()` saw.
+class IbReading(NamedTuple):
+    """Everything one `read()` saw (a tuple: made once per cycle, cheaply).
 
     `values[slot]` is a counter's raw value, None when it could not be read this time.
     `ports` is aligned with `InfinibandSysfs.ports()`; a port is None when its device
