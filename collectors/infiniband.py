@@ -181,6 +181,8 @@ class _Series:
 
 
 _Values = Sequence[int | None]
+# The port-level families: INFO to EXPECTED_RATE, then STATE_CHANGES (spec order).
+_PortFamilies = tuple[list[SeriesFamily | None], list[SeriesFamily | None]]
 _Picker = Callable[[_Values], tuple[int | None, ...]]
 
 
@@ -208,6 +210,7 @@ class _Layout:
     own: list[dict[str, str]]
     expected: list[float | None]
     link_downed: list[int | None]
+    pick_downed: _Picker
     gather: _Picker
     traffic: tuple[tuple[_Series, slice], ...]
     pma: _Series
@@ -279,6 +282,7 @@ def _layout(
         own=own,
         expected=rates,
         link_downed=downed,
+        pick_downed=_picker([slot for slot in downed if slot is not None]),
         gather=_picker(slots),
         traffic=tuple(zip(traffic.values(), spans, strict=False)),
         pma=pma,
@@ -320,6 +324,10 @@ class InfinibandCollector:
         self._state_changes: dict[tuple[str, int], int] = {}
         self._labels = LabelCache(SPECS)
         self._layout = _layout((), self._labels, ())
+        # (the inputs, the families built from them); see `_families`.
+        self._port_memo: tuple[object, _PortFamilies] | None = None
+        self._error_memo: tuple[object, list[SeriesFamily | None]] | None = None
+        self._hw_memo: tuple[object, list[SeriesFamily | None]] | None = None
         if tools is None:
             log.info("infiniband-diags not found: reading InfiniBand from sysfs alone")
 
@@ -362,6 +370,7 @@ class InfinibandCollector:
             self._labels.clear()
             self._event_labels = []
             self._layout = _layout(self._sysfs.devices(), self._labels, self._expected)
+            self._port_memo = self._error_memo = self._hw_memo = None
             self._note_sysfs_only_ports()
             if events:
                 log.info(
@@ -397,10 +406,73 @@ class InfinibandCollector:
             log.warning(message, extra=fields)
 
     # -- mapping ------------------------------------------------------------------------
+    # Families are rebuilt only from inputs that changed: traffic moves every cycle, but
+    # port states, error counters and hw_counters mostly do not, and comparing a tuple
+    # of values is far cheaper than rebuilding their families. Family objects are never
+    # mutated after collect() returns, so handing out the same one again is safe.
     def _families(self, reading: IbReading) -> list[Metric]:
         layout = self._layout
         gathered = layout.gather(reading.values)
-        pma: Sequence[int | None] = gathered[layout.pma_span]
+        head, changes = self._port_families(reading)
+        traffic = []
+        for series, span in layout.traffic:
+            words = gathered[span]
+            if series.family == DATA:
+                words = tuple(None if v is None else v * _DATA_WORD_BYTES for v in words)
+            traffic.append(self._family(series.family, series.labels, words))
+        pma = gathered[layout.pma_span]
+        if self._error_memo is not None and self._error_memo[0] == pma:
+            errors = self._error_memo[1]
+        else:
+            errors, widened = self._error_families(reading, pma)
+            # perfquery's 64-bit values move while the pinned sysfs ones do not.
+            self._error_memo = None if widened else (pma, errors)
+        hw = gathered[layout.hw_span]
+        if self._hw_memo is None or self._hw_memo[0] != hw:
+            self._hw_memo = (hw, [self._family(HW_COUNTER, layout.hw.labels, hw)])
+        families = [*head, *traffic, *errors, *changes, *self._hw_memo[1], *self._events_family()]
+        return [family for family in families if family is not None]
+
+    def _family(
+        self, name: str, labels: list[dict[str, str]], values: Sequence[float | None]
+    ) -> SeriesFamily | None:
+        """The family, or None when it has no value (left out of the exposition)."""
+        if values.count(None) == len(values):
+            return None
+        return SeriesFamily(self._labels.specs[name], labels, values)
+
+    def _port_families(self, reading: IbReading) -> _PortFamilies:
+        """INFO to EXPECTED_RATE, and STATE_CHANGES: rebuilt when a port's state moved."""
+        layout = self._layout
+        key = (reading.ports, layout.pick_downed(reading.values))
+        if self._port_memo is not None and self._port_memo[0] == key:
+            return self._port_memo[1]
+        columns, asked_ibstat = self._port_columns(reading)
+        info, up, state, phys, rate, expected, changes = columns
+        own = layout.own
+        families = (
+            [
+                self._family(INFO, layout.info, info),
+                self._family(UP, own, up),
+                self._family(STATE, own, state),
+                self._family(PHYS_STATE, own, phys),
+                self._family(RATE, own, rate),
+                self._family(EXPECTED_RATE, own, expected),
+            ],
+            [self._family(STATE_CHANGES, own, changes)],
+        )
+        # A rate from ibstat is not in the key: ask again next cycle.
+        self._port_memo = None if asked_ibstat else (key, families)
+        return families
+
+    def _error_families(
+        self, reading: IbReading, pma: Sequence[int | None]
+    ) -> tuple[list[SeriesFamily | None], bool]:
+        """ERRORS, XMIT_WAIT and SATURATED from the PMA error counters of every port.
+
+        Also says whether pinned counters were widened with `perfquery -x` values.
+        """
+        layout = self._layout
         saturated: Sequence[bool | None]
         if None in pma:
             saturated = [
@@ -409,40 +481,22 @@ class InfinibandCollector:
             ]
         else:
             saturated = tuple(map(operator.ge, cast(tuple[int, ...], pma), layout.pma_limits))
-        if self._tools is not None and True in saturated:
+        widened = self._tools is not None and True in saturated
+        if widened:
             pma, saturated = self._widen(reading, pma, saturated)
-        info, up, state, phys, rate, expected, changes = self._port_columns(reading)
-        table: list[tuple[str, list[dict[str, str]], Sequence[float | None]]] = [
-            (INFO, layout.info, info),
-            (UP, layout.own, up),
-            (STATE, layout.own, state),
-            (PHYS_STATE, layout.own, phys),
-            (RATE, layout.own, rate),
-            (EXPECTED_RATE, layout.own, expected),
-        ]
-        for series, span in layout.traffic:
-            words = gathered[span]
-            if series.family == DATA:
-                words = tuple(None if v is None else v * _DATA_WORD_BYTES for v in words)
-            table.append((series.family, series.labels, words))
         (errors, pick_errors), (wait, pick_wait) = layout.errors, layout.wait
-        table += [
-            (ERRORS, errors.labels, pick_errors(pma)),
-            (XMIT_WAIT, wait.labels, pick_wait(pma)),
-            (SATURATED, layout.pma.labels, saturated),
-            (STATE_CHANGES, layout.own, changes),
-            (HW_COUNTER, layout.hw.labels, gathered[layout.hw_span]),
-            (DEVICE_EVENTS, *self._events_column()),
+        families = [
+            self._family(ERRORS, errors.labels, pick_errors(pma)),
+            self._family(XMIT_WAIT, wait.labels, pick_wait(pma)),
+            self._family(SATURATED, layout.pma.labels, saturated),
         ]
-        specs = self._labels.specs
-        return [
-            SeriesFamily(specs[name], labels, column)
-            for name, labels, column in table
-            if column.count(None) < len(column)
-        ]
+        return families, widened
 
-    def _port_columns(self, reading: IbReading) -> list[Sequence[float | None]]:
-        """Per port: info, up, state, physical state, rate, expected rate, state changes."""
+    def _port_columns(self, reading: IbReading) -> tuple[list[Sequence[float | None]], bool]:
+        """Per port: info, up, state, physical state, rate, expected rate, state changes.
+
+        Also says whether ibstat was asked for a rate sysfs could not give.
+        """
         layout, values = self._layout, reading.values
         fallback: dict[tuple[str, int], float] | None = None
         rows: list[tuple[float | None, ...]] = []
@@ -467,14 +521,18 @@ class InfinibandCollector:
                 layout.expected[index],
                 self._count_state_changes(port, now, None if downed is None else values[downed]),
             ))  # fmt: skip
-        return list(zip(*rows, strict=True)) if rows else [()] * 7
+        columns: list[Sequence[float | None]] = list(zip(*rows, strict=True)) if rows else [()] * 7
+        return columns, fallback is not None
 
-    def _events_column(self) -> tuple[list[dict[str, str]], list[float | None]]:
+    def _events_family(self) -> list[SeriesFamily | None]:
         """udev event counts, with a label list that changes only when a new kind appears."""
+        if not self._event_counts:
+            return []
         keys = sorted(self._event_counts)
         if len(self._event_labels) != len(keys):
             self._event_labels = [self._labels.labels(DEVICE_EVENTS, key) for key in keys]
-        return self._event_labels, [self._event_counts[key] for key in keys]
+        counts = [self._event_counts[key] for key in keys]
+        return [self._family(DEVICE_EVENTS, self._event_labels, counts)]
 
     def _widen(
         self, reading: IbReading, pma: Sequence[int | None], flags: Sequence[bool | None]

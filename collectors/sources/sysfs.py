@@ -1,15 +1,19 @@
 """InfiniBand devices and ports from sysfs (`<root>/class/infiniband`), as typed readings.
 
 `InfinibandSysfs` discovers every device and port once (static attributes, PCI topology,
-and a descriptor kept open for every file that changes), then each `read()` re-reads
-those descriptors with `os.pread` at offset 0: a sysfs attribute is regenerated on every
-read from offset 0, so this costs one system call per value and no path walks.
+and a descriptor kept open for every file that changes, each counter with a slot), then
+each `read()` re-reads those descriptors with `os.pread` at offset 0: a sysfs attribute
+is regenerated on every read from offset 0, so this costs one system call per value and
+no path walks. The whole pass is one comprehension and the counters are converted by
+one `map(int, ...)`; readings are slot-indexed lists, not per-value objects.
 
 Per-file tolerance (reference/infiniband.md): EINVAL, ENOSYS, EACCES, EOPNOTSUPP, a
-missing file and the old kernels' `N/A (no PMA)` skip that value only; a garbage value
-skips that value and is reported as a `ReadProblem`; ENODEV (the device went away under
-an open descriptor) drops that device from the reading and asks for re-discovery. One
-bad file never loses other values, ports or devices.
+missing file and the old kernels' `N/A (no PMA)` skip that value only (a counter that
+answers so at discovery is left out until the next discovery: it stays that way); a
+garbage value skips that value and is reported as a `ReadProblem`; ENODEV (the device
+went away under an open descriptor) drops that device from the reading and asks for
+re-discovery. One bad file never loses other values, ports or devices: any failure or
+non-decimal value sends that cycle down a file-by-file path that sorts it out.
 
 Readings are native units: data counters in 4-octet words as the kernel counts them,
 rates in Gb/s as the `rate` file prints them. No Prometheus here.
@@ -258,6 +262,9 @@ class InfinibandSysfs:
         self._port_files: list[tuple[int | None, int | None, int | None]] = []
         self._port_text: list[Callable[[list[bytes | None]], tuple[bytes | None, ...]]] = []
         self._port_device: list[int] = []
+        # The port state files' bytes of the last read, and the states parsed from them.
+        self._last_texts: list[bytes | None] | None = None
+        self._last_ports: tuple[IbPortState | None, ...] = ()
 
     # -- discovery ----------------------------------------------------------------------
     def discover(self) -> list[ReadProblem]:
@@ -421,13 +428,18 @@ class InfinibandSysfs:
             values = [
                 self._counter(fd, data) for fd, data in zip(self._fds, counters, strict=False)
             ]
-        raw.append(None)
-        ports = [
-            None if device in gone else self._port_state(index, text(raw))
-            for index, (text, device) in enumerate(
-                zip(self._port_text, self._port_device, strict=True)
+        # Port states rarely change: the same files' bytes give the same states (garbage
+        # in them was reported when it appeared).
+        texts = raw[self._counters :]
+        if gone or texts != self._last_texts:
+            raw.append(None)
+            self._last_ports = tuple(
+                None if device in gone else self._port_state(index, text(raw))
+                for index, (text, device) in enumerate(
+                    zip(self._port_text, self._port_device, strict=True)
+                )
             )
-        ]
+            self._last_texts = None if gone else texts
         if gone:  # values read before the device answered ENODEV go with it
             values = [
                 None if device in gone else value
@@ -435,7 +447,7 @@ class InfinibandSysfs:
             ]
         return IbReading(
             values=values,
-            ports=tuple(ports),
+            ports=self._last_ports,
             problems=tuple(self._problems),
             vanished=tuple(self._devices[d].info.device for d in sorted(gone)),
         )
@@ -515,6 +527,8 @@ class InfinibandSysfs:
         self._port_files = []
         self._port_text = []
         self._port_device = []
+        self._last_texts = None
+        self._last_ports = ()
 
 
 def _reason(exc: OSError) -> str:

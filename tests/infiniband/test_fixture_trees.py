@@ -202,3 +202,68 @@ def test_expected_rate_flag(tmp_path: Path) -> None:
 def test_no_infiniband_means_no_series(tmp_path: Path) -> None:
     collector = make_collector(tmp_path)
     assert collector.collect() == []
+
+
+def test_files_failing_after_discovery_lose_only_their_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Faults that start mid-run go through the file-by-file path, not the fast pass."""
+    cx7_ndr(tmp_path)
+    files = FailingFiles()
+    collector = make_collector(tmp_path, files=files)
+    before = render_families(collector.collect()).decode()
+    counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
+    files.on_read["counters/VL15_dropped"] = errno.EINVAL
+    files.on_read["counters/port_rcv_packets"] = errno.EIO
+    (counters / "symbol_error").write_text("garbage\n")
+    with caplog.at_level(logging.WARNING):
+        during = render_families(collector.collect()).decode()
+    gone = {
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="vl15_dropped",port="1"}',
+        'fleetwatch_infiniband_port_counter_saturated{counter="vl15_dropped",device="mlx5_0",'
+        'port="1"}',
+        'fleetwatch_infiniband_port_packets_total{device="mlx5_0",direction="rx",port="1"}',
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}',
+        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_0",port="1"}',
+    }
+
+    def series(text: str) -> set[str]:
+        return {line.rpartition(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+
+    assert series(before) - series(during) == gone
+    assert series(during) <= series(before)
+    reasons = {getattr(r, "path", ""): getattr(r, "reason", "") for r in caplog.records}
+    assert "EIO" in reasons[str(counters / "port_rcv_packets")]
+    assert "garbage" in reasons[str(counters / "symbol_error")]
+    assert str(counters / "VL15_dropped") not in reasons  # "not available" is not news
+    # The faults clear: every value is back on the next cycle, without a re-discovery.
+    files.on_read.clear()
+    (counters / "symbol_error").write_text("3\n")
+    assert series(render_families(collector.collect()).decode()) == series(before)
+    collector.close()
+
+
+def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
+    """Families rebuilt only from changed inputs still show every change, once."""
+    cx7_ndr(tmp_path)
+    collector = make_collector(tmp_path)
+    first = render_families(collector.collect()).decode()
+    assert render_families(collector.collect()).decode() == first
+    port = tmp_path / "class/infiniband/mlx5_0/ports/1"
+    (port / "counters/symbol_error").write_text("9\n")
+    (port / "hw_counters/out_of_sequence").write_text("13\n")
+    (port / "state").write_text("1: DOWN\n")
+    changed = render_families(collector.collect()).decode()
+    ids = 'device="mlx5_0",port="1"'
+    for line in (
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} 9.0',
+        f'fleetwatch_infiniband_hw_counter_total{{counter="out_of_sequence",{ids}}} 13.0',
+        f"fleetwatch_infiniband_port_state_id{{{ids}}} 1.0",
+        f"fleetwatch_infiniband_port_up{{{ids}}} 0.0",
+        f"fleetwatch_infiniband_port_state_changes_total{{{ids}}} 1.0",
+    ):
+        assert line in changed, line
+    assert "fleetwatch_infiniband_port_rate_bytes_per_second" not in changed
+    # Nothing moved again: the same exposition, the transition counted once.
+    assert render_families(collector.collect()).decode() == changed
+    collector.close()

@@ -80,7 +80,8 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     clock = StepClock(100.0)
     faults = [{"at": 0, "kind": "ib_errors", "device": "mlx5_1", "port": 1,
                "error": "symbol", "per_second": 1000}]  # fmt: skip
-    SimulatedSysfs(node=_node(faults, clock), root=tmp_path).write()
+    tree = SimulatedSysfs(node=_node(faults, clock), root=tmp_path)
+    tree.write()
     symbol = 'fleetwatch_infiniband_port_errors_total{device="mlx5_1",error="symbol",port="1"}'
     pinned = 'counter_saturated{counter="symbol",device="mlx5_1",port="1"}'
 
@@ -93,8 +94,13 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     text = render_families(with_tools.collect()).decode()
     assert _value(text, symbol) == 100_000
     assert _value(text, "fleetwatch_infiniband_port_" + pinned) == 0
+    # sysfs stays pinned while the 64-bit counter moves on: each cycle asks again.
+    clock.at = 200.0
+    tree.write()
+    assert _value(render_families(with_tools.collect()).decode(), symbol) == 200_000
     alone.close()
     with_tools.close()
+    tree.close()
 
 
 def test_flap_shorter_than_an_interval_counts_two_transitions(tmp_path: Path) -> None:
