@@ -9,7 +9,9 @@ to exposition text adds, and the cost of a re-discovery (what a hotplug event tr
 
 Rounds alternate one node_exporter scrape and one collection of ours, so both run cold
 (the bench's own HTTP and parsing work sits between any two collections), as they do
-in production where a collection runs once per interval.
+in production where a collection runs once per interval. Before each round the tree
+moves 10 simulated seconds on (untimed, files rewritten in place): traffic counters
+advance on every port and one link keeps erroring, like a busy host with one bad cable.
 
 Run: .venv/bin/python bench/bench_infiniband.py [--rounds N]
 """
@@ -37,18 +39,25 @@ from collectors.sources.udev import DeviceEvents
 from exporter.render import Renderer
 from tests.servers import http_get, node_exporter
 
+START: float = 600.0
+STEP: float = 10.0
 
-def _tree(root: Path, ports: int) -> None:
+
+def _tree(root: Path, ports: int) -> SimulatedSysfs:
     """A DGX-like tree with `ports` ports: one per HCA up to 8, then dual-port HCAs."""
     per_hca = 1 if ports <= 8 else 2
     hcas = [{"device": f"mlx5_{n}", "ports": per_hca} for n in range(ports // per_hca)]
+    bad_cable = {"at": 0, "kind": "ib_errors", "device": "mlx5_0", "port": 1,
+                 "error": "symbol", "per_second": 0.5}  # fmt: skip
     data = {"gpus": 8, "gpu_model": "NVIDIA H100 80GB HBM3", "nvlinks_per_gpu": 18,
-            "infiniband": hcas}  # fmt: skip
+            "infiniband": hcas, "faults": [bad_cable]}  # fmt: skip
     node = SimulatedNode(
         scenario=parse_scenario(data, source="bench", name=f"{ports}-ports"),
-        clock=FixedClock(600.0),
+        clock=FixedClock(START),
     )
-    SimulatedSysfs(node=node, root=root).write()
+    tree = SimulatedSysfs(node=node, root=root)
+    tree.write()
+    return tree
 
 
 def _node_exporter_ms(url: str) -> float:
@@ -63,7 +72,9 @@ def _node_exporter_ms(url: str) -> float:
     raise RuntimeError("node_exporter reported no infiniband collector duration")
 
 
-def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, float, float, int]:
+def _measure(
+    root: Path, tree: SimulatedSysfs, url: str, rounds: int
+) -> tuple[float, float, float, float, float, int]:
     """Medians of ours and node_exporter's cost, interleaved so load hits both alike."""
     collector = InfinibandCollector(
         sysfs=InfinibandSysfs(root=root), tools=None, events=DeviceEvents(monitor=None),
@@ -72,7 +83,8 @@ def _measure(root: Path, url: str, rounds: int) -> tuple[float, float, float, fl
     renderer = Renderer()
     series = series_count(collector.collect())
     ours, cpu, render, theirs = [], [], [], []
-    for _ in range(rounds):
+    for n in range(rounds):
+        tree.write(START + STEP * (n + 1))
         theirs.append(_node_exporter_ms(url))
         start, start_cpu = time.perf_counter(), time.thread_time()
         families = collector.collect()
@@ -109,11 +121,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for ports in (8, 16, 32):
             root = Path(tmp) / f"tree{ports}"
-            _tree(root, ports)
+            tree = _tree(root, ports)
             with node_exporter(
                 Path(tmp) / f"ne{ports}", sysfs=root, collectors=["infiniband"]
             ) as ne:
-                ours, cpu, render, theirs, discover, series = _measure(root, ne.url, args.rounds)
+                ours, cpu, render, theirs, discover, series = _measure(
+                    root, tree, ne.url, args.rounds
+                )
+            tree.close()
             print(f"{ports:>5} {series:>6} {ours:>8.3f} {cpu:>11.3f} {render:>9.3f} "
                   f"{theirs:>16.3f} {ours / theirs:>6.2f} "
                   f"{discover:>14.3f}")  # fmt: skip
