@@ -308,6 +308,7 @@ class InfinibandCollector:
         events: DeviceEvents,
         expected_rates: tuple[ExpectedRate, ...] = (),
         rediscover_seconds: float = 60.0,
+        perfquery_seconds: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sysfs = sysfs
@@ -315,6 +316,9 @@ class InfinibandCollector:
         self._events = events
         self._expected = expected_rates
         self._rediscover_seconds = rediscover_seconds
+        self._perfquery_seconds = perfquery_seconds
+        # Per port: when perfquery -x last ran, and what it gave ({} when it failed).
+        self._extended: dict[tuple[str, int], tuple[float, Mapping[str, int]]] = {}
         self._monotonic = monotonic
         self._discovered_at: float | None = None
         self._logged: set[tuple[str, str]] = set()
@@ -578,10 +582,20 @@ class InfinibandCollector:
         }
 
     def _extended_errors(self, port: IbPort) -> Mapping[str, int]:
-        """64-bit error counters from `perfquery -x`; empty when it cannot give them."""
+        """64-bit error counters from `perfquery -x`; empty when it cannot give them.
+
+        A pinned counter stays pinned until someone resets it (a real host had four of
+        them), so each port's values are refreshed at most once per perfquery interval
+        instead of spawning a process per port every cycle; a failure is retried then.
+        """
         assert self._tools is not None
+        key, now = (port.device, port.port), self._monotonic()
+        cached = self._extended.get(key)
+        if cached is not None and now - cached[0] < self._perfquery_seconds:
+            return cached[1]
+        counters: Mapping[str, int] = {}
         try:
-            counters = self._tools.perfquery_extended(port.device, port.port)
+            counters = self._tools.perfquery_extended(port.device, port.port).error_counters()
         except IbToolError as exc:
             self._log_once(
                 (f"perfquery {port.device}:{port.port}", str(exc)),
@@ -590,8 +604,8 @@ class InfinibandCollector:
                 port=port.port,
                 reason=str(exc),
             )
-            return {}
-        return counters.error_counters()
+        self._extended[key] = (now, counters)
+        return counters
 
     def _count_state_changes(self, port: IbPort, now: IbPortState, downed: int | None) -> int:
         """Transitions since the last cycle: seen directly, or implied by link_downed.
@@ -641,6 +655,15 @@ def _add_flags(group: argparse._ArgumentGroup) -> None:
         "hotplug events (default 60s)",
     )
     group.add_argument(
+        "--collector.infiniband.perfquery-interval",
+        dest="infiniband_perfquery_interval",
+        type=positive_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="refresh the 64-bit perfquery -x error counters of a port with a saturated "
+        "sysfs counter at most this often (default 30s)",
+    )
+    group.add_argument(
         "--collector.infiniband.tool-timeout",
         dest="infiniband_tool_timeout",
         type=positive_duration,
@@ -677,6 +700,7 @@ def create(context: CollectorContext, args: argparse.Namespace) -> InfinibandCol
         events=open_device_events(),
         expected_rates=rates if rates is not None else _simulated_expected_rates(context),
         rediscover_seconds=getattr(args, "infiniband_rediscover_interval", 60.0),
+        perfquery_seconds=getattr(args, "infiniband_perfquery_interval", 30.0),
     )
 
 

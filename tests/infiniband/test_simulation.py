@@ -90,13 +90,18 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     assert _value(text, symbol) == 65535
     assert _value(text, "fleetwatch_infiniband_port_" + pinned) == 1
 
-    with_tools = make_collector(tmp_path, tool_path=SIM_BIN)
+    now = StepClock(0.0)
+    with_tools = make_collector(tmp_path, tool_path=SIM_BIN, monotonic=now.elapsed)
     text = render_families(with_tools.collect()).decode()
     assert _value(text, symbol) == 100_000
     assert _value(text, "fleetwatch_infiniband_port_" + pinned) == 0
-    # sysfs stays pinned while the 64-bit counter moves on: each cycle asks again.
+    # sysfs stays pinned while the 64-bit counter moves on; perfquery runs again only
+    # once its interval (30 s by default) has passed, not every cycle.
     clock.at = 200.0
     tree.write()
+    now.at = 10.0
+    assert _value(render_families(with_tools.collect()).decode(), symbol) == 100_000
+    now.at = 30.0
     assert _value(render_families(with_tools.collect()).decode(), symbol) == 200_000
     alone.close()
     with_tools.close()
