@@ -230,8 +230,6 @@ def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
             f"--kubeconfig={kubeconfig}",
             f"--prometheus-url={urls['prometheus']}",
             "--untaint.hold=30s",
-            # One simulated node: the default 10 % cap would allow none.
-            "--breaker.max-fraction=1",
             f"--alertmanager-url={urls['alertmanager']}",
         ),
         f"{urls['tainter']}/healthz",

@@ -2,11 +2,12 @@
 
 A fleet-wide incident (a bad rule, a cooling failure, a broken exporter release) must not
 take most of the cluster out of scheduling. The cap is the smaller of an absolute count
-and a fraction of the nodes matching a selector. A new node taint that would exceed it is
-refused and opens the breaker; while open, every new node taint is refused, removals go on,
-and only an explicit reset closes it (or, when configured, the count falling below the
-cap). Decisions are made under one lock with reservations, so a storm of concurrent
-requests taints exactly the cap and not one node more.
+and a fraction of the nodes matching a selector; the fraction always allows one node when
+it is above 0, so a small cluster can still take its one overheating node out. A new node
+taint that would exceed the cap is refused and opens the breaker; while open, every new
+node taint is refused, removals go on, and only an explicit reset closes it (or, when
+configured, the count falling below the cap). Decisions are made under one lock with
+reservations, so a storm of concurrent requests taints exactly the cap and not one more.
 """
 
 from __future__ import annotations
@@ -47,10 +48,17 @@ class Breaker:
         return self._selected_nodes
 
     def limit(self) -> int:
-        """The most nodes that may be tainted now (0 while the node count is unknown)."""
-        if self._selected_nodes is None:
+        """The most nodes that may be tainted now (0 while the node count is unknown).
+
+        The fraction of a cluster under 1/fraction nodes rounds down to 0, which would
+        make the tainter useless there; one node is always allowed (0.1 of 5 nodes: 1).
+        `--breaker.max-fraction=0` or `--breaker.max-nodes=0` still allow none.
+        """
+        if not self._selected_nodes:
             return 0
         by_fraction = math.floor(self._policy.max_fraction * self._selected_nodes)
+        if self._policy.max_fraction > 0:
+            by_fraction = max(1, by_fraction)
         return min(self._policy.max_nodes, by_fraction)
 
     def set_selected_nodes(self, count: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tainter.breaker import Breaker, BreakerPolicy
 from tainter.fakeapi import FakeCluster
 from tainter.kube import ApiError, KubeNodeApi
 from tainter.metrics import TainterMetrics
@@ -361,3 +362,25 @@ async def test_unknown_node_is_forgotten_not_failed(
     await controller.handle_alerts(states(alert("gone-node")))
     assert controller.intents() == []
     assert cluster.writes == []
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fraction", "max_nodes", "expected"),
+    [
+        (5, 0.1, 10, 1),  # 0.5 rounds down to 0: a small cluster still gets one node
+        (10, 0.1, 10, 1),
+        (35, 0.1, 10, 3),
+        (500, 0.1, 10, 10),  # the absolute cap
+        (5, 0.0, 10, 0),  # fraction 0 means none, on purpose
+        (5, 0.5, 0, 0),  # max-nodes 0 means none
+        (0, 0.1, 10, 0),  # no node selected
+    ],
+)
+async def test_breaker_limit(nodes: int, fraction: float, max_nodes: int, expected: int) -> None:
+    breaker = Breaker(policy=BreakerPolicy(max_nodes=max_nodes, max_fraction=fraction))
+    assert breaker.limit() == 0  # node count not known yet: nothing may be tainted
+    breaker.set_selected_nodes(nodes)
+    assert breaker.limit() == expected
+    granted = [await breaker.reserve(f"node-{i}") for i in range(expected + 1)]
+    assert granted == [True] * expected + [False]
+    assert breaker.open
