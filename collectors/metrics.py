@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 MetricKind = Literal["gauge", "counter"]
@@ -42,11 +42,6 @@ class MetricSpec:
     def family_name(self) -> str:
         """The family's name as prometheus_client has it: a counter's without `_total`."""
         return self.name.removesuffix("_total") if self.kind == "counter" else self.name
-
-    def new_family(self) -> Metric:
-        if self.kind == "counter":
-            return CounterMetricFamily(self.name, self.help, labels=self.labels)
-        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
 
 
 class LabelCache:
@@ -76,12 +71,16 @@ class LabelCache:
 
 
 class FamilyBuilder:
-    """Accumulates samples for a fixed table of specs during one collection."""
+    """Accumulates samples for a fixed table of specs during one collection.
+
+    Samples go into two lists per family (label dicts and values) and come out as
+    `SeriesFamily`s: no prometheus_client `Sample` is made per value.
+    """
 
     def __init__(self, specs: Iterable[MetricSpec] | LabelCache) -> None:
         self._cache = specs if isinstance(specs, LabelCache) else LabelCache(specs)
         self._specs = self._cache.specs
-        self._families: dict[str, Metric] = {}
+        self._columns: dict[str, tuple[list[dict[str, str]], list[float | None]]] = {}
 
     def add(self, name: str, labels: Sequence[str], value: float | None) -> None:
         """Add one sample; `value=None` means the hardware did not report it (skipped)."""
@@ -93,23 +92,32 @@ class FamilyBuilder:
         """Add one sample whose label dict came from the same `LabelCache`."""
         if value is None:
             return
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = self._specs[name].new_family()
-        family.samples.append(Sample(name, labels, float(value)))
+        column = self._columns.get(name)
+        if column is None:
+            if name not in self._specs:
+                raise KeyError(f"{name} is not in this builder's specs")
+            column = self._columns[name] = ([], [])
+        column[0].append(labels)
+        column[1].append(float(value))
 
     def families(self) -> list[Metric]:
         """Families with at least one sample, in spec order."""
-        return [self._families[name] for name in self._specs if name in self._families]
+        return [
+            SeriesFamily(self._specs[name], *self._columns[name], fixed_labels=False)
+            for name in self._specs
+            if name in self._columns
+        ]
 
 
 class SeriesFamily(Metric):
     """A family whose label sets are fixed and whose values come as one list per cycle.
 
     `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
-    Keep the same `labels` list between collections: the renderer caches each list's
-    formatted prefixes by identity. `samples` builds prometheus_client `Sample`s on
-    demand for generic consumers (`generate_latest`, tests); the renderer never needs them.
+    With `fixed_labels` the same `labels` list is handed over every collection, and the
+    renderer caches its formatted prefixes as a whole (by identity); otherwise (a list
+    built anew each cycle, as `FamilyBuilder` does) it caches them per label dict.
+    `samples` builds prometheus_client `Sample`s on demand for generic consumers
+    (`generate_latest`, tests); the renderer never needs them.
     """
 
     def __init__(
@@ -117,6 +125,8 @@ class SeriesFamily(Metric):
         spec: MetricSpec,
         labels: Sequence[dict[str, str]],
         values: Sequence[float | None],
+        *,
+        fixed_labels: bool = True,
     ) -> None:
         if len(labels) != len(values):
             raise ValueError(f"{spec.name}: {len(labels)} label sets for {len(values)} values")
@@ -130,6 +140,7 @@ class SeriesFamily(Metric):
         self.sample_name = spec.name
         self.labels = labels
         self.values = values
+        self.fixed_labels = fixed_labels
 
     @property
     def samples(self) -> list[Sample]:  # type: ignore[override]  # computed, not assigned

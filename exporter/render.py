@@ -90,6 +90,8 @@ class Renderer:
         return prefix
 
     def _prefix_list(self, family: SeriesFamily) -> list[str]:
+        if not family.fixed_labels:  # a new list each cycle: cache per label dict only
+            return [self._prefix(family.sample_name, labels) for labels in family.labels]
         key = (family.sample_name, id(family.labels))
         hit = self._lists.get(key)
         if hit is not None and hit[0] is family.labels:
