@@ -7,13 +7,14 @@ have samples.
 
 A device's label sets are the same every cycle, so a collector keeps one `LabelCache`
 across collections: each label set is checked against its spec and turned into a dict
-once, then reused. That, and appending samples directly, is most of what keeps a
-collection cheap (prometheus_client's `add_metric` rebuilds the dict every call).
+once, then reused (prometheus_client's `add_metric` rebuilds the dict every call). The
+builder's families are `SeriesFamily`s, a list of label dicts and a list of values, so
+no `Sample` is made per value; the exposition renderer reads the two lists directly
+(`exporter.render`).
 
 A collector whose series are all known at discovery (InfiniBand: every port's counter
-files) goes one step further with `SeriesFamily`: the label dicts are a list built once,
-and each collection supplies only a list of values, so no `Sample` is made per value.
-The exposition renderer reads the two lists directly (`exporter.render`).
+files) goes one step further: it builds its label lists once and hands the same lists
+over every cycle (`fixed_labels`), so the renderer caches their formatted prefixes whole.
 """
 
 from __future__ import annotations
