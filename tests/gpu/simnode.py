@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -34,5 +35,5 @@ def samples(families: list[Metric], name: str) -> dict[tuple[tuple[str, str], ..
     }
 
 
-def text(families: list[Metric]) -> str:
+def text(families: Iterable[Metric]) -> str:
     return render_families(families).decode()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from collectors.base import Collector
 from collectors.gpm import GpmCollector
 from collectors.gpu import GpuCollector
 from collectors.nvlink import NvLinkCollector
@@ -15,7 +16,7 @@ from tests.gpu.simnode import simulated, text
 def exposition(scenario: str) -> str:
     """Two cycles (GPM needs a pair of samples), the second one rendered."""
     _, source = simulated(scenario, at=120.0)
-    collectors = [
+    collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
         GpmCollector(source=source),
         NvLinkCollector(source=source, nvlink5=True, per_gpu=False),

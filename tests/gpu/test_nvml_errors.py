@@ -7,6 +7,7 @@ import threading
 
 import pynvml
 import pytest
+from prometheus_client.metrics_core import Metric
 
 from collectors.gpm import GpmCollector
 from collectors.gpu import GpuCollector
@@ -18,7 +19,7 @@ from tests.gpu.simnode import samples, simulated
 TEMP = "fleetwatch_gpu_temperature_celsius"
 
 
-def gpus_in(families: list, name: str) -> set[str]:
+def gpus_in(families: list[Metric], name: str) -> set[str]:
     return {dict(labels)["gpu"] for labels in samples(families, name)}
 
 
@@ -69,10 +70,12 @@ def test_hung_call_blocks_its_collector_not_the_others() -> None:
     fake, source = simulated(faults=(hang,))
     source.gpus()
     done = threading.Event()
-    worker = threading.Thread(
-        target=lambda: (GpuCollector(source=source, expected_count=None).collect(), done.set()),
-        daemon=True,
-    )
+
+    def work() -> None:
+        GpuCollector(source=source, expected_count=None).collect()
+        done.set()
+
+    worker = threading.Thread(target=work, daemon=True)
     worker.start()
     try:
         families = NvLinkCollector(source=source, nvlink5=False, per_gpu=False).collect()

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
 
+from collectors.base import Collector
 from collectors.gpm import SPECS as GPM_SPECS
 from collectors.gpm import GpmCollector
 from collectors.gpu import SPECS as GPU_SPECS
@@ -46,7 +47,7 @@ def main() -> int:
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {gpu.identity}")
     xid = XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=10.0))
-    collectors = [
+    collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
         GpmCollector(source=source),
         NvLinkCollector(source=source, nvlink5=True, per_gpu=False),

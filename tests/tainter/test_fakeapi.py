@@ -68,7 +68,7 @@ async def test_stale_resource_version_is_409(api: Client) -> None:
 
 async def test_json_patch_failed_test_is_422_and_changes_nothing(api: Client) -> None:
     version = (await get(api))["metadata"]["resourceVersion"]
-    ops = [
+    ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
         {"op": "add", "path": "/spec/taints", "value": []},
     ]
