@@ -13,8 +13,8 @@ no `Sample` is made per value; the exposition renderer reads the two lists direc
 (`exporter.render`).
 
 A collector whose series are all known at discovery (InfiniBand: every port's counter
-files) goes one step further: it builds its label lists once and hands the same lists
-over every cycle (`fixed_labels`), so the renderer caches their formatted prefixes whole.
+files) goes one step further: it builds its label lists once and gathers each cycle's
+values with one C-level pick, so not even a `put` runs per value.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class FamilyBuilder:
     def families(self) -> list[Metric]:
         """Families with at least one sample, in spec order."""
         return [
-            SeriesFamily(self._specs[name], *self._columns[name], fixed_labels=False)
+            SeriesFamily(self._specs[name], *self._columns[name])
             for name in self._specs
             if name in self._columns
         ]
@@ -114,20 +114,18 @@ class SeriesFamily(Metric):
     """A family whose label sets are fixed and whose values come as one list per cycle.
 
     `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
-    With `fixed_labels` the same `labels` list is handed over every collection, and the
-    renderer caches its formatted prefixes as a whole (by identity); otherwise (a list
-    built anew each cycle, as `FamilyBuilder` does) it caches them per label dict.
-    `samples` builds prometheus_client `Sample`s on demand for generic consumers
-    (`generate_latest`, tests); the renderer never needs them.
+    The renderer keeps each family's formatted prefixes and reuses them while the label
+    list holds the same dicts (those of a `LabelCache` are the same objects every cycle,
+    so the check is by identity, element by element). `samples` builds prometheus_client
+    `Sample`s on demand for generic consumers (`generate_latest`, tests); the renderer
+    never needs them.
     """
 
     def __init__(
         self,
         spec: MetricSpec,
-        labels: Sequence[dict[str, str]],
+        labels: list[dict[str, str]],
         values: Sequence[float | None],
-        *,
-        fixed_labels: bool = True,
     ) -> None:
         if len(labels) != len(values):
             raise ValueError(f"{spec.name}: {len(labels)} label sets for {len(values)} values")
@@ -141,7 +139,6 @@ class SeriesFamily(Metric):
         self.sample_name = spec.name
         self.labels = labels
         self.values = values
-        self.fixed_labels = fixed_labels
 
     @property
     def samples(self) -> list[Sample]:  # type: ignore[override]  # computed, not assigned

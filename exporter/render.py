@@ -11,7 +11,8 @@ two lists, with the formatted prefixes of its label list cached as a whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
@@ -42,8 +43,10 @@ def format_value(value: float) -> str:
     straight from a `SeriesFamily`, or integral floats): below 1e6 `123.0`, from 1e6 on
     the exponent form `1.23456e+06`.
     """
-    if type(value) is float and not (value.is_integer() and (value or str(value) == "0.0")):
-        return _go_float(value)  # fractions, NaN, infinities, -0.0
+    if value == 0:  # the commonest value of all (error counters); keeps -0.0's sign
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if type(value) is float and not value.is_integer():
+        return _go_float(value)  # fractions, NaN, infinities
     number = int(value)
     if -1_000_000 < number < 1_000_000:
         return f"{number}.0"
@@ -62,8 +65,9 @@ class Renderer:
         # its own. A fresh dict each cycle only costs a miss.
         self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         self._headers: dict[tuple[str, str, str], str] = {}
-        # A SeriesFamily's prefixes by (sample name, identity of its label list).
-        self._lists: dict[tuple[str, int], tuple[Sequence[dict[str, str]], list[str]]] = {}
+        # A SeriesFamily's prefixes by sample name, with (a copy of) the label list they
+        # were made for.
+        self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
 
     def _header(self, family: Metric) -> str:
         key = (family.name, family.type, family.documentation)
@@ -90,20 +94,19 @@ class Renderer:
         return prefix
 
     def _prefix_list(self, family: SeriesFamily) -> list[str]:
-        if not family.fixed_labels:  # a new list each cycle: cache per label dict only
-            return [self._prefix(family.sample_name, labels) for labels in family.labels]
-        key = (family.sample_name, id(family.labels))
-        hit = self._lists.get(key)
-        if hit is not None and hit[0] is family.labels:
+        # Equal lists hold the same dicts in the same order almost always (LabelCache), and
+        # list equality checks each element by identity before comparing dict contents.
+        hit = self._lists.get(family.sample_name)
+        if hit is not None and hit[0] == family.labels:
             return hit[1]
         prefixes = [self._prefix(family.sample_name, labels) for labels in family.labels]
-        self._lists[key] = (family.labels, prefixes)
+        self._lists[family.sample_name] = (list(family.labels), prefixes)
         return prefixes
 
     def render(self, families: Iterable[Metric]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         out: list[str] = []
-        used = listed = 0
+        used = 0
         for family in families:
             if family.type not in _SUPPORTED:
                 raise ValueError(f"{family.name}: family type {family.type} is not rendered")
@@ -118,7 +121,6 @@ class Renderer:
                     if value is not None
                 )
                 used += count
-                listed += 1
                 continue
             if not family.samples:
                 continue
@@ -129,9 +131,8 @@ class Renderer:
                 out.append("\n")
             used += len(family.samples)
         # Label sets of vanished devices would otherwise accumulate forever.
-        if len(self._prefixes) > 4 * used + 1024 or len(self._lists) > 4 * listed + 64:
+        if len(self._prefixes) > 4 * used + 1024:
             self._prefixes.clear()
-            self._lists.clear()
         return "".join(out).encode()
 
 
