@@ -127,19 +127,24 @@ def test_series_family_renders_as_ordinary_samples(table: Table) -> None:
         assert present == ordinary  # the samples it materializes are the ordinary ones
 
 
-def test_series_family_label_list_is_cached_by_identity() -> None:
+def test_cached_prefixes_follow_the_label_list() -> None:
     spec = SPECS[0]
     renderer = Renderer()
     first = [{"device": "mlx5_0", "port": "1"}]
     assert renderer.render([SeriesFamily(spec, first, [1])]).endswith(
         b'test_gauge{device="mlx5_0",port="1"} 1.0\n'
     )
-    # A new list (re-discovery) with other labels must not reuse the cached prefixes.
+    # Another list for the same family (re-discovery) must not reuse the old prefixes.
     second = [{"device": "mlx5_1", "port": "2"}, {"device": "mlx5_2", "port": "1"}]
     text = renderer.render([SeriesFamily(spec, second, [None, 2])]).decode()
     assert 'device="mlx5_2"' in text
     assert "mlx5_0" not in text
     assert "mlx5_1" not in text
+    # Same length, another dict in place; and a list changed in place after rendering.
+    third = [{"device": "mlx5_3", "port": "1"}]
+    assert b'device="mlx5_3"' in renderer.render([SeriesFamily(spec, third, [3])])
+    third[0] = {"device": "mlx5_4", "port": "1"}
+    assert b'device="mlx5_4"' in renderer.render([SeriesFamily(spec, third, [3])])
 
 
 def test_series_family_without_values_is_left_out() -> None:
