@@ -1,9 +1,10 @@
 """Tainter alert storm: 2,000 nodes' alerts at once against the fake Kubernetes API.
 
-Prints webhook latency (p50/p99/max), taints per second until the breaker trips, and
-whether exactly the cap was tainted. Everything runs in this process on loopback: the
-fake API, the tainter app (real kubernetes_asyncio client, generated kubeconfig) and the
-webhook senders, so the figures include the fake API's own CPU cost.
+Prints webhook latency (p50/p99/max), taints per second until the breaker trips,
+whether exactly the cap was tainted, and the process's memory before and at its peak.
+Everything runs in this process on loopback: the fake API, the tainter app (real
+kubernetes_asyncio client, generated kubeconfig) and the webhook senders, so the figures
+include the fake API's own CPU cost.
 
 With --latency it measures alert-to-taint latency instead, through real Prometheus (5 s
 scrape and evaluation, the repo's rules) and real Alertmanager (the shipped route): from
@@ -59,6 +60,14 @@ def notification(node: str) -> bytes:
     return json.dumps({"version": "4", "status": "firing", "alerts": [alert]}).encode()
 
 
+def _status_mib(field: str) -> float:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
 async def storm(nodes: int, cap: int, senders: int) -> None:
     cluster = FakeCluster(token="kube")
     for index in range(nodes):
@@ -97,6 +106,7 @@ async def storm(nodes: int, cap: int, senders: int) -> None:
     for index in range(nodes):
         queue.put_nowait(f"gpu-{index:05d}")
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    rss_before = _status_mib("VmRSS")
     start = time.perf_counter()
     statuses: dict[int, int] = {}
 
@@ -144,6 +154,11 @@ async def storm(nodes: int, cap: int, senders: int) -> None:
         f"tainted nodes: {tainted} (cap {cap}: {'exactly the cap' if tainted == cap else 'WRONG'})"
         f", refused: {refused:.0f}, breaker open: {controller.breaker.open}, "
         f"node writes: {len(cluster.writes)}"
+    )
+    peak = _status_mib("VmHWM")
+    print(
+        f"process memory: RSS {rss_before:.1f} MiB before the storm, peak {peak:.1f} MiB "
+        "(fake API, tainter and senders in one process: an upper bound for the tainter)"
     )
     await tainter.close()
     await kube.close()
