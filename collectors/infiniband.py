@@ -284,7 +284,7 @@ def _layout(
         link_downed=downed,
         pick_downed=_picker([slot for slot in downed if slot is not None]),
         gather=_picker(slots),
-        traffic=tuple(zip(traffic.values(), spans, strict=False)),
+        traffic=tuple(zip(traffic.values(), spans[: len(traffic)], strict=True)),
         pma=pma,
         pma_span=spans[-2],
         pma_limits=limits,

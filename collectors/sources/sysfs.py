@@ -169,8 +169,9 @@ class IbReading(NamedTuple):
     """Everything one `read()` saw (a tuple: made once per cycle, cheaply).
 
     `values[slot]` is a counter's raw value, None when it could not be read this time.
-    `ports` is aligned with `InfinibandSysfs.ports()`; a port is None when its device
-    vanished while being read (its name is then in `vanished`, its values are None).
+    `ports` follows the ports of `InfinibandSysfs.devices()`, device then port order; a
+    port is None when its device vanished while being read (its name is then in
+    `vanished`, its values are None).
     """
 
     values: Sequence[int | None]
@@ -210,7 +211,7 @@ _PORT_FILES: Final = (
 # Ports say one of a handful of things: each distinct (state, phys_state, rate) is parsed
 # once. Returns the state and, for files that held garbage, (file index, reason).
 @functools.lru_cache(maxsize=256)
-def _port_state(
+def _parse_port_state(
     state: bytes | None, phys: bytes | None, rate: bytes | None
 ) -> tuple[IbPortState, tuple[tuple[int, str], ...]]:
     parsed: list[object] = []
@@ -249,7 +250,6 @@ class InfinibandSysfs:
         self.root = root
         self._files: FileAccess = files or OsFiles()
         self._devices: tuple[IbDevice, ...] = ()
-        self._ports: tuple[IbPort, ...] = ()
         self._paths: dict[int, str] = {}
         self._problems: list[ReadProblem] = []
         # Every descriptor read each cycle, and the index of its device in `_devices`:
@@ -257,7 +257,7 @@ class InfinibandSysfs:
         self._fds: list[int] = []
         self._fd_device: list[int] = []
         self._counters = 0
-        # By port (aligned with `_ports`): its state, phys_state and rate descriptors
+        # By port (device then port order): its state, phys_state and rate descriptors
         # while discovering; then a getter of those three from a read, and its device.
         self._port_files: list[tuple[int | None, int | None, int | None]] = []
         self._port_text: list[Callable[[list[bytes | None]], tuple[bytes | None, ...]]] = []
@@ -284,7 +284,6 @@ class InfinibandSysfs:
                 continue
             devices.append(self._discover_device(len(devices), name, device_dir, gpus))
         self._devices = tuple(devices)
-        self._ports = tuple(port for device in devices for port in device.ports)
         # Port state files follow the counters; a file a port lacks reads the None that
         # `read()` appends after the last descriptor.
         self._counters = len(self._fds)
@@ -304,10 +303,6 @@ class InfinibandSysfs:
     def devices(self) -> tuple[IbDevice, ...]:
         """Devices as last discovered."""
         return self._devices
-
-    def ports(self) -> tuple[IbPort, ...]:
-        """Every port as last discovered, in device then port order (as `IbReading.ports`)."""
-        return self._ports
 
     def listing(self) -> dict[str, tuple[int, ...]]:
         """Devices and their port numbers as last discovered (to check tool arguments)."""
@@ -467,7 +462,7 @@ class InfinibandSysfs:
         return raw
 
     def _port_state(self, index: int, texts: tuple[bytes | None, ...]) -> IbPortState:
-        state, garbage = _port_state(*texts)
+        state, garbage = _parse_port_state(*texts)
         for file, reason in garbage:
             fd = self._port_files[index][file]
             self._problems.append(ReadProblem(path=self._paths.get(fd or -1, "?"), reason=reason))
@@ -520,7 +515,6 @@ class InfinibandSysfs:
                 continue
         self._paths.clear()
         self._devices = ()
-        self._ports = ()
         self._fds = []
         self._fd_device = []
         self._counters = 0
