@@ -111,7 +111,7 @@ class FamilyBuilder:
 
 
 class SeriesFamily(Metric):
-    """A family whose label sets are fixed and whose values come as one list per cycle.
+    """A family as two lists, label dicts and values: what collectors hand the renderer.
 
     `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
     The renderer keeps each family's formatted prefixes and reuses them while the label
