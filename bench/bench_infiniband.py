@@ -13,7 +13,8 @@ in production where a collection runs once per interval. Before each round the t
 moves 10 simulated seconds on (untimed, files rewritten in place): traffic counters
 advance on every port and one link keeps erroring, like a busy host with one bad cable.
 
-Run: .venv/bin/python bench/bench_infiniband.py [--rounds N]
+Run: .venv/bin/python bench/bench_infiniband.py [--rounds N] [--sysfs /sys]
+(`--sysfs` measures a real host's tree instead of the simulated ones.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -72,9 +74,19 @@ def _node_exporter_ms(url: str) -> float:
     raise RuntimeError("node_exporter reported no infiniband collector duration")
 
 
-def _measure(
-    root: Path, tree: SimulatedSysfs, url: str, rounds: int
-) -> tuple[float, float, float, float, float, int]:
+class Result(NamedTuple):
+    """Medians in ms, for one tree."""
+
+    ports: int
+    series: int
+    ours: float
+    cpu: float
+    render: float
+    theirs: float
+    discover: float
+
+
+def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> Result:
     """Medians of ours and node_exporter's cost, interleaved so load hits both alike."""
     collector = InfinibandCollector(
         sysfs=InfinibandSysfs(root=root), tools=None, events=DeviceEvents(monitor=None),
@@ -84,7 +96,8 @@ def _measure(
     series = series_count(collector.collect())
     ours, cpu, render, theirs = [], [], [], []
     for n in range(rounds):
-        tree.write(START + STEP * (n + 1))
+        if tree is not None:  # a real tree moves by itself
+            tree.write(START + STEP * (n + 1))
         theirs.append(_node_exporter_ms(url))
         start, start_cpu = time.perf_counter(), time.thread_time()
         families = collector.collect()
@@ -100,38 +113,47 @@ def _measure(
         start = time.perf_counter()
         sysfs.discover()
         discover.append((time.perf_counter() - start) * 1000)
+    ports = sum(len(numbers) for numbers in sysfs.listing().values())
     sysfs.close()
-    return (
-        statistics.median(ours),
-        statistics.median(cpu),
-        statistics.median(render),
-        statistics.median(theirs),
-        statistics.median(discover),
-        series,
+    return Result(
+        ports=ports,
+        series=series,
+        ours=statistics.median(ours),
+        cpu=statistics.median(cpu),
+        render=statistics.median(render),
+        theirs=statistics.median(theirs),
+        discover=statistics.median(discover),
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument(
+        "--sysfs",
+        type=Path,
+        help="measure on this sysfs instead of simulated trees (a real host: --sysfs /sys)",
+    )
     args = parser.parse_args()
     print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'ours cpu ms':>11} "
           f"{'render ms':>9} {'node_exporter ms':>16} {'ratio':>6} "
           f"{'rediscovery ms':>14}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        for ports in (8, 16, 32):
-            root = Path(tmp) / f"tree{ports}"
-            tree = _tree(root, ports)
+        trees: list[tuple[Path, SimulatedSysfs | None]] = (
+            [(args.sysfs, None)]
+            if args.sysfs
+            else [(Path(tmp) / f"tree{n}", _tree(Path(tmp) / f"tree{n}", n)) for n in (8, 16, 32)]
+        )
+        for index, (root, tree) in enumerate(trees):
             with node_exporter(
-                Path(tmp) / f"ne{ports}", sysfs=root, collectors=["infiniband"]
+                Path(tmp) / f"ne{index}", sysfs=root, collectors=["infiniband"]
             ) as ne:
-                ours, cpu, render, theirs, discover, series = _measure(
-                    root, tree, ne.url, args.rounds
-                )
-            tree.close()
-            print(f"{ports:>5} {series:>6} {ours:>8.3f} {cpu:>11.3f} {render:>9.3f} "
-                  f"{theirs:>16.3f} {ours / theirs:>6.2f} "
-                  f"{discover:>14.3f}")  # fmt: skip
+                r = _measure(root, tree, ne.url, args.rounds)
+            if tree is not None:
+                tree.close()
+            print(f"{r.ports:>5} {r.series:>6} {r.ours:>8.3f} {r.cpu:>11.3f} {r.render:>9.3f} "
+                  f"{r.theirs:>16.3f} {r.ours / r.theirs:>6.2f} "
+                  f"{r.discover:>14.3f}")  # fmt: skip
     return 0
 
 
