@@ -15,13 +15,14 @@ Dashboards (stable UIDs, variables datasource / node / gpu):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Final
+
+# Run as a script, the repository root is not on the path: the rules generator is.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import (
@@ -39,26 +40,13 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from rules import generate as rules_generate
+
 DASHBOARDS_DIR: Final = Path(__file__).resolve().parent
-RULES_GENERATOR: Final = DASHBOARDS_DIR.parent / "rules" / "generate.py"
 DS: Final = "${datasource}"
 NODE: Final = 'node=~"$node"'
 GPU: Final = 'gpu=~"$gpu"'
 WIDTH: Final = 24
-
-
-def load_rules_generator() -> ModuleType:
-    """rules/generate.py, loaded by path (rules/ is a source folder, not a package)."""
-    name = "fleetwatch_rules_generate"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, RULES_GENERATOR)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {RULES_GENERATOR}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class Layout:
@@ -236,10 +224,10 @@ def dashboard(
 class Queries:
     """PromQL for the dashboards, built with the alert rules' own selectors and names."""
 
-    def __init__(self, rules: ModuleType, config: Any) -> None:
+    def __init__(self, config: Any) -> None:
         self.job = config.exporter_selector
-        self._q = rules.Promql(config)
-        params = rules.parameters(config)
+        self._q = rules_generate.Promql(config)
+        params = rules_generate.parameters(config)
         self.gpu_limit = float(params["thresholds.gpu_temperature_celsius"])
         self.memory_limit = float(params["thresholds.memory_temperature_celsius"])
         self.nvlink_rate = self._q.rate_name("node_gpu_link", "fleetwatch_nvlink_errors_total")
@@ -595,8 +583,7 @@ def stack_health(q: Queries) -> Dashboard:
 
 def dashboards(config: Any | None = None) -> dict[str, Dashboard]:
     """Every dashboard by file stem, built from rules/config.yaml (or `config`)."""
-    rules = load_rules_generator()
-    q = Queries(rules, config if config is not None else rules.load_config())
+    q = Queries(config if config is not None else rules_generate.load_config())
     return {
         "fleet-overview": fleet_overview(q),
         "node-detail": node_detail(q),
@@ -642,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     return int(
-        load_rules_generator().sync_files(
+        rules_generate.sync_files(
             rendered_files(), check=args.check, command="dashboards/generate.py"
         )
     )

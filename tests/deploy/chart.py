@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,8 +19,6 @@ from typing import Any
 import helm_sdkpy  # type: ignore[import-untyped]
 import yaml
 
-from tests.rules.promql import load_module
-
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "fleetwatch"
 NAMESPACE = "monitoring"
@@ -28,8 +27,8 @@ LINT_WARNING = 2  # Helm's support.WarningSev; 1 is INFO
 
 
 def chart_generator() -> Any:
-    """helm/generate.py, loaded by path (helm/ is not a package)."""
-    return load_module(ROOT / "helm" / "generate.py", "fleetwatch_helm_generate")
+    """helm/generate.py, the chart generator."""
+    return importlib.import_module("helm.generate")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

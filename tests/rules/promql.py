@@ -1,14 +1,13 @@
 """Helpers shared by the rule and dashboard tests: load the generators, read the catalog,
 and pull metric names out of PromQL.
 
-rules/ and dashboards/ are sources, not packages, so their generators are loaded by path.
+The generators are scripts in packages at the repository root (rules/, dashboards/).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -28,25 +27,12 @@ _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s
 _CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
 
 
-def load_module(path: Path, name: str) -> ModuleType:
-    """Import a script by path (once per process) under `name`."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def rules_generator() -> ModuleType:
-    return load_module(RULES_DIR / "generate.py", "fleetwatch_rules_generate")
+    return importlib.import_module("rules.generate")
 
 
 def dashboards_generator() -> ModuleType:
-    return load_module(DASHBOARDS_DIR / "generate.py", "fleetwatch_dashboards_generate")
+    return importlib.import_module("dashboards.generate")
 
 
 def metric_names(expr: str) -> set[str]:
