@@ -14,10 +14,12 @@ WORKDIR /src
 RUN python -m venv /opt/fleetwatch
 ENV PATH=/opt/fleetwatch/bin:$PATH
 COPY pyproject.toml README.md ./
+COPY src/ src/
 COPY exporter/ exporter/
 COPY collectors/ collectors/
 COPY tainter/ tainter/
 COPY report/ report/
+COPY rules/ rules/
 # The README's install: the package from this source tree (`pip install .`).
 RUN pip install --no-cache-dir .
 

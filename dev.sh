@@ -41,32 +41,43 @@ ensure_debian_packages() {
 }
 
 ensure_venv() {
-    local stamp="$VENV/.installed"
+    # $1: the extras to install. Dependencies are installed when pyproject.toml changes;
+    # fleetwatch itself is reinstalled (non-editable) every time, so the demo and the
+    # tests run the package as it ships, not the source folders.
+    local extras=$1 stamp="$VENV/.installed-$1"
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-        "$VENV/bin/pip" install -q --upgrade pip
-        "$VENV/bin/pip" install -q -e ".[dev]"
-        # helm-sdkpy declares Python 3.12 but works on 3.11 (it wraps the Helm Go library).
-        "$VENV/bin/pip" install -q --ignore-requires-python "helm-sdkpy>=0.1"
+        "$VENV/bin/pip" install -q --upgrade pip "setuptools>=68" wheel
+        "$VENV/bin/pip" install -q ".[$extras]"
+        if [ "$extras" = dev ]; then
+            # helm-sdkpy declares Python 3.12 but works on 3.11 (it wraps the Helm Go library).
+            "$VENV/bin/pip" install -q --ignore-requires-python "helm-sdkpy>=0.1"
+        fi
         touch "$stamp"
     fi
+    # setuptools builds in ./build; a module deleted from the tree would survive there.
+    rm -rf build
+    "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
+    rm -rf build
 }
 
 case "${1:-}" in
     demo)
         ensure_debian_packages optional "${DEMO_PACKAGES[@]}"
-        ensure_venv
+        ensure_venv tainter
         shift
         exec "$VENV/bin/fleetwatch" demo "$@"
         ;;
     test)
         ensure_debian_packages required "${TEST_PACKAGES[@]}"
-        ensure_venv
+        ensure_venv dev
         shift
         "$VENV/bin/ruff" check .
         "$VENV/bin/ruff" format --check .
+        # The package as installed, then the tests, benches and generators that use it.
+        "$VENV/bin/mypy" -p fleetwatch
         "$VENV/bin/mypy"
         exec "$VENV/bin/pytest" -q "$@"
         ;;

@@ -27,18 +27,20 @@ from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors import COLLECTORS
-from collectors.base import CollectorContext
-from collectors.metrics import series_count
-from collectors.sim.fake_nvml import FakeNvml
-from collectors.sim.scenario import load_scenario
-from collectors.sim.sysfs_tree import SimulatedSysfs
-from collectors.sim.world import SimulatedNode, WallClock
-from collectors.sources.nvml import timed
-from exporter.cli import build_parser
-from exporter.export import SIM_BIN, close_collectors, create_collectors
-from exporter.render import Renderer
-from exporter.settings import ExportSettings
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.collectors.metrics import series_count
+from fleetwatch.collectors.sim import tool_dir
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
+from fleetwatch.collectors.sources.nvml import timed
+from fleetwatch.exporter.export import close_collectors, create_collectors
+from fleetwatch.exporter.render import Renderer
+from fleetwatch.exporter.settings import ExportSettings
+
+from fleetwatch.cli import build_parser
 from tests import servers
 
 
@@ -63,7 +65,7 @@ def cycle_costs(cycles: int) -> None:
             sysfs_root=root,
             nvml=timed(FakeNvml(node=node), record),
             simulation=node,
-            tool_path=str(SIM_BIN),
+            tool_path=str(tool_dir()),
         )
         args = build_parser().parse_args(["export", "--simulate=dgx-h100"])
         settings = ExportSettings.from_args(args, tuple(s.name for s in COLLECTORS))

@@ -19,15 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.base import Collector
-from collectors.gpm import GpmCollector
-from collectors.gpu import GpuCollector
-from collectors.nvlink import NvLinkCollector
-from collectors.sim.fake_nvml import FakeNvml
-from collectors.sim.scenario import load_scenario
-from collectors.sim.world import FixedClock, SimulatedNode
-from collectors.sources.nvml import NvmlSource, timed
-from exporter.render import Renderer
+from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.gpm import GpmCollector
+from fleetwatch.collectors.gpu import GpuCollector
+from fleetwatch.collectors.nvlink import NvLinkCollector
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.collectors.sources.nvml import NvmlSource, timed
+from fleetwatch.exporter.render import Renderer
 
 
 def measure(scenario_name: str, cycles: int) -> None:

@@ -29,16 +29,16 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleetwatch.collectors.infiniband import InfinibandCollector
+from fleetwatch.collectors.metrics import series_count
+from fleetwatch.collectors.sim.scenario import parse_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.collectors.sources.sysfs import InfinibandSysfs
+from fleetwatch.collectors.sources.udev import DeviceEvents
+from fleetwatch.exporter.render import Renderer
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.infiniband import InfinibandCollector
-from collectors.metrics import series_count
-from collectors.sim.scenario import parse_scenario
-from collectors.sim.sysfs_tree import SimulatedSysfs
-from collectors.sim.world import FixedClock, SimulatedNode
-from collectors.sources.sysfs import InfinibandSysfs
-from collectors.sources.udev import DeviceEvents
-from exporter.render import Renderer
 from tests.servers import http_get, node_exporter
 
 START: float = 600.0

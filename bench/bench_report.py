@@ -23,11 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from report import render
-from report.analysis import analyse
-from report.dataset import Window, fetch
-from report.fleetsim import FleetSpec, write_openmetrics
-from report.promapi import PrometheusClient
+from fleetwatch.report import render
+from fleetwatch.report.analysis import analyse
+from fleetwatch.report.dataset import Window, fetch
+from fleetwatch.report.fleetsim import FleetSpec, write_openmetrics
+from fleetwatch.report.promapi import PrometheusClient
+
 from tests.servers import PROMTOOL, prometheus
 
 

@@ -31,14 +31,13 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp.test_utils import TestServer
-
-from tainter.breaker import Breaker, BreakerPolicy
-from tainter.controller import Controller, ControllerSettings
-from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
-from tainter.kube import KubeNodeApi
-from tainter.metrics import TainterMetrics
-from tainter.server import make_app as make_tainter_app
-from tainter.sources import NoEvidence
+from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.server import make_app as make_tainter_app
+from fleetwatch.tainter.sources import NoEvidence
 
 TOKEN = "bench-token"
 

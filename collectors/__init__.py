@@ -6,8 +6,8 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 from __future__ import annotations
 
-from collectors import gpm, gpu, infiniband, nvlink, podresources, xid
-from collectors.base import CollectorSpec
+from fleetwatch.collectors import gpm, gpu, infiniband, nvlink, podresources, xid
+from fleetwatch.collectors.base import CollectorSpec
 
 COLLECTORS: tuple[CollectorSpec, ...] = (
     gpu.SPEC,

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fleetwatch.collectors.metrics import MetricSpec
+from fleetwatch.collectors.sim.world import SimulatedNode
+from fleetwatch.collectors.sources.nvml import NvmlSource
 from prometheus_client.metrics_core import Metric
-
-from collectors.metrics import MetricSpec
-from collectors.sim.world import SimulatedNode
-from collectors.sources.nvml import NvmlSource
 
 
 class Collector(Protocol):

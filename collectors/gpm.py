@@ -20,17 +20,16 @@ import logging
 from typing import Any, Final
 
 import pynvml
-from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.gpu_common import (
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu_common import (
     LostGpus,
     gpu_labels,
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
-from collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
+from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 

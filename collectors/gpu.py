@@ -2,12 +2,12 @@
 
 Every GPU is read through the shared `NvmlSource` (one batched field-value call per GPU
 per cycle). A value a GPU does not support is absent; a GPU that fell off the bus is
-dropped (and no longer counted in `fleetwatch_gpu_count`) while the others keep reporting;
+dropped (and no longer counted in `fleetwatch_gpus_visible`) while the others keep reporting;
 a call that times out leaves its values absent and counts in
 `fleetwatch_gpu_nvml_errors_total`. A hung call blocks `collect()`, which the engine
 reports as a hung collector while every other collector keeps serving.
 
-`fleetwatch_gpu_expected_count` is emitted only when `--collector.gpu.expected-count` is
+`fleetwatch_gpus_expected` is emitted only when `--collector.gpu.expected-count` is
 set: an expected count guessed from what is visible at start would hide a GPU that was
 already missing when the exporter started.
 """
@@ -18,10 +18,8 @@ import argparse
 from collections.abc import Callable
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.gpu_common import (
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu_common import (
     LostGpus,
     NvmlFailures,
     gpu_labels,
@@ -32,21 +30,22 @@ from collectors.gpu_common import (
     nvml_errors_spec,
     percent_to_ratio,
 )
-from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
-from collectors.sources.nvml import (
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     GpuIdentity,
     GpuLostError,
     GpuReading,
     NvmlSource,
 )
+from prometheus_client.metrics_core import Metric
 
 _ID: Final = ("gpu", "uuid")
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
 
 INFO = "fleetwatch_gpu_info"
-COUNT = "fleetwatch_gpu_count"
-EXPECTED = "fleetwatch_gpu_expected_count"
+COUNT = "fleetwatch_gpus_visible"
+EXPECTED = "fleetwatch_gpus_expected"
 CLOCK_EVENT_ACTIVE = "fleetwatch_gpu_clock_event_active"
 CLOCK_EVENT_SECONDS = "fleetwatch_gpu_clock_event_seconds_total"
 THRESHOLD = "fleetwatch_gpu_temperature_threshold_celsius"
@@ -250,8 +249,8 @@ def _add_flags(group: argparse._ArgumentGroup) -> None:
         type=_count,
         default=None,
         metavar="N",
-        help="GPUs this node should have; exported as fleetwatch_gpu_expected_count so an "
-        "alert can compare it with fleetwatch_gpu_count (default: not exported)",
+        help="GPUs this node should have; exported as fleetwatch_gpus_expected so an "
+        "alert can compare it with fleetwatch_gpus_visible (default: not exported)",
     )
 
 

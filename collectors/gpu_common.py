@@ -11,8 +11,8 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 
-from collectors.metrics import FamilyBuilder, MetricSpec
-from collectors.sources.nvml import CallFailure, GpuIdentity
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec
+from fleetwatch.collectors.sources.nvml import CallFailure, GpuIdentity
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ contract (DESIGN.md), from one table of metric specs. On top of the raw counters
 what operators need to see a bad link before it kills a job:
 
 - saturation: a PMA error counter pinned at all-ones reads as a zero rate exactly when
-  the link is worst, so `fleetwatch_infiniband_port_counter_saturated` flags it, and when
+  the link is worst, so `fleetwatch_infiniband_port_error_saturated` flags it, and when
   `perfquery -x` can read the 64-bit extended error counters (CapMask2 bit 1) for that
   port, those values replace the pinned ones;
 - flaps: `fleetwatch_infiniband_port_state_changes_total` counts state transitions seen
@@ -27,12 +27,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, cast
 
-from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import LabelCache, MetricSpec, SeriesFamily
-from collectors.sources.ibtools import IbToolError, IbTools
-from collectors.sources.sysfs import (
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.metrics import LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.sources.ibtools import IbToolError, IbTools
+from fleetwatch.collectors.sources.sysfs import (
     PMA_ERROR_COUNTERS,
     IbDevice,
     IbPort,
@@ -41,8 +39,10 @@ from collectors.sources.sysfs import (
     InfinibandSysfs,
     ReadProblem,
 )
-from collectors.sources.udev import DeviceEvents, open_device_events
-from exporter.flagtypes import positive_duration
+from fleetwatch.collectors.sources.udev import DeviceEvents, open_device_events
+from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import positive_duration
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,9 @@ UNICAST = "fleetwatch_infiniband_port_unicast_packets_total"
 MULTICAST = "fleetwatch_infiniband_port_multicast_packets_total"
 ERRORS = "fleetwatch_infiniband_port_errors_total"
 XMIT_WAIT = "fleetwatch_infiniband_port_xmit_wait_total"
-SATURATED = "fleetwatch_infiniband_port_counter_saturated"
+SATURATED = "fleetwatch_infiniband_port_error_saturated"
 STATE_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
-HW_COUNTER = "fleetwatch_infiniband_hw_counter_total"
+HW_COUNTER = "fleetwatch_infiniband_port_hw_stat_total"
 DEVICE_EVENTS = "fleetwatch_device_events_total"
 
 SPECS: Final = (
@@ -102,11 +102,11 @@ SPECS: Final = (
     MetricSpec(XMIT_WAIT, "counter", "Ticks the port had data to send but no flow-control "
                "credits (congestion).", _PORT),
     MetricSpec(SATURATED, "gauge", "1 while the exported counter is pinned at its all-ones "
-               "maximum, so its rate reads 0 however bad the link is.", (*_PORT, "counter")),
+               "maximum, so its rate reads 0 however bad the link is.", (*_PORT, "error")),
     MetricSpec(STATE_CHANGES, "counter", "Port state transitions seen between collections, "
                "plus those implied by link_downed (flaps shorter than an interval).", _PORT),
     MetricSpec(HW_COUNTER, "counter", "Driver hw_counters by raw name (port \"\" for "
-               "device-level counters).", (*_PORT, "counter")),
+               "device-level counters).", (*_PORT, "stat")),
     MetricSpec(DEVICE_EVENTS, "counter", "udev events seen for the watched subsystems.",
                ("subsystem", "action")),
 )  # fmt: skip

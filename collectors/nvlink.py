@@ -18,12 +18,10 @@ import argparse
 from collections import defaultdict
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
-from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
-from collectors.sources.nvml import (
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,
     GpuIdentity,
@@ -31,6 +29,7 @@ from collectors.sources.nvml import (
     GpuLostError,
     NvmlSource,
 )
+from prometheus_client.metrics_core import Metric
 
 _ID: Final = ("gpu", "uuid")
 UP = "fleetwatch_nvlink_up"

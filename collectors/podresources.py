@@ -21,18 +21,17 @@ import threading
 from pathlib import Path
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import FamilyBuilder, MetricSpec
-from collectors.sources.nvml import NvmlSource
-from collectors.sources.podresources import (
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec
+from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,
     DEFAULT_SOCKET,
     DeviceAllocation,
     PodResourcesClient,
     PodResourcesError,
 )
+from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 

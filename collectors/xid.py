@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import pynvml
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader, normalize_pci, parse_xid
+from fleetwatch.collectors.sources.nvml import NvmlSource, error_name
 from prometheus_client.metrics_core import Metric
-
-from collectors.base import CollectorContext, CollectorSpec
-from collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
-from collectors.sources.kmsg import KernelLog, KmsgReader, normalize_pci, parse_xid
-from collectors.sources.nvml import NvmlSource, error_name
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +226,7 @@ def _kernel_log(context: CollectorContext, args: argparse.Namespace) -> KernelLo
     if not getattr(args, "collector_xid_kmsg", False):
         return None
     if context.simulation is not None:
-        from collectors.sim.fake_nvml import SimulatedKernelLog
+        from fleetwatch.collectors.sim.fake_nvml import SimulatedKernelLog
 
         return SimulatedKernelLog(node=context.simulation)
     path = getattr(args, "collector_xid_kmsg_path", Path("/dev/kmsg"))

@@ -21,9 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-# Run as a script, the repository root is not on the path: the rules generator is.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from fleetwatch.rules import generate as rules_generate
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import (
     Dashboard,
@@ -40,9 +38,8 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from rules import generate as rules_generate
-
-DASHBOARDS_DIR: Final = Path(__file__).resolve().parent
+ROOT: Final = Path(__file__).resolve().parents[1]
+DASHBOARDS_DIR: Final = ROOT / "dashboards"
 DS: Final = "${datasource}"
 NODE: Final = 'node=~"$node"'
 GPU: Final = 'gpu=~"$gpu"'
@@ -487,7 +484,7 @@ def fabric(q: Queries) -> Dashboard:
         table(
             lay,
             "Saturated counters",
-            (f"{q.exporter('fleetwatch_infiniband_port_counter_saturated', NODE)} == 1", ""),
+            (f"{q.exporter('fleetwatch_infiniband_port_error_saturated', NODE)} == 1", ""),
             description="PMA counters pinned at their maximum: their rate reads 0.",
         ),
         timeseries(
@@ -583,7 +580,11 @@ def stack_health(q: Queries) -> Dashboard:
 
 def dashboards(config: Any | None = None) -> dict[str, Dashboard]:
     """Every dashboard by file stem, built from rules/config.yaml (or `config`)."""
-    q = Queries(config if config is not None else rules_generate.load_config())
+    q = Queries(
+        config
+        if config is not None
+        else rules_generate.load_config(ROOT / rules_generate.CONFIG_FILE)
+    )
     return {
         "fleet-overview": fleet_overview(q),
         "node-detail": node_detail(q),

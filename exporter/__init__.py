@@ -1,8 +1,1 @@
 """fleetwatch exporter: the DaemonSet process that collects GPU and fabric telemetry."""
-
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("fleetwatch")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"

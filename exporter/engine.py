@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, series_count
+from fleetwatch.exporter.render import Renderer
 from prometheus_client.metrics_core import Metric
-
-from collectors.base import Collector
-from collectors.metrics import FamilyBuilder, MetricSpec, series_count
-from exporter.render import Renderer
 
 log = logging.getLogger(__name__)
 

@@ -20,20 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.base import Collector, CollectorContext
+from fleetwatch.collectors.sim import tool_dir
+from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
+from fleetwatch.exporter.engine import Engine, ScheduledCollector
+from fleetwatch.exporter.http import make_app
+from fleetwatch.exporter.settings import ExportSettings
 
-from collectors import COLLECTORS
-from collectors.base import Collector, CollectorContext
-from collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
-from exporter import __version__
-from exporter.engine import Engine, ScheduledCollector
-from exporter.flagtypes import listen_address, positive_duration
-from exporter.http import make_app
-from exporter.settings import ExportSettings
+from fleetwatch import __version__
+from fleetwatch.flags import listen_address, positive_duration
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = ":9842"
-SIM_BIN = Path(__file__).resolve().parent.parent / "collectors" / "sim" / "bin"
 SIM_REFRESH_SECONDS = 1.0
 
 
@@ -161,9 +161,9 @@ def hardware(settings: ExportSettings) -> Iterator[tuple[CollectorContext, Refre
 
         yield CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml), None
         return
-    from collectors.sim.fake_nvml import FakeNvml
-    from collectors.sim.sysfs_tree import SimulatedSysfs
-    from collectors.sim.world import SimulatedNode, WallClock
+    from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+    from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+    from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
 
     scenario = load_scenario(settings.simulate)
     node = SimulatedNode(scenario=scenario, clock=WallClock())
@@ -176,7 +176,7 @@ def hardware(settings: ExportSettings) -> Iterator[tuple[CollectorContext, Refre
             extra={"scenario": scenario.name, "source": scenario.source, "sysfs": str(root)},
         )
         context = CollectorContext(
-            sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(SIM_BIN)
+            sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(tool_dir())
         )
         yield context, sysfs.write
     finally:

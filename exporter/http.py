@@ -10,9 +10,9 @@ import html
 import time
 
 from aiohttp import web
+from fleetwatch.exporter.engine import Engine
 
-from exporter import __version__
-from exporter.engine import Engine
+from fleetwatch import __version__
 
 ENGINE = web.AppKey("engine", Engine)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -16,10 +16,9 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from fleetwatch.collectors.metrics import SeriesFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
-
-from collectors.metrics import SeriesFamily
 
 _SUPPORTED = frozenset({"gauge", "counter"})
 

@@ -28,12 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-# Run as a script, the repository root is not on the path: the rules generator is.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import yaml
-
-from rules import generate as rules_generate
+from fleetwatch.rules import generate as rules_generate
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 CHART_DIR: Final = ROOT / "helm" / "fleetwatch"
@@ -270,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        changed, orphans = stale_paths(rules_generate.load_config())
+        changed, orphans = stale_paths(
+            rules_generate.load_config(ROOT / rules_generate.CONFIG_FILE)
+        )
     except (rules_generate.ConfigError, GenerateError) as exc:
         print(f"helm/generate.py: {exc}", file=sys.stderr)
         return 2

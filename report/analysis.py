@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from report.dataset import GPU, PORT, Dataset
+from fleetwatch.report.dataset import GPU, PORT, Dataset
 
 RMA_XIDS = frozenset({"48", "64", "95", "140"})
 FELL_OFF_BUS_XID = "79"
@@ -476,7 +475,7 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
             (
                 "recable",
                 f"{r.node} {r.device}/{r.port}",
-                f"{r.counter} pinned at its maximum for {r.saturated_minutes:.0f} min: "
+                f"{r.error} pinned at its maximum for {r.saturated_minutes:.0f} min: "
                 "its rate reads 0; inspect the cable and reset the counters",
             )
         )

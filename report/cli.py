@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.flagtypes import existing_dir, http_url, positive_duration, readable_file
+from fleetwatch.flags import existing_dir, http_url, positive_duration, readable_file
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
 if TYPE_CHECKING:
-    from report.dataset import Dataset, Window
+    from fleetwatch.report.dataset import Dataset, Window
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _window(args: argparse.Namespace) -> Window:
-    from report.dataset import Window
+    from fleetwatch.report.dataset import Window
 
     end = args.until if args.until is not None else time.time()
     return Window(
@@ -161,10 +161,9 @@ def _window(args: argparse.Namespace) -> Window:
 
 
 async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
+    from fleetwatch.report.dataset import fetch, planned_requests
+    from fleetwatch.report.promapi import PrometheusClient
     from tqdm import tqdm
-
-    from report.dataset import fetch, planned_requests
-    from report.promapi import PrometheusClient
 
     token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
     with tqdm(
@@ -187,10 +186,10 @@ async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
 
 def run(args: argparse.Namespace) -> int:
     """Pull (or load) the data, analyse it, write the report."""
-    from report import render
-    from report.analysis import analyse
-    from report.dataset import load_snapshot, save_snapshot
-    from report.promapi import PrometheusAuthError, PrometheusUnreachable
+    from fleetwatch.report import render
+    from fleetwatch.report.analysis import analyse
+    from fleetwatch.report.dataset import load_snapshot, save_snapshot
+    from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable
 
     try:
         if args.from_snapshot:

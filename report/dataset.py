@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
-
-from report.promapi import PrometheusClient, QueryError, Series
+from fleetwatch.report.promapi import PrometheusClient, QueryError, Series
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
@@ -95,14 +94,14 @@ IB_ERRORS = "fleetwatch_infiniband_port_errors_total"
 IB_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
 IB_UP = "fleetwatch_infiniband_port_up"
 IB_RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
-IB_SATURATED = "fleetwatch_infiniband_port_counter_saturated"
+IB_SATURATED = "fleetwatch_infiniband_port_error_saturated"
 NVLINK_ERRORS = "fleetwatch_nvlink_errors_total"
 XID = "fleetwatch_gpu_xid_errors_total"
 ECC = "fleetwatch_gpu_ecc_errors_total"
 REMAPPED = "fleetwatch_gpu_remapped_rows"
 REMAP_FAILED = "fleetwatch_gpu_row_remap_failed"
-GPU_COUNT = "fleetwatch_gpu_count"
-GPU_EXPECTED = "fleetwatch_gpu_expected_count"
+GPU_COUNT = "fleetwatch_gpus_visible"
+GPU_EXPECTED = "fleetwatch_gpus_expected"
 TAINT_OPS = "fleetwatch_tainter_taint_operations_total"
 TAINTED_NODES = "fleetwatch_tainter_tainted_nodes"
 BREAKER = "fleetwatch_tainter_breaker_open"
@@ -254,7 +253,7 @@ QUERIES: tuple[Query, ...] = (
     Query(
         "ib_saturated_seconds",
         "summary",
-        (*PORT, "counter"),
+        (*PORT, "error"),
         (IB_SATURATED,),
         lambda w: _time_in_state(w, _sel(w, IB_SATURATED)) + " > 0",
     ),
@@ -435,7 +434,7 @@ async def fetch(client: PrometheusClient, window: Window) -> Dataset:
 
 def planned_requests(window: Window) -> int:
     """How many HTTP range requests `fetch` makes at most (for the progress bar)."""
-    from report.promapi import chunks
+    from fleetwatch.report.promapi import chunks
 
     return sum(len(chunks(*_range_for(q, window))) for q in QUERIES)
 

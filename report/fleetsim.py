@@ -209,12 +209,12 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
         count = np.full((n, steps), float(g))
         count[4, gone] = g - 1
         w.family(
-            "fleetwatch_gpu_count",
+            "fleetwatch_gpus_visible",
             "gauge",
             ((f'node="{node_name(spec, node)}"', count[node]) for node in range(n)),
         )
         w.family(
-            "fleetwatch_gpu_expected_count",
+            "fleetwatch_gpus_expected",
             "gauge",
             ((f'node="{node_name(spec, node)}"', const(g)) for node in range(n)),
         )
@@ -295,9 +295,9 @@ def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -
         ),
     )
     w.family(
-        "fleetwatch_infiniband_port_counter_saturated",
+        "fleetwatch_infiniband_port_error_saturated",
         "gauge",
-        ((label(*key) + ',counter="symbol_error"', saturated[key]) for key in ports),
+        ((label(*key) + ',error="symbol"', saturated[key]) for key in ports),
     )
 
 

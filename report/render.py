@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fleetwatch.report.analysis import Report
 from matplotlib.figure import Figure
-
-from report.analysis import Report
 
 HTML_ROWS = 25
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}

@@ -1,4 +1,4 @@
-"""`fleetwatch taint`, `untaint`, `breaker reset` and the hidden `simulate-cluster`."""
+"""`fleetwatch taint`, `untaint` and `breaker reset`."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
+from fleetwatch.tainter.breaker import BreakerPolicy
+from fleetwatch.tainter.payload import PayloadError, taint_key, valid_node_name
+from fleetwatch.tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
 
-from exporter.flagtypes import duration, http_url, listen_address, positive_duration, readable_file
-from tainter.breaker import BreakerPolicy
-from tainter.payload import PayloadError, taint_key, valid_node_name
-from tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
+from fleetwatch.flags import duration, http_url, listen_address, positive_duration, readable_file
 
 # The Kubernetes client and the controller are imported where they run, not here: every
 # `fleetwatch` process builds this parser, and the exporter must stay small.
 if TYPE_CHECKING:
-    from tainter.service import TaintSettings
+    from fleetwatch.tainter.service import TaintSettings
 
 log = logging.getLogger(__name__)
 
@@ -242,23 +241,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     breaker.add_argument("--web.token-file", dest="token_file", type=readable_file)
     breaker.set_defaults(run=_run_breaker)
 
-    simulate = subparsers.add_parser("simulate-cluster")  # no help: hidden, for the demo
-    simulate.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=listen_address("127.0.0.1:0"),
-    )
-    simulate.add_argument("--node", dest="nodes", type=_node, action="append", required=True)
-    simulate.add_argument("--kubeconfig-out", type=Path, required=True)
-    simulate.set_defaults(run=_run_simulate)
-
 
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
-    from tainter.controller import ControllerSettings
-    from tainter.service import TaintSettings, TlsFiles
-    from tainter.writes import RetryPolicy
+    from fleetwatch.tainter.controller import ControllerSettings
+    from fleetwatch.tainter.service import TaintSettings, TlsFiles
+    from fleetwatch.tainter.writes import RetryPolicy
 
     if args.token_file is None and not args.insecure:
         raise SystemExit(
@@ -306,7 +294,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
 
 
 def _run_taint(args: argparse.Namespace) -> int:
-    from tainter.service import run_tainter
+    from fleetwatch.tainter.service import run_tainter
 
     settings = settings_from_args(args)
     host, port = args.listen
@@ -316,7 +304,7 @@ def _run_taint(args: argparse.Namespace) -> int:
 
 
 def _run_untaint(args: argparse.Namespace) -> int:
-    from tainter.service import untaint_command
+    from fleetwatch.tainter.service import untaint_command
 
     reasons = None if args.reason is None else frozenset(args.reason)
     return untaint_command(kubeconfig=args.kubeconfig, node=args.node, reasons=reasons)
@@ -347,42 +335,4 @@ def _run_breaker(args: argparse.Namespace) -> int:
         log.error("breaker reset refused", extra={"status": status, "body": text.strip()})
         return 1
     log.info("breaker reset", extra={"url": args.tainter_url})
-    return 0
-
-
-def _run_simulate(args: argparse.Namespace) -> int:
-    from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
-
-    # No token: a loopback-only simulation that people (and the demo) read with plain curl.
-    cluster = FakeCluster(token=None)
-    for name in args.nodes:
-        cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
-    host, port = args.listen
-
-    async def serve() -> None:
-        runner = web.AppRunner(make_app(cluster), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        server = f"http://{host}:{bound}"
-        write_kubeconfig(args.kubeconfig_out, server=server, token=None)
-        log.warning(
-            "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
-            extra={
-                "server": server,
-                "nodes": args.nodes,
-                "kubeconfig": str(args.kubeconfig_out),
-                "see_taints": f"{server}/api/v1/nodes/{args.nodes[0]}",
-            },
-        )
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        return 0
     return 0

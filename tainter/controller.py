@@ -20,12 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tainter.breaker import Breaker
-from tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
-from tainter.metrics import TainterMetrics
-from tainter.payload import KEY_PREFIX, AlertState
-from tainter.sources import AlertSource, EvidenceSource, SourceError
-from tainter.writes import (
+from fleetwatch.tainter.breaker import Breaker
+from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
+from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
+from fleetwatch.tainter.writes import (
     TAINTED_LABEL,
     UNTAINT_ANNOTATION,
     Change,

@@ -18,12 +18,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
+from fleetwatch.tainter.controller import Controller, NodeSyncError
+from fleetwatch.tainter.kube import ApiError
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import PayloadError, parse_webhook
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-from tainter.controller import Controller, NodeSyncError
-from tainter.kube import ApiError
-from tainter.metrics import TainterMetrics
-from tainter.payload import PayloadError, parse_webhook
 
 log = logging.getLogger(__name__)
 

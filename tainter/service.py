@@ -15,15 +15,19 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-
-from tainter.breaker import Breaker, BreakerPolicy
-from tainter.controller import Controller, ControllerSettings
-from tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView
-from tainter.metrics import TainterMetrics
-from tainter.payload import KEY_PREFIX, taint_key
-from tainter.server import make_app
-from tainter.sources import AlertmanagerAlerts, EvidenceSource, NoEvidence, PrometheusEvidence
-from tainter.writes import Change, DryRunNodeApi, RetryPolicy, guarded_update, our_taints
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
+from fleetwatch.tainter.server import make_app
+from fleetwatch.tainter.sources import (
+    AlertmanagerAlerts,
+    EvidenceSource,
+    NoEvidence,
+    PrometheusEvidence,
+)
+from fleetwatch.tainter.writes import Change, DryRunNodeApi, RetryPolicy, guarded_update, our_taints
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
-
-from tainter.payload import AlertState, PayloadError, alert_from_labels
+from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
 
 log = logging.getLogger(__name__)
 

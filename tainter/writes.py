@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from tainter.kube import ApiError, Conflict, NodeApi, NodeView, Taint, now_rfc3339
-from tainter.metrics import TainterMetrics
-from tainter.payload import KEY_PREFIX
+from fleetwatch.tainter.kube import ApiError, Conflict, NodeApi, NodeView, Taint, now_rfc3339
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import KEY_PREFIX
 
 log = logging.getLogger(__name__)
 

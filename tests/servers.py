@@ -274,7 +274,7 @@ def fleetwatch_command(
     argv = [
         sys.executable,
         "-m",
-        "exporter",
+        "fleetwatch",
         command,
         f"--web.listen-address=127.0.0.1:{port}",
         "--log.format=json",
@@ -325,30 +325,12 @@ def promtool(
     )
 
 
-# promtool lints the `_count` suffix of these two gauges, which the metric contract
-# (DESIGN.md) names on purpose; every other problem fails a check.
-# promtool's naming heuristics object to names the metric contract (DESIGN.md) fixes and
-# every rule, dashboard and report uses; anything else it reports is a problem.
-CONTRACT_LINT_EXCEPTIONS = frozenset(
-    [
-        f'{name} non-histogram and non-summary metrics should not have "_count" suffix'
-        for name in ("fleetwatch_gpu_count", "fleetwatch_gpu_expected_count")
-    ]
-    + [
-        f"{name} metric name should not include type 'counter'"
-        for name in (
-            "fleetwatch_infiniband_hw_counter_total",
-            "fleetwatch_infiniband_port_counter_saturated",
-        )
-    ]
-)
-
-
 def promtool_check_metrics(exposition: str) -> list[str]:
-    """`promtool check metrics` problems in an exposition, less the contract's known lints."""
+    """Every problem `promtool check metrics` finds in an exposition (lints included)."""
     result = promtool("check", "metrics", stdin=exposition)
-    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip()]
-    problems = [line for line in lines if line not in CONTRACT_LINT_EXCEPTIONS]
-    if result.returncode not in (0, 3) and not problems:  # 3 means lint findings only
+    problems = [
+        line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip()
+    ]
+    if result.returncode != 0 and not problems:
         problems.append(f"promtool exited {result.returncode}")
     return problems

@@ -149,7 +149,7 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "description",
     "extra",
 }
-BUILTIN_PACKAGE: Final = "collectors.sim.scenarios"
+BUILTIN_PACKAGE: Final = "fleetwatch.collectors.sim.scenarios"
 
 
 class _Checker:

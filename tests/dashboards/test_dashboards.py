@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.rules.promql import (
     DASHBOARDS_DIR,
+    ROOT,
     catalog_names,
     check_exprs_parse,
     dashboards_generator,
@@ -65,7 +66,7 @@ def test_stable_uids_and_variables() -> None:
 def test_temperature_threshold_comes_from_rules_config(tmp_path: Path) -> None:
     rules = rules_generator()
     text = (
-        (rules.CONFIG_PATH)
+        (ROOT / rules.CONFIG_FILE)
         .read_text()
         .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 81")
     )

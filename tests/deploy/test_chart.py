@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.tainter.payload import taint_key
 
-from exporter.cli import build_parser
-from tainter.payload import taint_key
+from fleetwatch.cli import build_parser
 from tests.deploy import fakekube
 from tests.deploy.chart import (
     CHART,

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, env_name, main
-from exporter.flagtypes import duration, listen_address
+from fleetwatch.cli import build_parser, env_name, main
+from fleetwatch.flags import duration, listen_address
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [sys.executable, "-m", "fleetwatch", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,7 +77,7 @@ def test_environment_fills_flags_and_command_line_wins(monkeypatch: pytest.Monke
     parser = build_parser()
     monkeypatch.setenv("FLEETWATCH_COLLECTION_INTERVAL", "7s")
     monkeypatch.setenv("FLEETWATCH_COLLECTOR_GPU", "false")
-    from exporter import cli
+    from fleetwatch import cli
 
     words = cli._env_arguments(cli._subparsers(parser)["export"])
     assert "--collection-interval=7s" in words
@@ -132,7 +132,7 @@ def test_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
 def test_cli_keeps_heavy_libraries_out_of_the_exporter() -> None:
     """Every process builds the whole parser; pandas & co. must load only where they run."""
     probe = (
-        "import sys; from exporter.cli import build_parser; build_parser(); "
+        "import sys; from fleetwatch.cli import build_parser; build_parser(); "
         "print(','.join(m for m in ('pandas', 'matplotlib', 'pyarrow', 'numpy', "
         "'kubernetes_asyncio', 'grafanalib') if m in sys.modules))"
     )

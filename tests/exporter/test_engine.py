@@ -14,10 +14,9 @@ from collections.abc import Iterable
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from fleetwatch.exporter.engine import Engine, ScheduledCollector
+from fleetwatch.exporter.http import make_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-
-from exporter.engine import Engine, ScheduledCollector
-from exporter.http import make_app
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,18 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.collectors.sim import tool_dir
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.exporter.engine import SELF_METRICS
+from fleetwatch.exporter.export import close_collectors, create_collectors
+from fleetwatch.exporter.render import Renderer
+from fleetwatch.exporter.settings import ExportSettings
 
-from collectors import COLLECTORS
-from collectors.base import CollectorContext
-from collectors.sim.fake_nvml import FakeNvml
-from collectors.sim.scenario import load_scenario
-from collectors.sim.sysfs_tree import SimulatedSysfs
-from collectors.sim.world import FixedClock, SimulatedNode
-from exporter.cli import build_parser
-from exporter.engine import SELF_METRICS
-from exporter.export import SIM_BIN, close_collectors, create_collectors
-from exporter.render import Renderer
-from exporter.settings import ExportSettings
+from fleetwatch.cli import build_parser
 from tests import servers
 from tests.golden import assert_golden
 
@@ -37,7 +38,7 @@ def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
     root = workdir / f"sysfs-{scenario}-{at:g}"
     SimulatedSysfs(node=node, root=root).write()
     context = CollectorContext(
-        sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(SIM_BIN)
+        sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(tool_dir())
     )
     args = build_parser().parse_args(["export", f"--simulate={scenario}", *flags])
     settings = ExportSettings.from_args(args, tuple(spec.name for spec in COLLECTORS))
@@ -68,7 +69,7 @@ def test_every_collector_declares_its_metrics() -> None:
 
 def tainter_names() -> set[str]:
     """Exposition names of the tainter's families (served by `fleetwatch taint`)."""
-    from tainter.metrics import TainterMetrics
+    from fleetwatch.tainter.metrics import TainterMetrics
 
     suffix = {"counter": "_total"}
     return {f.name + suffix.get(f.type, "") for f in TainterMetrics().registry.collect()}

@@ -67,7 +67,7 @@ def metrics_when(server: servers.Server, series: str, check: Callable[[float], b
 @pytest.mark.integration
 def test_lost_gpu_then_hang(exporter: servers.Server) -> None:
     # The lost GPU disappears from the count and its series go; the others stay.
-    text = metrics_when(exporter, "fleetwatch_gpu_count", lambda v: v == 7)
+    text = metrics_when(exporter, "fleetwatch_gpus_visible", lambda v: v == 7)
     assert 'fleetwatch_gpu_temperature_celsius{gpu="6"' not in text
     assert 'fleetwatch_gpu_temperature_celsius{gpu="0"' in text
     servers.wait_until(

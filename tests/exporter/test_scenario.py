@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
-from collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 
 VALID = {
     "gpus": 8,

@@ -6,13 +6,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+from fleetwatch.collectors.sim.scenario import Fault, load_scenario
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.exporter.render import render_families
 from prometheus_client.metrics_core import Metric
-
-from collectors.sim.fake_nvml import FakeNvml
-from collectors.sim.scenario import Fault, load_scenario
-from collectors.sim.world import FixedClock, SimulatedNode
-from collectors.sources.nvml import NvmlSource
-from exporter.render import render_families
 
 
 def simulated(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.gpm import GpmCollector
+from fleetwatch.collectors.gpu import GpuCollector
+from fleetwatch.collectors.nvlink import NvLinkCollector
 
-from collectors.base import Collector
-from collectors.gpm import GpmCollector
-from collectors.gpu import GpuCollector
-from collectors.nvlink import NvLinkCollector
 from tests import servers
 from tests.golden import assert_golden
 from tests.gpu.simnode import simulated, text

@@ -7,13 +7,13 @@ import threading
 
 import pynvml
 import pytest
+from fleetwatch.collectors.gpm import GpmCollector
+from fleetwatch.collectors.gpu import GpuCollector
+from fleetwatch.collectors.nvlink import NvLinkCollector
+from fleetwatch.collectors.sim.scenario import Fault
+from fleetwatch.collectors.sources.nvml import NvmlSource
 from prometheus_client.metrics_core import Metric
 
-from collectors.gpm import GpmCollector
-from collectors.gpu import GpuCollector
-from collectors.nvlink import NvLinkCollector
-from collectors.sim.scenario import Fault
-from collectors.sources.nvml import NvmlSource
 from tests.gpu.simnode import samples, simulated
 
 TEMP = "fleetwatch_gpu_temperature_celsius"
@@ -35,7 +35,7 @@ def test_not_supported_leaves_just_that_value_absent() -> None:
 def test_gpu_lost_drops_that_gpu_only(caplog: pytest.LogCaptureFixture) -> None:
     _, source = simulated(at=100.0)
     collector = GpuCollector(source=source, expected_count=8)
-    assert samples(collector.collect(), "fleetwatch_gpu_count") == {(): 8.0}
+    assert samples(collector.collect(), "fleetwatch_gpus_visible") == {(): 8.0}
     lost, lost_source = simulated(at=100.0, faults=(Fault(at=50, kind="gpu_lost", gpu=6),))
     # The same source after GPU 6 fell off the bus mid-run: identities known, calls fail.
     lost_source._gpus, lost_source._started = source.gpus(), True
@@ -44,8 +44,8 @@ def test_gpu_lost_drops_that_gpu_only(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
         families = collector.collect()
         collector.collect()
-    assert samples(families, "fleetwatch_gpu_count") == {(): 7.0}
-    assert samples(families, "fleetwatch_gpu_expected_count") == {(): 8.0}
+    assert samples(families, "fleetwatch_gpus_visible") == {(): 7.0}
+    assert samples(families, "fleetwatch_gpus_expected") == {(): 8.0}
     assert gpus_in(families, TEMP) == {"0", "1", "2", "3", "4", "5", "7"}
     assert len([r for r in caplog.records if "GPU is lost" in r.getMessage()]) == 1
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from collectors.gpu_common import (
+from fleetwatch.collectors.gpu_common import (
     MIB,
     mebibytes_to_bytes,
     megahertz_to_hertz,
@@ -16,6 +13,8 @@ from collectors.gpu_common import (
     nanoseconds_to_seconds,
     percent_to_ratio,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 counts = st.integers(min_value=0, max_value=2**64 - 1)
 

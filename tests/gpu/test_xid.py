@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.sim.fake_nvml import SimulatedKernelLog
+from fleetwatch.collectors.sim.scenario import Fault
+from fleetwatch.collectors.sources.kmsg import KmsgReader, normalize_pci, parse_xid
+from fleetwatch.collectors.xid import XidCollector, XidLedger
 
-from collectors.sim.fake_nvml import SimulatedKernelLog
-from collectors.sim.scenario import Fault
-from collectors.sources.kmsg import KmsgReader, normalize_pci, parse_xid
-from collectors.xid import XidCollector, XidLedger
 from tests import servers
 from tests.gpu.simnode import samples, simulated
 

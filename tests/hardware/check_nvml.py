@@ -22,16 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
-
-from collectors.base import Collector
-from collectors.gpm import SPECS as GPM_SPECS
-from collectors.gpm import GpmCollector
-from collectors.gpu import SPECS as GPU_SPECS
-from collectors.gpu import GpuCollector
-from collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
-from collectors.sources.nvml import NvmlSource, timed
-from collectors.xid import XidCollector, XidLedger
-from exporter.render import render_families
+from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
+from fleetwatch.collectors.gpm import GpmCollector
+from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
+from fleetwatch.collectors.gpu import GpuCollector
+from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
+from fleetwatch.collectors.sources.nvml import NvmlSource, timed
+from fleetwatch.collectors.xid import XidCollector, XidLedger
+from fleetwatch.exporter.render import render_families
 
 
 def main() -> int:

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Union
 
-from collectors.infiniband import InfinibandCollector, parse_expected_rates
-from collectors.sources.ibtools import IbTools
-from collectors.sources.sysfs import FileAccess, InfinibandSysfs, OsFiles
-from collectors.sources.udev import DeviceEvents, EventMonitor
+from fleetwatch.collectors.infiniband import InfinibandCollector, parse_expected_rates
+from fleetwatch.collectors.sources.ibtools import IbTools
+from fleetwatch.collectors.sources.sysfs import FileAccess, InfinibandSysfs, OsFiles
+from fleetwatch.collectors.sources.udev import DeviceEvents, EventMonitor
 
 Tree = Mapping[str, Union[str, "Tree"]]
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.sources.sysfs import FileAccess
+from fleetwatch.exporter.render import render_families
 
-from collectors.sources.sysfs import FileAccess
-from exporter.render import render_families
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import (
     CX7_COUNTERS,
@@ -143,11 +143,11 @@ def test_saturated_counters_are_flagged(tmp_path: Path) -> None:
     text = exposition(tmp_path, "saturated")
     for counter in ("link_downed", "excessive_buffer_overrun", "xmit_discards", "xmit_wait"):
         assert (
-            f'fleetwatch_infiniband_port_counter_saturated{{counter="{counter}",device="mlx5_3",'
-            'port="1"} 1.0' in text
+            'fleetwatch_infiniband_port_error_saturated{device="mlx5_3",'
+            f'error="{counter}",port="1"}} 1.0' in text
         )
     assert (
-        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_3",'
+        'fleetwatch_infiniband_port_error_saturated{device="mlx5_3",error="symbol",'
         'port="1"} 0.0' in text
     )
 
@@ -186,7 +186,7 @@ def test_down_port_has_no_rate(tmp_path: Path) -> None:
     assert 'fleetwatch_infiniband_port_up{device="irdma0",port="1"} 0.0' in text
     assert 'rate_bytes_per_second{device="irdma0"' not in text
     assert (
-        'fleetwatch_infiniband_hw_counter_total{counter="RcvOvflCnt",device="hfi1_0",port=""} 3.0'
+        'fleetwatch_infiniband_port_hw_stat_total{device="hfi1_0",port="",stat="RcvOvflCnt"} 3.0'
         in text
     )
 
@@ -220,11 +220,10 @@ def test_files_failing_after_discovery_lose_only_their_values(
         during = render_families(collector.collect()).decode()
     gone = {
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="vl15_dropped",port="1"}',
-        'fleetwatch_infiniband_port_counter_saturated{counter="vl15_dropped",device="mlx5_0",'
-        'port="1"}',
+        'fleetwatch_infiniband_port_error_saturated{device="mlx5_0",error="vl15_dropped",port="1"}',
         'fleetwatch_infiniband_port_packets_total{device="mlx5_0",direction="rx",port="1"}',
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}',
-        'fleetwatch_infiniband_port_counter_saturated{counter="symbol",device="mlx5_0",port="1"}',
+        'fleetwatch_infiniband_port_error_saturated{device="mlx5_0",error="symbol",port="1"}',
     }
 
     def series(text: str) -> set[str]:
@@ -257,7 +256,7 @@ def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
     ids = 'device="mlx5_0",port="1"'
     for line in (
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} 9.0',
-        f'fleetwatch_infiniband_hw_counter_total{{counter="out_of_sequence",{ids}}} 13.0',
+        f'fleetwatch_infiniband_port_hw_stat_total{{{ids},stat="out_of_sequence"}} 13.0',
         f"fleetwatch_infiniband_port_state_id{{{ids}}} 1.0",
         f"fleetwatch_infiniband_port_up{{{ids}}} 0.0",
         f"fleetwatch_infiniband_port_state_changes_total{{{ids}}} 1.0",

@@ -6,7 +6,8 @@ import errno
 import shutil
 from pathlib import Path
 
-from exporter.render import render_families
+from fleetwatch.exporter.render import render_families
+
 from tests.infiniband.fixtures import (
     FailingFiles,
     FakeMonitor,

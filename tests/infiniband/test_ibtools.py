@@ -8,9 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.sources.ibtools import (
+    IbToolError,
+    IbTools,
+    parse_ibstat,
+    parse_perfquery,
+)
+from fleetwatch.exporter.render import render_families
 
-from collectors.sources.ibtools import IbToolError, IbTools, parse_ibstat, parse_perfquery
-from exporter.render import render_families
 from tests.infiniband.fixtures import add_device, ib_port, make_collector
 
 PERFQUERY_X = """\
@@ -188,4 +193,4 @@ def test_real_tools_failing_leave_sysfs_values(tmp_path: Path) -> None:
     assert (
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}' in text
     )
-    assert 'counter_saturated{counter="symbol",device="mlx5_0",port="1"} 1.0' in text
+    assert 'error_saturated{device="mlx5_0",error="symbol",port="1"} 1.0' in text

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.sim.scenario import parse_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.exporter.render import render_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.sim.scenario import parse_scenario
-from collectors.sim.sysfs_tree import SimulatedSysfs
-from collectors.sim.world import FixedClock, SimulatedNode
-from exporter.render import render_families
 from tests.infiniband.fixtures import make_collector
 from tests.infiniband.test_fixture_trees import FIXTURES
 from tests.servers import Server, http_get, node_exporter

@@ -6,15 +6,16 @@ import os
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.sim import tool_dir
+from fleetwatch.collectors.sim.scenario import load_scenario, parse_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import SimulatedNode
+from fleetwatch.exporter.render import render_families
 
-from collectors.sim.scenario import load_scenario, parse_scenario
-from collectors.sim.sysfs_tree import SimulatedSysfs
-from collectors.sim.world import SimulatedNode
-from exporter.render import render_families
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import make_collector
 
-SIM_BIN = str(Path(__file__).resolve().parents[2] / "collectors" / "sim" / "bin")
+SIM_BIN = str(tool_dir())
 
 
 class StepClock:
@@ -83,7 +84,7 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     tree = SimulatedSysfs(node=_node(faults, clock), root=tmp_path)
     tree.write()
     symbol = 'fleetwatch_infiniband_port_errors_total{device="mlx5_1",error="symbol",port="1"}'
-    pinned = 'counter_saturated{counter="symbol",device="mlx5_1",port="1"}'
+    pinned = 'error_saturated{device="mlx5_1",error="symbol",port="1"}'
 
     alone = make_collector(tmp_path)
     text = render_families(alone.collect()).decode()

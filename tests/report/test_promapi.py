@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-
-from exporter.cli import main
-from report.analysis import analyse
-from report.dataset import QUERIES, Window, fetch
-from report.promapi import (
+from fleetwatch.report.analysis import analyse
+from fleetwatch.report.dataset import QUERIES, Window, fetch
+from fleetwatch.report.promapi import (
     MAX_POINTS,
     PrometheusAuthError,
     PrometheusClient,
     PrometheusUnreachable,
     chunks,
 )
+
+from fleetwatch.cli import main
 from tests.servers import free_port
 
 NAMES = [name for q in QUERIES for name in q.required]

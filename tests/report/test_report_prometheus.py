@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fleetwatch.report.analysis import analyse
+from fleetwatch.report.dataset import load_snapshot
+from fleetwatch.report.fleetsim import FleetSpec, Injected, write_openmetrics
 from PIL import Image
 
-from exporter.cli import main
-from report.analysis import analyse
-from report.dataset import load_snapshot
-from report.fleetsim import FleetSpec, Injected, write_openmetrics
+from fleetwatch.cli import main
 from tests.servers import Server, prometheus, promtool, require_binary
 
 pytestmark = pytest.mark.integration

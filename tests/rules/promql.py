@@ -28,7 +28,7 @@ _CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
 
 
 def rules_generator() -> ModuleType:
-    return importlib.import_module("rules.generate")
+    return importlib.import_module("fleetwatch.rules.generate")
 
 
 def dashboards_generator() -> ModuleType:

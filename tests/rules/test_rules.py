@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.rules.promql import (
+    ROOT,
     RULES_DIR,
     catalog_names,
     metric_names,
@@ -29,8 +30,8 @@ def committed_alerts() -> list[dict[str, Any]]:
 
 
 def test_committed_rule_files_match_a_fresh_generation() -> None:
-    for path, text in gen.rendered_files(gen.load_config()).items():
-        assert path.read_text() == text, f"{path} drifted: run .venv/bin/python rules/generate.py"
+    for path, text in gen.rendered_files(gen.load_config(), ROOT).items():
+        assert path.read_text() == text, f"{path} drifted: run {gen.COMMAND}"
 
 
 def test_check_mode_reports_drift(tmp_path: Path) -> None:
@@ -40,8 +41,8 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
         .read_text()
         .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 80")
     )
-    assert gen.main(["--config", str(config), "--check"]) == 1
-    assert gen.main(["--check"]) == 0
+    assert gen.main(["--root", str(ROOT), "--config", str(config), "--check"]) == 1
+    assert gen.main(["--root", str(ROOT), "--check"]) == 0
 
 
 def test_promtool_check_rules_is_clean() -> None:
@@ -150,9 +151,9 @@ def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message
     with pytest.raises(
         gen.ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")
     ) as info:
-        gen.rendered_files(gen.load_config(path))
+        gen.rendered_files(gen.load_config(path), ROOT)
     assert str(path) in str(info.value)
-    assert gen.main(["--config", str(path), "--check"]) == 2
+    assert gen.main(["--root", str(ROOT), "--config", str(path), "--check"]) == 2
 
 
 def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:

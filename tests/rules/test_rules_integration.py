@@ -297,7 +297,7 @@ def test_fabric_alerts_name_the_faulty_link_and_port(
     }
     assert counts == {("mlx5_2", "symbol"), ("mlx5_1", "excessive_buffer_overrun")}
     saturated = _one(firing, "InfiniBandCounterSaturated")
-    assert (saturated["labels"]["device"], saturated["labels"]["counter"]) == (
+    assert (saturated["labels"]["device"], saturated["labels"]["error"]) == (
         "mlx5_1",
         "excessive_buffer_overrun",
     )

@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-
-from tainter.breaker import Breaker, BreakerPolicy
-from tainter.controller import Controller, ControllerSettings
-from tainter.fakeapi import FakeCluster, make_app, write_kubeconfig
-from tainter.kube import KubeNodeApi, NodeApi
-from tainter.metrics import TainterMetrics
-from tainter.payload import AlertState
-from tainter.server import make_app as make_tainter_app
-from tainter.sources import EvidenceResult
-from tainter.writes import RetryPolicy
+from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import AlertState
+from fleetwatch.tainter.server import make_app as make_tainter_app
+from fleetwatch.tainter.sources import EvidenceResult
+from fleetwatch.tainter.writes import RetryPolicy
 
 TOKEN = "s3cret-token"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

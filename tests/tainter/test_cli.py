@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-
-from tainter import cli
+from fleetwatch.tainter import cli
 
 
 def parse(*argv: str) -> argparse.Namespace:

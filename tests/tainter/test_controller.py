@@ -8,14 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.kube import ApiError, KubeNodeApi
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.service import manual_untaint
+from fleetwatch.tainter.writes import DryRunNodeApi
 
-from tainter.breaker import Breaker, BreakerPolicy
-from tainter.fakeapi import FakeCluster
-from tainter.kube import ApiError, KubeNodeApi
-from tainter.metrics import TainterMetrics
-from tainter.payload import parse_webhook
-from tainter.service import manual_untaint
-from tainter.writes import DryRunNodeApi
 from tests.tainter.conftest import (
     T0,
     ControllerFactory,

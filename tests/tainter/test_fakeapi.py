@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-
-from tainter.fakeapi import FakeCluster, make_app
+from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app
 
 AUTH = {"Authorization": "Bearer kube-token"}
 Client = TestClient[Any, Any]

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from fleetwatch.collectors.sim.kubeapi import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tainter.fakeapi import FakeCluster
 from tests.tainter.conftest import TOKEN, alert, keys, webhook
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

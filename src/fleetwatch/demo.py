@@ -1,7 +1,7 @@
 """`fleetwatch demo`: the whole stack on this machine, with simulated hardware.
 
 Starts the exporter on the `demo` scenario; when installed, a real Prometheus scraping it
-(with a `node` label, loading the repo's rules) and a real Alertmanager routing taint
+(with a `node` label, loading the shipped rules) and a real Alertmanager routing taint
 alerts; when the tainter is part of the build, a simulated Kubernetes cluster (clearly
 labelled) and the tainter against it. It prints where to look, follows the story as it
 happens (a GPU heats past 78 °C, the alert fires, the node is tainted, then cools and is
@@ -25,16 +25,19 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fleetwatch.flags import listen_address
+
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
-RULES = (REPO / "rules" / "fleetwatch.rules.yaml", REPO / "rules" / "fleetwatch.recording.yaml")
-ALERTMANAGER_ROUTE = REPO / "rules" / "alertmanager.yml"
+RULES_PACKAGE = "fleetwatch.rules"
+RULE_FILES = ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml")
+ALERTMANAGER_ROUTE = "alertmanager.yml"
 PROMETHEUS = "/usr/bin/prometheus"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 NODE = "demo-node"
@@ -67,6 +70,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
     parser.set_defaults(run=run_demo)
+
+    simulate = subparsers.add_parser("simulate-cluster")  # no help: hidden, for the demo
+    simulate.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=listen_address("127.0.0.1:0"),
+    )
+    simulate.add_argument("--node", dest="nodes", action="append", required=True)
+    simulate.add_argument("--kubeconfig-out", type=Path, required=True)
+    simulate.set_defaults(run=_run_simulate)
 
 
 def free_port(preferred: int) -> int:
@@ -136,7 +150,7 @@ def http_json(url: str) -> Any:
 
 
 def fleetwatch(*args: str) -> list[str]:
-    return [sys.executable, "-m", "exporter", *args, "--log.format=json"]
+    return [sys.executable, "-m", "fleetwatch", *args, "--log.format=json"]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -187,7 +201,7 @@ def start_stack(stack: Stack, scenario: str) -> dict[str, str]:
     )
     if not Path(PROMETHEUS).exists():
         return running
-    if _tainter_available() and Path(ALERTMANAGER).exists() and ALERTMANAGER_ROUTE.exists():
+    if _tainter_available() and Path(ALERTMANAGER).exists():
         start_tainter(stack, urls)
         running.update(cluster=urls["cluster"], tainter=urls["tainter"])
     if Path(ALERTMANAGER).exists():
@@ -200,7 +214,7 @@ def start_stack(stack: Stack, scenario: str) -> dict[str, str]:
 
 def _tainter_available() -> bool:
     try:
-        import tainter.cli  # noqa: F401
+        import fleetwatch.tainter.cli  # noqa: F401
     except ImportError:
         return False
     return True
@@ -236,11 +250,16 @@ def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
     )
 
 
+def shipped_rule_text(name: str) -> str:
+    """A rules or Alertmanager file as the installed package ships it."""
+    return resources.files(RULES_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+
+
 def start_alertmanager(stack: Stack, urls: dict[str, str], *, with_tainter: bool) -> None:
     """Alertmanager with the shipped taint route pointed at the demo's tainter."""
     config: dict[str, Any] = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}]}
     if with_tainter:
-        config = yaml.safe_load(ALERTMANAGER_ROUTE.read_text())
+        config = yaml.safe_load(shipped_rule_text(ALERTMANAGER_ROUTE))
         for receiver in config.get("receivers", []):
             for hook in receiver.get("webhook_configs", []):
                 hook["url"] = f"{urls['tainter']}/alerts"
@@ -262,10 +281,15 @@ def start_alertmanager(stack: Stack, urls: dict[str, str], *, with_tainter: bool
 
 
 def start_prometheus(stack: Stack, urls: dict[str, str], *, with_alertmanager: bool) -> None:
-    """Prometheus scraping the exporter as node `demo-node`, with the repo's rules."""
+    """Prometheus scraping the exporter as node `demo-node`, with the shipped rules."""
+    rule_files = []
+    for name in RULE_FILES:
+        path = stack.workdir / name
+        path.write_text(shipped_rule_text(name))
+        rule_files.append(str(path))
     config: dict[str, Any] = {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "rule_files": [str(p) for p in RULES if p.exists()],
+        "rule_files": rule_files,
         "scrape_configs": [
             {
                 "job_name": "fleetwatch",
@@ -365,3 +389,46 @@ def observe(urls: dict[str, str]) -> dict[str, str]:
                 or "none"
             )
     return seen
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    """`fleetwatch simulate-cluster`: the demo's stand-in Kubernetes API, in its own process."""
+    import asyncio
+
+    from aiohttp import web
+
+    from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+
+    # No token: a loopback-only simulation that people (and the demo) read with plain curl.
+    cluster = FakeCluster(token=None)
+    for name in args.nodes:
+        cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
+    host, port = args.listen
+
+    async def serve() -> None:
+        runner = web.AppRunner(make_app(cluster), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        server = f"http://{host}:{bound}"
+        write_kubeconfig(args.kubeconfig_out, server=server, token=None)
+        log.warning(
+            "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
+            extra={
+                "server": server,
+                "nodes": args.nodes,
+                "kubeconfig": str(args.kubeconfig_out),
+                "see_taints": f"{server}/api/v1/nodes/{args.nodes[0]}",
+            },
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        return 0
+    return 0

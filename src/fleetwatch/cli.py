@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from exporter import __version__
-from exporter.logs import configure_logging
+from fleetwatch import __version__
+from fleetwatch.logs import configure_logging
 
 ENV_PREFIX = "FLEETWATCH_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -88,9 +88,10 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> ArgParser:
     """The whole CLI. Subcommand modules are listed here, explicitly."""
-    from exporter import demo, export
-    from report import cli as report_cli
-    from tainter import cli as tainter_cli
+    from fleetwatch import demo
+    from fleetwatch.exporter import export
+    from fleetwatch.report import cli as report_cli
+    from fleetwatch.tainter import cli as tainter_cli
 
     modules: list[SubcommandModule] = [export, demo, tainter_cli, report_cli]
 

@@ -1,5 +1,0 @@
-"""`python -m exporter` runs the fleetwatch CLI."""
-
-from exporter.cli import main
-
-raise SystemExit(main())
