@@ -57,10 +57,11 @@ ensure_venv() {
         fi
         touch "$stamp"
     fi
-    # setuptools builds in ./build; a module deleted from the tree would survive there.
-    rm -rf build
+    # setuptools builds in ./build and ./fleetwatch.egg-info: a module deleted from the tree
+    # would survive in the one, and the other would shadow the installed metadata.
+    rm -rf build fleetwatch.egg-info
     "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
-    rm -rf build
+    rm -rf build fleetwatch.egg-info
 }
 
 case "${1:-}" in

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from collectors.sources import podresources_pb2 as collectors_dot_sources_dot_podresources__pb2
+from fleetwatch.collectors.sources import podresources_pb2 as collectors_dot_sources_dot_podresources__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
