@@ -1,10 +1,12 @@
-"""Xid collector: a counter per GPU and Xid, from NVML events and (optionally) the kernel log.
+"""Xid collector: a counter per GPU and Xid, from NVML events and/or the kernel log.
 
-A listener thread waits on NVML events (`nvmlEventSetWait_v2`, short timeouts so it
-stops promptly); with `--collector.xid.kmsg` a second thread reads NVRM Xid lines from the
-kernel log, so Xids raised while NVML events were not registered (before the exporter
-started, or while it was down) are not lost. `collect()` only reads the counters the
-threads keep: it never waits on either source.
+`--collector.xid.source` picks the sources. `nvml` (the default): a listener thread waits
+on NVML events (`nvmlEventSetWait_v2`, short timeouts so it stops promptly); it needs no
+privilege, but NVML keeps no history, so Xids raised while no exporter listened are not
+counted. `kmsg`: a thread reads NVRM Xid lines from the kernel log, history included; it
+needs read access to /dev/kmsg (`CAP_SYSLOG` under `kernel.dmesg_restrict=1`).
+`nvml,kmsg` runs both. `collect()` only reads the counters the threads keep: it never
+waits on either source. Which sources run is logged once at start.
 
 The same Xid usually arrives from both sources. `XidLedger` counts it once: an Xid from
 one source cancels one not-yet-matched report of the same GPU and Xid from the other
@@ -45,6 +47,7 @@ SPECS: Final = (
     ),
 )
 Origin = Literal["nvml", "kmsg"]
+ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
 _WAIT_MS: Final = 500
 _RETRY_SECONDS: Final = 5.0
 
@@ -98,10 +101,16 @@ class XidCollector:
     """Serves the Xid counters kept by the NVML-event and kernel-log listener threads."""
 
     def __init__(
-        self, *, source: NvmlSource, kernel_log: KernelLog | None, ledger: XidLedger
+        self,
+        *,
+        source: NvmlSource,
+        kernel_log: KernelLog | None,
+        ledger: XidLedger,
+        nvml_events: bool = True,
     ) -> None:
         self._source = source
         self._kernel_log = kernel_log
+        self._nvml_events = nvml_events
         self.ledger = ledger
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -111,7 +120,9 @@ class XidCollector:
         """Start the listener threads (once); `collect()` calls it on first use."""
         if self._threads:
             return
-        targets: list[tuple[str, Callable[[], None]]] = [("xid-nvml", self._listen_nvml)]
+        targets: list[tuple[str, Callable[[], None]]] = []
+        if self._nvml_events:
+            targets.append(("xid-nvml", self._listen_nvml))
         if self._kernel_log is not None:
             targets.append(("xid-kmsg", self._listen_kmsg))
         for name, target in targets:
@@ -194,14 +205,28 @@ class XidCollector:
             thread.join(timeout=2.0)
 
 
+def parse_sources(value: str) -> frozenset[Origin]:
+    """`--collector.xid.source`: `nvml`, `kmsg` or both, comma-separated."""
+    names = [name.strip() for name in value.split(",")]
+    chosen = frozenset(origin for origin in ORIGINS if origin in names)
+    if len(chosen) != len(set(names)):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected nvml, kmsg or nvml,kmsg (comma-separated sources)"
+        )
+    return chosen
+
+
 def _add_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--collector.xid.kmsg",
-        dest="collector_xid_kmsg",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="also count NVRM Xid lines from the kernel log, so Xids from before the exporter "
-        "started are not lost (needs read access to /dev/kmsg; default off, on in the chart)",
+        "--collector.xid.source",
+        dest="collector_xid_source",
+        type=parse_sources,
+        default=frozenset({"nvml"}),
+        metavar="nvml|kmsg|nvml,kmsg",
+        help="where Xids come from: NVML events (no privilege; Xids raised while no exporter "
+        "listened are lost), the kernel log (history included; needs read access to "
+        "/dev/kmsg, CAP_SYSLOG under kernel.dmesg_restrict=1), or both, counted once "
+        "(default nvml)",
     )
     group.add_argument(
         "--collector.xid.kmsg-path",
@@ -222,9 +247,9 @@ def _add_flags(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def _kernel_log(context: CollectorContext, args: argparse.Namespace) -> KernelLog | None:
-    if not getattr(args, "collector_xid_kmsg", False):
-        return None
+def _kernel_log(
+    context: CollectorContext, args: argparse.Namespace, *, nvml_events: bool
+) -> KernelLog | None:
     if context.simulation is not None:
         from fleetwatch.collectors.sim.fake_nvml import SimulatedKernelLog
 
@@ -234,23 +259,37 @@ def _kernel_log(context: CollectorContext, args: argparse.Namespace) -> KernelLo
         return KmsgReader(path=path)
     except OSError as exc:
         log.warning(
-            "kernel log unavailable: Xids come from NVML events only",
+            "kernel log unavailable: Xids come from NVML events only"
+            if nvml_events
+            else "kernel log unavailable and NVML events not selected: no Xid is counted",
             extra={"path": str(path), "reason": exc.strerror},
         )
         return None
 
 
 def _create(context: CollectorContext, args: argparse.Namespace) -> XidCollector:
+    sources: frozenset[Origin] = getattr(args, "collector_xid_source", frozenset({"nvml"}))
+    nvml_events = "nvml" in sources
+    kernel_log = _kernel_log(context, args, nvml_events=nvml_events) if "kmsg" in sources else None
+    if kernel_log is None and nvml_events:
+        log.info(
+            "Xids from NVML events only: Xids raised while no exporter listened are not "
+            "counted (--collector.xid.source=nvml,kmsg adds the kernel log, which needs "
+            "read access to /dev/kmsg)"
+        )
+    elif kernel_log is not None:
+        log.info("Xids from the kernel log", extra={"nvml_events": nvml_events})
     return XidCollector(
         source=context.nvml_source,
-        kernel_log=_kernel_log(context, args),
+        kernel_log=kernel_log,
         ledger=XidLedger(window=getattr(args, "collector_xid_dedup_window", 10.0)),
+        nvml_events=nvml_events,
     )
 
 
 SPEC = CollectorSpec(
     name="xid",
-    help="Xid errors per GPU from NVML events and, optionally, the kernel log",
+    help="Xid errors per GPU from NVML events and/or the kernel log",
     create=_create,
     add_flags=_add_flags,
     metrics=SPECS,

@@ -166,6 +166,7 @@ class FakeNvml:
         self._profiling_held = False
         self._hang_calls = frozenset(f.call for f in self.scenario.faults if f.kind == "hang")
         self._injected: deque[tuple[int, int]] = deque()
+        self.event_sets: list[FakeEventSet] = []  # every set created, for tests to inspect
         self._wake = threading.Condition()
         self._memory_total = int(self.scenario.extra.get("memory_total_mib", _DEFAULT_MEMORY_MIB))
 
@@ -463,7 +464,9 @@ class FakeNvml:
     # -- events ----------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> FakeEventSet:
         self._enter("nvmlEventSetCreate", None)
-        return FakeEventSet(created_at=self.node.now())
+        events = FakeEventSet(created_at=self.node.now())
+        self.event_sets.append(events)
+        return events
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
         self._gpu("nvmlDeviceGetSupportedEventTypes", handle)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors.sim.fake_nvml import SimulatedKernelLog
+from fleetwatch.collectors import xid
+from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml, SimulatedKernelLog
 from fleetwatch.collectors.sim.scenario import Fault
 from fleetwatch.collectors.sources.kmsg import KmsgReader, normalize_pci, parse_xid
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 
+from fleetwatch.cli import build_parser
 from tests import servers
 from tests.gpu.simnode import samples, simulated
 
@@ -135,5 +139,79 @@ def test_lost_gpu_keeps_its_xid_counter_in_simulation() -> None:
             lambda: not any(collector.ledger._unmatched.values()), timeout=10, what="the match"
         )
         assert xids(collector) == {("6", "79"): 1.0}
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("nvml", {"nvml"}),
+        ("kmsg", {"kmsg"}),
+        ("nvml,kmsg", {"nvml", "kmsg"}),
+        ("kmsg, nvml", {"nvml", "kmsg"}),
+    ],
+)
+def test_source_flag_picks_the_xid_sources(value: str, expected: set[str]) -> None:
+    args = build_parser().parse_args(["export", f"--collector.xid.source={value}"])
+    assert args.collector_xid_source == expected
+
+
+@pytest.mark.parametrize("value", ["", "dmesg", "nvml,", "nvml,syslog"])
+def test_source_flag_rejects_unknown_sources(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["export", f"--collector.xid.source={value}"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--collector.xid.source" in error
+    assert "expected nvml, kmsg or nvml,kmsg" in error
+
+
+def _created(fake: FakeNvml, *flags: str) -> XidCollector:
+    """The collector as `fleetwatch export` builds it from `flags` on the simulated node."""
+    args = build_parser().parse_args(["export", *flags])
+    context = CollectorContext(sysfs_root=Path("/nonexistent"), nvml=fake, simulation=fake.node)
+    collector: XidCollector = xid.SPEC.create(context, args)
+    return collector
+
+
+def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFixture) -> None:
+    fake, _ = simulated(at=120.0)
+    with caplog.at_level(logging.INFO, logger="fleetwatch.collectors.xid"):
+        collector = _created(fake)
+    try:
+        assert any("NVML events only" in r.getMessage() for r in caplog.records)
+        collector.start()
+        fake.inject_xid(1, 48)
+        servers.wait_until(lambda: xids(collector) == {("1", "48"): 1.0}, timeout=10, what="Xid")
+        assert [t.name for t in collector._threads] == ["xid-nvml"]
+    finally:
+        collector.close()
+
+
+def test_kmsg_source_alone_registers_no_nvml_events() -> None:
+    faults = (Fault(at=100, kind="xid", gpu=4, xid=119),)  # before the exporter started
+    fake, _ = simulated(at=120.0, faults=faults)
+    collector = _created(fake, "--collector.xid.source=kmsg")
+    try:
+        collector.start()
+        servers.wait_until(lambda: xids(collector) == {("4", "119"): 1.0}, timeout=10, what="Xid")
+        assert [t.name for t in collector._threads] == ["xid-kmsg"]
+        assert fake.event_sets == []
+    finally:
+        collector.close()
+
+
+def test_both_sources_count_the_history_and_new_events_once() -> None:
+    faults = (Fault(at=100, kind="xid", gpu=4, xid=119),)
+    fake, _ = simulated(at=120.0, faults=faults)
+    collector = _created(fake, "--collector.xid.source=nvml,kmsg")
+    try:
+        collector.start()
+        servers.wait_until(lambda: xids(collector) == {("4", "119"): 1.0}, timeout=10, what="Xid")
+        servers.wait_until(lambda: len(fake.event_sets) == 1, timeout=10, what="event set")
+        assert sorted(t.name for t in collector._threads) == ["xid-kmsg", "xid-nvml"]
     finally:
         collector.close()
