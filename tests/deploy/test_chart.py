@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.collectors import COLLECTORS
 from fleetwatch.tainter.payload import taint_key
 
 from fleetwatch.cli import build_parser
@@ -55,10 +56,24 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "exporter": {
             "nvidia": {"runtimeClassName": ""},
             "hostMounts": [{"name": "dev", "hostPath": "/dev", "mountPath": "/dev"}],
-            "kernelLog": {"enabled": False},
-            "profilingNeedsSysAdmin": False,
+            "gpuProfilingAdminOnly": False,
             "collectors": {"infiniband": False},
         },
+    },
+    "profiling-open": {"exporter": {"gpuProfilingAdminOnly": False}},
+    "kernel-log": {"exporter": {"kernelLog": {"enabled": True}}},
+    "kernel-log-perfmon": {
+        "exporter": {"kernelLog": {"enabled": True}, "admin": {"profilingCapability": "PERFMON"}},
+    },
+    "open-with-kernel-log": {
+        "exporter": {"gpuProfilingAdminOnly": False, "kernelLog": {"enabled": True}},
+    },
+    "no-gpm-no-podresources": {
+        "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
+    },
+    "own-images": {
+        "exporter": {"image": {"repository": "registry.example.com/fw-exporter", "tag": "1.2"}},
+        "tainter": {"image": {"repository": "registry.example.com/fw-tainter", "tag": "1.3"}},
     },
 }
 
@@ -251,10 +266,20 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
         ]
 
 
-def _container(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _container(obj: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The workload's only container, or the one called `name`."""
     containers: list[dict[str, Any]] = obj["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
+    if name is None:
+        assert len(containers) == 1
+        return containers[0]
+    (found,) = [c for c in containers if c["name"] == name]
+    return found
+
+
+def _exporter_containers(release: Release) -> dict[str, dict[str, Any]]:
+    """The exporter DaemonSet's containers by name."""
+    pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
 
 
 def _parse(args: list[str], token_file: Path) -> Any:
@@ -270,9 +295,10 @@ def test_container_args_parse_with_the_real_cli(
     token = tmp_path / "token"
     token.write_text("secret\n")
     release = releases[name]
-    exporter = _parse(_container(release.one("DaemonSet"))["args"], token)
-    assert exporter.command == "export"
-    assert exporter.collection_interval == 5.0
+    for container in _exporter_containers(release).values():
+        exporter = _parse(container["args"], token)
+        assert exporter.command == "export"
+        assert exporter.collection_interval == 5.0
     if release.of_kind("Deployment"):
         tainter = _parse(_container(release.one("Deployment"))["args"], token)
         assert tainter.command == "taint"
@@ -290,26 +316,36 @@ def test_dry_run_is_on_by_default_and_says_so(releases: dict[str, Release]) -> N
 def test_exporter_pod_reads_the_host_safely(releases: dict[str, Release]) -> None:
     daemonset = releases["defaults"].one("DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
-    container = _container(daemonset)
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    main, admin = _container(daemonset, "exporter"), _container(daemonset, "exporter-admin")
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert mounts["sysfs"]["readOnly"] is True
+    main_mounts = {m["name"]: m for m in main["volumeMounts"]}
+    admin_mounts = {m["name"]: m for m in admin["volumeMounts"]}
+    assert main_mounts["sysfs"]["readOnly"] is True
     assert volumes["sysfs"]["hostPath"]["path"] == "/sys"
-    assert "--path.sysfs=/host/sys" in container["args"]
-    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
-    assert volumes["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
-    env = {e["name"]: e for e in container["env"]}
-    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--path.sysfs=/host/sys" in main["args"]
+    # The kubelet socket only where its reader runs (as root); no kernel log by default.
+    assert "pod-resources" not in main_mounts
+    assert admin_mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert admin_mounts["pod-resources"]["readOnly"] is True
+    assert "kmsg" not in volumes
+    kernel_log = releases["kernel-log"].one("DaemonSet")
+    assert {v["name"]: v for v in kernel_log["spec"]["template"]["spec"]["volumes"]}["kmsg"][
+        "hostPath"
+    ] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in _container(
+        kernel_log, "exporter-admin"
+    )["volumeMounts"]
+    assert "kmsg" not in {m["name"] for m in _container(kernel_log, "exporter")["volumeMounts"]}
+    for container in (main, admin):
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+        port = container["ports"][0]["name"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        assert set(container["resources"]) == {"requests", "limits"}
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["automountServiceAccountToken"] is False
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    security = container["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYSLOG"]}
-    assert "privileged" not in security
-    assert set(container["resources"]) == {"requests", "limits"}
     assert pod["priorityClassName"] == "system-node-critical"
 
     bare = releases["no-operator-no-nvidia-runtime"].one("DaemonSet")
@@ -318,6 +354,189 @@ def test_exporter_pod_reads_the_host_safely(releases: dict[str, Release]) -> Non
     assert bare_container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "--no-collector.infiniband" in bare_container["args"]
     assert {"name": "dev", "mountPath": "/dev", "readOnly": True} in bare_container["volumeMounts"]
+
+
+# Capabilities a documented source needs (docs/deploy.md, "Privileges on the node").
+_DOCUMENTED_ADDS = {"SYS_ADMIN", "PERFMON", "SYSLOG"}
+
+
+def api_server_rejects(security: Mapping[str, Any]) -> str | None:
+    """Why the Kubernetes API server would refuse this container securityContext, or None.
+
+    Its validation refuses `allowPrivilegeEscalation: false` together with `privileged` or
+    with CAP_SYS_ADMIN added (in either spelling); the stand-in API server of these tests
+    does not validate pods, so this check stands in for it.
+    """
+    if security.get("allowPrivilegeEscalation") is not False:
+        return None
+    if security.get("privileged"):
+        return "allowPrivilegeEscalation: false with privileged"
+    added = security.get("capabilities", {}).get("add", [])
+    if {"SYS_ADMIN", "CAP_SYS_ADMIN"} & set(added):
+        return "allowPrivilegeEscalation: false with CAP_SYS_ADMIN"
+    return None
+
+
+def test_api_server_check_refuses_the_pair() -> None:
+    pair = {"allowPrivilegeEscalation": False, "capabilities": {"add": ["CAP_SYS_ADMIN"]}}
+    assert api_server_rejects(pair) == "allowPrivilegeEscalation: false with CAP_SYS_ADMIN"
+    assert api_server_rejects({**pair, "capabilities": {"add": ["SYSLOG"]}}) is None
+    assert api_server_rejects({"capabilities": {"add": ["SYS_ADMIN"]}}) is None
+
+
+@pytest.mark.parametrize("name", list(OVERRIDES))
+def test_every_exporter_container_holds_least_privilege(
+    releases: dict[str, Release], name: str
+) -> None:
+    pod = releases[name].one("DaemonSet")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "runAsUser" not in pod["securityContext"]
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        where = container["name"]
+        assert api_server_rejects(security) is None, where
+        assert "privileged" not in security, where
+        assert security["readOnlyRootFilesystem"] is True, where
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert security["capabilities"]["drop"] == ["ALL"], where
+        added = set(security["capabilities"].get("add", []))
+        assert added <= _DOCUMENTED_ADDS, where
+        assert (security.get("allowPrivilegeEscalation") is False) == ("SYS_ADMIN" not in added)
+        if where == "exporter":
+            assert added == set(), "the main container holds no capability"
+            assert security["runAsNonRoot"] is True
+            assert security["runAsUser"] == 65532
+        else:
+            assert where == "exporter-admin"
+            assert security["runAsUser"] == 0
+
+
+def _collectors_by_container(release: Release, token: Path) -> dict[str, set[str]]:
+    """The collectors each exporter container runs, parsed with the real CLI."""
+    names = [spec.name for spec in COLLECTORS]
+    return {
+        container["name"]: {
+            n for n in names if getattr(_parse(container["args"], token), f"collector_{n}")
+        }
+        for container in _exporter_containers(release).values()
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "admin", "adds", "xid_sources"),
+    [
+        ("defaults", {"gpm", "podresources"}, ["SYS_ADMIN"], {"exporter": {"nvml"}}),
+        (
+            "kernel-log",
+            {"gpm", "podresources", "xid"},
+            ["SYS_ADMIN", "SYSLOG"],
+            {"exporter-admin": {"nvml", "kmsg"}},
+        ),
+        (
+            "kernel-log-perfmon",
+            {"gpm", "podresources", "xid"},
+            ["PERFMON", "SYSLOG"],
+            {"exporter-admin": {"nvml", "kmsg"}},
+        ),
+        ("no-gpm-no-podresources", None, None, {"exporter": {"nvml"}}),
+        ("profiling-open", None, None, {"exporter": {"nvml"}}),
+        ("open-with-kernel-log", None, None, {"exporter": {"nvml"}}),
+    ],
+)
+def test_each_collector_runs_once_in_the_container_holding_what_it_needs(
+    releases: dict[str, Release],
+    tmp_path: Path,
+    name: str,
+    admin: set[str] | None,
+    adds: list[str] | None,
+    xid_sources: dict[str, set[str]],
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    release = releases[name]
+    running = _collectors_by_container(release, token)
+    containers = _exporter_containers(release)
+    everything = {spec.name for spec in COLLECTORS}
+    switched_off = {
+        n for n, on in OVERRIDES[name].get("exporter", {}).get("collectors", {}).items() if not on
+    }
+    if admin is None:
+        assert set(running) == {"exporter"}, "no admin container without a privileged source"
+        # Non-root everywhere: the PodResources socket (root only) is not read.
+        assert running["exporter"] == everything - switched_off - {"podresources"}
+    else:
+        assert running["exporter-admin"] == admin
+        assert running["exporter"] == everything - admin
+        security = containers["exporter-admin"]["securityContext"]
+        assert security["capabilities"]["add"] == adds
+    for container, sources in xid_sources.items():
+        parsed = _parse(containers[container]["args"], token)
+        assert parsed.collector_xid_source == sources
+
+
+def test_chart_collector_names_are_the_exporters() -> None:
+    names = [spec.name for spec in COLLECTORS]
+    template = (CHART / "templates" / "_exporter.tpl").read_text()
+    listed = re.search(r'range \$name := list ((?:"\w+" ?)+)', template)
+    assert listed, "_exporter.tpl no longer lists the collectors"
+    assert re.findall(r'"(\w+)"', listed.group(1)) == names
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    collectors = schema["properties"]["exporter"]["properties"]["collectors"]
+    assert collectors["propertyNames"]["enum"] == names
+
+
+def test_helm_lint_rejects_an_unknown_collector(tmp_path: Path) -> None:
+    assert lint(tmp_path, {"exporter": {"collectors": {"gpu-typo": False}}})
+
+
+@pytest.mark.parametrize("name", ["defaults", "podmonitor", "profiling-open"])
+def test_every_exporter_container_is_scraped_and_only_by_prometheus(
+    releases: dict[str, Release], name: str
+) -> None:
+    release = releases[name]
+    ports = {
+        p["name"]: p["containerPort"]
+        for c in _exporter_containers(release).values()
+        for p in c["ports"]
+    }
+    assert len(ports) == len(_exporter_containers(release))
+    expected = (
+        {"metrics": 9842}
+        if name == "profiling-open"
+        else {
+            "metrics": 9842,
+            "metrics-admin": 9843,
+        }
+    )
+    assert ports == expected
+    service = release.one("Service", "exporter")["spec"]["ports"]
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service} == {
+        n: (port, n) for n, port in ports.items()
+    }
+    kind = "PodMonitor" if name == "podmonitor" else "ServiceMonitor"
+    monitor = release.one(kind, "exporter")["spec"]
+    endpoints = monitor["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
+    assert sorted(e["port"] for e in endpoints) == sorted(ports)
+    policy = release.one("NetworkPolicy", "exporter")["spec"]
+    assert policy["podSelector"] == release.one("DaemonSet")["spec"]["selector"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [default_values()["exporter"]["networkPolicy"]["prometheusSelector"]]
+    assert sorted(p["port"] for p in rule["ports"]) == sorted(ports)
+    assert {p["protocol"] for p in rule["ports"]} == {"TCP"}
+
+
+def test_each_workload_runs_its_own_image(releases: dict[str, Release]) -> None:
+    values = default_values()
+    defaults, own = releases["defaults"], releases["own-images"]
+    for release, exporter_image, tainter_image in (
+        (defaults, f"{values['exporter']['image']['repository']}:0.1.0",
+         f"{values['tainter']['image']['repository']}:0.1.0"),
+        (own, "registry.example.com/fw-exporter:1.2", "registry.example.com/fw-tainter:1.3"),
+    ):  # fmt: skip
+        assert {c["image"] for c in _exporter_containers(release).values()} == {exporter_image}
+        assert _container(release.one("Deployment"))["image"] == tainter_image
+    assert values["exporter"]["image"]["repository"] != values["tainter"]["image"]["repository"]
 
 
 def test_tainter_runs_unprivileged_with_its_token(releases: dict[str, Release]) -> None:
@@ -343,12 +562,14 @@ def test_monitors_label_job_and_node_as_the_rules_expect(releases: dict[str, Rel
         for component, job in jobs.items():
             assert job, f'rules/config.yaml selector of the {component} is not job="..."'
             monitor = releases[release].one(kind, component)
-            (endpoint,) = monitor["spec"][endpoints_key]
-            assert endpoint["interval"] == config.scrape_interval
-            relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
-            assert relabel["job"]["replacement"] == job.group(1)
-            assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
-            assert endpoint["honorLabels"] is True
+            endpoints = monitor["spec"][endpoints_key]
+            assert len(endpoints) == (2 if component == "exporter" else 1)
+            for endpoint in endpoints:
+                assert endpoint["interval"] == config.scrape_interval
+                relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+                assert relabel["job"]["replacement"] == job.group(1)
+                assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
+                assert endpoint["honorLabels"] is True
 
 
 def test_dashboards_are_configmaps_for_the_grafana_sidecar(
@@ -391,7 +612,7 @@ def test_alertmanager_config_is_the_plain_route(releases: dict[str, Release]) ->
 def test_network_policy_admits_only_alertmanager_and_prometheus(
     releases: dict[str, Release],
 ) -> None:
-    policy = releases["defaults"].one("NetworkPolicy")["spec"]
+    policy = releases["defaults"].one("NetworkPolicy", "tainter")["spec"]
     (rule,) = policy["ingress"]
     names = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in rule["from"]]
     assert names == ["alertmanager", "prometheus"]

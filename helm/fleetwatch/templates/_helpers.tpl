@@ -27,8 +27,10 @@
 {{- default (printf "%s-token" (include "fleetwatch.tainter.fullname" .)) .Values.tainter.webhookToken.existingSecret }}
 {{- end }}
 
+{{/* repository:tag of one component's image: pass (list . .Values.exporter.image). */}}
 {{- define "fleetwatch.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $image := index . 1 }}
+{{- printf "%s:%s" $image.repository (default (index . 0).Chart.AppVersion $image.tag) }}
 {{- end }}
 
 {{/* Labels every resource carries. */}}
