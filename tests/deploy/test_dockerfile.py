@@ -1,8 +1,9 @@
-"""The Dockerfile: hadolint-clean, and installing fleetwatch the way the README and dev.sh do.
+"""The Dockerfile: hadolint-clean, two lean non-root targets, installing fleetwatch by role.
 
-No container engine runs here, so the image is not built; instead its COPY steps are
-replayed into a build context and the install step's `pip` builds the wheel from it,
-which fails when a COPY misses something the package needs.
+No container engine runs here, so neither image is built; instead the Dockerfile's stages
+are read (which install each target's virtualenv comes from, its user, its Debian
+packages), its COPY steps are replayed into a build context and `pip` builds the wheel from
+it, which fails when a COPY misses something the package needs.
 """
 
 from __future__ import annotations
@@ -39,13 +40,60 @@ def instructions(text: str) -> list[tuple[str, str]]:
     return [(w.split(None, 1)[0].upper(), w.split(None, 1)[1]) for w in joined]
 
 
-def run_commands() -> list[list[str]]:
-    """Every shell command of the Dockerfile's RUN steps, as words."""
-    commands = []
+def stages() -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """Each build stage by name: (what it is FROM, its instructions), in file order."""
+    found: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    steps: list[tuple[str, str]] = []
     for instruction, args in instructions(DOCKERFILE.read_text()):
+        if instruction == "FROM":
+            base, _, name = args.split()
+            steps = []
+            found[name] = (base, steps)
+        elif found:
+            steps.append((instruction, args))
+    return found
+
+
+def chain(target: str) -> list[tuple[str, str]]:
+    """The instructions that build `target`, its base stages' first."""
+    all_stages = stages()
+    base, steps = all_stages[target]
+    return (chain(base) if base in all_stages else []) + steps
+
+
+def shell_commands(steps: list[tuple[str, str]]) -> list[list[str]]:
+    """Every shell command of the RUN steps among `steps`, as words."""
+    commands = []
+    for instruction, args in steps:
         if instruction == "RUN":
             commands += [shlex.split(part) for part in args.split("&&")]
     return commands
+
+
+def run_commands() -> list[list[str]]:
+    """Every shell command of the Dockerfile's RUN steps, as words."""
+    return shell_commands(instructions(DOCKERFILE.read_text()))
+
+
+def target_install(target: str) -> list[str]:
+    """The `pip install` that built the virtualenv a target copies in, as words."""
+    copies = [args.split() for op, args in chain(target) if op == "COPY" and "--from=" in args]
+    (venv_copy,) = [
+        words for words in copies if words[1:] == ["/opt/fleetwatch", "/opt/fleetwatch"]
+    ]
+    builder = venv_copy[0].removeprefix("--from=")
+    (install,) = [w for w in shell_commands(chain(builder)) if w[:2] == ["pip", "install"]]
+    return [w for w in install if w != "--no-cache-dir"]
+
+
+def apt_packages(steps: list[tuple[str, str]]) -> set[str]:
+    return {
+        word
+        for words in shell_commands(steps)
+        if words[:2] == ["apt-get", "install"]
+        for word in words[2:]
+        if not word.startswith("-")
+    }
 
 
 def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
@@ -69,36 +117,58 @@ def test_hadolint_does_flag_a_bad_dockerfile(tmp_path: Path) -> None:
     assert "DL3006" in result.stdout  # untagged base image
 
 
+TARGETS = ("exporter", "tainter")
+
+
 def test_debian_packages_come_from_dev_sh() -> None:
     dev_sh = (ROOT / "dev.sh").read_text()
     listed = re.search(r"DEMO_PACKAGES=\(([^)]*)\)", dev_sh)
     assert listed, "dev.sh no longer lists DEMO_PACKAGES=(...)"
     dev_packages = set(listed.group(1).split())
-    image_packages = {
-        word
-        for words in run_commands()
-        if words[:2] == ["apt-get", "install"]
-        for word in words[2:]
-        if not word.startswith("-")
-    }
-    assert "infiniband-diags" in image_packages
-    assert image_packages <= dev_packages
+    assert apt_packages(chain("exporter")) == {"infiniband-diags"}  # perfquery, ibstat
+    assert apt_packages(chain("exporter")) <= dev_packages
+    assert apt_packages(chain("tainter")) == set(), "the tainter runs no InfiniBand tool"
 
 
-def test_pip_install_is_the_readmes() -> None:
+def test_two_targets_install_by_role() -> None:
+    """exporter: the README's `pip install .` (base only); tainter: the `tainter` extra."""
     readme = (ROOT / "README.md").read_text()
     readme_installs = re.findall(r"^(pip install [^#\n]*?)\s*(?:#.*)?$", readme, re.MULTILINE)
     assert readme_installs == ["pip install ."]
-    image_installs = [
-        [w for w in words if w != "--no-cache-dir"]
-        for words in run_commands()
-        if words[:2] == ["pip", "install"]
-    ]
-    assert image_installs == [shlex.split(readme_installs[0])]
+    assert target_install("exporter") == shlex.split(readme_installs[0])
+    assert target_install("tainter") == ["pip", "install", "./[tainter]"]
+    assert list(stages())[-1] == "exporter", "a plain `docker build .` gives the exporter"
     dev_sh = (ROOT / "dev.sh").read_text()
     assert re.search(
         r'pip" install -q --no-deps --no-build-isolation --force-reinstall \.$', dev_sh, re.M
     ), "dev.sh installs the tree non-editable, as the image does"
+
+
+def test_exporter_image_leaves_the_heavy_dependencies_out() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    base = names(project["dependencies"])
+    heavy = {"kubernetes-asyncio", "pandas", "pyarrow", "matplotlib", "grafanalib"}
+    assert not base & heavy, "the exporter image (base install) would carry them"
+    assert "kubernetes-asyncio" in names(project["optional-dependencies"]["tainter"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_targets_run_unprivileged(target: str) -> None:
+    users = [args for op, args in chain(target) if op == "USER"]
+    assert users, f"{target} sets no USER: it would run as root"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit(), f"{target} runs as user {users[-1]}: name a numeric uid"
+    assert int(uid) != 0, f"{target} runs as root"
+    assert gid.isdigit()
+    assert int(gid) != 0
+    created = [w for w in shell_commands(chain(target)) if w[:1] == ["useradd"]]
+    assert any(f"--uid {uid}" in " ".join(w) for w in created), "the user is not created"
+    entry = [args for op, args in chain(target) if op == "ENTRYPOINT"]
+    assert entry[-1] == '["fleetwatch"]'
 
 
 def _ignored(relative: str, patterns: list[str]) -> bool:

@@ -173,7 +173,8 @@ def _created(fake: FakeNvml, *flags: str) -> XidCollector:
     """The collector as `fleetwatch export` builds it from `flags` on the simulated node."""
     args = build_parser().parse_args(["export", *flags])
     context = CollectorContext(sysfs_root=Path("/nonexistent"), nvml=fake, simulation=fake.node)
-    collector: XidCollector = xid.SPEC.create(context, args)
+    collector = xid.SPEC.create(context, args)
+    assert isinstance(collector, XidCollector)
     return collector
 
 
