@@ -1,10 +1,14 @@
 """Run every GPU collector against the real NVIDIA driver and print what it reads.
 
-For a machine with an NVIDIA GPU: prints each family with its samples, the per-call NVML
-latency (count, median, max per call name), the NVML calls that failed or were not
-supported, and the families the hardware did not produce. Two cycles a few seconds
-apart (GPM needs a pair of samples); finishes in well under 3 minutes. Record the output
-in docs/hardware-validation.md.
+For a machine with an NVIDIA GPU: prints what this process may read on the node (uid,
+effective capabilities, the driver's profiling restriction, dmesg_restrict, /dev/kmsg,
+umad devices, the kubelet socket: the facts docs/deploy.md's privilege table rests on),
+each family with its samples, the per-call NVML latency (count, median, max per call
+name), the NVML calls that failed or were not supported, and the families the hardware
+did not produce. Two cycles a few seconds apart (GPM needs a pair of samples); finishes
+in well under 3 minutes. Run it as root and as an unprivileged user (e.g. `setpriv
+--reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which sources need
+what. Record the output in docs/hardware-validation.md.
 
 Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS]
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import stat
 import statistics
 import sys
 import time
@@ -29,8 +35,64 @@ from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource, timed
+from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import render_families
+from prometheus_client.metrics_core import Metric
+
+# Capability bits (linux/capability.h) of the privileges docs/deploy.md names.
+_CAPABILITIES = {"SYS_ADMIN": 21, "SYSLOG": 34, "PERFMON": 38}
+
+
+def _first_line(path: str, prefix: str = "") -> str:
+    """The first line of `path` starting with `prefix`, or why it could not be read."""
+    try:
+        with open(path) as lines:
+            return next((line.strip() for line in lines if line.startswith(prefix)), "absent")
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+
+
+def _opens(path: str, flags: int) -> str:
+    try:
+        os.close(os.open(path, flags | os.O_NONBLOCK))
+    except OSError as exc:
+        return f"no ({exc.strerror})"
+    return "yes"
+
+
+def print_privileges() -> None:
+    """What this process may read on the node, source by source."""
+    effective = int(_first_line("/proc/self/status", "CapEff:").split()[-1], 16)
+    held = [name for name, bit in _CAPABILITIES.items() if effective >> bit & 1]
+    print(f"uid {os.getuid()} gid {os.getgid()}; capabilities held: {held or 'none'}")
+    print(
+        "driver profiling restriction:",
+        _first_line("/proc/driver/nvidia/params", "RmProfilingAdminOnly"),
+    )
+    print("kernel.dmesg_restrict:", _first_line("/proc/sys/kernel/dmesg_restrict"))
+    print("/dev/kmsg opens for reading:", _opens("/dev/kmsg", os.O_RDONLY))
+    for umad in sorted(Path("/dev/infiniband").glob("umad*")):
+        mode = stat.filemode(umad.stat().st_mode)
+        print(f"{umad} {mode} opens for read/write: {_opens(str(umad), os.O_RDWR)}")
+    socket = DEFAULT_SOCKET
+    try:
+        present = socket.exists()
+    except PermissionError:
+        present = False
+        print(f"{socket}: its directory admits no one but its owner")
+    if present:
+        print(f"{socket} writable (connect needs it): {os.access(socket, os.W_OK)}")
+
+
+def attempt(collector: Collector) -> list[Metric]:
+    """One collection; a collector that raises (GPM without the profiling privilege, say)
+    is reported and the check goes on with the others."""
+    try:
+        return list(collector.collect())
+    except Exception as exc:  # printed: the point of this script is to see what fails
+        print(f"\n== {type(collector).__name__} failed: {type(exc).__name__}: {exc}")
+        return []
 
 
 def main() -> int:
@@ -39,6 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     latencies: dict[str, list[float]] = defaultdict(list)
+    print_privileges()
     source = NvmlSource(lib=timed(pynvml, lambda call, s: latencies[call].append(s)))
     if not source.gpus():
         print("no NVIDIA driver or no GPU: nothing to check")
@@ -53,12 +116,12 @@ def main() -> int:
         xid,
     ]
     for collector in collectors:
-        collector.collect()
+        attempt(collector)
     time.sleep(args.gap)
     emitted: set[str] = set()
     for collector in collectors:
         started = time.perf_counter()
-        families = collector.collect()
+        families = attempt(collector)
         print(f"\n== {type(collector).__name__}: {(time.perf_counter() - started) * 1e3:.1f} ms")
         print(render_families(families).decode())
         emitted |= {f.name for f in families}
