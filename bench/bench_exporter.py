@@ -17,29 +17,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as RegistryCollector
 from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.collectors.base import CollectorContext
-from fleetwatch.collectors.metrics import series_count
-from fleetwatch.collectors.sim import tool_dir
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml
+from fleetwatch.collectors.metrics import Family, as_metric, series_count
 from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
-from fleetwatch.collectors.sources.nvml import timed
 from fleetwatch.exporter.export import close_collectors, create_collectors
+from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 
+from bench.nvml_timing import timed
 from fleetwatch.cli import build_parser
 from tests import servers
 
@@ -54,31 +51,26 @@ def cycle_costs(cycles: int) -> None:
     node = SimulatedNode(scenario=load_scenario("dgx-h100"), clock=WallClock())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        sysfs = SimulatedSysfs(node=node, root=root)
-        sysfs.write()
         in_fake = [0.0]
 
         def record(_call: str, seconds: float) -> None:
             in_fake[0] += seconds
 
-        context = CollectorContext(
-            sysfs_root=root,
-            nvml=timed(FakeNvml(node=node), record),
-            simulation=node,
-            tool_path=str(tool_dir()),
-        )
         args = build_parser().parse_args(["export", "--simulate=dgx-h100"])
-        settings = ExportSettings.from_args(args, tuple(s.name for s in COLLECTORS))
-        collectors = create_collectors(context, settings, args)
+        hardware = simulated_hardware(node, root, ExportSettings.from_args(args, COLLECTORS))
+        context = replace(hardware.context, nvml=timed(hardware.context.nvml, record))
+        collectors = create_collectors(context, hardware.settings)
+        refresh = hardware.refresh
+        assert refresh is not None
         renderers = {name: Renderer() for name in collectors}
         per_collector: dict[str, list[float]] = {name: [] for name in collectors}
         totals: list[float] = []
         without_fake: list[float] = []
         series = 0
-        families: list[Metric] = []
+        families: list[Family] = []
         try:
             for _ in range(cycles):
-                sysfs.write()
+                refresh()
                 total = 0.0
                 in_fake[0] = 0.0
                 families = []
@@ -98,7 +90,7 @@ def cycle_costs(cycles: int) -> None:
 
     class Fixed(RegistryCollector):
         def collect(self):  # type: ignore[no-untyped-def]
-            return families
+            return [as_metric(family) for family in families]
 
     registry = CollectorRegistry()
     registry.register(Fixed())

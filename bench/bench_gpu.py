@@ -26,8 +26,10 @@ from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sim.fake_nvml import FakeNvml
 from fleetwatch.collectors.sim.scenario import load_scenario
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
-from fleetwatch.collectors.sources.nvml import NvmlSource, timed
+from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
+
+from bench.nvml_timing import timed
 
 
 def measure(scenario_name: str, cycles: int) -> None:

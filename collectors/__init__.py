@@ -6,10 +6,12 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetwatch.collectors import gpm, gpu, infiniband, nvlink, podresources, xid
 from fleetwatch.collectors.base import CollectorSpec
 
-COLLECTORS: tuple[CollectorSpec, ...] = (
+COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     gpu.SPEC,
     gpm.SPEC,
     nvlink.SPEC,

@@ -5,6 +5,10 @@ in a worker thread under a deadline (NVML calls can block in the kernel), so a c
 may block, must be safe to abandon while blocked, and raises to report failure: the
 engine marks it down with the exception as the reason and keeps every other collector
 serving. Missing hardware is not a failure: return no families.
+
+Collectors never know whether the hardware is real: the exporter's hardware set-up builds
+the `CollectorContext` (real `pynvml`, `/sys` and `/dev/kmsg`, or their simulated
+stand-ins) and each collector reads only what the context and its own settings give it.
 """
 
 from __future__ import annotations
@@ -14,18 +18,19 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from fleetwatch.collectors.metrics import MetricSpec
-from fleetwatch.collectors.sim.world import SimulatedNode
+from fleetwatch.collectors.metrics import Family, MetricSpec
+from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
 from fleetwatch.collectors.sources.nvml import NvmlSource
-from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import add_setting_flags, read_settings
 
 
 class Collector(Protocol):
     """One hardware source mapped to metric families."""
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[Family]:
         """Read the hardware now and return complete families; raise on failure."""
         ...
 
@@ -34,20 +39,25 @@ class Collector(Protocol):
         ...
 
 
+def open_kmsg(path: Path) -> KernelLog:
+    """The kernel log device (or a text file of log lines) at `path`."""
+    return KmsgReader(path=path)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CollectorContext:
-    """What every collector may use, built once by the exporter from its settings.
+    """What every collector may use, built once by the exporter's hardware set-up.
 
-    `nvml` is the `pynvml` module on real hardware or the fake NVML under simulation: the
-    same call surface, so collector code does not know which it runs on. `simulation` is
-    set only under `--simulate` (for sources that need simulated inputs beyond NVML and
-    sysfs, such as the kernel log); collectors must not branch on it otherwise.
+    `nvml` is the `pynvml` module on real hardware or a stand-in with the same call
+    surface; `sysfs_root` is `/sys` or a tree shaped like it; `tool_path` is searched
+    before `PATH` for infiniband-diags; `open_kernel_log` opens the kernel log a flag
+    names. Collector code does not know which hardware it runs on.
     """
 
     sysfs_root: Path
     nvml: Any
-    simulation: SimulatedNode | None = None
     tool_path: str | None = None
+    open_kernel_log: Callable[[Path], KernelLog] = open_kmsg
 
     @functools.cached_property
     def nvml_source(self) -> NvmlSource:
@@ -61,20 +71,41 @@ class CollectorContext:
             source.shutdown()
 
 
+@dataclass(frozen=True)
+class NoSettings:
+    """Settings of a collector that has no flags of its own."""
+
+
+SettingsT = TypeVar("SettingsT")
+
+
 @dataclass(frozen=True, kw_only=True)
-class CollectorSpec:
+class CollectorSpec(Generic[SettingsT]):
     """A collector as the CLI and engine see it: listed explicitly, never self-registered.
 
-    `add_flags` adds the collector's own `--collector.NAME.*` flags; `create` builds the
-    collector from the shared context and the parsed flags (read them there, once, into
-    typed constructor arguments).
+    `settings` is a frozen dataclass whose fields are `fleetwatch.flags.setting()`s: each
+    becomes a `--collector.NAME.FIELD-NAME` flag, and the dataclass is built once from the
+    parsed flags (`read_settings`) and handed to `create` with the shared context.
     """
 
     name: str
     help: str
-    create: Callable[[CollectorContext, argparse.Namespace], Collector]
-    add_flags: Callable[[argparse._ArgumentGroup], None] | None = None
+    settings: type[SettingsT]
+    create: Callable[[CollectorContext, SettingsT], Collector]
     enabled_by_default: bool = True
     # Every family the collector can emit; the metrics-catalog test checks it against
     # docs/metrics.md in both directions.
     metrics: tuple[MetricSpec, ...] = ()
+
+    @property
+    def flag_prefix(self) -> str:
+        """`collector.NAME`: every flag of this collector starts with it."""
+        return f"collector.{self.name}"
+
+    def add_flags(self, group: argparse._ArgumentGroup) -> None:
+        """Add this collector's `--collector.NAME.*` settings flags."""
+        add_setting_flags(group, self.flag_prefix, self.settings)
+
+    def read_settings(self, args: argparse.Namespace) -> SettingsT:
+        """This collector's settings, from the flags `add_flags` added."""
+        return read_settings(args, self.flag_prefix, self.settings)

@@ -15,21 +15,19 @@ counters are free again.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from typing import Any, Final
 
 import pynvml
-from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.gpu_common import (
     LostGpus,
     gpu_labels,
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
 from fleetwatch.collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
-from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +112,7 @@ class GpmCollector:
                 )
         return supported
 
-    def collect(self) -> list[Metric]:
+    def collect(self) -> list[Family]:
         builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:
@@ -160,12 +158,13 @@ class GpmCollector:
             self._forget(gpu)
 
 
-def _create(context: CollectorContext, args: argparse.Namespace) -> GpmCollector:
+def _create(context: CollectorContext, _settings: NoSettings) -> GpmCollector:
     return GpmCollector(source=context.nvml_source)
 
 
 SPEC = CollectorSpec(
     name="gpm",
+    settings=NoSettings,
     help="tensor-core, SM and DRAM activity and NVLink throughput from NVML GPM (Hopper+)",
     create=_create,
     metrics=SPECS,

@@ -14,8 +14,8 @@ already missing when the exporter started.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
@@ -30,7 +30,7 @@ from fleetwatch.collectors.gpu_common import (
     nvml_errors_spec,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
 from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     GpuIdentity,
@@ -38,7 +38,8 @@ from fleetwatch.collectors.sources.nvml import (
     GpuReading,
     NvmlSource,
 )
-from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import bounded_number, setting
 
 _ID: Final = ("gpu", "uuid")
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
@@ -192,7 +193,7 @@ class GpuCollector:
         self._lost = LostGpus(collector="gpu")
         self._labels = LabelCache(SPECS)
 
-    def collect(self) -> list[Metric]:
+    def collect(self) -> list[Family]:
         builder = FamilyBuilder(self._labels)
         gpus = self._source.gpus()
         visible = 0
@@ -242,39 +243,27 @@ def add_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuReading) 
             builder.add(RECOVERY, (*ids, name), int(code == action))
 
 
-def _add_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--collector.gpu.expected-count",
-        dest="collector_gpu_expected_count",
-        type=_count,
-        default=None,
+@dataclass(frozen=True, kw_only=True)
+class GpuSettings:
+    """`--collector.gpu.*` flags."""
+
+    expected_count: int | None = setting(
+        None,
+        parse=bounded_number(0, 1024, integer=True, unit="GPUs"),
         metavar="N",
         help="GPUs this node should have; exported as fleetwatch_gpus_expected so an "
         "alert can compare it with fleetwatch_gpus_visible (default: not exported)",
     )
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs") from None
-    if not 0 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"{value} GPUs is out of range 0..1024")
-    return value
-
-
-def _create(context: CollectorContext, args: argparse.Namespace) -> GpuCollector:
-    return GpuCollector(
-        source=context.nvml_source,
-        expected_count=getattr(args, "collector_gpu_expected_count", None),
-    )
+def _create(context: CollectorContext, settings: GpuSettings) -> GpuCollector:
+    return GpuCollector(source=context.nvml_source, expected_count=settings.expected_count)
 
 
 SPEC = CollectorSpec(
     name="gpu",
     help="GPU identity, temperatures, power, clocks, clock events, memory health, PCIe (NVML)",
+    settings=GpuSettings,
     create=_create,
-    add_flags=_add_flags,
     metrics=SPECS,
 )

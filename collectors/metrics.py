@@ -24,8 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
+from prometheus_client.core import Metric
 
 MetricKind = Literal["gauge", "counter"]
 
@@ -75,7 +74,7 @@ class FamilyBuilder:
     """Accumulates samples for a fixed table of specs during one collection.
 
     Samples go into two lists per family (label dicts and values) and come out as
-    `SeriesFamily`s: no prometheus_client `Sample` is made per value.
+    `SeriesFamily`s: no prometheus_client sample is made per value.
     """
 
     def __init__(self, specs: Iterable[MetricSpec] | LabelCache) -> None:
@@ -101,7 +100,7 @@ class FamilyBuilder:
         column[0].append(labels)
         column[1].append(float(value))
 
-    def families(self) -> list[Metric]:
+    def families(self) -> list[Family]:
         """Families with at least one sample, in spec order."""
         return [
             SeriesFamily(self._specs[name], *self._columns[name])
@@ -110,16 +109,18 @@ class FamilyBuilder:
         ]
 
 
-class SeriesFamily(Metric):
+class SeriesFamily:
     """A family as two lists, label dicts and values: what collectors hand the renderer.
 
     `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
     The renderer keeps each family's formatted prefixes and reuses them while the label
     list holds the same dicts (those of a `LabelCache` are the same objects every cycle,
-    so the check is by identity, element by element). `samples` builds prometheus_client
-    `Sample`s on demand for generic consumers (`generate_latest`, tests); the renderer
-    never needs them.
+    so the check is by identity, element by element). It is not a prometheus_client
+    family: `to_metric()` builds one through client_python's public API for generic
+    consumers (`generate_latest`, tests); the renderer never needs it.
     """
+
+    __slots__ = ("labels", "spec", "values")
 
     def __init__(
         self,
@@ -129,32 +130,52 @@ class SeriesFamily(Metric):
     ) -> None:
         if len(labels) != len(values):
             raise ValueError(f"{spec.name}: {len(labels)} label sets for {len(values)} values")
-        # As prometheus_client's CounterMetricFamily: the family is named without
-        # `_total`, its samples with it. Metric.__init__ is not called: it would assign
-        # `samples`, which this class computes.
-        self.name = spec.family_name
-        self.documentation = spec.help
-        self.unit = ""
-        self.type = spec.kind
-        self.sample_name = spec.name
+        self.spec = spec
         self.labels = labels
         self.values = values
 
     @property
-    def samples(self) -> list[Sample]:  # type: ignore[override]  # computed, not assigned
-        return [
-            Sample(self.sample_name, labels, float(value))
-            for labels, value in zip(self.labels, self.values, strict=True)
-            if value is not None
-        ]
+    def name(self) -> str:
+        """The family's name as prometheus_client has it: a counter's without `_total`."""
+        return self.spec.family_name
+
+    @property
+    def sample_name(self) -> str:
+        """The name every sample carries (a counter's with `_total`)."""
+        return self.spec.name
+
+    @property
+    def type(self) -> str:
+        return self.spec.kind
+
+    @property
+    def documentation(self) -> str:
+        return self.spec.help
 
     def count(self) -> int:
         """How many samples the family has (values that are not None)."""
         return len(self.values) - self.values.count(None)
 
+    def to_metric(self) -> Metric:
+        """The same samples as a prometheus_client `Metric`, for generic consumers."""
+        metric = Metric(self.name, self.documentation, self.type)
+        for labels, value in zip(self.labels, self.values, strict=True):
+            if value is not None:
+                metric.add_sample(self.sample_name, labels, float(value))
+        return metric
 
-def series_count(families: Iterable[Metric]) -> int:
-    """Samples in `families`, without building `Sample`s for a `SeriesFamily`."""
+
+Family = Metric | SeriesFamily
+"""What a collector returns: our `SeriesFamily`, or any prometheus_client family."""
+
+
+def as_metric(family: Family) -> Metric:
+    """`family` as a prometheus_client `Metric` (for consumers that read `samples`)."""
+    return family.to_metric() if isinstance(family, SeriesFamily) else family
+
+
+def series_count(families: Iterable[Family]) -> int:
+    """Samples in `families`, without building a `Metric` for a `SeriesFamily`."""
     return sum(
         family.count() if isinstance(family, SeriesFamily) else len(family.samples)
         for family in families

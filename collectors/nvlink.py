@@ -14,13 +14,13 @@ the error counters are summed over links (no `link` label).
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
 from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,
@@ -29,7 +29,8 @@ from fleetwatch.collectors.sources.nvml import (
     GpuLostError,
     NvmlSource,
 )
-from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import setting
 
 _ID: Final = ("gpu", "uuid")
 UP = "fleetwatch_nvlink_up"
@@ -66,7 +67,7 @@ class NvLinkCollector:
         self._labels = LabelCache(PER_GPU_SPECS if per_gpu else PER_LINK_SPECS)
         self._links = _LinkLabels(self._labels)
 
-    def collect(self) -> list[Metric]:
+    def collect(self) -> list[Family]:
         builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:
@@ -139,35 +140,30 @@ def add_per_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinks
         builder.add(ERRORS, (*ids, error), total)
 
 
-def _add_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--collector.nvlink.per-gpu",
-        dest="collector_nvlink_per_gpu",
-        action="store_true",
-        help="aggregate NVLink series per GPU instead of per link (18x fewer series)",
+@dataclass(frozen=True, kw_only=True)
+class NvLinkSettings:
+    """`--collector.nvlink.*` flags."""
+
+    per_gpu: bool = setting(
+        False, help="aggregate NVLink series per GPU instead of per link (18x fewer series)"
     )
-    group.add_argument(
-        "--collector.nvlink.nvlink5",
-        dest="collector_nvlink_nvlink5",
-        action=argparse.BooleanOptionalAction,
-        default=True,
+    nvlink5: bool = setting(
+        True,
         help="also read the NVLink5 (Blackwell) per-link counters; absent where the driver "
-        "lacks them (default on)",
+        "lacks them",
     )
 
 
-def _create(context: CollectorContext, args: argparse.Namespace) -> NvLinkCollector:
+def _create(context: CollectorContext, settings: NvLinkSettings) -> NvLinkCollector:
     return NvLinkCollector(
-        source=context.nvml_source,
-        nvlink5=getattr(args, "collector_nvlink_nvlink5", True),
-        per_gpu=getattr(args, "collector_nvlink_per_gpu", False),
+        source=context.nvml_source, nvlink5=settings.nvlink5, per_gpu=settings.per_gpu
     )
 
 
 SPEC = CollectorSpec(
     name="nvlink",
     help="NVLink state and per-link error counters, NVLink5 counters (NVML)",
+    settings=NvLinkSettings,
     create=_create,
-    add_flags=_add_flags,
     metrics=(*PER_LINK_SPECS, PER_GPU_SPECS[0]),
 )

@@ -15,14 +15,14 @@ that matches no GPU (a MIG device) keeps its id as `uuid` with an empty `gpu`.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, MetricSpec
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,
@@ -31,7 +31,8 @@ from fleetwatch.collectors.sources.podresources import (
     PodResourcesClient,
     PodResourcesError,
 )
-from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class PodResourcesCollector:
             level = logging.WARNING if state == "failing" else logging.INFO
             log.log(level, "kubelet PodResources: %s", state, extra={"detail": detail})
 
-    def collect(self) -> list[Metric]:
+    def collect(self) -> list[Family]:
         self.start()
         with self._lock:
             allocations = self._allocations
@@ -121,49 +122,42 @@ class PodResourcesCollector:
             self._thread.join(timeout=5.0)
 
 
-def _add_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--collector.podresources.socket",
-        dest="collector_podresources_socket",
-        type=Path,
-        default=DEFAULT_SOCKET,
-        metavar="PATH",
-        help=f"kubelet PodResources socket (default {DEFAULT_SOCKET})",
+@dataclass(frozen=True, kw_only=True)
+class PodResourcesSettings:
+    """`--collector.podresources.*` flags."""
+
+    socket: Path = setting(
+        DEFAULT_SOCKET, parse=Path, metavar="PATH", help="kubelet PodResources socket"
     )
-    group.add_argument(
-        "--collector.podresources.resource-name",
-        dest="collector_podresources_resource_name",
-        action="append",
-        default=None,
+    resource_name: tuple[str, ...] = setting(
+        DEFAULT_RESOURCES,
+        repeatable=True,
         metavar="NAME",
-        help="extended resource whose devices are GPUs; repeat for more "
-        f"(default {', '.join(DEFAULT_RESOURCES)})",
+        help="extended resource whose devices are GPUs; repeat for more",
     )
-    group.add_argument(
-        "--collector.podresources.refresh-interval",
-        dest="collector_podresources_refresh_interval",
-        type=float,
-        default=15.0,
-        metavar="SECONDS",
-        help="how often to ask the kubelet (default 15)",
+    refresh_interval: float = duration_setting(
+        15.0,
+        minimum=1.0,
+        maximum=3600.0,
+        help="how often to ask the kubelet",
     )
 
 
-def _create(context: CollectorContext, args: argparse.Namespace) -> PodResourcesCollector:
-    interval: float = getattr(args, "collector_podresources_refresh_interval", 15.0)
-    resources = getattr(args, "collector_podresources_resource_name", None) or DEFAULT_RESOURCES
+def _create(context: CollectorContext, settings: PodResourcesSettings) -> PodResourcesCollector:
     client = PodResourcesClient(
-        socket=getattr(args, "collector_podresources_socket", DEFAULT_SOCKET),
-        resources=frozenset(resources),
-        timeout=min(5.0, interval),
+        socket=settings.socket,
+        resources=frozenset(settings.resource_name),
+        timeout=min(5.0, settings.refresh_interval),
     )
-    return PodResourcesCollector(client=client, source=context.nvml_source, interval=interval)
+    return PodResourcesCollector(
+        client=client, source=context.nvml_source, interval=settings.refresh_interval
+    )
 
 
 SPEC = CollectorSpec(
     name="podresources",
     help="which pod holds which GPU, from the kubelet PodResources API",
+    settings=PodResourcesSettings,
     create=_create,
-    add_flags=_add_flags,
     metrics=SPECS,
 )

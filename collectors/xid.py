@@ -24,15 +24,17 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import pynvml
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec
-from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader, normalize_pci, parse_xid
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.sources.kmsg import KernelLog, normalize_pci, parse_xid
 from fleetwatch.collectors.sources.nvml import NvmlSource, error_name
-from prometheus_client.metrics_core import Metric
+
+from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ class XidCollector:
             thread.start()
             self._threads.append(thread)
 
-    def collect(self) -> list[Metric]:
+    def collect(self) -> list[Family]:
         self.start()
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
@@ -216,61 +218,56 @@ def parse_sources(value: str) -> frozenset[Origin]:
     return chosen
 
 
-def _add_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--collector.xid.source",
-        dest="collector_xid_source",
-        type=parse_sources,
-        default=frozenset({"nvml"}),
+def _show_sources(sources: frozenset[Origin]) -> str:
+    return ",".join(origin for origin in ORIGINS if origin in sources)
+
+
+@dataclass(frozen=True, kw_only=True)
+class XidSettings:
+    """`--collector.xid.*` flags."""
+
+    source: frozenset[Origin] = setting(
+        frozenset({"nvml"}),
+        parse=parse_sources,
+        shown=_show_sources,
         metavar="nvml|kmsg|nvml,kmsg",
         help="where Xids come from: NVML events (no privilege; Xids raised while no exporter "
         "listened are lost), the kernel log (history included; needs read access to "
-        "/dev/kmsg, CAP_SYSLOG under kernel.dmesg_restrict=1), or both, counted once "
-        "(default nvml)",
+        "/dev/kmsg, CAP_SYSLOG under kernel.dmesg_restrict=1), or both, counted once",
     )
-    group.add_argument(
-        "--collector.xid.kmsg-path",
-        dest="collector_xid_kmsg_path",
-        type=Path,
-        default=Path("/dev/kmsg"),
-        metavar="PATH",
-        help="kernel log device to read (default /dev/kmsg)",
+    kmsg_path: Path = setting(
+        Path("/dev/kmsg"), parse=Path, metavar="PATH", help="kernel log device to read"
     )
-    group.add_argument(
-        "--collector.xid.dedup-window",
-        dest="collector_xid_dedup_window",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="an Xid seen by NVML and the kernel log within this many seconds counts once "
-        "(default 10)",
+    dedup_window: float = duration_setting(
+        10.0,
+        minimum=0.001,
+        maximum=3600.0,
+        help="an Xid seen by NVML and the kernel log within this long counts once",
     )
 
 
 def _kernel_log(
-    context: CollectorContext, args: argparse.Namespace, *, nvml_events: bool
+    context: CollectorContext, settings: XidSettings, *, nvml_events: bool
 ) -> KernelLog | None:
-    if context.simulation is not None:
-        from fleetwatch.collectors.sim.fake_nvml import SimulatedKernelLog
-
-        return SimulatedKernelLog(node=context.simulation)
-    path = getattr(args, "collector_xid_kmsg_path", Path("/dev/kmsg"))
     try:
-        return KmsgReader(path=path)
+        return context.open_kernel_log(settings.kmsg_path)
     except OSError as exc:
         log.warning(
             "kernel log unavailable: Xids come from NVML events only"
             if nvml_events
             else "kernel log unavailable and NVML events not selected: no Xid is counted",
-            extra={"path": str(path), "reason": exc.strerror},
+            extra={"path": str(settings.kmsg_path), "reason": exc.strerror},
         )
         return None
 
 
-def _create(context: CollectorContext, args: argparse.Namespace) -> XidCollector:
-    sources: frozenset[Origin] = getattr(args, "collector_xid_source", frozenset({"nvml"}))
-    nvml_events = "nvml" in sources
-    kernel_log = _kernel_log(context, args, nvml_events=nvml_events) if "kmsg" in sources else None
+def _create(context: CollectorContext, settings: XidSettings) -> XidCollector:
+    nvml_events = "nvml" in settings.source
+    kernel_log = (
+        _kernel_log(context, settings, nvml_events=nvml_events)
+        if "kmsg" in settings.source
+        else None
+    )
     if kernel_log is None and nvml_events:
         log.info(
             "Xids from NVML events only: Xids raised while no exporter listened are not "
@@ -282,7 +279,7 @@ def _create(context: CollectorContext, args: argparse.Namespace) -> XidCollector
     return XidCollector(
         source=context.nvml_source,
         kernel_log=kernel_log,
-        ledger=XidLedger(window=getattr(args, "collector_xid_dedup_window", 10.0)),
+        ledger=XidLedger(window=settings.dedup_window),
         nvml_events=nvml_events,
     )
 
@@ -290,7 +287,7 @@ def _create(context: CollectorContext, args: argparse.Namespace) -> XidCollector
 SPEC = CollectorSpec(
     name="xid",
     help="Xid errors per GPU from NVML events and/or the kernel log",
+    settings=XidSettings,
     create=_create,
-    add_flags=_add_flags,
     metrics=SPECS,
 )

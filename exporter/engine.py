@@ -22,9 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, series_count
+from fleetwatch.collectors.metrics import Family, FamilyBuilder, MetricSpec, series_count
 from fleetwatch.exporter.render import Renderer
-from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +330,7 @@ class Engine:
             self._gzip = gzip.compress(body, compresslevel=5)
         return self._gzip
 
-    def _self_families(self) -> list[Metric]:
+    def _self_families(self) -> list[Family]:
         now = self._clock()
         out = FamilyBuilder(SELF_METRICS)
         out.add("fleetwatch_build_info", (self._version, platform.python_version()), 1.0)

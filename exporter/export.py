@@ -1,8 +1,8 @@
 """`fleetwatch export`: the DaemonSet process (flags, hardware or simulation, serving).
 
-Builds the settings from flags and environment, the collector context (real `pynvml`
-and `/sys`, or the simulated node under `--simulate`), starts the engine and the HTTP
-server, and stops cleanly on SIGTERM/SIGINT.
+Builds the settings from flags and environment, the hardware the collectors read (real,
+or the simulated node under `--simulate`: `exporter.hardware`), starts the engine and the
+HTTP server, and stops cleanly on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -11,30 +11,33 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import shutil
 import signal
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
-from fleetwatch.collectors.sim import tool_dir
 from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
+from fleetwatch.exporter.hardware import Refresh, hardware
 from fleetwatch.exporter.http import make_app
 from fleetwatch.exporter.settings import ExportSettings
 
 from fleetwatch import __version__
-from fleetwatch.flags import listen_address, positive_duration
+from fleetwatch.flags import bounded_duration, listen_address
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = ":9842"
 SIM_REFRESH_SECONDS = 1.0
+# Bounds of the engine's durations: below them a collector would spin, above them a
+# failure would go unseen for longer than anyone would wait.
+interval_duration = bounded_duration(0.1, 3600.0)
+timeout_duration = bounded_duration(0.01, 3600.0)
+age_duration = bounded_duration(1.0, 86400.0)
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -69,7 +72,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--collection-interval",
-        type=positive_duration,
+        type=interval_duration,
         default=5.0,
         metavar="DURATION",
         help="how often each collector runs (default 5s)",
@@ -77,7 +80,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--collector.timeout",
         dest="collector_timeout",
-        type=positive_duration,
+        type=timeout_duration,
         default=None,
         metavar="DURATION",
         help="deadline of one collector run (default 80%% of its interval)",
@@ -85,7 +88,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--collector.max-staleness",
         dest="collector_max_staleness",
-        type=positive_duration,
+        type=age_duration,
         default=30.0,
         metavar="DURATION",
         help="drop a failing collector's last good series after this age (default 30s)",
@@ -93,7 +96,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--collector.hang-timeout",
         dest="collector_hang_timeout",
-        type=positive_duration,
+        type=age_duration,
         default=120.0,
         metavar="DURATION",
         help="/healthz fails when a collector run has been blocked this long (default 2m)",
@@ -111,13 +114,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         group.add_argument(
             f"--collector.{spec.name}.interval",
             dest=f"collector_{spec.name}_interval",
-            type=positive_duration,
+            type=interval_duration,
             default=None,
             metavar="DURATION",
             help="collection interval of this collector (default --collection-interval)",
         )
-        if spec.add_flags is not None:
-            spec.add_flags(group)
+        spec.add_flags(group)
     parser.set_defaults(run=run_export)
 
 
@@ -128,18 +130,18 @@ def run_export(args: argparse.Namespace) -> int:
             print(f"{name}\t{load_scenario(name).description}")
         return 0
     try:
-        settings = ExportSettings.from_args(args, tuple(spec.name for spec in COLLECTORS))
+        settings = ExportSettings.from_args(args, COLLECTORS)
     except ValueError as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
     try:
-        with hardware(settings) as (context, refresh):
-            collectors = create_collectors(context, settings, args)
+        with hardware(settings) as machine:
+            collectors = create_collectors(machine.context, machine.settings)
             try:
-                asyncio.run(serve(settings, collectors, refresh))
+                asyncio.run(serve(machine.settings, collectors, machine.refresh))
             finally:
                 close_collectors(collectors)
-                context.close()
+                machine.context.close()
     except (ScenarioError, ValueError) as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
@@ -149,50 +151,13 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-Refresh = Callable[[], None] | None
-"""Rewrites the simulated sysfs tree as simulated time moves; None on real hardware."""
-
-
-@contextlib.contextmanager
-def hardware(settings: ExportSettings) -> Iterator[tuple[CollectorContext, Refresh]]:
-    """Real hardware (`pynvml`, `--path.sysfs`), or a simulated node in a temporary tree."""
-    if settings.simulate is None:
-        import pynvml
-
-        yield CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml), None
-        return
-    from fleetwatch.collectors.sim.fake_nvml import FakeNvml
-    from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-    from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
-
-    scenario = load_scenario(settings.simulate)
-    node = SimulatedNode(scenario=scenario, clock=WallClock())
-    root = Path(tempfile.mkdtemp(prefix="fleetwatch-sim-sysfs-"))
-    try:
-        sysfs = SimulatedSysfs(node=node, root=root)
-        sysfs.write()
-        log.info(
-            "simulating hardware",
-            extra={"scenario": scenario.name, "source": scenario.source, "sysfs": str(root)},
-        )
-        context = CollectorContext(
-            sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(tool_dir())
-        )
-        yield context, sysfs.write
-    finally:
-        node.release_hangs()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def create_collectors(
-    context: CollectorContext, settings: ExportSettings, args: argparse.Namespace
-) -> dict[str, Collector]:
-    """Build the enabled collectors; on a failure, close the ones already built."""
+def create_collectors(context: CollectorContext, settings: ExportSettings) -> dict[str, Collector]:
+    """Build the enabled collectors from their settings; on a failure, close those built."""
     collectors: dict[str, Collector] = {}
     try:
         for spec in COLLECTORS:
             if spec.name in settings.enabled:
-                collectors[spec.name] = spec.create(context, args)
+                collectors[spec.name] = spec.create(context, settings.collectors[spec.name])
     except BaseException:
         close_collectors(collectors)
         raise
@@ -209,7 +174,7 @@ def close_collectors(collectors: dict[str, Collector]) -> None:
 
 
 async def serve(
-    settings: ExportSettings, collectors: dict[str, Collector], refresh: Refresh
+    settings: ExportSettings, collectors: dict[str, Collector], refresh: Refresh | None
 ) -> None:
     """Run the engine and the HTTP server until SIGTERM or SIGINT."""
     engine = Engine(
@@ -253,7 +218,7 @@ async def serve(
 
 
 @contextlib.asynccontextmanager
-async def _simulation_refresh(refresh: Refresh) -> AsyncIterator[None]:
+async def _simulation_refresh(refresh: Refresh | None) -> AsyncIterator[None]:
     """Under simulation, call `refresh` every second (off the event loop) while serving."""
     if refresh is None:
         yield

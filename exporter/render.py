@@ -7,7 +7,8 @@ value each time. The output is byte-for-byte what `generate_latest` writes for t
 families (a test holds it to that), so correctness is borrowed from the reference.
 A `SeriesFamily` (what collectors hand over: label dicts and values as two lists) is
 rendered from its two lists, with its prefixes kept while its label list holds the same
-dicts; prometheus_client's own families go sample by sample.
+dicts; prometheus_client's own families (`Metric`) go sample by sample, read through
+their public attributes only.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from fleetwatch.collectors.metrics import SeriesFamily
-from prometheus_client.metrics_core import Metric
+from fleetwatch.collectors.metrics import Family, SeriesFamily
 from prometheus_client.utils import floatToGoString
 
 _SUPPORTED = frozenset({"gauge", "counter"})
@@ -69,7 +69,7 @@ class Renderer:
         # were made for.
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
 
-    def _header(self, family: Metric) -> str:
+    def _header(self, family: Family) -> str:
         key = (family.name, family.type, family.documentation)
         header = self._headers.get(key)
         if header is None:
@@ -103,7 +103,7 @@ class Renderer:
         self._lists[family.sample_name] = (list(family.labels), prefixes)
         return prefixes
 
-    def render(self, families: Iterable[Metric]) -> bytes:
+    def render(self, families: Iterable[Family]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         out: list[str] = []
         used = 0
@@ -136,6 +136,6 @@ class Renderer:
         return "".join(out).encode()
 
 
-def render_families(families: Iterable[Metric]) -> bytes:
+def render_families(families: Iterable[Family]) -> bytes:
     """One-off rendering (tests, tools); the engine keeps a Renderer per collector."""
     return Renderer().render(families)

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from fleetwatch.collectors.base import CollectorSpec
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExportSettings:
-    """Everything `fleetwatch export` is configured with, validated."""
+    """Everything `fleetwatch export` is configured with, validated.
+
+    `collectors` holds each enabled collector's own settings object, by name, built once
+    from its `--collector.NAME.*` flags (`CollectorSpec.read_settings`).
+    """
 
     listen_host: str
     listen_port: int
@@ -21,15 +29,17 @@ class ExportSettings:
     timeouts: dict[str, float]
     max_staleness: float
     hang_timeout: float
+    collectors: Mapping[str, Any]
 
     @classmethod
     def from_args(
-        cls, args: argparse.Namespace, collector_names: tuple[str, ...]
+        cls, args: argparse.Namespace, specs: Sequence[CollectorSpec[Any]]
     ) -> ExportSettings:
         """Build and cross-check settings; raises ValueError naming the offending flag."""
-        enabled = tuple(n for n in collector_names if getattr(args, f"collector_{n}"))
+        given = vars(args)
+        enabled = tuple(spec.name for spec in specs if given[f"collector_{spec.name}"])
         intervals = {
-            n: getattr(args, f"collector_{n}_interval") or args.collection_interval for n in enabled
+            n: given[f"collector_{n}_interval"] or args.collection_interval for n in enabled
         }
         # Default deadline: most of the interval, so a slow run is reported before the next.
         timeouts = {n: args.collector_timeout or 0.8 * intervals[n] for n in enabled}
@@ -50,4 +60,7 @@ class ExportSettings:
             timeouts=timeouts,
             max_staleness=args.collector_max_staleness,
             hang_timeout=args.collector_hang_timeout,
+            collectors={
+                spec.name: spec.read_settings(args) for spec in specs if spec.name in enabled
+            },
         )

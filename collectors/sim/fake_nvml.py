@@ -7,7 +7,7 @@ subclasses, and makes a call block like a wedged driver while a scenario `hang` 
 applies. Every value is read from the node at the simulated time of the call, so the
 fake and the generated sysfs tree always agree, and a fixed clock gives fixed output.
 
-Hardware behaviour it reproduces (reference/nvml.md): a lost GPU answers `GpuIsLost` to
+Hardware behaviour it reproduces, as real drivers show it: a lost GPU answers `GpuIsLost` to
 every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
 answer `NotSupported`; NVLink5 field values exist only where the scenario says so;
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was

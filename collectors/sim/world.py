@@ -286,7 +286,7 @@ class SimulatedNode:
         return self.port_data_words(device, port, direction, t) * 4 // _PACKET_BYTES
 
 
-# Hardware slowdown of a simulated H100, as NVML reports it (reference/nvml.md).
+# Hardware slowdown of a simulated H100, as NVML reports it on a real one.
 SLOWDOWN_CELSIUS: Final = 87.0
 SHUTDOWN_CELSIUS: Final = 93.0
 GPU_MAX_CELSIUS: Final = 85.0

@@ -5,7 +5,7 @@ after checking them against the sysfs listing, so nothing from outside reaches a
 line unchecked. A non-zero exit, a timeout, or `ibwarn`/`iberror`/`ibpanic` on stderr
 becomes an `IbToolError` whose message is the tool's own reason.
 
-The parsers are whitespace-tolerant and cover the variants in reference/infiniband.md:
+The parsers are whitespace-tolerant and cover the variants seen on real hosts:
 perfquery with and without `-x`, with and without CapMask2 (older tools print zeros that
 look real for the 64-bit error counters, so those are only trusted when CapMask2 bit 1
 is set); ibstat with string-sorted devices, `Effective speed:` lines, down ports whose

@@ -21,8 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -52,23 +51,23 @@ THRESHOLDS: Final = {
     "gpu_max": pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
 }
 CLOCK_EVENT_BITS: Final = {
-    "gpu_idle": 0x1,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake": 0x80,
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
 }
 # Cumulative clock-event (violation) time in ns, read as field values.
 VIOLATION_FIELDS: Final = {
     "sw_power_cap": pynvml.NVML_FI_DEV_PERF_POLICY_POWER,
-    "sw_thermal_slowdown": 269,
-    "hw_thermal_slowdown": 270,
-    "hw_power_brake": 271,
+    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    "hw_power_brake": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
 }
 FIELD_MEMORY_TEMP: Final = pynvml.NVML_FI_DEV_MEMORY_TEMP
-FIELD_RECOVERY_ACTION: Final = 230
+FIELD_RECOVERY_ACTION: Final = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 NVLINK_ERROR_COUNTERS: Final = {
     "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
     "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
@@ -78,11 +77,11 @@ NVLINK_ERROR_COUNTERS: Final = {
 }
 # NVLink5 (Blackwell) per-link counters, read as field values scoped to a link.
 NVLINK5_FIELDS: Final = {
-    "symbol": 221,
-    "effective": 219,
-    "recovery_failed": 214,
-    "malformed_packet": 206,
-    "buffer_overrun": 207,
+    "symbol": pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS,
+    "effective": pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS,
+    "recovery_failed": pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS,
+    "malformed_packet": pynvml.NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS,
+    "buffer_overrun": pynvml.NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS,
 }
 XID_EVENT_MASK: Final = (
     pynvml.nvmlEventTypeXidCriticalError
@@ -543,27 +542,3 @@ class NvmlSource:
 
     def free_events(self, event_set: Any) -> None:
         self.lib.nvmlEventSetFree(event_set)
-
-
-def timed(lib: Any, record: Callable[[str, float], None]) -> Any:
-    """`lib` with every `nvml*` call timed into `record(call, seconds)` (hardware checks)."""
-
-    class _Timed:
-        def __getattr__(self, name: str) -> Any:
-            target = getattr(lib, name)
-            if not (name.startswith("nvml") and callable(target)):
-                return target
-
-            def call(*args: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return target(*args)
-                finally:
-                    record(name, time.perf_counter() - start)
-
-            # Kept: later lookups find it without __getattr__, so the wrapper's own
-            # cost (which benches count as ours) stays two clock reads a call.
-            setattr(self, name, call)
-            return call
-
-    return _Timed()

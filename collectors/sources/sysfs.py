@@ -1,13 +1,14 @@
 """InfiniBand devices and ports from sysfs (`<root>/class/infiniband`), as typed readings.
 
-`InfinibandSysfs` discovers every device and port once (static attributes, PCI topology,
-and a descriptor kept open for every file that changes, each counter with a slot), then
-each `read()` re-reads those descriptors with `os.pread` at offset 0: a sysfs attribute
-is regenerated on every read from offset 0, so this costs one system call per value and
-no path walks. The whole pass is one comprehension and the counters are converted by
-one `map(int, ...)`; readings are slot-indexed lists, not per-value objects.
+`InfinibandSysfs` discovers every device and port once (static attributes, the PCI
+topology from `sources.pci`, and a descriptor kept open for every file that changes, each
+counter with a slot), then each `read()` re-reads those descriptors with `os.pread` at
+offset 0: a sysfs attribute is regenerated on every read from offset 0, so this costs one
+system call per value and no path walks. The whole pass is one comprehension and the
+counters are converted by one `map(int, ...)`; readings are slot-indexed lists, not
+per-value objects.
 
-Per-file tolerance (reference/infiniband.md): EINVAL, ENOSYS, EACCES, EOPNOTSUPP, a
+Per-file tolerance: EINVAL, ENOSYS, EACCES, EOPNOTSUPP, a
 missing file and the old kernels' `N/A (no PMA)` skip that value only (a counter that
 answers so at discovery is left out until the next discovery: it stays that way); a
 garbage value skips that value and is reported as a `ReadProblem`; ENODEV (the device
@@ -31,8 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol, cast
 
+from fleetwatch.collectors.sources.files import open_regular
+from fleetwatch.collectors.sources.pci import HcaTopology, find_gpus, hca_topology
+
 # PMA PortCounters error counters: sysfs file -> (error name, width in bits). They
-# saturate at all-ones instead of wrapping (reference/infiniband.md).
+# saturate at all-ones instead of wrapping.
 PMA_ERROR_COUNTERS: Final[Mapping[str, tuple[str, int]]] = {
     "symbol_error": ("symbol", 16),
     "link_error_recovery": ("link_error_recovery", 8),
@@ -60,10 +64,6 @@ _UNAVAILABLE: Final = frozenset(
 _READ_SIZE: Final = 256
 _STATE = re.compile(r"\s*(\d+)\s*:\s*(\S.*?)\s*")
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec\b.*")
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_NVIDIA_VENDOR: Final = "0x10de"
-# PCI class codes of GPUs: VGA controller (0x0300xx) and 3D controller (0x0302xx).
-_GPU_CLASSES: Final = ("0x0300", "0x0302")
 
 
 class FileAccess(Protocol):
@@ -77,10 +77,9 @@ class FileAccess(Protocol):
 
 
 class OsFiles:
-    """Real files: `os.open` read-only, `os.pread` at offset 0."""
+    """Real files: regular files only, opened read-only and non-blocking; `os.pread`."""
 
-    def open(self, path: str) -> int:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    open = staticmethod(open_regular)
 
     # The system call itself, not a wrapper: it runs once per value per cycle.
     pread = staticmethod(os.pread)
@@ -95,20 +94,6 @@ class ReadProblem:
 
     path: str
     reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class HcaTopology:
-    """Where an HCA sits on the PCI tree: its address, NUMA node and the nearby GPUs.
-
-    `gpus` are NVML-order indices (NVML enumerates GPUs in PCI address order) of the GPUs
-    under the same PCIe switch as the HCA; `gpu_pci_addresses` are their addresses.
-    """
-
-    pci_address: str | None = None
-    numa_node: int | None = None
-    gpus: tuple[int, ...] = ()
-    gpu_pci_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -526,7 +511,9 @@ class InfinibandSysfs:
 
 
 def _reason(exc: OSError) -> str:
-    return f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror}"
+    if exc.errno is None:  # ours, such as NotRegularFile: the message is the reason
+        return str(exc)
+    return f"{errno.errorcode.get(exc.errno, 'error')}: {exc.strerror}"
 
 
 def _sorted_numeric(directory: Path) -> list[str]:
@@ -535,66 +522,3 @@ def _sorted_numeric(directory: Path) -> list[str]:
     except OSError:
         return []
     return sorted((n for n in names if n.isdigit()), key=int)
-
-
-# -- PCI topology ---------------------------------------------------------------------------
-def _read_small(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def find_gpus(root: Path) -> list[str]:
-    """Real paths of NVIDIA GPUs under `<root>/bus/pci/devices`, in PCI address order."""
-    pci = root / "bus" / "pci" / "devices"
-    try:
-        names = sorted(os.listdir(pci))
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        entry = pci / name
-        vendor = _read_small(entry / "vendor")
-        pci_class = _read_small(entry / "class") or ""
-        if vendor == _NVIDIA_VENDOR and pci_class.startswith(_GPU_CLASSES):
-            found.append(os.path.realpath(entry))
-    return found
-
-
-def _pci_chain(path: str) -> list[str]:
-    """PCI device directories from `path` up to (not including) the root complex."""
-    chain = []
-    current = path
-    while _PCI_ADDRESS.fullmatch(os.path.basename(current)):
-        chain.append(current)
-        current = os.path.dirname(current)
-    return chain
-
-
-def hca_topology(root: Path, device_dir: Path, gpus: list[str]) -> HcaTopology:
-    """The HCA's PCI address, NUMA node, and the GPUs sharing its nearest PCIe switch.
-
-    The class directory links into `devices/pci.../<address>/infiniband/<dev>`. Walking up
-    from the HCA, the first bridge below the root port that also has GPUs beneath it is
-    the shared switch; an HCA directly on a root port shares no switch with a GPU.
-    """
-    real = os.path.realpath(device_dir)
-    pci_dir = os.path.dirname(os.path.dirname(real))
-    chain = _pci_chain(pci_dir)
-    if not chain:
-        return HcaTopology()
-    numa_text = _read_small(Path(pci_dir) / "numa_node")
-    numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdigit() else None
-    near: list[str] = []
-    # chain[0] is the HCA, chain[-1] the root port: candidates are the bridges between.
-    for bridge in chain[1:-1]:
-        near = [gpu for gpu in gpus if gpu.startswith(bridge + os.sep)]
-        if near:
-            break
-    return HcaTopology(
-        pci_address=os.path.basename(pci_dir),
-        numa_node=numa if numa is not None and numa >= 0 else None,
-        gpus=tuple(gpus.index(gpu) for gpu in near),
-        gpu_pci_addresses=tuple(os.path.basename(gpu) for gpu in near),
-    )

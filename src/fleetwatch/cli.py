@@ -4,7 +4,10 @@ Every subcommand module exposes `add_subcommands(subparsers)`, registering its p
 with `set_defaults(run=callable)`; the callable takes the parsed namespace and returns
 the exit status. This module adds the flags every subcommand shares (logging), and
 reads `FLEETWATCH_<FLAG>` environment variables for every long flag (dots and dashes
-become underscores) so that a flag given on the command line wins over the environment.
+become underscores). A flag given on the command line wins over the environment: its
+variable is then ignored, so a repeatable flag's values from the environment are
+replaced by the command line's, not added to them (in a variable, a repeatable flag's values
+are separated by commas).
 """
 
 from __future__ import annotations
@@ -41,14 +44,23 @@ def env_name(option: str) -> str:
     return ENV_PREFIX + option.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
-def _env_arguments(parser: argparse.ArgumentParser) -> list[str]:
-    """Command-line words equivalent to the FLEETWATCH_* variables that match `parser`."""
+def _given(action: argparse.Action, words: Sequence[str]) -> bool:
+    """Does the command line (`words`) use this flag, as `--flag`, `--flag=V` or `--no-flag`?"""
+    options = action.option_strings
+    return any(word.split("=", 1)[0] in options for word in words if word.startswith("--"))
+
+
+def _env_arguments(parser: argparse.ArgumentParser, given: Sequence[str] = ()) -> list[str]:
+    """Command-line words equivalent to the FLEETWATCH_* variables that match `parser`,
+    leaving out every flag that the command line words `given` already set."""
     words: list[str] = []
     for action in parser._actions:
         longs = [
             o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")
         ]
         if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        if _given(action, given):
             continue
         value = os.environ.get(env_name(longs[0]))
         if value is None:
@@ -61,6 +73,8 @@ def _env_arguments(parser: argparse.ArgumentParser) -> list[str]:
                 words.append(longs[0] if lowered in _TRUE else "--no-" + longs[0][2:])
             elif (lowered in _TRUE) == (action.const is True):
                 words.append(longs[0])
+        elif isinstance(action, argparse._AppendAction):  # repeatable: comma-separated
+            words.extend(f"{longs[0]}={item.strip()}" for item in value.split(","))
         elif action.nargs in (None, 1, "?"):
             words.append(f"{longs[0]}={value}")
         else:
@@ -106,16 +120,22 @@ def build_parser() -> ArgParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags (command line over environment), configure logging, run the subcommand."""
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed command line, with FLEETWATCH_* variables for the flags it does not give."""
     parser = build_parser()
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    args_list = list(argv)
     subparsers = _subparsers(parser)
     for position, word in enumerate(args_list):
         if word in subparsers:
-            args_list[position + 1 : position + 1] = _env_arguments(subparsers[word])
+            given = args_list[position + 1 :]
+            args_list[position + 1 : position + 1] = _env_arguments(subparsers[word], given)
             break
-    args = parser.parse_args(args_list)
+    return parser.parse_args(args_list)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags (command line over environment), configure logging, run the subcommand."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     configure_logging(fmt=args.log_format, level=args.log_level)
     status: int = args.run(args)
     return status

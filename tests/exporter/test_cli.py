@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.podresources import PodResourcesSettings
+from fleetwatch.collectors.xid import XidSettings
+from fleetwatch.exporter.settings import ExportSettings
 
-from fleetwatch.cli import build_parser, env_name, main
-from fleetwatch.flags import duration, listen_address
+from fleetwatch.cli import build_parser, env_name, main, parse_args
+from fleetwatch.flags import bounded_number, duration, format_duration, listen_address
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,6 +47,91 @@ def test_bad_durations(text: str) -> None:
         duration(text)
 
 
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(60, "1m"), (90, "1m30s"), (0.5, "500ms"), (86400, "1d"), (2, "2s")]
+)
+def test_format_duration_reads_back(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-1", "11", "1e9", "x", ""])
+def test_bounded_numbers_refuse_what_is_outside(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=f"invalid number {text!r}"):
+        bounded_number(0, 10)(text)
+    assert bounded_number(0, 10)("2.5") == 2.5
+
+
+def _export_flags() -> list[argparse.Action]:
+    export = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["export"]
+    return [a for a in export._actions if a.option_strings]
+
+
+def test_collector_flags_follow_one_naming_scheme() -> None:
+    names = {spec.name for spec in COLLECTORS}
+    engine = {"--collector.timeout", "--collector.max-staleness", "--collector.hang-timeout"}
+    seen = 0
+    for action in _export_flags():
+        option = next(o for o in action.option_strings if not o.startswith("--no-"))
+        if not option.startswith("--collector.") or option in engine:
+            continue
+        name, _, setting = option.removeprefix("--collector.").partition(".")
+        assert name in names, option
+        assert setting == "" or setting.replace("-", "").isalnum(), option
+        assert action.dest == option.lstrip("-").replace(".", "_").replace("-", "_"), option
+        seen += 1
+    assert seen > 2 * len(names)
+
+
+def test_every_duration_flag_is_bounded() -> None:
+    durations = [a for a in _export_flags() if a.metavar == "DURATION"]
+    assert len(durations) >= 10
+    for action in durations:
+        assert callable(action.type)
+        for bad in ("0s", "-1s", "nan", "inf", "5", "1000d"):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(bad)
+        assert action.type("30s") == 30.0
+
+
+def test_collector_settings_are_built_once_from_flags() -> None:
+    args = parse_args(
+        ["export", "--collector.xid.dedup-window=2s", "--collector.xid.source=kmsg,nvml"]
+    )
+    settings = ExportSettings.from_args(args, COLLECTORS)
+    assert settings.collectors["xid"] == XidSettings(
+        source=frozenset({"nvml", "kmsg"}), dedup_window=2.0
+    )
+    # Without flags, every collector's settings are its dataclass defaults.
+    plain = ExportSettings.from_args(parse_args(["export"]), COLLECTORS)
+    for spec in COLLECTORS:
+        if spec.enabled_by_default:
+            assert plain.collectors[spec.name] == spec.settings(), spec.name
+
+
+def test_repeatable_flag_from_environment_is_replaced_by_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLEETWATCH_COLLECTOR_PODRESOURCES_RESOURCE_NAME", "a.io/gpu, b.io/gpu")
+    monkeypatch.setenv("FLEETWATCH_COLLECTOR_XID_DEDUP_WINDOW", "3s")
+
+    def podresources(*argv: str) -> PodResourcesSettings:
+        settings = ExportSettings.from_args(parse_args(["export", *argv]), COLLECTORS)
+        found: PodResourcesSettings = settings.collectors["podresources"]
+        return found
+
+    assert podresources().resource_name == ("a.io/gpu", "b.io/gpu")
+    replaced = podresources("--collector.podresources.resource-name=c.io/gpu")
+    assert replaced.resource_name == ("c.io/gpu",)
+    separate = podresources("--collector.podresources.resource-name", "d.io/gpu")
+    assert separate.resource_name == ("d.io/gpu",)
+    # The other variables still apply.
+    xid = ExportSettings.from_args(parse_args(["export"]), COLLECTORS).collectors["xid"]
+    assert xid.dedup_window == 3.0
+
+
 def test_listen_addresses() -> None:
     assert listen_address(":9842") == ("0.0.0.0", 9842)
     assert listen_address("127.0.0.1:1") == ("127.0.0.1", 1)
@@ -58,7 +147,22 @@ def test_listen_addresses() -> None:
         (["export", "--collection-interval=soon"], "argument --collection-interval: invalid"),
         (["export", "--web.listen-address=nowhere"], "invalid listen address 'nowhere'"),
         (["export", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        (["export", "--collection-interval=0s"], "must be greater than 0"),
+        (["export", "--collection-interval=0s"], "invalid duration '0s': must be between"),
+        (["export", "--collection-interval=0.0001ms"], "'0.0001ms': must be between 100ms"),
+        (["export", "--collector.gpu.interval=2d"], "'2d': must be between 100ms and 1h"),
+        (["export", "--collector.hang-timeout=400d"], "must be between 1s and 1d"),
+        (["export", "--collector.xid.dedup-window=-5"], "invalid duration '-5'"),
+        (["export", "--collector.xid.dedup-window=nan"], "invalid duration 'nan'"),
+        (["export", "--collector.xid.dedup-window=inf"], "invalid duration 'inf'"),
+        (["export", "--collector.xid.dedup-window=10"], "invalid duration '10'"),
+        (["export", "--collector.xid.dedup-window=0s"], "'0s': must be between 1ms and 1h"),
+        (["export", "--collector.podresources.refresh-interval=15"], "invalid duration '15'"),
+        (["export", "--collector.infiniband.tool-timeout=0s"], "must be between 10ms and 1m"),
+        (["export", "--collector.infiniband.expected-rate=nan"], "invalid expected rate 'nan'"),
+        (["export", "--collector.infiniband.expected-rate=inf"], "invalid expected rate 'inf'"),
+        (["export", "--collector.infiniband.expected-rate=mlx5_0:0=400"], "'mlx5_0:0=400'"),
+        (["export", "--collector.gpu.expected-count=nan"], "invalid whole number 'nan'"),
+        (["export", "--collector.gpu.expected-count=2000"], "must be in 0..1024 GPUs"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(

@@ -13,14 +13,11 @@ from pathlib import Path
 
 import pytest
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.collectors.base import CollectorContext
-from fleetwatch.collectors.sim import tool_dir
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml
 from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.exporter.engine import SELF_METRICS
 from fleetwatch.exporter.export import close_collectors, create_collectors
+from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 
@@ -36,13 +33,9 @@ def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
     """Every default collector's exposition for `scenario` at simulated time `at`."""
     node = SimulatedNode(scenario=load_scenario(scenario), clock=FixedClock(at))
     root = workdir / f"sysfs-{scenario}-{at:g}"
-    SimulatedSysfs(node=node, root=root).write()
-    context = CollectorContext(
-        sysfs_root=root, nvml=FakeNvml(node=node), simulation=node, tool_path=str(tool_dir())
-    )
     args = build_parser().parse_args(["export", f"--simulate={scenario}", *flags])
-    settings = ExportSettings.from_args(args, tuple(spec.name for spec in COLLECTORS))
-    collectors = create_collectors(context, settings, args)
+    hardware = simulated_hardware(node, root, ExportSettings.from_args(args, COLLECTORS))
+    collectors = create_collectors(hardware.context, hardware.settings)
     try:
         parts = [Renderer().render(c.collect()) for c in collectors.values()]
     finally:

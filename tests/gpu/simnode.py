@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from fleetwatch.collectors.metrics import Family, as_metric
 from fleetwatch.collectors.sim.fake_nvml import FakeNvml
 from fleetwatch.collectors.sim.scenario import Fault, load_scenario
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import render_families
-from prometheus_client.metrics_core import Metric
 
 
 def simulated(
@@ -24,15 +24,15 @@ def simulated(
     return fake, NvmlSource(lib=fake)
 
 
-def samples(families: list[Metric], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def samples(families: Iterable[Family], name: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Samples of family `name` (counter names without `_total`) by sorted label items."""
     return {
         tuple(sorted(s.labels.items())): s.value
         for family in families
         if family.name == name.removesuffix("_total")
-        for s in family.samples
+        for s in as_metric(family).samples
     }
 
 
-def text(families: Iterable[Metric]) -> str:
+def text(families: Iterable[Family]) -> str:
     return render_families(families).decode()

@@ -154,7 +154,7 @@ def test_lost_gpu_keeps_its_xid_counter_in_simulation() -> None:
 )
 def test_source_flag_picks_the_xid_sources(value: str, expected: set[str]) -> None:
     args = build_parser().parse_args(["export", f"--collector.xid.source={value}"])
-    assert args.collector_xid_source == expected
+    assert xid.SPEC.read_settings(args).source == expected
 
 
 @pytest.mark.parametrize("value", ["", "dmesg", "nvml,", "nvml,syslog"])
@@ -172,8 +172,12 @@ def test_source_flag_rejects_unknown_sources(
 def _created(fake: FakeNvml, *flags: str) -> XidCollector:
     """The collector as `fleetwatch export` builds it from `flags` on the simulated node."""
     args = build_parser().parse_args(["export", *flags])
-    context = CollectorContext(sysfs_root=Path("/nonexistent"), nvml=fake, simulation=fake.node)
-    collector = xid.SPEC.create(context, args)
+    context = CollectorContext(
+        sysfs_root=Path("/nonexistent"),
+        nvml=fake,
+        open_kernel_log=lambda _path: SimulatedKernelLog(node=fake.node),
+    )
+    collector = xid.SPEC.create(context, xid.SPEC.read_settings(args))
     assert isinstance(collector, XidCollector)
     return collector
 

@@ -33,12 +33,14 @@ from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
+from fleetwatch.collectors.metrics import Family
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
-from fleetwatch.collectors.sources.nvml import NvmlSource, timed
+from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import render_families
-from prometheus_client.metrics_core import Metric
+
+from bench.nvml_timing import timed
 
 # Capability bits (linux/capability.h) of the privileges docs/deploy.md names.
 _CAPABILITIES = {"SYS_ADMIN": 21, "SYSLOG": 34, "PERFMON": 38}
@@ -85,7 +87,7 @@ def print_privileges() -> None:
         print(f"{socket} writable (connect needs it): {os.access(socket, os.W_OK)}")
 
 
-def attempt(collector: Collector) -> list[Metric]:
+def attempt(collector: Collector) -> list[Family]:
     """One collection; a collector that raises (GPM without the profiling privilege, say)
     is reported and the check goes on with the others."""
     try:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Union
 
-from fleetwatch.collectors.infiniband import InfinibandCollector, parse_expected_rates
+from fleetwatch.collectors.infiniband import InfinibandCollector
+from fleetwatch.collectors.infiniband_layout import parse_expected_rates
 from fleetwatch.collectors.sources.ibtools import IbTools
 from fleetwatch.collectors.sources.sysfs import FileAccess, InfinibandSysfs, OsFiles
 from fleetwatch.collectors.sources.udev import DeviceEvents, EventMonitor

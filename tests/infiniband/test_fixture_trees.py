@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fleetwatch.collectors.infiniband import InfinibandCollector
 from fleetwatch.collectors.sources.sysfs import FileAccess
 from fleetwatch.exporter.render import render_families
 
@@ -230,7 +233,10 @@ def test_files_failing_after_discovery_lose_only_their_values(
         return {line.rpartition(" ")[0] for line in text.splitlines() if line[:1] != "#"}
 
     assert series(before) - series(during) == gone
-    assert series(during) <= series(before)
+    # Two values were skipped for a reason worth a look (EIO, garbage); EINVAL is not one.
+    problems = "fleetwatch_infiniband_sysfs_read_errors_total"
+    assert series(during) - series(before) == {problems}
+    assert f"\n{problems} 2.0\n" in during
     reasons = {getattr(r, "path", ""): getattr(r, "reason", "") for r in caplog.records}
     assert "EIO" in reasons[str(counters / "port_rcv_packets")]
     assert "garbage" in reasons[str(counters / "symbol_error")]
@@ -238,7 +244,9 @@ def test_files_failing_after_discovery_lose_only_their_values(
     # The faults clear: every value is back on the next cycle, without a re-discovery.
     files.on_read.clear()
     (counters / "symbol_error").write_text("3\n")
-    assert series(render_families(collector.collect()).decode()) == series(before)
+    after = render_families(collector.collect()).decode()
+    assert series(after) == series(before) | {problems}  # a counter: it stays
+    assert f"\n{problems} 2.0\n" in after
     collector.close()
 
 
@@ -265,4 +273,74 @@ def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
     assert "fleetwatch_infiniband_port_rate_bytes_per_second" not in changed
     # Nothing moved again: the same exposition, the transition counted once.
     assert render_families(collector.collect()).decode() == changed
+    collector.close()
+
+
+def _collect_within(collector: InfinibandCollector, seconds: float) -> str:
+    """One collection on a worker thread; fails the test instead of hanging with it."""
+    result: list[str] = []
+    worker = threading.Thread(
+        target=lambda: result.append(render_families(collector.collect()).decode()),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=seconds)
+    assert not worker.is_alive(), f"collect() still blocked after {seconds}s"
+    return result[0]
+
+
+def test_fifo_in_place_of_a_counter_file_is_a_per_file_problem(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO opened for reading blocks until a writer comes: it must be refused, not read."""
+    reference, fifos = tmp_path / "reference", tmp_path / "fifos"
+    cx7_ndr(reference)
+    cx7_ndr(fifos)
+    port = fifos / "class/infiniband/mlx5_0/ports/1"
+    replaced = [
+        port / "counters" / "symbol_error",
+        port / "hw_counters" / "out_of_sequence",
+        port / "link_layer",
+        fifos / "devices/pci0000:00/0000:00:01.0/0000:19:00.0/numa_node",
+    ]
+    for path in replaced:
+        path.unlink()
+        os.mkfifo(path)
+    expected = _collect_within(make_collector(reference), 30.0)
+    collector = make_collector(fifos)
+    with caplog.at_level(logging.WARNING):
+        first = _collect_within(collector, 30.0)
+        second = _collect_within(collector, 30.0)
+
+    def values(text: str) -> dict[str, str]:
+        return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and line[:1] != "#")
+
+    ours, theirs = values(second), values(expected)
+    lost = {name for name in theirs if name not in ours}
+    assert lost == {
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}',
+        'fleetwatch_infiniband_port_error_saturated{device="mlx5_0",error="symbol",port="1"}',
+        'fleetwatch_infiniband_port_hw_stat_total{device="mlx5_0",port="1",stat="out_of_sequence"}',
+    } | {name for name in theirs if name.startswith("fleetwatch_infiniband_port_info{")}
+    # Every other counter is still served, with the same value.
+    shared = {name: value for name, value in theirs.items() if name in ours}
+    assert len(shared) > 20
+    assert all(ours[name] == value for name, value in shared.items())
+    # The info series is still there, without what the FIFOs held (link layer, NUMA node).
+    info = next(name for name in ours if name.startswith("fleetwatch_infiniband_port_info{"))
+    assert 'link_layer=""' in info
+    assert 'numa_node=""' in info
+    # Counted once per discovery, where the files are opened (the PCI topology file is
+    # read quietly: an unreadable one only leaves its label empty).
+    assert ours["fleetwatch_infiniband_sysfs_read_errors_total"] == "3.0"
+    assert values(first)["fleetwatch_infiniband_sysfs_read_errors_total"] == "3.0"
+    # Logged once per file, naming the file and why.
+    logged = [
+        (getattr(r, "path", ""), getattr(r, "reason", ""))
+        for r in caplog.records
+        if r.getMessage() == "skipped an InfiniBand sysfs value"
+    ]
+    assert sorted(logged) == sorted(
+        (str(path), "not a regular file: a FIFO") for path in replaced[:3]
+    )
     collector.close()

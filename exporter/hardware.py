@@ -1,0 +1,110 @@
+"""The exporter's hardware set-up: the real node, or a simulated one standing in for it.
+
+Collectors never branch on simulation. This module builds what they read, the
+`CollectorContext`, either from the real node (`pynvml`, `--path.sysfs`, `/dev/kmsg`,
+infiniband-diags on `PATH`) or from a scenario: the fake NVML, a generated sysfs tree,
+the fake `perfquery`/`ibstat`, the simulated kernel log. A scenario also stands in for
+what an operator would configure on a real node of that shape (the expected InfiniBand
+link rates), as settings the collectors receive the usual way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.collectors.infiniband import InfinibandSettings
+from fleetwatch.collectors.infiniband_layout import ExpectedRate
+from fleetwatch.collectors.sim import tool_dir
+from fleetwatch.collectors.sim.fake_nvml import FakeNvml, SimulatedKernelLog
+from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
+from fleetwatch.exporter.settings import ExportSettings
+
+log = logging.getLogger(__name__)
+
+Refresh = Callable[[], None]
+"""Rewrites the simulated sysfs tree as simulated time moves."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """What the collectors read, and the settings they are built with on this hardware.
+
+    `refresh` is None on real hardware; under simulation the exporter calls it every
+    second so the generated sysfs tree follows simulated time.
+    """
+
+    context: CollectorContext
+    settings: ExportSettings
+    refresh: Refresh | None = None
+
+
+def real_hardware(settings: ExportSettings) -> Hardware:
+    """The node itself: `pynvml`, `--path.sysfs`, the kernel log and tools on PATH."""
+    import pynvml
+
+    context = CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml)
+    return Hardware(context=context, settings=settings)
+
+
+def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings) -> Hardware:
+    """`node` as the collectors' hardware, its sysfs tree written under `root` now."""
+    sysfs = SimulatedSysfs(node=node, root=root)
+    sysfs.write()
+    context = CollectorContext(
+        sysfs_root=root,
+        nvml=FakeNvml(node=node),
+        tool_path=str(tool_dir()),
+        open_kernel_log=lambda _path: SimulatedKernelLog(node=node),
+    )
+    return Hardware(
+        context=context, settings=_scenario_settings(node, settings), refresh=sysfs.write
+    )
+
+
+def _scenario_settings(node: SimulatedNode, settings: ExportSettings) -> ExportSettings:
+    """A scenario's `expected_rate_gbps` stands in for `--collector.infiniband.expected-rate`
+    (a flag given on the command line still wins)."""
+    infiniband = settings.collectors.get("infiniband")
+    if not isinstance(infiniband, InfinibandSettings) or infiniband.expected_rate:
+        return settings
+    rates = tuple(
+        ExpectedRate(device_glob=hca.device, port=None, gbps=float(hca.expected_rate_gbps))
+        for hca in node.scenario.infiniband
+        if hca.expected_rate_gbps is not None
+    )
+    collectors = {
+        **settings.collectors,
+        "infiniband": dataclasses.replace(infiniband, expected_rate=rates),
+    }
+    return dataclasses.replace(settings, collectors=collectors)
+
+
+@contextlib.contextmanager
+def hardware(settings: ExportSettings) -> Iterator[Hardware]:
+    """Real hardware, or the `--simulate` scenario in a temporary sysfs tree (removed after)."""
+    if settings.simulate is None:
+        yield real_hardware(settings)
+        return
+    scenario = load_scenario(settings.simulate)
+    node = SimulatedNode(scenario=scenario, clock=WallClock())
+    root = Path(tempfile.mkdtemp(prefix="fleetwatch-sim-sysfs-"))
+    try:
+        simulated = simulated_hardware(node, root, settings)
+        log.info(
+            "simulating hardware",
+            extra={"scenario": scenario.name, "source": scenario.source, "sysfs": str(root)},
+        )
+        yield simulated
+    finally:
+        node.release_hangs()
+        shutil.rmtree(root, ignore_errors=True)
