@@ -1,14 +1,18 @@
-"""Scenario files: a simulated node and its timed faults (schema in DESIGN.md "Simulation").
+"""Scenario files: a simulated node and its timed faults (schema in docs/simulation.md).
 
 A scenario is YAML. Loading validates every key and value and raises `ScenarioError`
 naming the file, the key path and the reason, so a typo fails at start rather than
-silently simulating something else.
+silently simulating something else. Only a regular file of at most 1 MiB is read, and
+YAML aliases are refused: a scenario has no use for them, and they let a small file
+expand into gigabytes (a "YAML bomb").
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import math
+import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +154,9 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "extra",
 }
 BUILTIN_PACKAGE: Final = "fleetwatch.collectors.sim.scenarios"
+# A scenario describes one node and its faults: a few KiB. The cap turns a wrong path
+# (a log, an image) into a clear error instead of a long parse.
+MAX_SCENARIO_BYTES: Final = 1024 * 1024
 
 
 class _Checker:
@@ -350,16 +357,52 @@ def load_scenario(spec: str) -> Scenario:
         text, source, name = resource.read_text(), f"built-in scenario {spec}", spec
     else:
         path = Path(spec)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            known = ", ".join(builtin_names())
-            raise ScenarioError(
-                f"{spec}: cannot read scenario ({exc.strerror}); built-in scenarios: {known}"
-            ) from exc
-        source, name = str(path), path.stem
+        text, source, name = _read_scenario_file(path), str(path), path.stem
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
     return parse_scenario(data, source=source, name=name)
+
+
+def _read_scenario_file(path: Path) -> str:
+    """The text of a scenario file: a regular file of at most MAX_SCENARIO_BYTES.
+
+    The file is opened non-blocking and checked with fstat before reading, so a FIFO or a
+    device such as /dev/zero is rejected at once instead of blocking or being read forever.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        known = ", ".join(builtin_names())
+        raise ScenarioError(
+            f"{path}: cannot read scenario ({exc.strerror}); built-in scenarios: {known}"
+        ) from exc
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ScenarioError(f"{path}: a scenario must be a regular file")
+        data = file.read(MAX_SCENARIO_BYTES + 1)
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            f"{path}: scenario larger than {MAX_SCENARIO_BYTES // 1024} KiB; "
+            "scenarios describe one node and a few faults"
+        )
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects aliases, so a small file cannot expand into a huge one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases (*{event.anchor}) are not allowed in scenario files",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)

@@ -13,6 +13,15 @@ _STANDARD_ATTRS: Final = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}
 )
 
+# Loggers of the libraries fleetwatch uses; their INFO lines are routine, not news.
+THIRD_PARTY_LOGGERS: Final = (
+    "sh",
+    "aiohttp",
+    "asyncio",
+    "grpc",
+    "pyudev",
+)
+
 
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The structured fields a caller attached with `extra=`."""
@@ -53,9 +62,17 @@ class TextFormatter(logging.Formatter):
 
 
 def configure_logging(*, fmt: str, level: str) -> None:
-    """Install one stderr handler with the chosen format on the root logger."""
+    """Install one stderr handler with the chosen format on the root logger.
+
+    Libraries we call log routine events at INFO (`sh` logs every process it starts, nine
+    lines every 30 s on a host with pinned InfiniBand counters), which would drown our own
+    lines; they are held at WARNING unless the operator asks for `debug`.
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    third_party = logging.NOTSET if level.lower() == "debug" else logging.WARNING
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(third_party)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import yaml
-from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
+from fleetwatch.collectors.sim.scenario import (
+    MAX_SCENARIO_BYTES,
+    ScenarioError,
+    builtin_names,
+    load_scenario,
+)
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 
 VALID = {
@@ -93,3 +99,50 @@ def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
         load_scenario(str(tmp_path / "absent.yaml"))
     with pytest.raises(ScenarioError, match=r"\(top level\): expected a mapping"):
         load_scenario(str(write(tmp_path, "- 1\n- 2\n")))
+
+
+YAML_BOMB = """\
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+
+
+def test_yaml_aliases_are_refused(tmp_path: Path) -> None:
+    file = write(tmp_path, YAML_BOMB)
+    with pytest.raises(ScenarioError, match=r"aliases \(\*a\) are not allowed") as error:
+        load_scenario(str(file))
+    assert str(error.value).startswith(f"{file}: not valid YAML")
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    file = write(tmp_path, "# padding\n" * (MAX_SCENARIO_BYTES // 10 + 1) + yaml.safe_dump(VALID))
+    with pytest.raises(ScenarioError, match=r"scenario larger than 1024 KiB") as error:
+        load_scenario(str(file))
+    assert str(error.value).startswith(f"{file}: ")
+
+
+def test_device_is_refused_not_read_forever() -> None:
+    with pytest.raises(ScenarioError, match=r"^/dev/zero: a scenario must be a regular file$"):
+        load_scenario("/dev/zero")
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "scenario.yaml"
+    os.mkfifo(fifo)  # no writer: a blocking open or read would never return
+    with pytest.raises(ScenarioError, match=r"a scenario must be a regular file$") as error:
+        load_scenario(str(fifo))
+    assert str(error.value).startswith(f"{fifo}: ")
+
+
+def test_binary_file_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "scenario.yaml"
+    file.write_bytes(b"gpus: \xff\xfe\n")
+    with pytest.raises(ScenarioError, match=r"not UTF-8 text"):
+        load_scenario(str(file))
