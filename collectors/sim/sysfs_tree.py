@@ -31,6 +31,8 @@ TOOLS_FILE: Final = Path("fleetwatch-sim") / "ibtools.json"
 _SPEED_NAMES: Final = {25: "EDR", 50: "HDR", 100: "NDR", 200: "XDR", 10: "QDR", 14: "FDR"}
 # Counter files by the simulated error they show (the inverse of PMA_ERROR_COUNTERS).
 _ERROR_FILES: Final = {error: name for name, (error, _bits) in PMA_ERROR_COUNTERS.items()}
+# The driver counters of a ConnectX-7 port as mlx5 lists them (26 files with `lifespan`),
+# so benches and goldens read as many files as a real host has, not a sample.
 _IB_HW_COUNTERS: Final = (
     "duplicate_request",
     "implied_nak_seq_err",
@@ -38,9 +40,36 @@ _IB_HW_COUNTERS: Final = (
     "out_of_buffer",
     "out_of_sequence",
     "packet_seq_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "req_rnr_retries_exceeded",
+    "req_transport_retries_exceeded",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
     "rnr_nak_retry_err",
+    "roce_adp_retrans",
+    "roce_adp_retrans_to",
+    "roce_slow_restart",
+    "rx_atomic_requests",
+    "rx_dct_connect",
+    "rx_icrc_encapsulated",
+    "rx_read_requests",
+    "rx_write_requests",
 )
-_ROCE_HW_COUNTERS: Final = (*_IB_HW_COUNTERS, "np_cnp_sent", "np_ecn_marked_roce_packets")
+# RoCE ports add the congestion-control counters (ECN marks, CNPs sent and handled).
+_ROCE_HW_COUNTERS: Final = (
+    *_IB_HW_COUNTERS,
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+    "roce_slow_restart_cnps",
+    "roce_slow_restart_trans",
+)
 _DEFAULT_HOSTNAME: Final = "dgx-sim"
 
 
