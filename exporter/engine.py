@@ -1,12 +1,20 @@
 """The collection engine: every collector on its own schedule, isolated, under a deadline.
 
-Collection is decoupled from scrapes. Each collector runs in a worker thread (NVML calls
-block, and a wedged driver blocks them for good) on its own interval. A run that raises
+Collection is decoupled from scrapes. Each collector runs on its own long-lived worker
+thread (NVML calls block, and a wedged driver blocks them for good) on its own interval;
+a thread per collector, not per run, so a run costs its work and one hand-back to the
+event loop, and a hung collector still blocks only itself. A run that raises
 or misses its deadline marks the collector down with the reason; a run still blocked is
 never stacked with another; its last good series are served until they are older than
 `max_staleness`, then dropped. Each successful run is rendered to exposition bytes in the
 worker, so a scrape only joins ready-made bytes: N scrapers cost nothing extra and a slow
 collector never slows a scrape.
+
+Stopping is explicit: `stop()` sets a flag and wakes every scheduling task, which returns
+at its next wait; it never relies on cancellation alone (on Python 3.11
+`asyncio.wait_for` can swallow a cancellation that races with its inner future, and a
+scheduler that survives it keeps the process alive). Waits use `asyncio.wait`, which
+does not cancel or swallow anything.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ import functools
 import gzip
 import logging
 import platform
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.metrics import Family, FamilyBuilder, MetricSpec, series_count
@@ -86,11 +96,79 @@ class ScheduledCollector:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a worker thread hands back: the rendered series and what the run cost."""
+    """What a worker thread hands back: the rendered series and what the run cost.
+
+    `wall_seconds` is measured in the worker around collect and render, so the duration
+    reported is the run's own, not the time the event loop took to notice it ended.
+    """
 
     body: bytes
     series: int
     cpu_seconds: float
+    wall_seconds: float
+
+
+class _Worker:
+    """One collector's long-lived thread: runs one request at a time, in order."""
+
+    def __init__(self, state: CollectorState, loop: asyncio.AbstractEventLoop) -> None:
+        self._state = state
+        self._loop = loop
+        self._requests: queue.SimpleQueue[asyncio.Future[RunResult] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._serve, name=f"collector-{state.name}", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self) -> asyncio.Future[RunResult]:
+        """Queue one run; the future settles when it ends (never, if the collector hangs)."""
+        future: asyncio.Future[RunResult] = self._loop.create_future()
+        self._requests.put(future)
+        return future
+
+    def stop(self) -> None:
+        """Ask the thread to exit after its current run (a hung run keeps it, as a daemon)."""
+        self._requests.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the thread to exit; True when it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _serve(self) -> None:
+        while (future := self._requests.get()) is not None:
+            result, error = self._run()
+            try:
+                self._loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # the loop closed while this run was blocked: nobody waits
+                return
+
+    def _run(self) -> tuple[RunResult | None, Exception | None]:
+        state = self._state
+        wall_start, cpu_start = time.perf_counter(), time.thread_time()
+        try:
+            families = list(state.spec.collector.collect())
+            body = state.renderer.render(families)
+        except Exception as exc:  # handed to the event loop, which reports it
+            return None, exc
+        return RunResult(
+            body=body,
+            series=series_count(families),
+            cpu_seconds=time.thread_time() - cpu_start,
+            wall_seconds=time.perf_counter() - wall_start,
+        ), None
+
+
+def _settle(
+    future: asyncio.Future[RunResult], result: RunResult | None, error: Exception | None
+) -> None:
+    """On the event loop: complete a run's future with what the worker produced."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    elif result is not None:
+        future.set_result(result)
 
 
 @dataclass
@@ -139,6 +217,8 @@ class Engine:
         self._clock = clock
         self._self_renderer = Renderer()
         self._tasks: list[asyncio.Task[None]] = []
+        self._workers: dict[str, _Worker] = {}
+        self._stopping: asyncio.Future[None] | None = None
         self._body: bytes | None = None
         self._gzip: bytes | None = None
         self._valid_until = float("inf")
@@ -150,8 +230,11 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start one scheduling task per collector."""
+        """Start one worker thread and one scheduling task per collector."""
+        loop = asyncio.get_running_loop()
+        self._stopping = loop.create_future()
         for index, state in enumerate(self._states):
+            self._workers[state.name] = _Worker(state, loop)
             # Every collector runs at once for the first cycle (readiness), then each keeps
             # its own phase within the interval: collection holds the GIL in bursts, and
             # spreading them keeps scrape latency flat (p99 ~9 ms instead of ~16 ms on a
@@ -161,12 +244,30 @@ class Engine:
         if not self._states:
             self._first_cycle.set()
 
-    async def stop(self) -> None:
-        """Stop scheduling; runs still blocked in a worker are abandoned (daemon threads)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def stop(self, *, grace: float = 1.0) -> list[str]:
+        """Stop scheduling and the workers; returns the collectors still running a run.
+
+        The flag wakes every scheduling task, which returns at once. Workers finish their
+        current run within `grace` seconds or are left behind (daemon threads: a wedged
+        driver call cannot be interrupted), and are named in the result.
+        """
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=grace)
+            for task in pending:  # not expected: every wait also watches the stop flag
+                task.cancel()
         self._tasks.clear()
+        for worker in self._workers.values():
+            worker.stop()
+        deadline = time.monotonic() + grace
+        busy = [
+            name
+            for name, worker in self._workers.items()
+            if not await asyncio.to_thread(worker.join, max(0.0, deadline - time.monotonic()))
+        ]
+        self._workers.clear()
+        return busy
 
     async def wait_first_cycle(self) -> None:
         await self._first_cycle.wait()
@@ -189,7 +290,7 @@ class Engine:
     async def _schedule(self, state: CollectorState, phase: float) -> None:
         interval = state.spec.interval
         next_run = self._clock() + phase  # now, then start + phase + k * interval, k >= 1
-        while True:
+        while not self._stopped():
             await self._run_once(state)
             if all(s.runs or s.errors for s in self._states):
                 self._first_cycle.set()
@@ -197,7 +298,18 @@ class Engine:
             now = self._clock()
             if next_run < now:  # fell behind (a slow run): keep the cadence, skip the backlog
                 next_run = now + interval - (now - next_run) % interval
-            await asyncio.sleep(next_run - now)
+            await self._wait(None, next_run - now)
+
+    def _stopped(self) -> bool:
+        return self._stopping is None or self._stopping.done()
+
+    async def _wait(self, future: asyncio.Future[RunResult] | None, timeout: float) -> None:
+        """Wait for `future` (or only the time) for at most `timeout`, or until stop()."""
+        assert self._stopping is not None  # set by start(), before any scheduling task
+        waited: set[asyncio.Future[Any]] = {self._stopping}
+        if future is not None:
+            waited.add(future)
+        await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
 
     async def _run_once(self, state: CollectorState) -> None:
         if state.in_flight is not None and not state.in_flight.done():
@@ -215,19 +327,19 @@ class Engine:
                 )
             self._invalidate()
             return
-        started = self._clock()
-        future = self._start_worker(state)
-        state.in_flight, state.in_flight_since = future, started
+        future = self._workers[state.name].submit()
+        state.in_flight, state.in_flight_since = future, self._clock()
         future.add_done_callback(functools.partial(self._clear_in_flight, state))
-        try:
-            result = await asyncio.wait_for(asyncio.shield(future), state.spec.timeout)
-        except TimeoutError:
-            self._mark_failed(state, f"deadline of {state.spec.timeout:g}s exceeded")
+        await self._wait(future, state.spec.timeout)
+        if not future.done():
+            if not self._stopped():
+                self._mark_failed(state, f"deadline of {state.spec.timeout:g}s exceeded")
             return
-        except Exception as exc:  # a collector failure of any kind is reported, not raised
-            self._mark_failed(state, f"{type(exc).__name__}: {exc}")
+        error = future.exception()
+        if error is not None:  # a collector failure of any kind is reported, not raised
+            self._mark_failed(state, f"{type(error).__name__}: {error}")
             return
-        self._mark_succeeded(state, result, self._clock() - started)
+        self._mark_succeeded(state, future.result())
 
     @staticmethod
     def _clear_in_flight(state: CollectorState, future: asyncio.Future[RunResult]) -> None:
@@ -236,50 +348,14 @@ class Engine:
         if not future.cancelled():
             future.exception()  # retrieved: a late failure was already reported as a timeout
 
-    def _start_worker(self, state: CollectorState) -> asyncio.Future[RunResult]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[RunResult] = loop.create_future()
-
-        def settle(result: RunResult | None, error: Exception | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)  # type: ignore[arg-type]
-
-        def deliver(result: RunResult | None, error: Exception | None) -> None:
-            try:
-                loop.call_soon_threadsafe(settle, result, error)
-            except RuntimeError:  # the loop closed while this run was blocked: nobody waits
-                return
-
-        def work() -> None:
-            cpu_start = time.thread_time()
-            try:
-                families = list(state.spec.collector.collect())
-                body = state.renderer.render(families)
-                result = RunResult(
-                    body=body,
-                    series=series_count(families),
-                    cpu_seconds=time.thread_time() - cpu_start,
-                )
-            except Exception as exc:  # handed to the event loop, which reports it
-                deliver(None, exc)
-            else:
-                deliver(result, None)
-
-        threading.Thread(target=work, name=f"collector-{state.name}", daemon=True).start()
-        return future
-
-    def _mark_succeeded(self, state: CollectorState, result: RunResult, duration: float) -> None:
+    def _mark_succeeded(self, state: CollectorState, result: RunResult) -> None:
         if not state.up and state.runs:
             log.info("collector recovered", extra={"collector": state.name})
         state.body, state.body_time = result.body, self._clock()
         state.up, state.dropped_stale, state.last_error = True, False, None
         state.blocked_logged_at = None
         state.runs += 1
-        state.duration, state.cpu_seconds = duration, result.cpu_seconds
+        state.duration, state.cpu_seconds = result.wall_seconds, result.cpu_seconds
         state.series = result.series
         state.last_success_wall = time.time()
         self._invalidate()

@@ -2,7 +2,8 @@
 
 Builds the settings from flags and environment, the hardware the collectors read (real,
 or the simulated node under `--simulate`: `exporter.hardware`), starts the engine and the
-HTTP server, and stops cleanly on SIGTERM/SIGINT.
+HTTP server, and stops on SIGTERM/SIGINT within `--shutdown-timeout`: engine, HTTP server,
+collectors and NVML in that order, or a log line naming what still ran and exit status 3.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import Refresh, hardware
-from fleetwatch.exporter.http import make_app
-from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.exporter.http import listen, make_app
+from fleetwatch.exporter.settings import ExportSettings, HttpLimits
+from fleetwatch.exporter.shutdown import ShutdownDeadline
 
 from fleetwatch import __version__
-from fleetwatch.flags import bounded_duration, listen_address
+from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,15 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=listen_address(DEFAULT_LISTEN),
         metavar="HOST:PORT",
         help=f"address to serve /metrics on (default {DEFAULT_LISTEN})",
+    )
+    add_setting_flags(parser, "web", HttpLimits)
+    parser.add_argument(
+        "--shutdown-timeout",
+        dest="shutdown_timeout",
+        type=bounded_duration(1.0, 300.0),
+        default=10.0,
+        metavar="DURATION",
+        help="on SIGTERM, exit with status 3 if stopping takes longer (default 10s)",
     )
     parser.add_argument(
         "--simulate",
@@ -134,13 +144,16 @@ def run_export(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
+    deadline = ShutdownDeadline(seconds=settings.shutdown_timeout)
     try:
         with hardware(settings) as machine:
             collectors = create_collectors(machine.context, machine.settings)
             try:
-                asyncio.run(serve(machine.settings, collectors, machine.refresh))
+                asyncio.run(serve(machine.settings, collectors, machine.refresh, deadline))
             finally:
+                deadline.step("closing collectors")
                 close_collectors(collectors)
+                deadline.step("closing the hardware context (NVML)")
                 machine.context.close()
     except (ScenarioError, ValueError) as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
@@ -148,6 +161,8 @@ def run_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        deadline.finish()
     return 0
 
 
@@ -174,9 +189,12 @@ def close_collectors(collectors: dict[str, Collector]) -> None:
 
 
 async def serve(
-    settings: ExportSettings, collectors: dict[str, Collector], refresh: Refresh | None
+    settings: ExportSettings,
+    collectors: dict[str, Collector],
+    refresh: Refresh | None,
+    deadline: ShutdownDeadline,
 ) -> None:
-    """Run the engine and the HTTP server until SIGTERM or SIGINT."""
+    """Run the engine and the HTTP server until SIGTERM or SIGINT, then stop them."""
     engine = Engine(
         collectors=[
             ScheduledCollector(
@@ -195,26 +213,32 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(make_app(engine), access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
-        await site.start()
+    host, port = settings.listen_host, settings.listen_port
+    async with listen(make_app(engine), host=host, port=port, limits=settings.http):
         log.info(
             "serving",
             extra={
-                "address": f"{settings.listen_host}:{settings.listen_port}",
+                "address": f"{host}:{port}",
                 "collectors": ",".join(collectors),
                 "version": __version__,
             },
         )
-        async with _simulation_refresh(refresh):
-            await engine.start()
-            await stop.wait()
-        log.info("shutting down")
-    finally:
-        await engine.stop()
-        await runner.cleanup()
+        try:
+            async with _simulation_refresh(refresh):
+                await engine.start()
+                await stop.wait()
+            deadline.begin()
+            log.info("shutting down", extra={"deadline_seconds": settings.shutdown_timeout})
+        finally:
+            deadline.step("stopping the engine")
+            abandoned = await engine.stop()
+            if abandoned:
+                log.warning(
+                    "collector runs still blocked at shutdown, abandoned",
+                    extra={"collectors": ",".join(abandoned)},
+                )
+            deadline.step("stopping the HTTP server")
+    deadline.step("closing the event loop")
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,30 @@ from typing import Any
 
 from fleetwatch.collectors.base import CollectorSpec
 
+from fleetwatch.flags import bounded_number, duration_setting, read_settings, setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpLimits:
+    """What the listener tolerates from its clients: the `--web.*` limits."""
+
+    header_timeout: float = duration_setting(
+        10.0,
+        minimum=0.1,
+        maximum=300.0,
+        help="close a connection whose request head is not complete this long after it "
+        "opened or after the first byte of its next request",
+    )
+    keepalive_timeout: float = duration_setting(
+        120.0, minimum=1.0, maximum=3600.0, help="close a keep-alive connection idle this long"
+    )
+    max_connections: int = setting(
+        64,
+        parse=bounded_number(1, 10000, integer=True),
+        metavar="N",
+        help="answer 503 and close a connection beyond this many open ones",
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class ExportSettings:
@@ -30,6 +54,8 @@ class ExportSettings:
     max_staleness: float
     hang_timeout: float
     collectors: Mapping[str, Any]
+    http: HttpLimits
+    shutdown_timeout: float
 
     @classmethod
     def from_args(
@@ -63,4 +89,6 @@ class ExportSettings:
             collectors={
                 spec.name: spec.read_settings(args) for spec in specs if spec.name in enabled
             },
+            http=read_settings(args, "web", HttpLimits),
+            shutdown_timeout=args.shutdown_timeout,
         )

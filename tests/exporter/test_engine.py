@@ -231,3 +231,64 @@ async def test_metrics_is_gzipped_when_asked_and_identical() -> None:
     finally:
         await engine.stop()
         await client.close()
+
+
+def collector_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"collector-{name}"]
+
+
+async def test_each_collector_runs_on_one_long_lived_thread() -> None:
+    first, second = Steady("first"), Steady("second")
+    engine = Engine(
+        collectors=[scheduled(first, interval=0.02), scheduled(second, interval=0.02)],
+        max_staleness=1,
+        hang_timeout=5,
+        version="test",
+    )
+    await engine.start()
+    try:
+        await poll(lambda: first.calls >= 10 and second.calls >= 10)
+        assert len(collector_threads("first")) == 1
+        assert len(collector_threads("second")) == 1
+    finally:
+        assert await engine.stop() == []
+    assert collector_threads("first") == []
+    assert collector_threads("second") == []
+
+
+async def test_stop_returns_with_a_hung_run_and_names_it() -> None:
+    steady, hanging = Steady("steady"), Hanging("hanging")
+    engine = Engine(
+        collectors=[scheduled(steady, interval=0.05), scheduled(hanging, interval=0.05)],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+    )
+    await engine.start()
+    try:
+        await poll(lambda: hanging.entered >= 2)
+        assert await engine.stop(grace=0.2) == ["hanging"]
+        assert collector_threads("steady") == []
+    finally:
+        hanging.release.set()
+
+
+@pytest.mark.parametrize("attempt", range(20))
+async def test_stop_while_runs_are_in_flight(attempt: int) -> None:
+    """Stopping races with runs settling (many collectors, 10 ms intervals): it always ends."""
+    collectors = [Slow(f"slow{i}", 0.002 * (attempt % 3)) for i in range(8)]
+    engine = Engine(
+        collectors=[scheduled(c, interval=0.01, timeout=0.008) for c in collectors],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+    )
+    await engine.start()
+    await poll(lambda: all(c.calls >= 3 for c in collectors))
+    stopping = asyncio.ensure_future(engine.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=5)
+    assert stopping in done, "engine.stop() did not return"
+    assert stopping.result() == []
+    calls = [c.calls for c in collectors]
+    await asyncio.sleep(0.05)  # a scheduler that survived stop() would start more runs here
+    assert [c.calls for c in collectors] == calls
