@@ -1,8 +1,10 @@
 """Exporter overhead on a simulated DGX H100: series, CPU per cycle, render cost, scrape
-latency under 50 concurrent scrapers (also while a collector hangs), and RSS over time.
+latency under 50 concurrent scrapers (also while a collector hangs), whole-process CPU per
+exported series against node_exporter's in the same run, and RSS over time.
 
 Prints figures; asserts nothing. Run: `.venv/bin/python bench/bench_exporter.py`
-(`--rss-minutes 10` for the full RSS figure; the default keeps it short). The scrape load
+(`--rss-minutes 10` for the full RSS figure; the default keeps it short; `--only cpu`
+and the like run one section). The scrape load
 comes from Debian's `wrk` (a C load generator, so the client does not compete with the
 exporter for the GIL-bound CPU it measures).
 """
@@ -10,6 +12,7 @@ exporter for the GIL-bound CPU it measures).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import statistics
@@ -19,9 +22,11 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector as RegistryCollector
 from prometheus_client.registry import CollectorRegistry
 
@@ -30,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.metrics import Family, as_metric, series_count
 from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
-from fleetwatch.exporter.export import close_collectors, create_collectors
+from fleetwatch.exporter.export import SIM_REFRESH_SECONDS, close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
@@ -46,8 +52,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cycle_costs(cycles: int) -> None:
-    """CPU per full collection cycle (all default collectors) and render cost per series."""
+class SimulationCost(NamedTuple):
+    """What simulating the hardware costs the exporter's process (medians, CPU seconds)."""
+
+    refresh: float  # one rewrite of the simulated sysfs tree (the exporter does one a second)
+    fake_nvml: float  # the time inside the simulated NVML during one collection cycle
+
+
+def cycle_costs(cycles: int) -> SimulationCost:
+    """CPU per full collection cycle (all default collectors) and render cost per series;
+    returns what the simulation itself costs, for the whole-process figure."""
     node = SimulatedNode(scenario=load_scenario("dgx-h100"), clock=WallClock())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -66,6 +80,7 @@ def cycle_costs(cycles: int) -> None:
         per_collector: dict[str, list[float]] = {name: [] for name in collectors}
         totals: list[float] = []
         without_fake: list[float] = []
+        fake: list[float] = []
         series = 0
         families: list[Family] = []
         try:
@@ -84,9 +99,11 @@ def cycle_costs(cycles: int) -> None:
                     families.extend(got)
                 totals.append(total)
                 without_fake.append(total - in_fake[0])
+                fake.append(in_fake[0])
                 series = series_count(families)
         finally:
             close_collectors(collectors)
+        refresh_cost = _refresh_cost(node, root / "refresh")
 
     class Fixed(RegistryCollector):
         def collect(self):  # type: ignore[no-untyped-def]
@@ -120,9 +137,27 @@ def cycle_costs(cycles: int) -> None:
         f"render per series: fleetwatch Renderer {ours_us:.2f} us, "
         f"prometheus_client generate_latest {reference_us:.2f} us (identical output)"
     )
+    print(f"simulated sysfs tree rewrite: median {refresh_cost * 1e3:.2f} ms")
+    return SimulationCost(refresh=refresh_cost, fake_nvml=statistics.median(fake))
+
+
+def _refresh_cost(node: SimulatedNode, root: Path) -> float:
+    """Median CPU of one rewrite of the simulated tree, rewrites one simulated second
+    apart as the exporter does them."""
+    sysfs = SimulatedSysfs(node=node, root=root)
+    start_t = node.now()
+    sysfs.write(start_t)
+    costs = []
+    for n in range(1, 21):
+        start = time.thread_time()
+        sysfs.write(start_t + n * SIM_REFRESH_SECONDS)
+        costs.append(time.thread_time() - start)
+    sysfs.close()
+    return statistics.median(costs)
 
 
 WRK = "/usr/bin/wrk"
+DEFAULT_INTERVAL_SECONDS = 5.0  # `fleetwatch export --collection-interval` default
 # Each wrk connection is one scraper; `delay` paces it (ms between its scrapes).
 SCRAPER_LUA = """
 wrk.headers["Accept-Encoding"] = "gzip"
@@ -188,27 +223,99 @@ def rss_over_time(workdir: Path, minutes: float) -> None:
         print(f"RSS after {minutes:g} min (scraped every 5 s): {rss_kb / 1024:.1f} MiB")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _series(url: str, prefix: str) -> int:
+    """Samples in one scrape whose family name starts with `prefix`."""
+    text = servers.http_get(url + "/metrics").decode()
+    return sum(
+        len(family.samples)
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith(prefix)
+    )
+
+
+def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) -> None:
+    """Whole-process CPU per exported series: the exporter (simulated dgx-h100, every
+    default collector) against node_exporter (its default collectors on this machine's
+    /proc and /sys), both running and scraped every 5 s in the same window.
+
+    The exporter's process also runs the simulation: it rewrites the simulated tree once a
+    second and its NVML is Python. Their cost, measured in `cycle_costs`, is printed and
+    subtracted for a second figure, an estimate of the exporter on hardware."""
+    with (
+        servers.fleetwatch_export(workdir / "fw", simulate="dgx-h100") as fw,
+        servers.node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None) as ne,
+    ):
+        procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
+        start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
+        end_time = time.monotonic() + seconds
+        while time.monotonic() < end_time:
+            series = {name: _series(server.url, p) for name, (server, p) in procs.items()}
+            time.sleep(5)
+        spent = {
+            name: _cpu_seconds(server.process.pid) - start[name]
+            for name, (server, _) in procs.items()
+        }
+    per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
+    for name, (_, prefix) in procs.items():
+        print(
+            f"{name}: {spent[name]:.2f} CPU s in {seconds:g} s for {series[name]} "
+            f"`{prefix}` series = {per_series[name]:.2f} CPU µs per series per second"
+        )
+    print(
+        f"CPU ratio {spent['fleetwatch'] / spent['node_exporter']:.2f}, series ratio "
+        f"{series['fleetwatch'] / series['node_exporter']:.2f}, per series "
+        f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
+    )
+    simulated = seconds / SIM_REFRESH_SECONDS * simulation.refresh + (
+        seconds / DEFAULT_INTERVAL_SECONDS * simulation.fake_nvml
+    )
+    net = (spent["fleetwatch"] - simulated) / series["fleetwatch"] * 1e6 / seconds
+    print(
+        f"of which simulation (tree rewrites and fake NVML, estimated): {simulated:.2f} CPU s; "
+        f"without it {net:.2f} CPU µs per series per second, per series "
+        f"{net / per_series['node_exporter']:.2f} of node_exporter's"
+    )
+
+
+SECTIONS = ("cycles", "latency", "cpu", "rss")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--load-seconds", type=float, default=10.0)
     parser.add_argument("--rss-minutes", type=float, default=1.0)
+    parser.add_argument("--cpu-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--only", choices=SECTIONS, action="append", help="run these sections (cpu runs cycles)"
+    )
     args = parser.parse_args()
+    sections = set(args.only or SECTIONS)
     print(
         f"machine: {platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}, {len(__import__('os').sched_getaffinity(0))} cores"
+        f"{platform.python_version()}, {len(os.sched_getaffinity(0))} cores"
     )
-    cycle_costs(args.cycles)
+    simulation = cycle_costs(args.cycles) if sections & {"cycles", "cpu"} else None
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        scrape_latency("healthy", "dgx-h100", workdir / "healthy", args.load_seconds)
-        scrape_latency(
-            "gpu collector hung in nvmlDeviceGetFieldValues",
-            hung_scenario(workdir),
-            workdir / "hung",
-            args.load_seconds,
-        )
-        rss_over_time(workdir / "rss", args.rss_minutes)
+        if "latency" in sections:
+            scrape_latency("healthy", "dgx-h100", workdir / "healthy", args.load_seconds)
+            scrape_latency(
+                "gpu collector hung in nvmlDeviceGetFieldValues",
+                hung_scenario(workdir),
+                workdir / "hung",
+                args.load_seconds,
+            )
+        if simulation is not None and "cpu" in sections:
+            cpu_per_series(workdir / "cpu", args.cpu_seconds, simulation)
+        if "rss" in sections:
+            rss_over_time(workdir / "rss", args.rss_minutes)
 
 
 if __name__ == "__main__":

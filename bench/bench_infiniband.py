@@ -13,8 +13,14 @@ in production where a collection runs once per interval. Before each round the t
 moves 10 simulated seconds on (untimed, files rewritten in place): traffic counters
 advance on every port and one link keeps erroring, like a busy host with one bad cable.
 
-Run: .venv/bin/python bench/bench_infiniband.py [--rounds N] [--sysfs /sys]
-(`--sysfs` measures a real host's tree instead of the simulated ones.)
+Then, as run: `fleetwatch export` with only its infiniband collector (every 1 s) and
+node_exporter read the same moving 16-port tree; the bench scrapes both once a second and
+compares what each reports about itself: our `fleetwatch_collector_duration_seconds
+{collector="infiniband"}` (the run's wall time on its worker thread: collect and render)
+against node_exporter's `node_scrape_collector_duration_seconds{collector="infiniband"}`.
+
+Run: .venv/bin/python bench/bench_infiniband.py [--rounds N] [--as-run-seconds S]
+[--sysfs /sys] (`--sysfs` measures a real host's tree instead of the simulated ones.)
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.infiniband import InfinibandCollector
 from fleetwatch.collectors.metrics import series_count
 from fleetwatch.collectors.sim.scenario import parse_scenario
@@ -39,6 +46,7 @@ from fleetwatch.collectors.sources.udev import DeviceEvents
 from fleetwatch.exporter.render import Renderer
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import servers
 from tests.servers import http_get, node_exporter
 
 START: float = 600.0
@@ -62,16 +70,18 @@ def _tree(root: Path, ports: int) -> SimulatedSysfs:
     return tree
 
 
-def _node_exporter_ms(url: str) -> float:
-    """One scrape; node_exporter's own duration of its infiniband collector, in ms."""
+def _reported_ms(url: str, series: str) -> float:
+    """One scrape; the exporter's own `series{collector="infiniband"}`, in ms."""
     for family in text_string_to_metric_families(http_get(url + "/metrics").decode()):
         for sample in family.samples:
-            if (
-                sample.name == "node_scrape_collector_duration_seconds"
-                and sample.labels.get("collector") == "infiniband"
-            ):
+            if sample.name == series and sample.labels.get("collector") == "infiniband":
                 return sample.value * 1000
-    raise RuntimeError("node_exporter reported no infiniband collector duration")
+    raise RuntimeError(f"{url} reported no infiniband {series}")
+
+
+def _node_exporter_ms(url: str) -> float:
+    """One scrape; node_exporter's own duration of its infiniband collector, in ms."""
+    return _reported_ms(url, "node_scrape_collector_duration_seconds")
 
 
 class Result(NamedTuple):
@@ -126,9 +136,38 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
     )
 
 
+def _as_run(root: Path, tree: SimulatedSysfs | None, seconds: float, workdir: Path) -> None:
+    """Both exporters running on the same tree; medians of what each reports about itself."""
+    only_infiniband = [
+        f"--no-collector.{spec.name}" for spec in COLLECTORS if spec.name != "infiniband"
+    ]
+    args = [f"--path.sysfs={root}", "--collection-interval=1s", *only_infiniband]
+    ours, theirs = [], []
+    with (
+        node_exporter(workdir / "ne", sysfs=root, collectors=["infiniband"]) as ne,
+        servers.fleetwatch_command(workdir / "fw", command="export", args=args) as fw,
+    ):
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+            if tree is not None:
+                tree.write(START + STEP * n)
+            theirs.append(_node_exporter_ms(ne.url))
+            time.sleep(1.0)  # one of our collections (interval 1 s) reads the moved tree
+            ours.append(_reported_ms(fw.url, "fleetwatch_collector_duration_seconds"))
+    ours_ms, theirs_ms = statistics.median(ours), statistics.median(theirs)
+    print(
+        f"as run, {len(ours)} samples: fleetwatch_collector_duration_seconds median "
+        f"{ours_ms:.3f} ms, node_exporter scrape duration median {theirs_ms:.3f} ms, "
+        f"ratio {ours_ms / theirs_ms:.2f}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--as-run-seconds", type=float, default=60.0)
     parser.add_argument(
         "--sysfs",
         type=Path,
@@ -154,6 +193,13 @@ def main() -> int:
             print(f"{r.ports:>5} {r.series:>6} {r.ours:>8.3f} {r.cpu:>11.3f} {r.render:>9.3f} "
                   f"{r.theirs:>16.3f} {r.ours / r.theirs:>6.2f} "
                   f"{r.discover:>14.3f}")  # fmt: skip
+        if args.sysfs:
+            _as_run(args.sysfs, None, args.as_run_seconds, Path(tmp))
+        else:
+            root = Path(tmp) / "as-run"
+            tree = _tree(root, 16)
+            _as_run(root, tree, args.as_run_seconds, Path(tmp))
+            tree.close()
     return 0
 
 

@@ -223,17 +223,21 @@ def alertmanager(workdir: Path, *, config: dict[str, Any]) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def node_exporter(workdir: Path, *, sysfs: Path, collectors: Sequence[str]) -> Iterator[Server]:
-    """Debian's node_exporter with only the named collectors, reading `sysfs`."""
+def node_exporter(
+    workdir: Path, *, sysfs: Path, collectors: Sequence[str] | None
+) -> Iterator[Server]:
+    """Debian's node_exporter reading `sysfs`, with only the named collectors (None: its
+    default collectors)."""
     require_binary(NODE_EXPORTER)
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
+    chosen = [] if collectors is None else ["--collector.disable-defaults"]
+    chosen += [f"--collector.{name}" for name in collectors or ()]
     argv = [
         NODE_EXPORTER,
         f"--web.listen-address=127.0.0.1:{port}",
-        "--collector.disable-defaults",
         f"--path.sysfs={sysfs}",
-        *(f"--collector.{name}" for name in collectors),
+        *chosen,
     ]
     with _running(
         argv,

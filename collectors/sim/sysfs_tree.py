@@ -122,7 +122,9 @@ class SimulatedSysfs:
         self.node = node
         self.root = root
         self.hostname = hostname
-        self._fds: dict[Path, int] = {}
+        # By path string (hashing a Path costs more than the write it guards).
+        self._fds: dict[str, int] = {}
+        self._written: dict[str, bytes] = {}  # what each file holds, to skip unchanged ones
         self._created = False
 
     def write(self, t: float | None = None) -> None:
@@ -134,7 +136,10 @@ class SimulatedSysfs:
         tools: dict[str, Any] = {}
         for index, hca in enumerate(self.node.scenario.infiniband):
             tools[hca.device] = self._write_hca(index, hca, t)
-        self._write_atomic(self.root / TOOLS_FILE, json.dumps(tools, indent=1, sort_keys=True))
+        tools_data = json.dumps(tools, indent=1, sort_keys=True).encode()
+        if self._written.get(str(TOOLS_FILE)) != tools_data:
+            self._write_atomic(self.root / TOOLS_FILE, tools_data.decode())
+            self._written[str(TOOLS_FILE)] = tools_data
 
     def close(self) -> None:
         """Close the descriptors kept for in-place updates."""
@@ -223,18 +228,18 @@ class SimulatedSysfs:
         device_dir = self.root / "class" / "infiniband" / hca.device
         ports: dict[str, Any] = {}
         for port in range(1, hca.ports + 1):
-            port_dir = device_dir / "ports" / str(port)
+            port_dir = f"{device_dir}/ports/{port}"
             state = node.port_state(hca.device, port, t)
             rate = state.rate_gbps if state.state_id == 4 else 10.0
-            self._update(port_dir / "state", f"{state.state_id}: {state.state}")
-            self._update(port_dir / "phys_state", f"{state.phys_state_id}: {state.phys_state}")
-            self._update(port_dir / "rate", rate_text(rate))
+            self._update(f"{port_dir}/state", f"{state.state_id}: {state.state}")
+            self._update(f"{port_dir}/phys_state", f"{state.phys_state_id}: {state.phys_state}")
+            self._update(f"{port_dir}/rate", rate_text(rate))
             counters = self._port_counters(hca.device, port, t)
             for name, value in counters.items():
-                self._update(port_dir / "counters" / name, str(value))
+                self._update(f"{port_dir}/counters/{name}", str(value))
             hw = _ROCE_HW_COUNTERS if hca.link_layer == "Ethernet" else _IB_HW_COUNTERS
             for offset, name in enumerate(hw):
-                self._update(port_dir / "hw_counters" / name, str(int(t * offset) // 7))
+                self._update(f"{port_dir}/hw_counters/{name}", str(int(t * offset) // 7))
             extended = {
                 error: node.port_error_raw(hca.device, port, error, t) for error in _ERROR_FILES
             }
@@ -278,14 +283,18 @@ class SimulatedSysfs:
         )
         return counters
 
-    def _update(self, path: Path, text: str) -> None:
-        """Rewrite `path` in place (same inode), creating it on first use."""
+    def _update(self, path: str, text: str) -> None:
+        """Rewrite `path` in place (same inode), creating it on first use; a file whose
+        text has not changed is not touched (most error counters stand still)."""
+        data = (text + "\n").encode()
+        if self._written.get(path) == data:
+            return
         fd = self._fds.get(path)
         if fd is None:
             fd = self._fds[path] = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        data = (text + "\n").encode()
         os.pwrite(fd, data, 0)
         os.ftruncate(fd, len(data))
+        self._written[path] = data
 
     def _write_atomic(self, path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
