@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 from fleetwatch.exporter.engine import Engine
 from fleetwatch.exporter.http import Listener, accepts_gzip, listen, make_app
-from fleetwatch.exporter.settings import HttpLimits
+from fleetwatch.exporter.settings import ExportSettings, HttpLimits
 
+from fleetwatch.cli import build_parser
 from tests.servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -164,3 +165,35 @@ async def test_metrics_honours_gzip_q_zero() -> None:
                 assert b"fleetwatch_build_info" in await plain.read()
             async with session.get(url, headers={"Accept-Encoding": "*"}) as zipped:
                 assert zipped.headers["Content-Encoding"] == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--web.header-timeout=0s", "invalid duration '0s': must be between 0.1s and 300s"),
+        ("--web.header-timeout=1h", "invalid duration '1h': must be between 0.1s and 300s"),
+        ("--web.keepalive-timeout=500ms", "invalid duration '500ms': must be between 1s and"),
+        ("--web.max-connections=0", "invalid value '0': must be between 1 and 10000"),
+        ("--web.max-connections=many", "invalid integer 'many'"),
+        ("--shutdown-timeout=0s", "invalid duration '0s': must be between 1s and 300s"),
+    ],
+)
+def test_listener_flags_are_bounded(
+    flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["export", flag])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert flag.split("=", maxsplit=1)[0].lstrip("-") in error
+    assert message in error
+
+
+def test_listener_flags_reach_the_settings() -> None:
+    args = build_parser().parse_args(
+        ["export", "--web.header-timeout=2s", "--web.keepalive-timeout=1m",
+         "--web.max-connections=8", "--shutdown-timeout=20s"]
+    )  # fmt: skip
+    settings = ExportSettings.from_args(args, ())
+    assert settings.http == HttpLimits(header_timeout=2, keepalive_timeout=60, max_connections=8)
+    assert settings.shutdown_timeout == 20
