@@ -73,11 +73,15 @@ class PodResourcesCollector:
             self._stop.wait(self._interval)
 
     def poll(self) -> None:
-        """Ask the kubelet once and keep the answer (never raises)."""
+        """Ask the kubelet once and keep the answer (never raises: it runs on the poller
+        thread, which must outlive any one bad answer)."""
         try:
             allocations = self._client.list_allocations()
         except PodResourcesError as exc:
             self._set(None, "failing", str(exc))
+        except Exception as exc:  # supervised: report it and try again next interval
+            log.exception("kubelet PodResources poll failed")
+            self._set(None, "failing", repr(exc))
         else:
             state = "absent" if allocations is None else "ok"
             self._set(allocations, state, str(self._client.socket))

@@ -45,10 +45,17 @@ class PodResourcesClient:
     def list_allocations(self) -> list[DeviceAllocation] | None:
         """Allocations of the watched resources; None when there is no kubelet socket.
 
-        Raises `PodResourcesError` when the kubelet is there but the call fails.
+        Raises `PodResourcesError` when the kubelet is there but the call fails, or when
+        this process may not reach the socket (the kubelet makes it, and its folder,
+        root's alone).
         """
-        if not self.socket.exists():
-            return None
+        try:
+            if not self.socket.exists():
+                return None
+        except OSError as exc:
+            raise PodResourcesError(
+                f"cannot reach {self.socket}: {exc.strerror} (the kubelet admits only root)"
+            ) from exc
         # gRPC and the generated stubs cost ~12 MB of RSS: load them only on nodes that
         # have a kubelet socket, never on Slurm nodes or under simulation without one.
         import grpc

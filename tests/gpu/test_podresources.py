@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -127,4 +128,43 @@ def test_socket_that_disappears(tmp_path: Path, caplog: pytest.LogCaptureFixture
         assert collector.collect() == []
         socket.unlink()
     collector.poll()
+    assert collector.collect() == []
+
+
+def test_unreachable_socket_is_reported_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A name too long for the kernel makes `exists()` fail the way a root-only folder does
+    # for a non-root exporter: an OSError other than "no such file".
+    socket = tmp_path / ("x" * 300) / "kubelet.sock"
+    collector = collector_for(socket)
+    with caplog.at_level("WARNING"):
+        collector.poll()
+    assert collector.collect() == []
+    # Other tests' poller threads may log too: pick the record about this socket.
+    (record,) = [r for r in caplog.records if str(socket) in str(r.__dict__.get("detail"))]
+    assert record.getMessage() == "kubelet PodResources: failing"
+    assert record.levelname == "WARNING"
+    assert "cannot reach" in record.__dict__["detail"]
+    assert "admits only root" in record.__dict__["detail"]
+
+
+class BrokenClient(PodResourcesClient):
+    """A client whose call fails in a way nobody planned for."""
+
+    def list_allocations(self) -> list[Any] | None:
+        raise RuntimeError("unexpected")
+
+
+def test_poller_survives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
+    _, source = simulated()
+    client = BrokenClient(socket=Path("/nonexistent"), resources=frozenset(), timeout=1)
+    collector = PodResourcesCollector(client=client, source=source, interval=0.01)
+    with caplog.at_level("WARNING"):
+        collector.start()
+        deadline = time.monotonic() + 10
+        while sum("poll failed" in r.getMessage() for r in caplog.records) < 2:
+            assert time.monotonic() < deadline, "the poller stopped after the first error"
+            time.sleep(0.01)
+    collector.close()
     assert collector.collect() == []
