@@ -37,7 +37,7 @@ from fleetwatch.collectors.metrics import Family, as_metric, series_count
 from fleetwatch.collectors.sim.scenario import load_scenario
 from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
-from fleetwatch.exporter.export import SIM_REFRESH_SECONDS, close_collectors, create_collectors
+from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
@@ -142,7 +142,7 @@ def cycle_costs(cycles: int) -> SimulationCost:
 
 
 def _refresh_cost(node: SimulatedNode, root: Path) -> float:
-    """Median CPU of one rewrite of the simulated tree, rewrites one simulated second
+    """Median CPU of one rewrite of the simulated tree, rewrites one collection interval
     apart as the exporter does them."""
     sysfs = SimulatedSysfs(node=node, root=root)
     start_t = node.now()
@@ -150,7 +150,7 @@ def _refresh_cost(node: SimulatedNode, root: Path) -> float:
     costs = []
     for n in range(1, 21):
         start = time.thread_time()
-        sysfs.write(start_t + n * SIM_REFRESH_SECONDS)
+        sysfs.write(start_t + n * DEFAULT_INTERVAL_SECONDS)
         costs.append(time.thread_time() - start)
     sysfs.close()
     return statistics.median(costs)
@@ -272,7 +272,7 @@ def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) ->
         f"{series['fleetwatch'] / series['node_exporter']:.2f}, per series "
         f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
     )
-    simulated = seconds / SIM_REFRESH_SECONDS * simulation.refresh + (
+    simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (
         seconds / DEFAULT_INTERVAL_SECONDS * simulation.fake_nvml
     )
     net = (spent["fleetwatch"] - simulated) / series["fleetwatch"] * 1e6 / seconds

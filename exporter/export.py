@@ -33,7 +33,6 @@ from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = ":9842"
-SIM_REFRESH_SECONDS = 1.0
 # Bounds of the engine's durations: below them a collector would spin, above them a
 # failure would go unseen for longer than anyone would wait.
 interval_duration = bounded_duration(0.1, 3600.0)
@@ -224,7 +223,10 @@ async def serve(
             },
         )
         try:
-            async with _simulation_refresh(refresh):
+            # Only the InfiniBand collector reads the simulated tree: move it on as often as
+            # that collector reads it, not faster (the rewrite is the simulation's cost).
+            period = settings.intervals.get("infiniband")
+            async with _simulation_refresh(refresh if period else None, period or 0.0):
                 await engine.start()
                 await stop.wait()
             deadline.begin()
@@ -242,15 +244,15 @@ async def serve(
 
 
 @contextlib.asynccontextmanager
-async def _simulation_refresh(refresh: Refresh | None) -> AsyncIterator[None]:
-    """Under simulation, call `refresh` every second (off the event loop) while serving."""
+async def _simulation_refresh(refresh: Refresh | None, period: float) -> AsyncIterator[None]:
+    """Under simulation, call `refresh` every `period` seconds (off the event loop)."""
     if refresh is None:
         yield
         return
 
     async def loop() -> None:
         while True:
-            await asyncio.sleep(SIM_REFRESH_SECONDS)
+            await asyncio.sleep(period)
             try:
                 await asyncio.to_thread(refresh)
             except OSError:
