@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.auth import TokenFile
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
+from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.sources import EvidenceResult
 from fleetwatch.tainter.writes import RetryPolicy
@@ -159,6 +161,8 @@ def make_controller(
         max_fraction: float = 1.0,
         auto_close: bool = False,
         metrics: TainterMetrics | None = None,
+        policy: TaintPolicy | None = None,
+        breaker_store: BreakerStore | None = None,
         **settings: Any,
     ) -> Controller:
         settings.setdefault("hold_seconds", 0.0)
@@ -174,23 +178,38 @@ def make_controller(
             alerts=alerts_source,
             metrics=metrics or TainterMetrics(),
             settings=ControllerSettings(**settings),
+            policy=policy or TaintPolicy(declared_reasons=None),
+            breaker_store=breaker_store,
         )
 
     return build
 
 
 @pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """A webhook token file holding TOKEN."""
+    path = tmp_path / "webhook-token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+@pytest.fixture
+def webhook_policy() -> TaintPolicy:
+    """The policy of `tainter_client`: the shipped defaults with the test's reasons."""
+    return TaintPolicy(declared_reasons=frozenset({"gpu-overheat", "xid", "gpu-lost"}))
+
+
+@pytest.fixture
 async def tainter_client(
-    make_controller: ControllerFactory,
+    make_controller: ControllerFactory, token_file: Path, webhook_policy: TaintPolicy
 ) -> AsyncIterator[TestClient[Any, Any]]:
     """The webhook app (token TOKEN, 64 KiB body cap) around a default controller."""
     metrics = TainterMetrics()
     app = make_tainter_app(
-        controller=make_controller(metrics=metrics),
+        controller=make_controller(metrics=metrics, policy=webhook_policy),
         metrics=metrics,
-        token=TOKEN.encode(),
+        auth=TokenFile(token_file, overlap=60.0, metrics=metrics),
         max_body_bytes=64 * 1024,
-        reconcile_interval=None,
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
