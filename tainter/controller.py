@@ -180,6 +180,15 @@ class Controller:
         """A snapshot of the desired state (for tests and the landing page)."""
         return list(self._intents.values())
 
+    def state_sizes(self) -> dict[str, int]:
+        """How many entries each per-node or per-alert structure holds: all are bounded
+        (forgotten when done, or capped), which tests and the memory bench check."""
+        return {
+            "intents": len(self._intents),
+            "node_locks": len(self._node_locks),
+            "resolved_memory": len(self._resolved),
+        }
+
     # -- desired state -----------------------------------------------------------------
 
     def record_alerts(
@@ -240,7 +249,7 @@ class Controller:
                     "why": refusal.why,
                 },
             )
-        await self._ensure_node_count()
+        await self._ensure_live_counts()
         capped = await self.sync_nodes(touched)
         await self._store_breaker_change()
         for alert in alerts:
@@ -255,12 +264,7 @@ class Controller:
         if self._alerts is not None:
             await self._reconcile_alerts()
         await self._store_breaker_change()
-        selected = await self._list_nodes(self._settings.node_selector)
-        self._breaker.set_selected_nodes(len(selected))
-        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
-        live = {n.name for n in tainted if our_taints(n)}
-        self._breaker.observe(live)
-        self._publish_gauges()
+        live = await self._observe_live_counts()
         wanted = {node for (node, _), intent in self._intents.items() if intent.firing}
         await self.sync_nodes(live | wanted | {node for node, _ in self._intents})
         await self._store_breaker_change()
@@ -295,12 +299,23 @@ class Controller:
                     self._resolved.remember(fingerprint, starts_at, now=now)
                     intent.last_firing = now
 
-    async def _ensure_node_count(self) -> None:
+    async def _observe_live_counts(self) -> set[str]:
+        """Tell the breaker how many nodes are selected and which carry our taints (live,
+        from the API); returns the tainted ones."""
+        selected = await self._list_nodes(self._settings.node_selector)
+        self._breaker.set_selected_nodes(len(selected))
+        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
+        live = {n.name for n in tainted if our_taints(n)}
+        self._breaker.observe(live)
+        self._publish_gauges()
+        return live
+
+    async def _ensure_live_counts(self) -> None:
+        """Before the first write of a new process (or leader), learn the live counts, so
+        the breaker's cap counts the nodes an earlier process tainted."""
         async with self._count_lock:  # one list for a burst of first notifications
             if self._breaker.selected_nodes is None:
-                selected = await self._list_nodes(self._settings.node_selector)
-                self._breaker.set_selected_nodes(len(selected))
-                self._publish_gauges()
+                await self._observe_live_counts()
 
     async def _list_nodes(self, selector: str) -> list[NodeView]:
         """List nodes, retrying what a retry can fix (like writes)."""
@@ -322,9 +337,13 @@ class Controller:
 
     # -- the breaker's state in the cluster ---------------------------------------------
 
-    def forget_stored_breaker(self) -> None:
-        """Treat the cluster's breaker record as new (a new leader adopts it)."""
+    async def prepare_to_lead(self) -> None:
+        """Before this replica acts as leader: adopt the breaker state stored in the
+        cluster (an open breaker stays open) and learn the live counts. Raises ApiError,
+        and then the replica does not lead yet."""
         self._stored_breaker = None
+        await self.sync_breaker()
+        await self._observe_live_counts()
 
     async def sync_breaker(self) -> None:
         """Make the breaker agree with the cluster: adopt a change made there (a reset by

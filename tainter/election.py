@@ -125,6 +125,7 @@ class LeaderElector:
     async def step(self) -> None:
         """Try to acquire or renew once; raises ApiError after noting what it means."""
         started = self._clock()
+        leading = self._leadership.is_leader
         try:
             acquired = await asyncio.wait_for(
                 self._try_acquire_or_renew(), timeout=self._settings.renew_deadline
@@ -135,7 +136,7 @@ class LeaderElector:
         except ApiError:
             self._settle(acquired=False)
             raise
-        if acquired and not self._was_leader:
+        if acquired and not leading:
             await self._on_elected()
         if acquired:
             self._leadership.renewed(started)

@@ -155,10 +155,6 @@ async def build_app(
         elector = None
         if settings.leader_elect:
 
-            async def on_elected() -> None:
-                controller.forget_stored_breaker()
-                await controller.sync_breaker()  # inherit an open breaker before acting
-
             def on_change(leader: bool) -> None:
                 metrics.leader.set(1 if leader else 0)
                 if leader:
@@ -168,7 +164,7 @@ async def build_app(
                 api=kube,
                 settings=settings.election,
                 leadership=leadership,
-                on_elected=on_elected,
+                on_elected=controller.prepare_to_lead,
                 on_change=on_change,
             )
         metrics.leader.set(0 if settings.leader_elect else 1)

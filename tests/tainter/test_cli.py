@@ -126,7 +126,7 @@ def test_leader_election_flags_and_their_rules() -> None:
         cli.settings_from_args(
             parse("taint", "--web.insecure-no-token", "--leader-elect.lease-duration=10s")
         )
-    with pytest.raises(SystemExit, match="1.2 x"):
+    with pytest.raises(SystemExit, match=r"1\.2 x"):
         cli.settings_from_args(
             parse("taint", "--web.insecure-no-token", "--leader-elect.retry-period=9s")
         )
