@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Final
 
+from aiohttp import web
 from fleetwatch.tainter.metrics import TainterMetrics
 
 _HEAD_END: Final = b"\r\n\r\n"
@@ -137,3 +139,33 @@ class ConnectionGuard:
     def wrap(self, inner: asyncio.Protocol) -> asyncio.Protocol:
         """The guarded protocol for one new connection."""
         return _Guarded(inner, self)
+
+
+async def start_listener(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    limits: ListenerLimits,
+    metrics: TainterMetrics,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[web.AppRunner, asyncio.Server]:
+    """Serve `app` on HOST:PORT behind the guard. Stop with `server.close()` and then
+    `runner.cleanup()` (which also runs the app's cleanup)."""
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.keepalive_timeout)
+    await runner.setup()
+    handler_factory = runner.server
+    assert handler_factory is not None  # set by setup()
+    guard = ConnectionGuard(limits=limits, metrics=metrics)
+    try:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: guard.wrap(handler_factory()),
+            host,
+            port,
+            ssl=ssl_context,
+            reuse_address=True,
+        )
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, server

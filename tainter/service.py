@@ -30,7 +30,7 @@ from fleetwatch.tainter.election import (
     Leadership,
 )
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
-from fleetwatch.tainter.listener import ConnectionGuard, ListenerLimits
+from fleetwatch.tainter.listener import ListenerLimits, start_listener
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.policy import TaintPolicy
@@ -196,31 +196,23 @@ async def build_app(
 async def serve(settings: TaintSettings, *, host: str, port: int) -> None:
     """Serve the app behind the hardened listener until SIGTERM or SIGINT."""
     app = await build_app(settings)
-    runner = web.AppRunner(
-        app, access_log=None, keepalive_timeout=settings.listener.keepalive_timeout
+    runner, server = await start_listener(
+        app,
+        host=host,
+        port=port,
+        limits=settings.listener,
+        metrics=app[METRICS_KEY],
+        ssl_context=settings.tls.context() if settings.tls else None,
     )
-    await runner.setup()
-    guard = ConnectionGuard(limits=settings.listener, metrics=app[METRICS_KEY])
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    server = None
     try:
-        assert runner.server is not None
-        handler_factory = runner.server
-        server = await loop.create_server(
-            lambda: guard.wrap(handler_factory()),
-            host,
-            port,
-            ssl=settings.tls.context() if settings.tls else None,
-            reuse_address=True,
-        )
         await stop.wait()
         log.info("tainter stopping")
     finally:
-        if server is not None:
-            server.close()
+        server.close()
         await runner.cleanup()
 
 

@@ -20,7 +20,7 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
-from fleetwatch.tainter.sources import EvidenceResult
+from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
 from fleetwatch.tainter.writes import RetryPolicy
 
 TOKEN = "s3cret-token"
@@ -163,6 +163,8 @@ def make_controller(
         metrics: TainterMetrics | None = None,
         policy: TaintPolicy | None = None,
         breaker_store: BreakerStore | None = None,
+        evidence_source: EvidenceSource | None = None,
+        alert_source: AlertSource | None = None,
         **settings: Any,
     ) -> Controller:
         settings.setdefault("hold_seconds", 0.0)
@@ -174,8 +176,8 @@ def make_controller(
                     max_nodes=max_nodes, max_fraction=max_fraction, auto_close=auto_close
                 )
             ),
-            evidence=evidence,
-            alerts=alerts_source,
+            evidence=evidence_source or evidence,
+            alerts=alert_source or alerts_source,
             metrics=metrics or TainterMetrics(),
             settings=ControllerSettings(**settings),
             policy=policy or TaintPolicy(declared_reasons=None),
