@@ -24,7 +24,7 @@ from fleetwatch.tainter.kube import ApiError, KubeNodeApi
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 
-from tests.tainter.conftest import ControllerFactory, alert, keys, webhook
+from tests.tainter.conftest import ControllerFactory, alert, keys, served_in_thread, webhook
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/fw/leases"
 AUTH = {"Authorization": "Bearer kube-token"}
@@ -222,33 +222,9 @@ async def test_open_breaker_is_inherited_by_a_new_leader_and_reset_by_the_cli(
 
 
 def test_breaker_reset_command_patches_the_lease(cluster: FakeCluster, tmp_path: Path) -> None:
-    import asyncio
-    import threading
-
-    from aiohttp import web
-
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    runner = web.AppRunner(make_app(cluster))
-    address: list[int] = []
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        address.append(runner.addresses[0][1])
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(10)
-    try:
+    with served_in_thread(make_app(cluster)) as server:
         kubeconfig = write_kubeconfig(
-            tmp_path / "operator.kubeconfig",
-            server=f"http://127.0.0.1:{address[0]}",
-            token="kube-token",
+            tmp_path / "operator.kubeconfig", server=server, token="kube-token"
         )
         assert breaker_reset_command(kubeconfig=kubeconfig, namespace="fw", name="lock") == 0
         record = json.loads(
@@ -256,13 +232,7 @@ def test_breaker_reset_command_patches_the_lease(cluster: FakeCluster, tmp_path:
         )
         assert record["open"] is False
         assert "fleetwatch breaker reset" in record["changedBy"]
-        bad = write_kubeconfig(
-            tmp_path / "stranger.kubeconfig",
-            server=f"http://127.0.0.1:{address[0]}",
-            token="not-a-user",
+        stranger = write_kubeconfig(
+            tmp_path / "stranger.kubeconfig", server=server, token="not-a-user"
         )
-        assert breaker_reset_command(kubeconfig=bad, namespace="fw", name="lock") == 1
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        assert breaker_reset_command(kubeconfig=stranger, namespace="fw", name="lock") == 1
