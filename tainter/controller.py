@@ -345,10 +345,12 @@ class Controller:
         await self.sync_breaker()
         await self._observe_live_counts()
 
-    async def sync_breaker(self) -> None:
+    async def sync_breaker(self, *, store: bool = True) -> None:
         """Make the breaker agree with the cluster: adopt a change made there (a reset by
         `fleetwatch breaker reset`, or the open breaker a previous leader left), or store
-        a change made here (it opened, or auto-closed). Raises ApiError."""
+        a change made here (it opened, or auto-closed). A follower passes `store=False`:
+        it only adopts, so its metrics show the cluster's state and it writes nothing.
+        Raises ApiError."""
         if self._breaker_store is None:
             return
         _, record = await self._breaker_store.read()
@@ -364,7 +366,7 @@ class Controller:
                 self.reset_breaker(by=record.changed_by)
             self._publish_gauges()
             return
-        if record is None or record.open != self._breaker.open:
+        if store and (record is None or record.open != self._breaker.open):
             new = BreakerRecord(
                 open=self._breaker.open,
                 changed_at=now_rfc3339(),

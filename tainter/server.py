@@ -148,8 +148,7 @@ def _loops(background: Background) -> Callable[[web.Application], AsyncIterator[
                 await controller.reconcile()
 
         async def breaker() -> None:
-            if leadership.is_leader:
-                await controller.sync_breaker()
+            await controller.sync_breaker(store=leadership.is_leader)
 
         runs = [
             supervisor.run(
