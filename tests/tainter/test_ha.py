@@ -208,7 +208,14 @@ def test_two_replicas_fail_over_with_the_breaker_kept(ha: HaStack) -> None:
         what="the open breaker stored on the Lease",
     )
     assert keys(ha.cluster, "gpu-2") == []
+    wait_until(  # a follower shows the cluster's breaker state, and writes nothing for it
+        lambda: follower.metric("fleetwatch_tainter_breaker_open") == 1.0,
+        timeout=10,
+        what="the follower to show the stored breaker state",
+    )
     assert set(non_lease_writers(ha.cluster)) == {leader.user}  # the follower never wrote
+    lease_writers = {user for user, what in ha.cluster.writers if what.startswith("lease/")}
+    assert lease_writers == {leader.user}
     writes_before_kill = len(non_lease_writers(ha.cluster))
 
     leader.server.process.kill()  # SIGKILL: no release, the Lease must expire
