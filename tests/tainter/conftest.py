@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSour
 from fleetwatch.tainter.writes import RetryPolicy
 
 TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+Client = TestClient[Any, Any]
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
@@ -115,12 +118,28 @@ def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def post(client: Client, body: Any, headers: dict[str, str] | None = None) -> Any:
+    """POST a webhook body (a dict, or raw bytes) to /alerts; the status and decoded JSON."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = await client.post("/alerts", data=data, headers=AUTH if headers is None else headers)
+    return response.status, await response.json()
+
+
 @pytest.fixture
 def cluster() -> FakeCluster:
     fake = FakeCluster(token="kube-token")
     for index in range(10):
         fake.add_node(f"gpu-{index}", labels={"nvidia.com/gpu.present": "true"})
     return fake
+
+
+@pytest.fixture
+async def kube_http(cluster: FakeCluster) -> AsyncIterator[Client]:
+    """A plain HTTP client of the fake API (token `kube-token`)."""
+    client = TestClient(TestServer(make_app(cluster), host="127.0.0.1"))
+    await client.start_server()
+    yield client
+    await client.close()
 
 
 @pytest.fixture

@@ -5,12 +5,11 @@ renew deadline, release, followers never write, and a breaker that outlives its 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerStore
 from fleetwatch.tainter.election import (
@@ -31,14 +30,6 @@ AUTH = {"Authorization": "Bearer kube-token"}
 Client = TestClient[Any, Any]
 
 
-@pytest.fixture
-async def api(cluster: FakeCluster) -> AsyncIterator[Client]:
-    client = TestClient(TestServer(make_app(cluster), host="127.0.0.1"))
-    await client.start_server()
-    yield client
-    await client.close()
-
-
 def lease_body(holder: str, version: str | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "lock"}
     if version is not None:
@@ -49,25 +40,25 @@ def lease_body(holder: str, version: str | None = None) -> dict[str, Any]:
     }
 
 
-async def test_fake_leases_have_real_semantics(api: Client) -> None:
-    created = await api.post(LEASES, json=lease_body("a"), headers=AUTH)
+async def test_fake_leases_have_real_semantics(kube_http: Client) -> None:
+    created = await kube_http.post(LEASES, json=lease_body("a"), headers=AUTH)
     assert created.status == 201
     version = (await created.json())["metadata"]["resourceVersion"]
-    again = await api.post(LEASES, json=lease_body("b"), headers=AUTH)
+    again = await kube_http.post(LEASES, json=lease_body("b"), headers=AUTH)
     assert (again.status, (await again.json())["reason"]) == (409, "AlreadyExists")
-    ok = await api.put(f"{LEASES}/lock", json=lease_body("b", version), headers=AUTH)
+    ok = await kube_http.put(f"{LEASES}/lock", json=lease_body("b", version), headers=AUTH)
     assert ok.status == 200
-    stale = await api.put(f"{LEASES}/lock", json=lease_body("c", version), headers=AUTH)
+    stale = await kube_http.put(f"{LEASES}/lock", json=lease_body("c", version), headers=AUTH)
     assert (stale.status, (await stale.json())["reason"]) == (409, "Conflict")
-    blind = await api.put(f"{LEASES}/lock", json=lease_body("c"), headers=AUTH)
+    blind = await kube_http.put(f"{LEASES}/lock", json=lease_body("c"), headers=AUTH)
     assert blind.status == 409  # a replace must say which version it read
     bad = lease_body("c", (await ok.json())["metadata"]["resourceVersion"])
     bad["spec"]["leaseDurationSeconds"] = "15"
-    assert (await api.put(f"{LEASES}/lock", json=bad, headers=AUTH)).status == 422
-    current = await (await api.get(f"{LEASES}/lock", headers=AUTH)).json()
+    assert (await kube_http.put(f"{LEASES}/lock", json=bad, headers=AUTH)).status == 422
+    current = await (await kube_http.get(f"{LEASES}/lock", headers=AUTH)).json()
     assert current["spec"]["holderIdentity"] == "b"
-    assert (await api.get(f"{LEASES}/other", headers=AUTH)).status == 404
-    patched = await api.patch(
+    assert (await kube_http.get(f"{LEASES}/other", headers=AUTH)).status == 404
+    patched = await kube_http.patch(
         f"{LEASES}/lock",
         data=json.dumps({"metadata": {"annotations": {"x": "1"}}}),
         headers={**AUTH, "Content-Type": "application/merge-patch+json"},

@@ -9,10 +9,8 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
 from fleetwatch.collectors.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.metrics import TainterMetrics
@@ -20,24 +18,17 @@ from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy
 
 from tests.tainter.conftest import (
+    AUTH,
     T0,
-    TOKEN,
+    Client,
     ControllerFactory,
     FakeEvidence,
     alert,
     keys,
+    post,
     resolved,
     webhook,
 )
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-Client = TestClient[Any, Any]
-
-
-async def post(client: Client, body: Any, headers: dict[str, str] | None = None) -> Any:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = await client.post("/alerts", data=data, headers=AUTH if headers is None else headers)
-    return response.status, await response.json()
 
 
 async def metric(client: Client, line: str) -> bool:

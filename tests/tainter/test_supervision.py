@@ -5,24 +5,23 @@ makes `/healthz` fail so the kubelet restarts the process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, parse_webhook
 from fleetwatch.tainter.server import Background, make_app
 from fleetwatch.tainter.sources import PrometheusEvidence
 from fleetwatch.tainter.supervise import Supervisor
 
-from tests.tainter.conftest import ControllerFactory, alert, keys, resolved, webhook
-
-Client = TestClient[Any, Any]
+from tests.tainter.conftest import Client, ControllerFactory, alert, keys, resolved, webhook
 
 
 class FakePrometheus:
@@ -78,6 +77,27 @@ def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+@contextlib.asynccontextmanager
+async def serving(
+    controller: Controller, metrics: TainterMetrics, supervisor: Supervisor
+) -> AsyncIterator[Client]:
+    """The app with its background loops every 50 ms, served until the block ends."""
+    app = make_app(
+        controller=controller,
+        metrics=metrics,
+        auth=None,
+        max_body_bytes=1024,
+        background=Background(reconcile_interval=0.05, breaker_interval=0.05),
+        supervisor=supervisor,
+    )
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 async def test_prometheus_and_api_failures_are_counted_and_the_loop_keeps_running(
     make_controller: ControllerFactory,
     cluster: FakeCluster,
@@ -97,17 +117,8 @@ async def test_prometheus_and_api_failures_are_counted_and_the_loop_keeps_runnin
         fake.mode = "null"
         await controller.handle_alerts(parse_webhook(webhook(alert("gpu-1"))))
         await controller.handle_alerts(parse_webhook(webhook(resolved("gpu-1"))))
-        app = make_app(
-            controller=controller,
-            metrics=metrics,
-            auth=None,
-            max_body_bytes=1024,
-            background=Background(reconcile_interval=0.05, breaker_interval=0.05),
-            supervisor=Supervisor(metrics=metrics, stall_intervals=5, stall_grace=2.0),
-        )
-        client = TestClient(TestServer(app, host="127.0.0.1"))
-        await client.start_server()
-        try:
+        supervisor = Supervisor(metrics=metrics, stall_intervals=5, stall_grace=2.0)
+        async with serving(controller, metrics, supervisor) as client:
             for mode in ("null", "html", "500", "scalar", "slow"):
                 fake.mode = mode
                 errors = sample(
@@ -150,8 +161,6 @@ async def test_prometheus_and_api_failures_are_counted_and_the_loop_keeps_runnin
                 > time.time() - 10
             )
             assert (await client.get("/healthz")).status == 200
-        finally:
-            await client.close()
 
 
 class StuckAlerts:
@@ -164,17 +173,9 @@ class StuckAlerts:
 
 async def test_a_loop_stuck_forever_fails_healthz(make_controller: ControllerFactory) -> None:
     metrics = TainterMetrics()
-    app = make_app(
-        controller=make_controller(metrics=metrics, alert_source=StuckAlerts()),
-        metrics=metrics,
-        auth=None,
-        max_body_bytes=1024,
-        background=Background(reconcile_interval=0.05, breaker_interval=0.05),
-        supervisor=Supervisor(metrics=metrics, stall_intervals=3, stall_grace=0.0),
-    )
-    client = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    try:
+    controller = make_controller(metrics=metrics, alert_source=StuckAlerts())
+    supervisor = Supervisor(metrics=metrics, stall_intervals=3, stall_grace=0.0)
+    async with serving(controller, metrics, supervisor) as client:
 
         async def unhealthy() -> bool:
             return (await client.get("/healthz")).status == 503
@@ -183,5 +184,3 @@ async def test_a_loop_stuck_forever_fails_healthz(make_controller: ControllerFac
         body = await (await client.get("/healthz")).text()
         assert "reconcile loop" in body
         assert "breaker loop" not in body  # the other loop is fine
-    finally:
-        await client.close()

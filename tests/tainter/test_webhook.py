@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from aiohttp.test_utils import TestClient
 from fleetwatch.collectors.sim.kubeapi import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.tainter.conftest import TOKEN, alert, keys, webhook
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-Client = TestClient[Any, Any]
-
-
-async def post(client: Client, body: Any, headers: dict[str, str] | None = None) -> Any:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = await client.post("/alerts", data=data, headers=AUTH if headers is None else headers)
-    return response.status, await response.json()
+from tests.tainter.conftest import AUTH, Client, alert, keys, post, webhook
 
 
 async def test_valid_notification_taints(tainter_client: Client, cluster: FakeCluster) -> None:
