@@ -102,8 +102,8 @@ def test_policy_defaults_are_safe_and_come_from_the_shipped_rules() -> None:
             "--taint.max-per-node=3",
         )
     ).policy
-    assert chart.declared_reasons == {"gpu-overheat", "custom"}
-    assert (chart.allow_noexecute, chart.max_per_node) == ({"gpu-lost"}, 3)
+    assert chart.declared_reasons == frozenset({"gpu-overheat", "custom"})
+    assert (chart.allow_noexecute, chart.max_per_node) == (frozenset({"gpu-lost"}), 3)
     anything = cli.settings_from_args(
         parse("taint", "--web.insecure-no-token", "--taint.allow-undeclared-reasons")
     ).policy
