@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from fleetwatch.tainter.election import Leadership, NotLeader
 from fleetwatch.tainter.kube import ApiError, Lease, LeaseApi, Malformed
 
 
@@ -157,10 +158,19 @@ class BreakerStore:
 
     In the cluster, not in a process: a new leader inherits an open breaker, and
     `fleetwatch breaker reset` closes it with the caller's own credentials, so RBAC on
-    the Lease decides who may. Writes are merge patches guarded by resourceVersion."""
+    the Lease decides who may. Writes are merge patches guarded by resourceVersion; with
+    `leadership`, only while leader (a deposed leader never overwrites its successor)."""
 
-    def __init__(self, *, api: LeaseApi, namespace: str, name: str) -> None:
+    def __init__(
+        self,
+        *,
+        api: LeaseApi,
+        namespace: str,
+        name: str,
+        leadership: Leadership | None = None,
+    ) -> None:
         self._api = api
+        self._leadership = leadership
         self.namespace = namespace
         self.name = name
 
@@ -190,7 +200,10 @@ class BreakerStore:
     async def write(self, record: BreakerRecord) -> None:
         """Store `record`, creating the Lease (unheld) when it does not exist yet.
 
-        Raises Conflict when the Lease changed since it was read: read again."""
+        Raises Conflict when the Lease changed since it was read: read again, and
+        NotLeader when this replica lost the Lease."""
+        if self._leadership is not None and not self._leadership.is_leader:
+            raise NotLeader
         lease, _ = await self.read()
         annotations = {BREAKER_ANNOTATION: record.to_annotation()}
         if lease is None:

@@ -6,7 +6,6 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fleetwatch.tainter.breaker import BreakerPolicy
 from fleetwatch.tainter.payload import PayloadError, taint_key, valid_node_name
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
 
@@ -343,6 +342,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
     from fleetwatch.tainter.auth import TokenError, read_token
+    from fleetwatch.tainter.breaker import BreakerPolicy
     from fleetwatch.tainter.controller import ControllerSettings
     from fleetwatch.tainter.election import ElectionSettings
     from fleetwatch.tainter.listener import ListenerLimits

@@ -342,7 +342,7 @@ class Controller:
         cluster (an open breaker stays open) and learn the live counts. Raises ApiError,
         and then the replica does not lead yet."""
         self._stored_breaker = None
-        await self.sync_breaker()
+        await self.sync_breaker(store=False)  # not leader yet: adopt only, write later
         await self._observe_live_counts()
 
     async def sync_breaker(self, *, store: bool = True) -> None:

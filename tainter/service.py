@@ -149,7 +149,10 @@ async def build_app(
             settings=settings.controller,
             policy=settings.policy,
             breaker_store=BreakerStore(
-                api=kube, namespace=settings.election.namespace, name=settings.election.name
+                api=kube,
+                namespace=settings.election.namespace,
+                name=settings.election.name,
+                leadership=leadership,
             ),
         )
         elector = None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerStore
+from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
     ElectionSettings,
     LeaderElector,
@@ -210,6 +210,16 @@ async def test_open_breaker_is_inherited_by_a_new_leader_and_reset_by_the_cli(
     record = (await store.read())[1]
     assert record is not None
     assert record.open
+
+
+async def test_a_deposed_leader_never_stores_the_breaker(
+    kube: KubeNodeApi, cluster: FakeCluster
+) -> None:
+    deposed = Leadership(renew_deadline=10.0)  # never renewed: not the leader
+    store = BreakerStore(api=kube, namespace="fw", name="lock", leadership=deposed)
+    with pytest.raises(NotLeader):
+        await store.write(BreakerRecord(open=False, changed_at="now", changed_by="old"))
+    assert cluster.leases == {}
 
 
 def test_breaker_reset_command_patches_the_lease(cluster: FakeCluster, tmp_path: Path) -> None:
