@@ -50,10 +50,7 @@ async def test_noexecute_is_refused_but_the_rest_of_the_notification_applies(
     assert keys(cluster, "gpu-1") == []  # nothing written for the refused alert
     assert keys(cluster, "gpu-2") == ["fleetwatch.io/gpu-overheat"]  # the other applied
     assert [w.node for w in cluster.writes] == ["gpu-2"]
-    assert any(
-        r.getMessage() == "taint refused by policy" and getattr(r, "why", "") == "noexecute"
-        for r in caplog.records
-    )
+    assert logged(caplog, "taint refused by policy", why="noexecute", alertname="Evictor")
     assert await metric(
         tainter_client, 'fleetwatch_tainter_policy_refusals_total{why="noexecute"} 1.0'
     )
@@ -83,10 +80,23 @@ async def test_noexecute_is_written_for_a_reason_the_operator_allows(
     assert [(r.alert.node, r.why) for r in outcome.refused] == [("gpu-2", "noexecute")]
 
 
+def logged(caplog: pytest.LogCaptureFixture, message: str, **fields: str) -> bool:
+    """True when a record with this message (and these structured fields) was logged."""
+    return any(
+        r.getMessage() == message and all(getattr(r, k, None) == v for k, v in fields.items())
+        for r in caplog.records
+    )
+
+
 async def test_undeclared_reason_is_refused_unless_allowed(
-    tainter_client: Client, cluster: FakeCluster, make_controller: ControllerFactory
+    tainter_client: Client,
+    cluster: FakeCluster,
+    make_controller: ControllerFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING)
     status, body = await post(tainter_client, webhook(alert("gpu-1", reason="made-up-reason")))
+    assert logged(caplog, "taint refused by policy", why="undeclared_reason", node="gpu-1")
     assert status == 422
     assert "made-up-reason" in body["error"]
     assert "not declared" in body["error"]
@@ -103,7 +113,7 @@ async def test_undeclared_reason_is_refused_unless_allowed(
 
 
 async def test_twenty_reasons_on_one_node_stop_at_the_per_node_cap(
-    make_controller: ControllerFactory, cluster: FakeCluster
+    make_controller: ControllerFactory, cluster: FakeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     metrics = TainterMetrics()
     controller = make_controller(
@@ -123,6 +133,7 @@ async def test_twenty_reasons_on_one_node_stop_at_the_per_node_cap(
         == 12
     )
     assert len(cluster.events_for("gpu-1", "TaintRefused")) == 12
+    assert logged(caplog, "taint refused: node at the per-node cap", key="fleetwatch.io/reason-19")
     annotation = cluster.nodes["gpu-1"]["metadata"]["annotations"]["fleetwatch.io/taints"]
     assert len(json.loads(annotation)) == 8
     # a repeat of the same notification writes nothing more and refuses the same twelve
@@ -178,8 +189,9 @@ async def test_alerts_for_missing_nodes_leave_no_state_behind(
 
 
 async def test_deep_and_large_bodies_are_refused_and_counted(
-    tainter_client: Client, cluster: FakeCluster
+    tainter_client: Client, cluster: FakeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING)
     deep = b"[" * 100_000 + b"]" * 100_000
     response = await tainter_client.post("/alerts", data=deep[: 60 * 1024], headers=AUTH)
     assert response.status == 400  # unbalanced and deep: refused, not a 500
@@ -188,6 +200,8 @@ async def test_deep_and_large_bodies_are_refused_and_counted(
     status, body = await post(tainter_client, b" " * (65 * 1024))
     assert status == 413
     assert cluster.writes == []
+    assert logged(caplog, "webhook rejected: JSON nested too deep")
+    assert logged(caplog, "webhook rejected: body too large")
     assert await metric(
         tainter_client, 'fleetwatch_tainter_webhook_requests_total{result="too_deep"} 2.0'
     )

@@ -133,6 +133,8 @@ async def test_prometheus_and_api_failures_are_counted_and_the_loop_keeps_runnin
 
                 await until(counted, what=f"Prometheus errors counted in mode {mode}")
                 assert (await client.get("/healthz")).status == 200, mode
+                again = await client.post("/alerts", json=webhook(resolved("gpu-1")))
+                assert again.status == 200, mode  # the node's webhooks keep working
                 assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"], mode
 
             fake.mode = "clear"
