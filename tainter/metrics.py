@@ -13,8 +13,14 @@ class TainterMetrics:
         self.webhook_requests = Counter(
             "fleetwatch_tainter_webhook_requests_total",
             "Alertmanager webhook requests by result (ok, refused, unauthorized, bad_request, "
-            "too_deep, too_large, not_leader, api_error).",
+            "too_deep, too_large, api_error); a standby's answers are counted apart.",
             ["result"],
+            registry=self.registry,
+        )
+        self.standby_requests = Counter(
+            "fleetwatch_tainter_standby_webhook_requests_total",
+            "Webhook requests this replica answered 503 because it is not the leader "
+            "(Alertmanager retries them; through the Service they reach the leader).",
             registry=self.registry,
         )
         self.webhook_duration = Histogram(

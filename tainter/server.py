@@ -43,6 +43,7 @@ AUTH_KEY: Final = web.AppKey("auth", TokenFile)
 MAX_BODY_KEY: Final = web.AppKey("max_body_bytes", int)
 LEADERSHIP_KEY: Final = web.AppKey("leadership", Leadership)
 SUPERVISOR_KEY: Final = web.AppKey("supervisor", Supervisor)
+STANDBY: Final = "standby"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,10 @@ async def _alerts(request: web.Request) -> web.Response:
         response, result = await _handle_alerts(request)
     finally:
         metrics.webhook_duration.observe(time.perf_counter() - started)
-    metrics.webhook_requests.labels(result=result).inc()
+    if result == STANDBY:
+        metrics.standby_requests.inc()  # routing, not a failure: the retry reaches the leader
+    else:
+        metrics.webhook_requests.labels(result=result).inc()
     return response
 
 
@@ -80,9 +84,11 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
     if not _authorized(request):
         return _error(401, "missing or wrong bearer token"), "unauthorized"
     if not request.app[LEADERSHIP_KEY].is_leader:
-        return _error(503, "this replica is not the leader; retry (the leader answers)"), (
-            "not_leader"
-        )
+        # Closing the connection sends the retry through the Service again, to a new
+        # backend: a kept-alive connection would bring every retry back to this replica.
+        answer = _error(503, "this replica is not the leader; retry (the leader answers)")
+        answer.force_close()
+        return answer, STANDBY
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:

@@ -691,7 +691,8 @@ def test_tainter_runs_highly_available(releases: dict[str, Release]) -> None:
     )
     assert spread["labelSelector"]["matchLabels"] == selector
     container = _container(deployment)
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"  # only the leader
+    # a standby must count as ready, or the budget below could never let the leader go
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     budget = release.one("PodDisruptionBudget")
     assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}

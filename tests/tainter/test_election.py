@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
@@ -20,7 +20,9 @@ from fleetwatch.tainter.election import (
     NotLeader,
 )
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi
+from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 
 from tests.tainter.conftest import ControllerFactory, alert, keys, served_in_thread, webhook
@@ -162,6 +164,34 @@ async def test_leader_that_cannot_renew_steps_down_within_the_renew_deadline(
         await elector.step()
     assert not leadership.is_leader
     assert changes == [("a", True), ("a", False)]
+
+
+async def test_a_follower_answers_503_and_closes_the_connection(
+    make_controller: ControllerFactory, cluster: FakeCluster
+) -> None:
+    metrics = TainterMetrics()
+    app = make_tainter_app(
+        controller=make_controller(metrics=metrics),
+        metrics=metrics,
+        auth=None,
+        max_body_bytes=1 << 16,
+        leadership=Leadership(renew_deadline=10.0),  # never elected
+    )
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        response = await client.post("/alerts", json=webhook(alert("gpu-1")))
+        assert response.status == 503
+        assert response.headers.get("Connection", "").lower() == "close"
+        assert "not the leader" in (await response.json())["error"]
+        assert (await client.get("/readyz")).status == 503
+        exposition = await (await client.get("/metrics")).text()
+        assert "fleetwatch_tainter_standby_webhook_requests_total 1.0" in exposition
+        assert "fleetwatch_tainter_webhook_requests_total{" not in exposition  # no failure
+        assert (await client.get("/healthz")).status == 200
+    finally:
+        await client.close()
+    assert cluster.writers == []
 
 
 async def test_followers_never_write(kube: KubeNodeApi, cluster: FakeCluster) -> None:
