@@ -86,9 +86,9 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
     if not request.app[LEADERSHIP_KEY].is_leader:
         # Closing the connection sends the retry through the Service again, to a new
         # backend: a kept-alive connection would bring every retry back to this replica.
-        answer = _error(503, "this replica is not the leader; retry (the leader answers)")
-        answer.force_close()
-        return answer, STANDBY
+        busy = _error(503, "this replica is not the leader; retry (the leader answers)")
+        busy.force_close()
+        return busy, STANDBY
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -114,14 +114,14 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
         return _error(503, f"Kubernetes API failed, retry later: {exc}"), "api_error"
     if outcome.refused:
         first = outcome.refused[0]
-        answer = {
+        refusal = {
             "status": "error",
             "error": f"{len(outcome.refused)} alert(s) refused by the taint policy; first: "
             f"{first.alert.alertname} on {first.alert.node}: {first.detail}",
             "refused": [r.to_json() for r in outcome.refused],
             "alerts": len(alerts),
         }
-        return web.json_response(answer, status=422), "refused"
+        return web.json_response(refusal, status=422), "refused"
     return web.json_response({"status": "ok", "alerts": len(alerts)}), "ok"
 
 
