@@ -62,7 +62,7 @@ def test_defaults_and_overrides() -> None:
         ("--web.max-body-bytes=0", "invalid count '0': expected a whole number >= 1"),
         ("--taint.max-per-node=0", "invalid count '0'"),
         ("--taint.allow-noexecute=gpu-lost,bad reason", "not a valid taint key name"),
-        ("--leader-elect.retry-period=0s", "must be greater than 0"),
+        ("--leader-elect.retry-period=0s", "invalid duration '0s'"),
         ("--web.read-header-timeout=never", "invalid duration 'never'"),
         ("--web.max-connections=0", "invalid count '0'"),
     ],
