@@ -2,16 +2,28 @@
 
 Prints webhook latency (p50/p99/max), taints per second until the breaker trips,
 whether exactly the cap was tainted, and the process's memory before and at its peak.
-Everything runs in this process on loopback: the fake API, the tainter app (real
+Everything runs in this process on loopback: the fake API, the tainter app(s) (real
 kubernetes_asyncio client, generated kubeconfig) and the webhook senders, so the figures
-include the fake API's own CPU cost.
+include the fake API's own CPU cost. With --replicas 2 two tainters run with leader
+election (shipped timings) and every notification goes to both, as Alertmanager does
+with two webhook targets: the leader's latencies are the ones that matter, the follower
+answers 503.
 
 With --latency it measures alert-to-taint latency instead, through real Prometheus (5 s
 scrape and evaluation, the repo's rules) and real Alertmanager (the shipped route): from
 the first exporter sample of GPU 3 above 78 °C to the taint on the simulated node.
 
+With --failover it runs two `fleetwatch taint --leader-elect` processes (shipped Lease
+timings: 15 s duration, 10 s renew deadline, 2 s retry), kills the leader with SIGKILL and
+times the first taint written by the new leader (a notification is offered to it every
+100 ms). With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
+prints the tainter's RSS and state sizes as it goes.
+
     .venv/bin/python bench/bench_tainter.py [--nodes 2000] [--cap 200] [--senders 200]
+    .venv/bin/python bench/bench_tainter.py --replicas 2
     .venv/bin/python bench/bench_tainter.py --latency
+    .venv/bin/python bench/bench_tainter.py --failover
+    .venv/bin/python bench/bench_tainter.py --missing-nodes 15000
 """
 
 from __future__ import annotations
@@ -27,15 +39,24 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 from aiohttp.test_utils import TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.election import (
+    ElectionSettings,
+    LeaderElector,
+    LeaderOnlyNodeApi,
+    Leadership,
+)
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
+from fleetwatch.tainter.server import Background
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.sources import NoEvidence
 
@@ -67,7 +88,57 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-async def storm(nodes: int, cap: int, senders: int) -> None:
+class Replica:
+    """One in-process tainter: controller, app and (with election) its leadership."""
+
+    def __init__(self, *, kube: KubeNodeApi, cap: int, name: str, elect: bool) -> None:
+        self.metrics = TainterMetrics()
+        self.leadership = Leadership(renew_deadline=10.0 if elect else None)
+        self.controller = Controller(
+            api=LeaderOnlyNodeApi(real=kube, leadership=self.leadership),
+            breaker=Breaker(policy=BreakerPolicy(max_nodes=cap, max_fraction=1.0)),
+            evidence=NoEvidence(),
+            alerts=None,
+            metrics=self.metrics,
+            settings=ControllerSettings(node_selector="gpu=true", hold_seconds=300.0),
+            policy=TaintPolicy(declared_reasons=shipped_reasons()),
+            breaker_store=BreakerStore(api=kube, namespace="bench", name="tainter"),
+        )
+        elector = (
+            LeaderElector(
+                api=kube,
+                settings=ElectionSettings(namespace="bench", name="tainter", identity=name),
+                leadership=self.leadership,
+                on_elected=self.controller.prepare_to_lead,
+                on_change=lambda _: None,
+            )
+            if elect
+            else None
+        )
+        self.server = TestServer(
+            make_tainter_app(
+                controller=self.controller,
+                metrics=self.metrics,
+                auth=None,
+                max_body_bytes=1 << 20,
+                leadership=self.leadership,
+                background=Background(
+                    reconcile_interval=3600.0, breaker_interval=2.0, elector=elector
+                )
+                if elect
+                else None,
+            ),
+            host="127.0.0.1",
+        )
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("/alerts"))
+
+
+@contextlib.asynccontextmanager
+async def fake_cluster(nodes: int) -> AsyncIterator[tuple[FakeCluster, KubeNodeApi]]:
+    """The fake API with `nodes` GPU nodes, and a real client connected to it."""
     cluster = FakeCluster(token="kube")
     for index in range(nodes):
         cluster.add_node(f"gpu-{index:05d}", labels={"gpu": "true"})
@@ -78,90 +149,190 @@ async def storm(nodes: int, cap: int, senders: int) -> None:
             Path(tmp) / "kubeconfig", server=str(api_server.make_url("")).rstrip("/"), token="kube"
         )
         kube = await KubeNodeApi.connect(kubeconfig=kubeconfig)
-    metrics = TainterMetrics()
-    controller = Controller(
-        api=kube,
-        breaker=Breaker(policy=BreakerPolicy(max_nodes=cap, max_fraction=1.0)),
-        evidence=NoEvidence(),
-        alerts=None,
-        metrics=metrics,
-        settings=ControllerSettings(node_selector="gpu=true", hold_seconds=300.0),
+    try:
+        yield cluster, kube
+    finally:
+        await kube.close()
+        await api_server.close()
+
+
+def percentiles(latencies: list[float]) -> str:
+    ordered = sorted(latencies)
+    return (
+        f"p50 {statistics.median(ordered) * 1000:.1f} ms, "
+        f"p99 {ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000:.1f} ms, "
+        f"max {ordered[-1] * 1000:.1f} ms"
     )
-    tainter = TestServer(
-        make_tainter_app(
-            controller=controller,
-            metrics=metrics,
-            token=TOKEN.encode(),
-            max_body_bytes=1 << 20,
-            reconcile_interval=None,
-        ),
-        host="127.0.0.1",
-    )
-    await tainter.start_server()
-    url = str(tainter.make_url("/alerts"))
-    latencies: list[float] = []
+
+
+async def storm(nodes: int, cap: int, senders: int, replicas: int) -> None:
+    async with fake_cluster(nodes) as (cluster, kube):
+        tainters = [
+            Replica(kube=kube, cap=cap, name=f"replica-{i}", elect=replicas > 1)
+            for i in range(replicas)
+        ]
+        for tainter in tainters:
+            await tainter.server.start_server()
+        deadline = time.monotonic() + 30
+        while not any(t.leadership.is_leader for t in tainters):
+            if time.monotonic() > deadline:
+                raise SystemExit("no replica became leader within 30 s")
+            await asyncio.sleep(0.05)
+        leader = next(t for t in tainters if t.leadership.is_leader)
+        await report_storm(cluster, tainters, leader, nodes=nodes, cap=cap, senders=senders)
+        for tainter in tainters:
+            await tainter.server.close()
+
+
+async def report_storm(
+    cluster: FakeCluster,
+    tainters: list[Replica],
+    leader: Replica,
+    *,
+    nodes: int,
+    cap: int,
+    senders: int,
+) -> None:
+    latencies: dict[str, list[float]] = {"leader": [], "follower": []}
     taint_times: list[float] = []
     queue: asyncio.Queue[str] = asyncio.Queue()
     for index in range(nodes):
         queue.put_nowait(f"gpu-{index:05d}")
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json"}
     rss_before = _status_mib("VmRSS")
     start = time.perf_counter()
     statuses: dict[int, int] = {}
 
+    async def post(session: aiohttp.ClientSession, tainter: Replica, node: str) -> None:
+        sent = time.perf_counter()
+        async with session.post(tainter.url, data=notification(node), headers=headers) as response:
+            await response.read()
+            statuses[response.status] = statuses.get(response.status, 0) + 1
+        role = "leader" if tainter is leader else "follower"
+        latencies[role].append(time.perf_counter() - sent)
+
     async def sender(session: aiohttp.ClientSession) -> None:
         while not queue.empty():
             node = queue.get_nowait()
-            sent = time.perf_counter()
-            async with session.post(url, data=notification(node), headers=headers) as response:
-                await response.read()
-                statuses[response.status] = statuses.get(response.status, 0) + 1
-            done = time.perf_counter()
-            latencies.append(done - sent)
+            await asyncio.gather(*(post(session, t, node) for t in tainters))
             if cluster.taints(node):
-                taint_times.append(done - start)
+                taint_times.append(time.perf_counter() - start)
 
-    connector = aiohttp.TCPConnector(limit=senders)
+    connector = aiohttp.TCPConnector(limit=senders * len(tainters))
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(*(sender(session) for _ in range(senders)))
     total = time.perf_counter() - start
     tainted = sum(1 for name in cluster.nodes if cluster.taints(name))
-    refused = metrics.registry.get_sample_value(
+    refused = leader.metrics.registry.get_sample_value(
         "fleetwatch_tainter_taint_operations_total", {"op": "add", "result": "refused"}
     )
-    latencies.sort()
     trip = max(taint_times) if taint_times else float("nan")
     print(
         f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}"
     )
     print(
         f"storm: {nodes} nodes, one notification each, {senders} concurrent senders, "
-        f"breaker cap {cap}"
+        f"breaker cap {cap}, {len(tainters)} replica(s)"
     )
     print(f"statuses: {statuses}")
-    print(
-        f"webhook latency: p50 {statistics.median(latencies) * 1000:.1f} ms, "
-        f"p99 {latencies[int(len(latencies) * 0.99) - 1] * 1000:.1f} ms, "
-        f"max {latencies[-1] * 1000:.1f} ms"
-    )
+    print(f"webhook latency, leader: {percentiles(latencies['leader'])}")
+    if latencies["follower"]:
+        print(f"webhook latency, follower (503): {percentiles(latencies['follower'])}")
     print(
         f"taints until the breaker tripped: {len(taint_times)} in {trip:.2f} s "
         f"= {len(taint_times) / trip:.0f} taints/s"
     )
     print(f"whole storm handled in {total:.2f} s ({nodes / total:.0f} notifications/s)")
+    writers = {user for user, what in cluster.writers if what.startswith("node/")}
     print(
         f"tainted nodes: {tainted} (cap {cap}: {'exactly the cap' if tainted == cap else 'WRONG'})"
-        f", refused: {refused:.0f}, breaker open: {controller.breaker.open}, "
-        f"node writes: {len(cluster.writes)}"
+        f", refused: {refused:.0f}, breaker open: {leader.controller.breaker.open}, "
+        f"node writes: {len(cluster.writes)} by {len(writers)} writer(s)"
     )
     peak = _status_mib("VmHWM")
     print(
         f"process memory: RSS {rss_before:.1f} MiB before the storm, peak {peak:.1f} MiB "
         "(fake API, tainter and senders in one process: an upper bound for the tainter)"
     )
-    await tainter.close()
-    await kube.close()
-    await api_server.close()
+
+
+async def missing_nodes(count: int) -> None:
+    """RSS and state sizes while `count` alerts arrive for nodes that do not exist."""
+    async with fake_cluster(10) as (cluster, kube):
+        tainter = Replica(kube=kube, cap=10, name="only", elect=False)
+        await tainter.server.start_server()
+        async with aiohttp.ClientSession() as session:
+            print(f"RSS before: {_status_mib('VmRSS'):.1f} MiB")
+            for index in range(count):
+                async with session.post(
+                    tainter.url, data=notification(f"missing-{index:06d}")
+                ) as response:
+                    await response.read()
+                if (index + 1) % (count // 3) == 0:
+                    print(
+                        f"after {index + 1} alerts for missing nodes: RSS "
+                        f"{_status_mib('VmRSS'):.1f} MiB, state {tainter.controller.state_sizes()}"
+                    )
+        print(f"node writes: {len(cluster.writes)}")
+        await tainter.server.close()
+
+
+def failover() -> None:
+    """Kill the leader of two real tainter processes; time the new leader's first taint."""
+    import signal
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.servers import fleetwatch_command, http_status
+    from tests.tainter.conftest import served_in_thread
+
+    cluster = FakeCluster(token="kube")
+    for index in range(20):
+        cluster.add_node(f"gpu-{index:05d}", labels={"gpu": "true"})
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        served_in_thread(make_app(cluster)) as api,
+        contextlib.ExitStack() as stack,
+    ):
+        kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", server=api, token="kube")
+        replicas = [
+            stack.enter_context(
+                fleetwatch_command(
+                    Path(tmp) / f"replica-{i}",
+                    command="taint",
+                    args=[
+                        "--web.insecure-no-token",
+                        f"--kubeconfig={kubeconfig}",
+                        "--leader-elect",
+                        "--breaker.max-fraction=1",
+                    ],
+                )
+            )
+            for i in range(2)
+        ]
+        deadline = time.monotonic() + 60
+        while not any(http_status(r.url + "/readyz") == 200 for r in replicas):
+            if time.monotonic() > deadline:
+                raise SystemExit("no leader within 60 s")
+            time.sleep(0.1)
+        leader = next(r for r in replicas if http_status(r.url + "/readyz") == 200)
+        follower = next(r for r in replicas if r is not leader)
+        leader.process.send_signal(signal.SIGKILL)
+        leader.process.wait(timeout=10)
+        killed = time.monotonic()
+        node = "gpu-00007"
+        while not cluster.taints(node) and time.monotonic() - killed < 60:
+            request = urllib.request.Request(
+                follower.url + "/alerts",
+                data=notification(node),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(request, timeout=5).close()
+            time.sleep(0.1)
+        took = time.monotonic() - killed
+    print("failover, shipped Lease timings (15 s duration, 10 s renew deadline, 2 s retry):")
+    print(f"  {took:.1f} s from SIGKILL of the leader to the new leader's first taint")
 
 
 def latency() -> None:
@@ -199,12 +370,19 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--cap", type=int, default=200)
     parser.add_argument("--senders", type=int, default=200)
+    parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--latency", action="store_true", help="measure alert-to-taint instead")
+    parser.add_argument("--failover", action="store_true", help="measure leader failover")
+    parser.add_argument("--missing-nodes", type=int, default=0, help="alerts for missing nodes")
     args = parser.parse_args()
     if args.latency:
         latency()
+    elif args.failover:
+        failover()
+    elif args.missing_nodes:
+        asyncio.run(missing_nodes(args.missing_nodes))
     else:
-        asyncio.run(storm(args.nodes, args.cap, args.senders))
+        asyncio.run(storm(args.nodes, args.cap, args.senders, args.replicas))
 
 
 if __name__ == "__main__":

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from fleetwatch.tainter.breaker import BreakerPolicy
 from fleetwatch.tainter.payload import PayloadError, taint_key, valid_node_name
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
 
@@ -31,6 +27,11 @@ def _reason(text: str) -> str:
     except PayloadError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
     return text
+
+
+def _reasons(text: str) -> frozenset[str]:
+    """A comma-separated list of reasons (empty allowed)."""
+    return frozenset(_reason(r.strip()) for r in text.split(",") if r.strip())
 
 
 def _evidence(text: str) -> tuple[str, str]:
@@ -59,17 +60,16 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _positive_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number >= 1")
+    return int(text)
+
+
 def _node(text: str) -> str:
     if not valid_node_name(text):
         raise argparse.ArgumentTypeError(f"invalid node name {text!r}")
     return text
-
-
-def _read_token(path: Path) -> bytes:
-    token = path.read_bytes().strip()
-    if not token:
-        raise SystemExit(f"fleetwatch taint: error: token file {path} is empty")
-    return token
 
 
 def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +78,100 @@ def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
         type=readable_file,
         default=None,
         help="kubeconfig file; without it the pod's in-cluster service account is used",
+    )
+
+
+def _add_lease(parser: argparse.ArgumentParser) -> None:
+    """Where the tainter's Lease (leader election and the breaker's state) lives."""
+    parser.add_argument(
+        "--leader-elect.namespace",
+        dest="lease_namespace",
+        default="default",
+        help="namespace of the tainter's Lease (default default; the chart: its namespace)",
+    )
+    parser.add_argument(
+        "--leader-elect.name",
+        dest="lease_name",
+        default="fleetwatch-tainter",
+        help="name of the tainter's Lease (default fleetwatch-tainter)",
+    )
+
+
+def _add_policy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--taint.allow-noexecute",
+        dest="allow_noexecute",
+        type=_reasons,
+        default=frozenset(),
+        help="REASON,...: reasons whose alerts may ask for NoExecute (it evicts running "
+        "pods; default none)",
+    )
+    parser.add_argument(
+        "--taint.declared-reasons",
+        dest="declared_reasons",
+        type=_reasons,
+        default=None,
+        help="REASON,...: the reasons alerts may ask for (default: those the installed "
+        "rules config declares)",
+    )
+    parser.add_argument(
+        "--taint.allow-undeclared-reasons",
+        dest="allow_undeclared",
+        action="store_true",
+        help="accept any valid reason, declared or not",
+    )
+    parser.add_argument(
+        "--taint.max-per-node",
+        dest="max_per_node",
+        type=_positive_count,
+        default=8,
+        help="most fleetwatch taints on one node (default 8)",
+    )
+
+
+def _add_election(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of the Lease writes",
+    )
+    _add_lease(parser)
+    for flag, dest, default, what in (
+        ("lease-duration", "lease_duration", "15s", "how long a Lease is held without renewal"),
+        ("renew-deadline", "renew_deadline", "10s", "how long the leader tries to renew"),
+        ("retry-period", "retry_period", "2s", "time between tries to acquire or renew"),
+    ):
+        parser.add_argument(
+            f"--leader-elect.{flag}",
+            dest=dest,
+            type=positive_duration,
+            default=positive_duration(default),
+            help=f"{what} (default {default})",
+        )
+
+
+def _add_listener(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--web.read-header-timeout",
+        dest="header_timeout",
+        type=positive_duration,
+        default=10.0,
+        help="close a connection whose request head has not arrived in time (default 10s)",
+    )
+    parser.add_argument(
+        "--web.keepalive-timeout",
+        dest="keepalive_timeout",
+        type=positive_duration,
+        default=75.0,
+        help="close an idle kept-alive connection after this (default 75s)",
+    )
+    parser.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_positive_count,
+        default=256,
+        help="most open connections; more are answered 503 and closed (default 256)",
     )
 
 
@@ -111,10 +205,11 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     taint.add_argument(
         "--web.max-body-bytes",
         dest="max_body",
-        type=_count,
+        type=_positive_count,
         default=1 << 20,
-        help="largest webhook body accepted (default 1 MiB)",
+        help="largest webhook body accepted, at least 1 (default 1 MiB)",
     )
+    _add_listener(taint)
     taint.add_argument("--web.tls-cert-file", dest="tls_cert", type=readable_file)
     taint.add_argument("--web.tls-key-file", dest="tls_key", type=readable_file)
     taint.add_argument(
@@ -216,6 +311,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         default="default",
         help="namespace the node Events are created in (default default)",
     )
+    _add_policy(taint)
+    _add_election(taint)
     taint.set_defaults(run=_run_taint)
 
     untaint = subparsers.add_parser("untaint", help="remove fleetwatch taints from a node now")
@@ -230,22 +327,27 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     _add_kubeconfig(untaint)
     untaint.set_defaults(run=_run_untaint)
 
-    breaker = subparsers.add_parser("breaker", help="control the tainter's circuit breaker")
-    breaker.add_argument("action", choices=("reset",))
-    breaker.add_argument(
-        "--tainter-url",
-        type=http_url,
-        required=True,
-        help="the running tainter, e.g. http://fleetwatch-tainter:9848",
+    breaker = subparsers.add_parser(
+        "breaker",
+        help="control the tainter's circuit breaker",
+        description="Close the breaker stored on the tainter's Lease, with your own "
+        "Kubernetes credentials (RBAC on the Lease decides who may).",
     )
-    breaker.add_argument("--web.token-file", dest="token_file", type=readable_file)
+    breaker.add_argument("action", choices=("reset",))
+    _add_kubeconfig(breaker)
+    _add_lease(breaker)
     breaker.set_defaults(run=_run_breaker)
 
 
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
+    from fleetwatch.tainter.auth import TokenError, read_token
+    from fleetwatch.tainter.breaker import BreakerPolicy
     from fleetwatch.tainter.controller import ControllerSettings
-    from fleetwatch.tainter.service import TaintSettings, TlsFiles
+    from fleetwatch.tainter.election import ElectionSettings
+    from fleetwatch.tainter.listener import ListenerLimits
+    from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
+    from fleetwatch.tainter.service import TaintSettings, TlsFiles, default_identity
     from fleetwatch.tainter.writes import RetryPolicy
 
     if args.token_file is None and not args.insecure:
@@ -262,11 +364,33 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
             "fleetwatch taint: error: --web.tls-client-ca-file needs "
             "--web.tls-cert-file and --web.tls-key-file"
         )
+    if args.token_file is not None:
+        try:
+            read_token(args.token_file)
+        except TokenError as exc:
+            raise SystemExit(f"fleetwatch taint: error: {exc}") from exc
+    election = ElectionSettings(
+        namespace=args.lease_namespace,
+        name=args.lease_name,
+        identity=default_identity(),
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+    )
+    problem = election.problem()
+    if problem is not None:
+        raise SystemExit(f"fleetwatch taint: error: {problem}")
+    if args.declared_reasons is not None and args.allow_undeclared:
+        raise SystemExit(
+            "fleetwatch taint: error: --taint.declared-reasons and "
+            "--taint.allow-undeclared-reasons contradict each other"
+        )
+    declared = None if args.allow_undeclared else (args.declared_reasons or shipped_reasons())
     queries = default_evidence_queries(clear_celsius=args.clear_celsius)
     queries.update(dict(args.evidence))
     manual = DEFAULT_MANUAL_REASONS if args.manual_reasons is None else args.manual_reasons
     return TaintSettings(
-        token=_read_token(args.token_file) if args.token_file else b"",
+        token_file=args.token_file,
         kubeconfig=args.kubeconfig,
         prometheus_url=args.prometheus_url,
         alertmanager_url=args.alertmanager_url,
@@ -283,9 +407,21 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
             max_fraction=args.breaker_max_fraction,
             auto_close=args.breaker_auto_close,
         ),
+        policy=TaintPolicy(
+            declared_reasons=declared,
+            allow_noexecute=args.allow_noexecute,
+            max_per_node=args.max_per_node,
+        ),
+        election=election,
+        leader_elect=args.leader_elect,
         evidence_queries=queries,
         reconcile_interval=args.reconcile_interval,
         max_body_bytes=args.max_body,
+        listener=ListenerLimits(
+            header_timeout=args.header_timeout,
+            keepalive_timeout=args.keepalive_timeout,
+            max_connections=args.max_connections,
+        ),
         event_namespace=args.event_namespace,
         tls=TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
         if args.tls_cert
@@ -298,7 +434,7 @@ def _run_taint(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     host, port = args.listen
-    if not settings.token:
+    if settings.token_file is None:
         log.warning("webhook authentication is OFF (--web.insecure-no-token)")
     return run_tainter(settings, host=host, port=port)
 
@@ -311,28 +447,8 @@ def _run_untaint(args: argparse.Namespace) -> int:
 
 
 def _run_breaker(args: argparse.Namespace) -> int:
-    headers = {}
-    if args.token_file is not None:
-        headers["Authorization"] = "Bearer " + _read_token(args.token_file).decode()
+    from fleetwatch.tainter.service import breaker_reset_command
 
-    async def reset() -> tuple[int, str]:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                f"{args.tainter_url}/breaker/reset",
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=10),
-            ) as response,
-        ):
-            return response.status, await response.text()
-
-    try:
-        status, text = asyncio.run(reset())
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        log.error("cannot reach the tainter", extra={"url": args.tainter_url, "error": repr(exc)})
-        return 1
-    if status != 200:
-        log.error("breaker reset refused", extra={"status": status, "body": text.strip()})
-        return 1
-    log.info("breaker reset", extra={"url": args.tainter_url})
-    return 0
+    return breaker_reset_command(
+        kubeconfig=args.kubeconfig, namespace=args.lease_namespace, name=args.lease_name
+    )

@@ -1,29 +1,35 @@
 """The reconcile loop: desired taints per (node, key) from alerts, applied to nodes safely.
 
 Desired state is kept per alert, not per notification: for each (node, taint key) the set
-of firing alert fingerprints that want it. A notification only updates those sets (a
-firing alert older than a resolve already seen for its fingerprint is ignored), then each
-touched node is synced: add missing taints whose set is non-empty (if the breaker allows a
-newly tainted node), and remove taints whose set is empty only when the reason is not
-manual, the hold time has passed since the alert was last seen firing, and Prometheus
-confirms the condition is clear. The periodic `reconcile` does the same from live state:
-Alertmanager's active alerts and the nodes' own taints and annotations, which is also how
-a restarted tainter rebuilds its state.
+of firing alert fingerprints that want it. The taint policy first refuses what an alert
+may never ask for (NoExecute without the operator's leave, undeclared reasons). A
+notification then only updates those sets: a resolve is remembered for a bounded time by
+fingerprint and startsAt, so a late (retried) firing of the same alert instance does not
+taint. Each touched node is synced: add missing taints whose set is non-empty (if the
+breaker allows a newly tainted node, and the node stays within the per-node cap), and
+remove taints whose set is empty only when the reason is not manual, the hold time has
+passed since the alert was last seen firing, and Prometheus confirms the condition is
+clear. The periodic `reconcile` does the same from live state: Alertmanager's active
+alerts and the nodes' own taints and annotations, which is also how a restarted tainter
+(or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetwatch.tainter.breaker import Breaker
+from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
 from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
+from fleetwatch.tainter.policy import Refusal, TaintPolicy
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
     TAINTED_LABEL,
@@ -53,6 +59,9 @@ class ControllerSettings:
     concurrency: int = 32
     owner: str = "fleetwatch-tainter"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # How long, and how many, resolves are remembered against late firings.
+    resolved_memory_seconds: float = 3600.0
+    resolved_memory_size: int = 100_000
 
 
 @dataclass
@@ -64,7 +73,6 @@ class Intent:
     effect: str
     value: str
     firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
-    resolved: dict[str, datetime] = field(default_factory=dict)  # fingerprint → when resolved
     last_firing: float = 0.0  # time.time() when an alert was last seen firing
     refused: bool = False  # a TaintRefused Event was already sent for this episode
 
@@ -78,7 +86,44 @@ class _SyncAttempt:
     """Per-sync bookkeeping that survives re-plans after a conflict."""
 
     reserved: bool = False
-    refused: list[Intent] = field(default_factory=list)
+    refused: list[Intent] = field(default_factory=list)  # by the breaker
+    capped: list[Intent] = field(default_factory=list)  # by the per-node cap
+
+
+class ResolvedMemory:
+    """Alert instances (fingerprint, startsAt) resolved recently, bounded in time and size.
+
+    Alertmanager retries a failed delivery, so a `firing` can arrive after the `resolved`
+    of the same instance; without this it would taint a healthy node for good."""
+
+    def __init__(self, *, seconds: float, size: int) -> None:
+        self._seconds = seconds
+        self._size = size
+        self._until: OrderedDict[tuple[str, datetime], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def remember(self, fingerprint: str, starts_at: datetime, *, now: float) -> None:
+        """Note that this instance resolved; the oldest entries go first when full."""
+        key = (fingerprint, starts_at)
+        self._until.pop(key, None)
+        self._until[key] = now + self._seconds
+        while len(self._until) > self._size:
+            self._until.popitem(last=False)
+
+    def resolved(self, fingerprint: str, starts_at: datetime, *, now: float) -> bool:
+        """True when this instance resolved within the memory time."""
+        while self._until and next(iter(self._until.values())) <= now:
+            self._until.popitem(last=False)
+        return (fingerprint, starts_at) in self._until
+
+
+@dataclass
+class Outcome:
+    """What became of one notification: the alerts refused (by policy or per-node cap)."""
+
+    refused: list[Refusal] = field(default_factory=list)
 
 
 class NodeSyncError(ApiError):
@@ -105,6 +150,8 @@ class Controller:
         alerts: AlertSource | None,
         metrics: TainterMetrics,
         settings: ControllerSettings,
+        policy: TaintPolicy,
+        breaker_store: BreakerStore | None = None,
     ) -> None:
         self._api = api
         self._breaker = breaker
@@ -112,10 +159,18 @@ class Controller:
         self._alerts = alerts
         self._metrics = metrics
         self._settings = settings
+        self._policy = policy
+        self._breaker_store = breaker_store
+        self._stored_breaker: BreakerRecord | None = None  # the record last read or written
         self._intents: dict[tuple[str, str], Intent] = {}
-        self._node_locks: dict[str, asyncio.Lock] = {}
+        self._resolved = ResolvedMemory(
+            seconds=settings.resolved_memory_seconds, size=settings.resolved_memory_size
+        )
+        # One lock per node being synced now; dropped when no one holds or waits for it.
+        self._node_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._count_lock = asyncio.Lock()
+        self.wake = asyncio.Event()  # set when the periodic reconcile should run now
 
     @property
     def breaker(self) -> Breaker:
@@ -125,13 +180,38 @@ class Controller:
         """A snapshot of the desired state (for tests and the landing page)."""
         return list(self._intents.values())
 
+    def state_sizes(self) -> dict[str, int]:
+        """How many entries each per-node or per-alert structure holds: all are bounded
+        (forgotten when done, or capped), which tests and the memory bench check."""
+        return {
+            "intents": len(self._intents),
+            "node_locks": len(self._node_locks),
+            "resolved_memory": len(self._resolved),
+        }
+
     # -- desired state -----------------------------------------------------------------
 
-    def record_alerts(self, alerts: Iterable[AlertState], *, now: float | None = None) -> set[str]:
-        """Fold alert states into the desired state; returns the nodes touched."""
+    def record_alerts(
+        self, alerts: Iterable[AlertState], *, now: float | None = None
+    ) -> tuple[set[str], list[Refusal]]:
+        """Fold alert states into the desired state; returns the nodes touched and the
+        alerts the policy refused (those change nothing)."""
         now = time.time() if now is None else now
         touched: set[str] = set()
+        refused: list[Refusal] = []
         for alert in alerts:
+            if alert.firing and (refusal := self._policy.check(alert)) is not None:
+                refused.append(refusal)
+                self._metrics.policy_refusals.labels(why=refusal.why).inc()
+                continue
+            if not alert.firing:
+                self._resolved.remember(alert.fingerprint, alert.starts_at, now=now)
+            elif self._resolved.resolved(alert.fingerprint, alert.starts_at, now=now):
+                log.info(
+                    "late firing of an alert already resolved; ignored",
+                    extra={"node": alert.node, "key": alert.key, "fingerprint": alert.fingerprint},
+                )
+                continue
             intent = self._intents.get((alert.node, alert.key))
             if intent is None:
                 if not alert.firing:
@@ -142,28 +222,40 @@ class Controller:
                 self._intents[(alert.node, alert.key)] = intent
             touched.add(alert.node)
             if alert.firing:
-                resolved_at = intent.resolved.get(alert.fingerprint)
-                if resolved_at is not None and alert.starts_at <= resolved_at:
-                    continue  # a late copy of an episode already resolved
-                intent.resolved.pop(alert.fingerprint, None)
                 intent.firing[alert.fingerprint] = alert.starts_at
                 intent.last_firing = now
             elif alert.fingerprint in intent.firing:
                 del intent.firing[alert.fingerprint]
-                intent.resolved[alert.fingerprint] = alert.ends_at or alert.starts_at
                 intent.last_firing = now
-        return touched
+        return touched, refused
 
     def _forget(self, node: str, key: str) -> None:
         self._intents.pop((node, key), None)
 
     # -- entry points ------------------------------------------------------------------
 
-    async def handle_alerts(self, alerts: list[AlertState]) -> None:
-        """Apply one webhook notification. Raises NodeSyncError when the API failed."""
-        touched = self.record_alerts(alerts)
-        await self._ensure_node_count()
-        await self.sync_nodes(touched)
+    async def handle_alerts(self, alerts: list[AlertState]) -> Outcome:
+        """Apply one webhook notification. Raises NodeSyncError when the API failed; the
+        refused alerts (which changed nothing) are in the outcome."""
+        touched, refused = self.record_alerts(alerts)
+        for refusal in refused:
+            log.warning(
+                "taint refused by policy",
+                extra={
+                    "alertname": refusal.alert.alertname,
+                    "node": refusal.alert.node,
+                    "reason": refusal.alert.reason,
+                    "effect": refusal.alert.effect,
+                    "why": refusal.why,
+                },
+            )
+        await self._ensure_live_counts()
+        capped = await self.sync_nodes(touched)
+        await self._store_breaker_change()
+        for alert in alerts:
+            if alert.firing and (alert.node, alert.key) in capped:
+                refused.append(self._policy.capped(alert))
+        return Outcome(refused=refused)
 
     async def reconcile(self) -> None:
         """Re-derive everything from live state: Alertmanager's alerts and the nodes.
@@ -171,45 +263,59 @@ class Controller:
         Raises NodeSyncError when some nodes could not be read or written."""
         if self._alerts is not None:
             await self._reconcile_alerts()
-        selected = await self._list_nodes(self._settings.node_selector)
-        self._breaker.set_selected_nodes(len(selected))
-        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
-        live = {n.name for n in tainted if our_taints(n)}
-        self._breaker.observe(live)
-        self._publish_gauges()
+        await self._store_breaker_change()
+        live = await self._observe_live_counts()
         wanted = {node for (node, _), intent in self._intents.items() if intent.firing}
         await self.sync_nodes(live | wanted | {node for node, _ in self._intents})
+        await self._store_breaker_change()
 
     async def _reconcile_alerts(self) -> None:
         assert self._alerts is not None
         try:
             firing = await self._alerts.firing_alerts()
         except SourceError as exc:
+            self._metrics.source_errors.labels(source="alertmanager").inc()
             log.warning(
                 "cannot read Alertmanager alerts; reconciling nodes only",
-                extra={"error": repr(exc)},
+                extra={"error": str(exc)},
             )
             return
         now = time.time()
-        self.record_alerts(firing, now=now)
+        _, refused = self.record_alerts(firing, now=now)
+        if refused:
+            log.warning(
+                "active alerts refused by the taint policy",
+                extra={"count": len(refused), "first": refused[0].detail},
+            )
         live = {(a.node, a.key, a.fingerprint) for a in firing}
         for intent in self._intents.values():
-            for fingerprint in list(intent.firing):
+            for fingerprint, starts_at in list(intent.firing.items()):
                 if (intent.node, intent.key, fingerprint) not in live:
                     log.info(
                         "alert no longer active in Alertmanager; treating as resolved",
                         extra={"node": intent.node, "key": intent.key, "fingerprint": fingerprint},
                     )
                     del intent.firing[fingerprint]
-                    intent.resolved[fingerprint] = datetime.fromtimestamp(now).astimezone()
+                    self._resolved.remember(fingerprint, starts_at, now=now)
                     intent.last_firing = now
 
-    async def _ensure_node_count(self) -> None:
+    async def _observe_live_counts(self) -> set[str]:
+        """Tell the breaker how many nodes are selected and which carry our taints (live,
+        from the API); returns the tainted ones."""
+        selected = await self._list_nodes(self._settings.node_selector)
+        self._breaker.set_selected_nodes(len(selected))
+        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
+        live = {n.name for n in tainted if our_taints(n)}
+        self._breaker.observe(live)
+        self._publish_gauges()
+        return live
+
+    async def _ensure_live_counts(self) -> None:
+        """Before the first write of a new process (or leader), learn the live counts, so
+        the breaker's cap counts the nodes an earlier process tainted."""
         async with self._count_lock:  # one list for a burst of first notifications
             if self._breaker.selected_nodes is None:
-                selected = await self._list_nodes(self._settings.node_selector)
-                self._breaker.set_selected_nodes(len(selected))
-                self._publish_gauges()
+                await self._observe_live_counts()
 
     async def _list_nodes(self, selector: str) -> list[NodeView]:
         """List nodes, retrying what a retry can fix (like writes)."""
@@ -220,37 +326,120 @@ class Controller:
             what=f"list nodes {selector!r}",
         )
 
-    def reset_breaker(self) -> None:
-        """Close the breaker; the next reconcile re-evaluates live state."""
+    def reset_breaker(self, *, by: str) -> None:
+        """Close the breaker; the next reconcile (woken now) re-evaluates live state."""
         self._breaker.reset()
         for intent in self._intents.values():
             intent.refused = False
         self._publish_gauges()
-        log.warning("circuit breaker reset")
+        self.wake.set()
+        log.warning("circuit breaker reset", extra={"by": by})
 
-    async def sync_nodes(self, nodes: Iterable[str]) -> None:
-        """Sync each node (concurrently, bounded); raises NodeSyncError listing failures."""
+    # -- the breaker's state in the cluster ---------------------------------------------
+
+    async def prepare_to_lead(self) -> None:
+        """Before this replica acts as leader: adopt the breaker state stored in the
+        cluster (an open breaker stays open) and learn the live counts. Raises ApiError,
+        and then the replica does not lead yet."""
+        self._stored_breaker = None
+        await self.sync_breaker(store=False)  # not leader yet: adopt only, write later
+        await self._observe_live_counts()
+
+    async def sync_breaker(self, *, store: bool = True) -> None:
+        """Make the breaker agree with the cluster: adopt a change made there (a reset by
+        `fleetwatch breaker reset`, or the open breaker a previous leader left), or store
+        a change made here (it opened, or auto-closed). A follower passes `store=False`:
+        it only adopts, so its metrics show the cluster's state and it writes nothing.
+        Raises ApiError."""
+        if self._breaker_store is None:
+            return
+        _, record = await self._breaker_store.read()
+        if record is not None and record != self._stored_breaker:
+            self._stored_breaker = record
+            if record.open and not self._breaker.open:
+                self._breaker.trip()
+                log.warning(
+                    "circuit breaker open, as stored in the cluster",
+                    extra={"since": record.changed_at, "by": record.changed_by},
+                )
+            elif not record.open and self._breaker.open:
+                self.reset_breaker(by=record.changed_by)
+            self._publish_gauges()
+            return
+        if store and (record is None or record.open != self._breaker.open):
+            new = BreakerRecord(
+                open=self._breaker.open,
+                changed_at=now_rfc3339(),
+                changed_by=self._settings.owner,
+            )
+            await self._breaker_store.write(new)
+            self._stored_breaker = new
+            log.info(
+                "circuit breaker state stored",
+                extra={"open": new.open, "lease": self._breaker_store.where},
+            )
+
+    async def _store_breaker_change(self) -> None:
+        """Store the breaker's state now if it changed here; a failure is logged and
+        left to the breaker loop, so it never fails a webhook."""
+        stored = self._stored_breaker
+        if self._breaker_store is None or (
+            stored is not None and stored.open == self._breaker.open
+        ):
+            return
+        try:
+            await self.sync_breaker()
+        except ApiError as exc:
+            log.warning(
+                "cannot store the breaker state yet; the breaker loop retries",
+                extra={"error": str(exc)},
+            )
+
+    async def sync_nodes(self, nodes: Iterable[str]) -> set[tuple[str, str]]:
+        """Sync each node (concurrently, bounded); raises NodeSyncError listing failures.
+        Returns the (node, key) pairs the per-node cap kept from being added."""
         names = sorted(set(nodes))
         results = await asyncio.gather(*(self._sync_node(n) for n in names), return_exceptions=True)
         failures: dict[str, ApiError] = {}
+        capped: set[tuple[str, str]] = set()
         for name, result in zip(names, results, strict=True):
             if isinstance(result, ApiError):
                 failures[name] = result
             elif isinstance(result, BaseException):
                 raise result
+            else:
+                capped.update((name, key) for key in result)
         self._publish_gauges()
         if failures:
             raise NodeSyncError(failures)
+        return capped
 
     # -- one node ----------------------------------------------------------------------
 
-    async def _sync_node(self, name: str) -> None:
-        lock = self._node_locks.setdefault(name, asyncio.Lock())
-        async with lock, self._slots:
+    @contextlib.asynccontextmanager
+    async def _node_lock(self, name: str) -> AsyncIterator[None]:
+        """Serialize syncs of one node; the lock lives only while someone needs it, so
+        alerts for ever new node names cannot grow memory."""
+        lock, users = self._node_locks.get(name) or (asyncio.Lock(), 0)
+        self._node_locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._node_locks[name]
+            if users == 1:
+                del self._node_locks[name]
+            else:
+                self._node_locks[name] = (lock, users - 1)
+
+    async def _sync_node(self, name: str) -> list[str]:
+        """Sync one node; returns the keys the per-node cap kept from being added."""
+        async with self._node_lock(name), self._slots:
             attempt = _SyncAttempt()
 
             async def plan(node: NodeView) -> Change:
                 attempt.refused.clear()
+                attempt.capped.clear()
                 return await self._plan(node, attempt)
 
             try:
@@ -270,11 +459,12 @@ class Controller:
                     )
                     for key in [k for n, k in self._intents if n == name]:
                         self._forget(name, key)
-                    return
+                    return []
                 log.error("node sync failed", extra={"node": name, "error": str(exc)})
                 raise
             self._breaker.commit(name, tainted=bool(our_taints(node)))
-            await self._report(node, change, attempt.refused)
+            await self._report(node, change, attempt)
+            return [intent.key for intent in attempt.capped]
 
     async def _plan(self, node: NodeView, attempt: _SyncAttempt) -> Change:
         """Decide what to add and remove on `node`, given its current state."""
@@ -300,11 +490,17 @@ class Controller:
                 self._intents[(node.name, key)] = intent
             if not intent.firing and await self._may_untaint(intent):
                 remove.add(key)
-        wanted = [
-            i
-            for (n, k), i in self._intents.items()
-            if n == node.name and i.firing and k not in current
-        ]
+        wanted = sorted(
+            (
+                i
+                for (n, k), i in self._intents.items()
+                if n == node.name and i.firing and k not in current
+            ),
+            key=lambda i: i.key,
+        )
+        room = max(0, self._policy.max_per_node - len(current.keys() - remove))
+        attempt.capped.extend(wanted[room:])
+        wanted = wanted[:room]
         if wanted and not current.keys() - remove and not await self._reserve(node, attempt):
             attempt.refused.extend(wanted)
             wanted = []
@@ -359,7 +555,7 @@ class Controller:
             return False
         return True
 
-    async def _report(self, node: NodeView, change: Change, refused: list[Intent]) -> None:
+    async def _report(self, node: NodeView, change: Change, attempt: _SyncAttempt) -> None:
         """Log, count and record Events for what was done to `node`."""
         dry = self._settings.dry_run
         for taint in change.add:
@@ -399,7 +595,23 @@ class Controller:
             await self._event(
                 node, "TaintRemoved", f"{key} removed by {self._settings.owner}: {why}"
             )
-        for intent in refused:
+        for intent in attempt.capped:
+            self._metrics.policy_refusals.labels(why="max_per_node").inc()
+            if intent.refused:
+                continue
+            intent.refused = True
+            log.error(
+                "taint refused: node at the per-node cap",
+                extra={"node": node.name, "key": intent.key, "cap": self._policy.max_per_node},
+            )
+            await self._event(
+                node,
+                "TaintRefused",
+                f"{intent.key} refused: the node already carries {self._policy.max_per_node} "
+                "fleetwatch taints",
+                warning=True,
+            )
+        for intent in attempt.refused:
             self._metrics.taint_operations.labels(op="add", result="refused").inc()
             if intent.refused:
                 continue

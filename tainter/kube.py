@@ -1,9 +1,12 @@
-"""The Kubernetes side of the tainter: a narrow node/event API and its real client.
+"""The Kubernetes side of the tainter: a narrow node/event/Lease API and its real client.
 
 `NodeApi` is the seam: the controller reads nodes as `NodeView`s and writes taints with
 a merge patch guarded by `metadata.resourceVersion` (a stale one answers 409 and the
-controller re-reads). `KubeNodeApi` implements it with kubernetes_asyncio, configured
-from a kubeconfig file or the in-cluster service account by the library itself.
+controller re-reads). `LeaseApi` reads and writes the `coordination.k8s.io/v1` Lease that
+leader election and the breaker's state live on. `KubeNodeApi` implements both with
+kubernetes_asyncio, configured from a kubeconfig file or the in-cluster service account
+by the library itself. Every reply is checked for shape before use: a body that is not
+the object asked for raises ApiError, never an AttributeError deep in the controller.
 """
 
 from __future__ import annotations
@@ -60,7 +63,53 @@ class ApiError(Exception):
 
 
 class Conflict(ApiError):
-    """The node changed since it was read (409): re-read and retry."""
+    """The object changed since it was read (409): re-read and retry."""
+
+
+class Malformed(ApiError):
+    """The API answered 2xx with a body that is not the object asked for."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(status=0, reason=f"Kubernetes API answered a malformed {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A `coordination.k8s.io/v1` Lease: its spec, annotations and resourceVersion."""
+
+    name: str
+    resource_version: str
+    holder: str
+    duration_seconds: int
+    acquire_time: str | None
+    renew_time: str | None
+    transitions: int
+    annotations: Mapping[str, str]
+
+    def to_api(self, *, namespace: str) -> dict[str, Any]:
+        """The JSON form for create and replace (a replace is guarded by the version)."""
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "namespace": namespace,
+            "annotations": dict(self.annotations),
+        }
+        if self.resource_version:
+            metadata["resourceVersion"] = self.resource_version
+        spec: dict[str, Any] = {"leaseTransitions": self.transitions}
+        if self.holder:
+            spec["holderIdentity"] = self.holder
+        if self.duration_seconds:
+            spec["leaseDurationSeconds"] = self.duration_seconds
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time
+        if self.renew_time:
+            spec["renewTime"] = self.renew_time
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": spec,
+        }
 
 
 class NodeApi(Protocol):
@@ -93,30 +142,114 @@ class NodeApi(Protocol):
     ) -> None: ...
 
 
+class LeaseApi(Protocol):
+    """The Lease operations leader election and the breaker's state need."""
+
+    async def get_lease(self, *, namespace: str, name: str) -> Lease:
+        """The Lease; ApiError with status 404 when it does not exist."""
+        ...
+
+    async def create_lease(self, *, namespace: str, lease: Lease) -> Lease:
+        """Create it; Conflict when another process created it first."""
+        ...
+
+    async def replace_lease(self, *, namespace: str, lease: Lease) -> Lease:
+        """Replace it whole, only if still at `lease.resource_version` (else Conflict)."""
+        ...
+
+    async def patch_lease_annotations(
+        self, *, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+    ) -> Lease:
+        """Merge-patch annotations, only if still at `resource_version` (else Conflict)."""
+        ...
+
+
 def now_rfc3339() -> str:
     """The current UTC time as Kubernetes writes it (seconds precision)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node_from_api(data: Mapping[str, Any]) -> NodeView:
-    """A NodeView from a node's JSON form."""
-    meta = data.get("metadata") or {}
-    spec = data.get("spec") or {}
-    return NodeView(
-        name=meta.get("name", ""),
-        uid=meta.get("uid", ""),
-        resource_version=meta.get("resourceVersion", ""),
-        taints=tuple(
+def now_micro() -> str:
+    """The current UTC time as a Kubernetes MicroTime (Lease acquire and renew times)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    """`value` if it is a JSON object (absent counts as empty), else Malformed."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Malformed(what)
+    return value
+
+
+def _strings(value: Any, what: str) -> dict[str, str]:
+    mapping = _object(value, what)
+    if not all(isinstance(v, str) for v in mapping.values()):
+        raise Malformed(what)
+    return dict(mapping)
+
+
+def _text(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Malformed(what)
+    return value
+
+
+def node_from_api(data: Any) -> NodeView:
+    """A NodeView from a node's JSON form; Malformed when it is not shaped like a node."""
+    if not isinstance(data, dict):
+        raise Malformed("node")
+    meta = _object(data.get("metadata"), "node metadata")
+    spec = _object(data.get("spec"), "node spec")
+    raw_taints = spec.get("taints") or []
+    if not isinstance(raw_taints, list):
+        raise Malformed("node spec.taints")
+    taints = []
+    for raw in raw_taints:
+        taint = _object(raw, "taint")
+        taints.append(
             Taint(
-                key=t.get("key", ""),
-                value=t.get("value") or "",
-                effect=t.get("effect", ""),
-                time_added=t.get("timeAdded"),
+                key=_text(taint.get("key"), "taint key"),
+                value=_text(taint.get("value"), "taint value"),
+                effect=_text(taint.get("effect"), "taint effect"),
+                time_added=_text(taint.get("timeAdded"), "taint timeAdded") or None,
             )
-            for t in spec.get("taints") or ()
-        ),
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
+        )
+    name = _text(meta.get("name"), "node name")
+    if not name:
+        raise Malformed("node without a name")
+    return NodeView(
+        name=name,
+        uid=_text(meta.get("uid"), "node uid"),
+        resource_version=_text(meta.get("resourceVersion"), "node resourceVersion"),
+        taints=tuple(taints),
+        labels=_strings(meta.get("labels"), "node labels"),
+        annotations=_strings(meta.get("annotations"), "node annotations"),
+    )
+
+
+def lease_from_api(data: Any) -> Lease:
+    """A Lease from its JSON form; Malformed when it is not shaped like a Lease."""
+    if not isinstance(data, dict):
+        raise Malformed("Lease")
+    meta = _object(data.get("metadata"), "Lease metadata")
+    spec = _object(data.get("spec"), "Lease spec")
+    duration = spec.get("leaseDurationSeconds") or 0
+    transitions = spec.get("leaseTransitions") or 0
+    if not isinstance(duration, int) or not isinstance(transitions, int):
+        raise Malformed("Lease spec")
+    return Lease(
+        name=_text(meta.get("name"), "Lease name"),
+        resource_version=_text(meta.get("resourceVersion"), "Lease resourceVersion"),
+        holder=_text(spec.get("holderIdentity"), "Lease holderIdentity"),
+        duration_seconds=duration,
+        acquire_time=_text(spec.get("acquireTime"), "Lease acquireTime") or None,
+        renew_time=_text(spec.get("renewTime"), "Lease renewTime") or None,
+        transitions=transitions,
+        annotations=_strings(meta.get("annotations"), "Lease annotations"),
     )
 
 
@@ -152,6 +285,7 @@ class KubeNodeApi:
     ) -> None:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
         self._event_namespace = event_namespace
         self._component = component
         self._timeout = timeout
@@ -199,7 +333,10 @@ class KubeNodeApi:
                     raise Conflict(status=409, reason=_status_message(body))
                 if not 200 <= response.status < 300:
                     raise ApiError(status=response.status, reason=_status_message(body))
-                return json.loads(body)
+                try:
+                    return json.loads(body)
+                except ValueError as exc:
+                    raise Malformed("body (not JSON)") from exc
         except client.ApiException as exc:
             raise ApiError(status=exc.status or 0, reason=str(exc.reason)) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -209,8 +346,46 @@ class KubeNodeApi:
         return node_from_api(await self._call(self._core.read_node, name))
 
     async def list_nodes(self, *, label_selector: str = "") -> list[NodeView]:
-        data = await self._call(self._core.list_node, label_selector=label_selector)
-        return [node_from_api(item) for item in data.get("items") or ()]
+        data = _object(
+            await self._call(self._core.list_node, label_selector=label_selector), "node list"
+        )
+        items = data.get("items") or []
+        if not isinstance(items, list):
+            raise Malformed("node list items")
+        return [node_from_api(item) for item in items]
+
+    async def get_lease(self, *, namespace: str, name: str) -> Lease:
+        return lease_from_api(
+            await self._call(self._coordination.read_namespaced_lease, name, namespace)
+        )
+
+    async def create_lease(self, *, namespace: str, lease: Lease) -> Lease:
+        body = lease.to_api(namespace=namespace)
+        return lease_from_api(
+            await self._call(self._coordination.create_namespaced_lease, namespace, body)
+        )
+
+    async def replace_lease(self, *, namespace: str, lease: Lease) -> Lease:
+        body = lease.to_api(namespace=namespace)
+        return lease_from_api(
+            await self._call(
+                self._coordination.replace_namespaced_lease, lease.name, namespace, body
+            )
+        )
+
+    async def patch_lease_annotations(
+        self, *, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
+    ) -> Lease:
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
+        return lease_from_api(
+            await self._call(
+                self._coordination.patch_namespaced_lease,
+                name,
+                namespace,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        )
 
     async def patch_node(
         self,

@@ -12,9 +12,15 @@ class TainterMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.webhook_requests = Counter(
             "fleetwatch_tainter_webhook_requests_total",
-            "Alertmanager webhook requests by result (ok, unauthorized, bad_request, "
-            "too_large, api_error).",
+            "Alertmanager webhook requests by result (ok, refused, unauthorized, bad_request, "
+            "too_deep, too_large, api_error); a standby's answers are counted apart.",
             ["result"],
+            registry=self.registry,
+        )
+        self.standby_requests = Counter(
+            "fleetwatch_tainter_standby_webhook_requests_total",
+            "Webhook requests this replica answered 503 because it is not the leader "
+            "(Alertmanager retries them; through the Service they reach the leader).",
             registry=self.registry,
         )
         self.webhook_duration = Histogram(
@@ -67,9 +73,46 @@ class TainterMetrics:
             ["why"],
             registry=self.registry,
         )
-        self.reconciles = Counter(
-            "fleetwatch_tainter_reconcile_runs_total",
-            "Periodic reconcile runs by result (ok, error).",
+        self.policy_refusals = Counter(
+            "fleetwatch_tainter_policy_refusals_total",
+            "Alerts whose taint the policy refused, by why "
+            "(noexecute, undeclared_reason, max_per_node).",
+            ["why"],
+            registry=self.registry,
+        )
+        self.source_errors = Counter(
+            "fleetwatch_tainter_source_errors_total",
+            "Failed or malformed answers from Prometheus or Alertmanager, by source.",
+            ["source"],
+            registry=self.registry,
+        )
+        self.loop_errors = Counter(
+            "fleetwatch_tainter_reconcile_errors_total",
+            "Failed iterations of a background loop (reconcile, breaker, leader_election); "
+            "each is logged and retried on the loop's interval.",
+            ["loop"],
+            registry=self.registry,
+        )
+        self.loop_last_success = Gauge(
+            "fleetwatch_tainter_reconcile_last_success_timestamp_seconds",
+            "Unix time a background loop last completed an iteration without error.",
+            ["loop"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "fleetwatch_tainter_leader",
+            "1 while this replica holds the leader Lease (or runs without election), else 0.",
+            registry=self.registry,
+        )
+        self.token_reloads = Counter(
+            "fleetwatch_tainter_token_reloads_total",
+            "Webhook token file re-reads by result (ok, error).",
             ["result"],
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "fleetwatch_tainter_http_connections_refused_total",
+            "Connections closed by the listener, by why (too_many, header_timeout).",
+            ["why"],
             registry=self.registry,
         )

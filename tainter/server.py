@@ -1,36 +1,58 @@
-"""The webhook receiver: `POST /alerts` from Alertmanager, plus health, metrics, reset.
+"""The webhook receiver: `POST /alerts` from Alertmanager, plus health, readiness, metrics.
 
 Answers follow Alertmanager's retry rules: 2xx when the notification was applied (or
 deliberately refused by the breaker), 4xx with a reason for requests that can never
-succeed (wrong token, not JSON, not a version 4 payload, a taint alert without a node),
-5xx when the Kubernetes API failed so Alertmanager retries. A 4xx changes nothing.
+succeed (wrong token, not JSON, nested too deep, too large, not a version 4 payload, a
+taint alert without a node, an alert the taint policy refuses), 5xx when the Kubernetes
+API failed or this replica is not the leader, so Alertmanager retries. A malformed
+request changes nothing; a policy refusal changes nothing for the refused alert while
+the other alerts of the notification still apply. There is no way to reset the breaker
+here: the webhook token can never lift the safety cap (`fleetwatch breaker reset` does,
+through the Kubernetes API, where RBAC decides who may).
+
+The background loops (reconcile, breaker state, leader election) run supervised while
+the app serves; `/healthz` fails when one of them is wedged, `/readyz` only on the leader.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
+from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.controller import Controller, NodeSyncError
+from fleetwatch.tainter.election import LeaderElector, Leadership
 from fleetwatch.tainter.kube import ApiError
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import PayloadError, parse_webhook
+from fleetwatch.tainter.supervise import Supervisor
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_KEY: Final = web.AppKey("controller", Controller)
 METRICS_KEY: Final = web.AppKey("metrics", TainterMetrics)
-TOKEN_KEY: Final = web.AppKey("token", bytes)
-WAKE_KEY: Final = web.AppKey("wake", asyncio.Event)
+AUTH_KEY: Final = web.AppKey("auth", TokenFile)
 MAX_BODY_KEY: Final = web.AppKey("max_body_bytes", int)
+LEADERSHIP_KEY: Final = web.AppKey("leadership", Leadership)
+SUPERVISOR_KEY: Final = web.AppKey("supervisor", Supervisor)
+STANDBY: Final = "standby"
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """The loops the app runs while it serves, and how often."""
+
+    reconcile_interval: float
+    breaker_interval: float
+    elector: LeaderElector | None = None
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -38,11 +60,10 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 def _authorized(request: web.Request) -> bool:
-    token = request.app[TOKEN_KEY]
-    if not token:
+    auth = request.app.get(AUTH_KEY)
+    if auth is None:
         return True  # started with the explicit insecure flag
-    header = request.headers.get("Authorization", "").encode()
-    return hmac.compare_digest(header, b"Bearer " + token)
+    return auth.accepts(request.headers.get("Authorization", ""))
 
 
 async def _alerts(request: web.Request) -> web.Response:
@@ -52,21 +73,35 @@ async def _alerts(request: web.Request) -> web.Response:
         response, result = await _handle_alerts(request)
     finally:
         metrics.webhook_duration.observe(time.perf_counter() - started)
-    metrics.webhook_requests.labels(result=result).inc()
+    if result == STANDBY:
+        metrics.standby_requests.inc()  # routing, not a failure: the retry reaches the leader
+    else:
+        metrics.webhook_requests.labels(result=result).inc()
     return response
 
 
 async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
     if not _authorized(request):
         return _error(401, "missing or wrong bearer token"), "unauthorized"
+    if not request.app[LEADERSHIP_KEY].is_leader:
+        # Closing the connection sends the retry through the Service again, to a new
+        # backend: a kept-alive connection would bring every retry back to this replica.
+        busy = _error(503, "this replica is not the leader; retry (the leader answers)")
+        busy.force_close()
+        return busy, STANDBY
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[MAX_BODY_KEY]
+        log.warning("webhook rejected: body too large", extra={"limit_bytes": limit})
         return _error(413, f"body larger than {limit} bytes"), "too_large"
     try:
         body = json.loads(raw)
+    except RecursionError:
+        log.warning("webhook rejected: JSON nested too deep", extra={"bytes": len(raw)})
+        return _error(400, "body is JSON nested too deep"), "too_deep"
     except ValueError as exc:
+        log.warning("webhook rejected: not JSON", extra={"error": str(exc)})
         return _error(400, f"body is not JSON: {exc}"), "bad_request"
     try:
         alerts = parse_webhook(body)
@@ -74,22 +109,33 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
         log.warning("webhook rejected", extra={"error": str(exc)})
         return _error(400, str(exc)), "bad_request"
     try:
-        await request.app[CONTROLLER_KEY].handle_alerts(alerts)
+        outcome = await request.app[CONTROLLER_KEY].handle_alerts(alerts)
     except (NodeSyncError, ApiError) as exc:
         return _error(503, f"Kubernetes API failed, retry later: {exc}"), "api_error"
+    if outcome.refused:
+        first = outcome.refused[0]
+        refusal = {
+            "status": "error",
+            "error": f"{len(outcome.refused)} alert(s) refused by the taint policy; first: "
+            f"{first.alert.alertname} on {first.alert.node}: {first.detail}",
+            "refused": [r.to_json() for r in outcome.refused],
+            "alerts": len(alerts),
+        }
+        return web.json_response(refusal, status=422), "refused"
     return web.json_response({"status": "ok", "alerts": len(alerts)}), "ok"
 
 
-async def _breaker_reset(request: web.Request) -> web.Response:
-    if not _authorized(request):
-        return _error(401, "missing or wrong bearer token")
-    request.app[CONTROLLER_KEY].reset_breaker()
-    request.app[WAKE_KEY].set()
-    return web.json_response({"status": "ok", "breaker_open": False})
-
-
-async def _healthz(_: web.Request) -> web.Response:
+async def _healthz(request: web.Request) -> web.Response:
+    stalled = request.app[SUPERVISOR_KEY].stalled()
+    if stalled:
+        return web.Response(status=503, text="\n".join(stalled) + "\n")
     return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if request.app[LEADERSHIP_KEY].is_leader:
+        return web.Response(text="leader\n")
+    return web.Response(status=503, text="follower: not the leader\n")
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -97,44 +143,39 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def reconcile_forever(
-    *,
-    controller: Controller,
-    metrics: TainterMetrics,
-    interval: float,
-    wake: asyncio.Event,
-) -> None:
-    """Reconcile now, then every `interval` seconds or as soon as `wake` is set."""
-    while True:
-        try:
-            await controller.reconcile()
-            metrics.reconciles.labels(result="ok").inc()
-        except (NodeSyncError, ApiError) as exc:
-            metrics.reconciles.labels(result="error").inc()
-            log.error("reconcile failed; will retry", extra={"error": str(exc)})
-        wake.clear()
-        try:
-            await asyncio.wait_for(wake.wait(), timeout=interval)
-        except TimeoutError:
-            continue  # the interval passed: reconcile again
-
-
-def _reconciler(
-    interval: float,
-) -> Callable[[web.Application], AsyncIterator[None]]:
+def _loops(background: Background) -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(
-            reconcile_forever(
-                controller=app[CONTROLLER_KEY],
-                metrics=app[METRICS_KEY],
-                interval=interval,
-                wake=app[WAKE_KEY],
+        controller = app[CONTROLLER_KEY]
+        leadership = app[LEADERSHIP_KEY]
+        supervisor = app[SUPERVISOR_KEY]
+
+        async def reconcile() -> None:
+            if leadership.is_leader:
+                await controller.reconcile()
+
+        async def breaker() -> None:
+            await controller.sync_breaker(store=leadership.is_leader)
+
+        runs = [
+            supervisor.run(
+                "reconcile", reconcile, interval=background.reconcile_interval, wake=controller.wake
+            ),
+            supervisor.run("breaker", breaker, interval=background.breaker_interval),
+        ]
+        elector = background.elector
+        if elector is not None:
+            runs.append(
+                supervisor.run("leader_election", elector.step, interval=elector.retry_period)
             )
-        )
+        tasks = [asyncio.create_task(run) for run in runs]
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):  # we cancelled it: it has stopped
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):  # we cancelled it: it has stopped
+                await task
+        if elector is not None:
+            await elector.release()
 
     return context
 
@@ -143,25 +184,30 @@ def make_app(
     *,
     controller: Controller,
     metrics: TainterMetrics,
-    token: bytes,
+    auth: TokenFile | None,
     max_body_bytes: int,
-    reconcile_interval: float | None,
+    leadership: Leadership | None = None,
+    background: Background | None = None,
+    supervisor: Supervisor | None = None,
     cleanup: Callable[[web.Application], Awaitable[None]] | None = None,
 ) -> web.Application:
-    """The tainter's aiohttp app. `token` empty means no auth (explicit insecure mode);
-    `reconcile_interval` None runs no periodic reconcile (tests drive it)."""
+    """The tainter's aiohttp app. `auth` None means no auth (explicit insecure mode);
+    `leadership` None means always leader; `background` None runs no loops (tests drive
+    the controller)."""
     app = web.Application(client_max_size=max_body_bytes)
     app[CONTROLLER_KEY] = controller
     app[METRICS_KEY] = metrics
-    app[TOKEN_KEY] = token
-    app[WAKE_KEY] = asyncio.Event()
+    if auth is not None:
+        app[AUTH_KEY] = auth
     app[MAX_BODY_KEY] = max_body_bytes
+    app[LEADERSHIP_KEY] = leadership or Leadership(renew_deadline=None)
+    app[SUPERVISOR_KEY] = supervisor or Supervisor(metrics=metrics)
     app.router.add_post("/alerts", _alerts)
-    app.router.add_post("/breaker/reset", _breaker_reset)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
-    if reconcile_interval is not None:
-        app.cleanup_ctx.append(_reconciler(reconcile_interval))
+    if background is not None:
+        app.cleanup_ctx.append(_loops(background))
     if cleanup is not None:
         app.on_cleanup.append(cleanup)
     return app

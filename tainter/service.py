@@ -1,6 +1,8 @@
-"""Wiring: settings → Kubernetes client, sources, breaker, controller, web app.
+"""Wiring: settings → Kubernetes client, sources, breaker, leader election, controller, app.
 
-Kept apart from the CLI so tests build the same application the command runs.
+Kept apart from the CLI so tests build the same application the command runs. Also the
+one-shot commands that act on the cluster with the caller's kubeconfig: `untaint` and
+`breaker reset`.
 """
 
 from __future__ import annotations
@@ -8,28 +10,56 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
+import signal
+import socket
 import ssl
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.auth import TokenFile
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerRecord, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
-from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView
+from fleetwatch.tainter.election import (
+    ElectionSettings,
+    LeaderElector,
+    LeaderOnlyNodeApi,
+    Leadership,
+)
+from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
+from fleetwatch.tainter.listener import ListenerLimits, start_listener
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
-from fleetwatch.tainter.server import make_app
+from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
 from fleetwatch.tainter.sources import (
     AlertmanagerAlerts,
     EvidenceSource,
     NoEvidence,
     PrometheusEvidence,
 )
-from fleetwatch.tainter.writes import Change, DryRunNodeApi, RetryPolicy, guarded_update, our_taints
+from fleetwatch.tainter.supervise import Supervisor
+from fleetwatch.tainter.writes import (
+    Change,
+    DryRunNodeApi,
+    RetryPolicy,
+    guarded_update,
+    our_taints,
+    with_retries,
+)
 
 log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_NAME = "fleetwatch-tainter"
+
+
+def default_identity() -> str:
+    """This replica's name in the Lease: the host (the pod name in Kubernetes) and a
+    random suffix, so two processes on one host never share it."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +84,20 @@ class TlsFiles:
 class TaintSettings:
     """Everything `fleetwatch taint` runs with."""
 
-    token: bytes
+    token_file: Path | None
     kubeconfig: Path | None
     prometheus_url: str | None
     alertmanager_url: str | None
     controller: ControllerSettings
     breaker: BreakerPolicy
+    policy: TaintPolicy
+    election: ElectionSettings
+    leader_elect: bool
     evidence_queries: Mapping[str, str]
-    reconcile_interval: float | None
+    reconcile_interval: float
     max_body_bytes: int = 1 << 20
+    token_overlap: float = 300.0
+    listener: ListenerLimits = field(default_factory=ListenerLimits)
     event_namespace: str = "default"
     tls: TlsFiles | None = None
 
@@ -75,15 +110,27 @@ async def build_app(
     Everything opened here is closed by the app's cleanup, or at once when a later step
     fails."""
     metrics = metrics or TainterMetrics()
+    auth = (
+        TokenFile(settings.token_file, overlap=settings.token_overlap, metrics=metrics)
+        if settings.token_file
+        else None
+    )
     kube = await KubeNodeApi.connect(
         kubeconfig=settings.kubeconfig, event_namespace=settings.event_namespace
     )
     session = aiohttp.ClientSession()
     try:
-        api: NodeApi = DryRunNodeApi(real=kube) if settings.controller.dry_run else kube
+        leadership = Leadership(
+            renew_deadline=settings.election.renew_deadline if settings.leader_elect else None
+        )
+        gated = LeaderOnlyNodeApi(real=kube, leadership=leadership)
+        api: NodeApi = DryRunNodeApi(real=gated) if settings.controller.dry_run else gated
         evidence: EvidenceSource = (
             PrometheusEvidence(
-                session=session, url=settings.prometheus_url, queries=settings.evidence_queries
+                session=session,
+                url=settings.prometheus_url,
+                queries=settings.evidence_queries,
+                metrics=metrics,
             )
             if settings.prometheus_url
             else NoEvidence()
@@ -100,7 +147,30 @@ async def build_app(
             alerts=alerts,
             metrics=metrics,
             settings=settings.controller,
+            policy=settings.policy,
+            breaker_store=BreakerStore(
+                api=kube,
+                namespace=settings.election.namespace,
+                name=settings.election.name,
+                leadership=leadership,
+            ),
         )
+        elector = None
+        if settings.leader_elect:
+
+            def on_change(leader: bool) -> None:
+                metrics.leader.set(1 if leader else 0)
+                if leader:
+                    controller.wake.set()
+
+            elector = LeaderElector(
+                api=kube,
+                settings=settings.election,
+                leadership=leadership,
+                on_elected=controller.prepare_to_lead,
+                on_change=on_change,
+            )
+        metrics.leader.set(0 if settings.leader_elect else 1)
     except BaseException:
         await session.close()
         await kube.close()
@@ -113,11 +183,40 @@ async def build_app(
     return make_app(
         controller=controller,
         metrics=metrics,
-        token=settings.token,
+        auth=auth,
         max_body_bytes=settings.max_body_bytes,
-        reconcile_interval=settings.reconcile_interval,
+        leadership=leadership,
+        background=Background(
+            reconcile_interval=settings.reconcile_interval,
+            breaker_interval=settings.election.retry_period,
+            elector=elector,
+        ),
+        supervisor=Supervisor(metrics=metrics),
         cleanup=close,
     )
+
+
+async def serve(settings: TaintSettings, *, host: str, port: int) -> None:
+    """Serve the app behind the hardened listener until SIGTERM or SIGINT."""
+    app = await build_app(settings)
+    runner, server = await start_listener(
+        app,
+        host=host,
+        port=port,
+        limits=settings.listener,
+        metrics=app[METRICS_KEY],
+        ssl_context=settings.tls.context() if settings.tls else None,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+        log.info("tainter stopping")
+    finally:
+        server.close()
+        await runner.cleanup()
 
 
 def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
@@ -131,15 +230,59 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "alertmanager_url": settings.alertmanager_url,
             "breaker_max_nodes": settings.breaker.max_nodes,
             "breaker_max_fraction": settings.breaker.max_fraction,
+            "leader_elect": settings.leader_elect,
+            "lease": f"{settings.election.namespace}/{settings.election.name}",
+            "identity": settings.election.identity,
         },
     )
-    web.run_app(
-        build_app(settings),
-        host=host,
-        port=port,
-        print=None,
-        ssl_context=settings.tls.context() if settings.tls else None,
-        access_log=None,
+    asyncio.run(serve(settings, host=host, port=port))
+    return 0
+
+
+async def reset_breaker(*, store: BreakerStore, who: str) -> BreakerRecord | None:
+    """Close the breaker in the cluster; returns the record it replaced (None if none).
+
+    The leader renews the same Lease every retry period, so a write can meet a newer
+    resourceVersion (409): it is read again and retried, like a node write."""
+
+    async def write() -> BreakerRecord | None:
+        _, before = await store.read()
+        await store.write(BreakerRecord(open=False, changed_at=now_rfc3339(), changed_by=who))
+        return before
+
+    return await with_retries(
+        write, retry=RetryPolicy(), metrics=TainterMetrics(), what="reset the breaker"
+    )
+
+
+def breaker_reset_command(*, kubeconfig: Path | None, namespace: str, name: str) -> int:
+    """`fleetwatch breaker reset`: close the breaker stored on the tainter's Lease, with the
+    caller's own Kubernetes credentials (RBAC on the Lease decides who may)."""
+    who = f"{getpass.getuser()}@{socket.gethostname()} (fleetwatch breaker reset)"
+
+    async def run() -> BreakerRecord | None:
+        api = await KubeNodeApi.connect(kubeconfig=kubeconfig)
+        try:
+            store = BreakerStore(api=api, namespace=namespace, name=name)
+            return await reset_breaker(store=store, who=who)
+        finally:
+            await api.close()
+
+    try:
+        before = asyncio.run(run())
+    except ApiError as exc:
+        log.error(
+            "breaker reset failed",
+            extra={"lease": f"{namespace}/{name}", "status": exc.status, "error": str(exc)},
+        )
+        return 1
+    log.warning(
+        "breaker reset: the leader closes it within its retry period",
+        extra={
+            "lease": f"{namespace}/{name}",
+            "was_open": bool(before and before.open),
+            "opened_by": before.changed_by if before else None,
+        },
     )
     return 0
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
+from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,13 @@ class PrometheusEvidence:
         session: aiohttp.ClientSession,
         url: str,
         queries: Mapping[str, str],
+        metrics: TainterMetrics,
         timeout: float = 10.0,
     ) -> None:
         self._session = session
         self._url = url
         self._queries = dict(queries)
+        self._metrics = metrics
         self._timeout = aiohttp.ClientTimeout(total=timeout)
 
     def has_query(self, reason: str) -> bool:
@@ -102,11 +105,10 @@ class PrometheusEvidence:
             ) as response:
                 body: Any = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            return EvidenceResult(clear=False, detail=f"Prometheus query failed: {exc!r}")
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else body
-            return EvidenceResult(clear=False, detail=f"Prometheus query failed: {error}")
-        result = body.get("data", {}).get("result") or []
+            return self._failed(f"Prometheus query failed: {exc!r}")
+        result = _vector(body)
+        if isinstance(result, str):
+            return self._failed(f"Prometheus query failed: {result}")
         if result:
             return EvidenceResult(clear=True, detail=f"Prometheus confirms clear: {expr}")
         return EvidenceResult(
@@ -114,6 +116,28 @@ class PrometheusEvidence:
             detail="Prometheus does not confirm the condition is clear "
             "(exporter down, data missing, or still over threshold)",
         )
+
+    def _failed(self, detail: str) -> EvidenceResult:
+        """No evidence: Prometheus could not be asked, or answered something unusable."""
+        self._metrics.source_errors.labels(source="prometheus").inc()
+        log.warning("cannot read positive evidence; taint kept", extra={"error": detail})
+        return EvidenceResult(clear=False, detail=detail)
+
+
+def _vector(body: Any) -> list[Any] | str:
+    """The `data.result` list of a successful instant-vector answer, or why there is none
+    (an error status, `"data": null`, an HTML page, a scalar...)."""
+    if not isinstance(body, dict):
+        return f"answer is not a JSON object: {str(body)[:80]!r}"
+    if body.get("status") != "success":
+        return f"status {body.get('status')!r}: {body.get('error')}"
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        return f"data is not an instant vector: {str(data)[:80]!r}"
+    result = data.get("result")
+    if not isinstance(result, list):
+        return "data.result is not a list"
+    return result
 
 
 class NoEvidence:
@@ -165,6 +189,9 @@ class AlertmanagerAlerts:
             raise SourceError(f"{self._url}/api/v2/alerts did not return a list")
         alerts: list[AlertState] = []
         for item in body:
+            if not isinstance(item, dict):
+                log.warning("skipping malformed Alertmanager alert", extra={"item": str(item)[:80]})
+                continue
             try:
                 state = alert_from_labels(
                     labels=item.get("labels") or {},

@@ -1,4 +1,4 @@
-"""A simulated Kubernetes API for nodes and events, with the real semantics that matter.
+"""A simulated Kubernetes API for nodes, events and Leases, with the real semantics that matter.
 
 No API server can run on a laptop or in CI, so tests and `fleetwatch demo` point the real
 client library at this aiohttp app through a generated kubeconfig. It keeps what makes
@@ -7,6 +7,12 @@ one answers 409; a JSON patch whose `test` op fails answers 422; merge and strat
 patches replace `spec.taints` whole (the list has no merge key). Faults can be injected:
 a queue of error statuses (429, 500, ...), added latency, a full outage, and callbacks run
 just before the next write (another writer racing us).
+
+`coordination.k8s.io/v1` Leases behave as leader election needs: create answers 409 when
+the Lease exists, replace and patch answer 409 on a stale resourceVersion, and the spec
+(`holderIdentity`, `leaseDurationSeconds`, `acquireTime`, `renewTime`, `leaseTransitions`)
+is checked for type. Each bearer token is a user; every accepted write is recorded with
+the user that made it, so a test can prove who wrote (and who never did).
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ import yaml
 from aiohttp import web
 
 CLUSTER_KEY: Final = web.AppKey["FakeCluster"]("cluster")
+USER_KEY: Final = web.RequestKey("user", str)
+ADMIN: Final = "admin"
+NOT_JSON: Final = object()
+LEASES: Final = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 JSON_PATCH: Final = "application/json-patch+json"
 MERGE_PATCHES: Final = frozenset(
     {"application/merge-patch+json", "application/strategic-merge-patch+json"}
@@ -53,16 +63,22 @@ class Write:
     node: str
     kind: str  # "merge", "json-patch" or "put"
     body: Any
+    user: str = ADMIN
 
 
 class FakeCluster:
     """Nodes and events in memory, with a cluster-wide increasing resourceVersion."""
 
-    def __init__(self, *, token: str | None = None) -> None:
+    def __init__(self, *, token: str | None = None, users: dict[str, str] | None = None) -> None:
+        """`token` authenticates the user `admin`; `users` maps more tokens to user names.
+        With neither, every request is accepted as `admin` (a loopback-only simulation)."""
         self.token = token
+        self.users = {**({token: ADMIN} if token else {}), **(users or {})}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[Write] = []
+        self.writers: list[tuple[str, str]] = []  # (user, what) of every accepted write
         self.faults = Faults()
         self._versions = itertools.count(1)
 
@@ -209,10 +225,14 @@ async def _faults_and_auth(
     if request.path == "/readyz":  # like a real API server: readiness needs no token
         ready: web.StreamResponse = await handler(request)
         return ready
-    if cluster.token is not None and request.headers.get("Authorization") != (
-        f"Bearer {cluster.token}"
-    ):
-        return _status(401, "Unauthorized", "Unauthorized")
+    if cluster.users:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        user = cluster.users.get(token) if scheme == "Bearer" else None
+        if user is None:
+            return _status(401, "Unauthorized", "Unauthorized")
+        request[USER_KEY] = user
+    else:
+        request[USER_KEY] = ADMIN
     if cluster.faults.latency_s:
         await asyncio.sleep(cluster.faults.latency_s)
     if cluster.faults.outage:
@@ -259,9 +279,8 @@ async def _write_node(request: web.Request) -> web.Response:
     node = _node_or_404(request)
     if isinstance(node, web.Response):
         return node
-    try:
-        body = json.loads(await request.read())
-    except ValueError:
+    body = await _read_json(request)
+    if body is NOT_JSON:
         return _status(400, "BadRequest", "body is not JSON")
     content_type = request.content_type
     candidate = copy.deepcopy(node)
@@ -299,20 +318,22 @@ async def _write_node(request: web.Request) -> web.Response:
         candidate["metadata"][fixed] = node["metadata"][fixed]
     cluster._bump(candidate)
     cluster.nodes[node["metadata"]["name"]] = candidate
-    cluster.writes.append(Write(node=node["metadata"]["name"], kind=kind, body=body))
+    user = request[USER_KEY]
+    cluster.writes.append(Write(node=node["metadata"]["name"], kind=kind, body=body, user=user))
+    cluster.writers.append((user, f"node/{node['metadata']['name']}"))
     return web.json_response(candidate)
 
 
 async def _create_event(request: web.Request) -> web.Response:
     cluster = request.app[CLUSTER_KEY]
-    try:
-        event = json.loads(await request.read())
-    except ValueError:
-        return _status(400, "BadRequest", "body is not JSON")
+    event = await _read_json(request)
+    if not isinstance(event, dict):
+        return _status(400, "BadRequest", "body is not a JSON object")
     metadata = event.setdefault("metadata", {})
     metadata.setdefault("name", metadata.get("generateName", "event-") + uuid.uuid4().hex[:8])
     metadata["namespace"] = request.match_info["namespace"]
     cluster.events.append(event)
+    cluster.writers.append((request[USER_KEY], f"event/{metadata['name']}"))
     return web.json_response(event, status=201)
 
 
@@ -323,6 +344,138 @@ async def _list_events(request: web.Request) -> web.Response:
         e for e in cluster.events if namespace is None or e["metadata"]["namespace"] == namespace
     ]
     return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
+
+
+_LEASE_SPEC_TYPES: Final = {
+    "holderIdentity": str,
+    "leaseDurationSeconds": int,
+    "acquireTime": str,
+    "renewTime": str,
+    "leaseTransitions": int,
+}
+
+
+def _lease_invalid(lease: Any) -> str | None:
+    """Why `lease` is not a valid Lease object (the API server's 422), or None."""
+    if not isinstance(lease, dict) or not isinstance(lease.get("metadata") or {}, dict):
+        return "a Lease is an object with metadata"
+    spec = lease.get("spec") or {}
+    if not isinstance(spec, dict):
+        return "spec: expected an object"
+    for key, value in spec.items():
+        kind = _LEASE_SPEC_TYPES.get(key)
+        if kind is None:
+            return f"spec.{key}: unknown field"
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"spec.{key}: expected {kind.__name__}"
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration < 1:
+        return "spec.leaseDurationSeconds: must be greater than 0"
+    return None
+
+
+def _lease_or_404(request: web.Request) -> dict[str, Any] | web.Response:
+    cluster = request.app[CLUSTER_KEY]
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    lease = cluster.leases.get((namespace, name))
+    if lease is None:
+        return _status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+    return lease
+
+
+def _store_lease(request: web.Request, lease: dict[str, Any], *, verb: str) -> web.Response:
+    cluster = request.app[CLUSTER_KEY]
+    namespace = request.match_info["namespace"]
+    lease["apiVersion"] = "coordination.k8s.io/v1"
+    lease["kind"] = "Lease"
+    lease["metadata"]["namespace"] = namespace
+    cluster._bump(lease)
+    cluster.leases[(namespace, lease["metadata"]["name"])] = lease
+    cluster.writers.append((request[USER_KEY], f"lease/{verb}/{lease['metadata']['name']}"))
+    return web.json_response(lease, status=201 if verb == "create" else 200)
+
+
+async def _read_json(request: web.Request) -> Any:
+    """The request body decoded, or NOT_JSON (the caller answers 400)."""
+    try:
+        return json.loads(await request.read())
+    except ValueError:
+        return NOT_JSON
+
+
+async def _get_lease(request: web.Request) -> web.Response:
+    lease = _lease_or_404(request)
+    return lease if isinstance(lease, web.Response) else web.json_response(lease)
+
+
+async def _create_lease(request: web.Request) -> web.Response:
+    cluster = request.app[CLUSTER_KEY]
+    body = await _read_json(request)
+    if body is NOT_JSON:
+        return _status(400, "BadRequest", "body is not JSON")
+    problem = _lease_invalid(body)
+    if problem is not None:
+        return _status(422, "Invalid", problem)
+    name = (body.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        return _status(422, "Invalid", "metadata.name: Required value")
+    if (request.match_info["namespace"], name) in cluster.leases:
+        return _status(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists')
+    lease = copy.deepcopy(body)
+    lease["metadata"] = {
+        "name": name,
+        "uid": str(uuid.uuid4()),
+        "annotations": dict(body["metadata"].get("annotations") or {}),
+        "labels": dict(body["metadata"].get("labels") or {}),
+    }
+    return _store_lease(request, lease, verb="create")
+
+
+def _stale(body: dict[str, Any], current: dict[str, Any], *, required: bool) -> bool:
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    if version is None:
+        return required
+    return bool(version != current["metadata"]["resourceVersion"])
+
+
+async def _write_lease(request: web.Request) -> web.Response:
+    current = _lease_or_404(request)
+    if isinstance(current, web.Response):
+        return current
+    body = await _read_json(request)
+    if not isinstance(body, dict):
+        return _status(400, "BadRequest", "body must be a JSON object")
+    if request.method == "PATCH" and request.content_type not in MERGE_PATCHES:
+        return _status(415, "UnsupportedMediaType", f"content type {request.content_type!r}")
+    # A replace must carry the version it read (an update without one is refused here,
+    # as leader election must never blindly overwrite); a patch may carry one as a guard.
+    if _stale(body, current, required=request.method == "PUT"):
+        name = current["metadata"]["name"]
+        return _status(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": '
+            "the object has been modified; please apply your changes to the latest "
+            "version and try again",
+        )
+    if request.method == "PUT":
+        candidate = copy.deepcopy(body)
+        candidate["metadata"] = {
+            **current["metadata"],
+            "annotations": dict((body.get("metadata") or {}).get("annotations") or {}),
+            "labels": dict((body.get("metadata") or {}).get("labels") or {}),
+        }
+    else:
+        candidate = copy.deepcopy(current)
+        patch = copy.deepcopy(body)
+        (patch.get("metadata") or {}).pop("resourceVersion", None)
+        _merge(candidate, patch)
+        for fixed in ("name", "uid"):
+            candidate["metadata"][fixed] = current["metadata"][fixed]
+    problem = _lease_invalid(candidate)
+    if problem is not None:
+        return _status(422, "Invalid", problem)
+    return _store_lease(request, candidate, verb="update")
 
 
 async def _ready(_: web.Request) -> web.Response:
@@ -341,6 +494,10 @@ def make_app(cluster: FakeCluster) -> web.Application:
     app.router.add_post("/api/v1/namespaces/{namespace}/events", _create_event)
     app.router.add_get("/api/v1/namespaces/{namespace}/events", _list_events)
     app.router.add_get("/api/v1/events", _list_events)
+    app.router.add_post(LEASES, _create_lease)
+    app.router.add_get(LEASES + "/{name}", _get_lease)
+    app.router.add_put(LEASES + "/{name}", _write_lease)
+    app.router.add_patch(LEASES + "/{name}", _write_lease)
     return app
 
 

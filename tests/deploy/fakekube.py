@@ -47,6 +47,19 @@ CORE_KINDS = (
     Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
     Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Kind(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        namespaced=False,
+    ),
+    Kind(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        namespaced=False,
+    ),
 )
 OPERATOR_KINDS = (
     Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors"),

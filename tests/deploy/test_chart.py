@@ -217,20 +217,29 @@ def test_exporter_tolerates_every_taint_the_tainter_writes(
         assert not _tolerates(pod["tolerations"], "example.com/other", effect)
 
 
-_VERBS = {"read": "get", "list": "list", "patch": "patch", "create": "create"}
+_VERBS = {
+    "read": "get",
+    "list": "list",
+    "patch": "patch",
+    "create": "create",
+    "replace": "update",
+}
 
 
-def tainter_api_calls() -> set[tuple[str, str]]:
-    """(resource, verb) of every CoreV1Api method tainter/kube.py calls via `self._core`."""
+def tainter_api_calls(api: str = "_core") -> set[tuple[str, str]]:
+    """(resource, verb) of every generated API method tainter/kube.py calls via `self.<api>`
+    (`_core`: CoreV1Api, `_coordination`: CoordinationV1Api)."""
     tree = ast.parse((ROOT / "tainter" / "kube.py").read_text())
     calls = set()
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "_core"
+            and node.value.attr == api
         ):
-            match = re.fullmatch(r"(read|list|patch|create)_(?:namespaced_)?(\w+)", node.attr)
+            match = re.fullmatch(
+                r"(read|list|patch|create|replace)_(?:namespaced_)?(\w+)", node.attr
+            )
             assert match, f"tainter/kube.py calls {node.attr}: map it to RBAC here"
             calls.add((match.group(2) + "s", _VERBS[match.group(1)]))
     return calls
@@ -249,18 +258,29 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
     release = releases["defaults"]
     calls = tainter_api_calls()
     assert ("nodes", "patch") in calls
+    roles = {r["metadata"]["name"].rsplit("-", 1)[-1]: r for r in release.of_kind("Role")}
     cluster = _grants(release.one("ClusterRole"))
-    namespaced = _grants(release.one("Role"))
+    namespaced = _grants(roles["events"])
     assert cluster | namespaced == calls
     assert all(resource == "nodes" for resource, _ in cluster)
     assert (
-        release.one("Role")["metadata"]["namespace"]
-        == default_values()["tainter"]["eventsNamespace"]
+        roles["events"]["metadata"]["namespace"] == default_values()["tainter"]["eventsNamespace"]
     )
-    for role in (release.one("ClusterRole"), release.one("Role")):
+    for role in (release.one("ClusterRole"), roles["events"]):
         assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    # the Lease: exactly the verbs the leader election and breaker code calls, in the
+    # release namespace, and all but create limited to the one Lease the tainter uses
+    lease_role = roles["lease"]
+    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(lease_role) == tainter_api_calls("_coordination")
+    assert all(rule["apiGroups"] == ["coordination.k8s.io"] for rule in lease_role["rules"])
+    deployment = release.one("Deployment")
+    args = _container(deployment)["args"]
+    lease_name = next(a for a in args if a.startswith("--leader-elect.name=")).split("=", 1)[1]
+    for rule in lease_role["rules"]:
+        assert rule.get("resourceNames") == (None if rule["verbs"] == ["create"] else [lease_name])
     account = release.one("ServiceAccount")["metadata"]["name"]
-    for binding in (release.one("ClusterRoleBinding"), release.one("RoleBinding")):
+    for binding in (release.one("ClusterRoleBinding"), *release.of_kind("RoleBinding")):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
@@ -303,6 +323,10 @@ def test_container_args_parse_with_the_real_cli(
         tainter = _parse(_container(release.one("Deployment"))["args"], token)
         assert tainter.command == "taint"
         assert tainter.dry_run is (name != "no-operator-no-nvidia-runtime")
+        assert tainter.leader_elect
+        assert tainter.lease_namespace == NAMESPACE
+        assert tainter.declared_reasons == frozenset(default_values()["taintReasons"])
+        assert (tainter.allow_noexecute, tainter.max_per_node) == (frozenset(), 8)
 
 
 def test_dry_run_is_on_by_default_and_says_so(releases: dict[str, Release]) -> None:
@@ -546,7 +570,6 @@ def test_tainter_runs_unprivileged_with_its_token(releases: dict[str, Release]) 
     deployment = release.one("Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert deployment["spec"]["replicas"] == 1
     secret = release.one("Secret")
     token_volume = next(v for v in pod["volumes"] if "secret" in v)
     assert token_volume["secret"]["secretName"] == secret["metadata"]["name"]
@@ -653,3 +676,58 @@ def test_webhook_token_is_kept_on_upgrade_or_taken_from_an_existing_secret(
     assert pod["volumes"][0]["secret"]["secretName"] == "mine"
     routed = own.one("AlertmanagerConfig")["spec"]["receivers"][0]["webhookConfigs"][0]
     assert routed["httpConfig"]["authorization"]["credentials"]["name"] == "mine"
+
+
+def test_tainter_runs_highly_available(releases: dict[str, Release]) -> None:
+    release = releases["defaults"]
+    deployment = release.one("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert deployment["spec"]["replicas"] == 2
+    (spread,) = pod["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"]) == (
+        "kubernetes.io/hostname",
+        "DoNotSchedule",
+    )
+    assert spread["labelSelector"]["matchLabels"] == selector
+    container = _container(deployment)
+    # a standby must count as ready, or the budget below could never let the leader go
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    budget = release.one("PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    assert not releases["tainter-off"].of_kind("PodDisruptionBudget")
+
+
+def test_admission_policy_limits_the_tainter_to_its_own_taints(
+    releases: dict[str, Release],
+) -> None:
+    release = releases["defaults"]
+    policy = release.one("ValidatingAdmissionPolicy")
+    binding = release.one("ValidatingAdmissionPolicyBinding")
+    account = release.one("ServiceAccount")["metadata"]["name"]
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["nodes"], ["UPDATE"])
+    (condition,) = spec["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{account}"'
+    )
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    for subject in ("Taints", "Labels", "Annotations", "unschedulable"):
+        assert subject in checks
+    assert checks.count("startsWith('fleetwatch.io/')") == 6
+    assert not releases["tainter-off"].of_kind("ValidatingAdmissionPolicy")
+
+
+def test_admission_policy_can_be_switched_off(kubeconfig: Path) -> None:
+    off = install(kubeconfig, {"tainter": {"admissionPolicy": {"enabled": False}, "replicas": 1}})
+    assert not off.of_kind("ValidatingAdmissionPolicy")
+    assert not off.of_kind("ValidatingAdmissionPolicyBinding")
+    assert not off.of_kind("PodDisruptionBudget")  # one replica: a budget would block drains
+    assert off.one("Deployment")["spec"]["replicas"] == 1

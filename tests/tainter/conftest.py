@@ -3,25 +3,34 @@ fake evidence and alert sources, and builders for the controller and the webhook
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.auth import TokenFile
+from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
+from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
-from fleetwatch.tainter.sources import EvidenceResult
+from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
 from fleetwatch.tainter.writes import RetryPolicy
 
 TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+Client = TestClient[Any, Any]
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
@@ -109,12 +118,28 @@ def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def post(client: Client, body: Any, headers: dict[str, str] | None = None) -> Any:
+    """POST a webhook body (a dict, or raw bytes) to /alerts; the status and decoded JSON."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = await client.post("/alerts", data=data, headers=AUTH if headers is None else headers)
+    return response.status, await response.json()
+
+
 @pytest.fixture
 def cluster() -> FakeCluster:
     fake = FakeCluster(token="kube-token")
     for index in range(10):
         fake.add_node(f"gpu-{index}", labels={"nvidia.com/gpu.present": "true"})
     return fake
+
+
+@pytest.fixture
+async def kube_http(cluster: FakeCluster) -> AsyncIterator[Client]:
+    """A plain HTTP client of the fake API (token `kube-token`)."""
+    client = TestClient(TestServer(make_app(cluster), host="127.0.0.1"))
+    await client.start_server()
+    yield client
+    await client.close()
 
 
 @pytest.fixture
@@ -159,6 +184,10 @@ def make_controller(
         max_fraction: float = 1.0,
         auto_close: bool = False,
         metrics: TainterMetrics | None = None,
+        policy: TaintPolicy | None = None,
+        breaker_store: BreakerStore | None = None,
+        evidence_source: EvidenceSource | None = None,
+        alert_source: AlertSource | None = None,
         **settings: Any,
     ) -> Controller:
         settings.setdefault("hold_seconds", 0.0)
@@ -170,27 +199,42 @@ def make_controller(
                     max_nodes=max_nodes, max_fraction=max_fraction, auto_close=auto_close
                 )
             ),
-            evidence=evidence,
-            alerts=alerts_source,
+            evidence=evidence_source or evidence,
+            alerts=alert_source or alerts_source,
             metrics=metrics or TainterMetrics(),
             settings=ControllerSettings(**settings),
+            policy=policy or TaintPolicy(declared_reasons=None),
+            breaker_store=breaker_store,
         )
 
     return build
 
 
 @pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """A webhook token file holding TOKEN."""
+    path = tmp_path / "webhook-token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+@pytest.fixture
+def webhook_policy() -> TaintPolicy:
+    """The policy of `tainter_client`: the shipped defaults with the test's reasons."""
+    return TaintPolicy(declared_reasons=frozenset({"gpu-overheat", "xid", "gpu-lost"}))
+
+
+@pytest.fixture
 async def tainter_client(
-    make_controller: ControllerFactory,
+    make_controller: ControllerFactory, token_file: Path, webhook_policy: TaintPolicy
 ) -> AsyncIterator[TestClient[Any, Any]]:
     """The webhook app (token TOKEN, 64 KiB body cap) around a default controller."""
     metrics = TainterMetrics()
     app = make_tainter_app(
-        controller=make_controller(metrics=metrics),
+        controller=make_controller(metrics=metrics, policy=webhook_policy),
         metrics=metrics,
-        token=TOKEN.encode(),
+        auth=TokenFile(token_file, overlap=60.0, metrics=metrics),
         max_body_bytes=64 * 1024,
-        reconcile_interval=None,
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
@@ -201,3 +245,33 @@ async def tainter_client(
 def keys(cluster: FakeCluster, node: str) -> list[str]:
     """Taint keys on `node`, in order."""
     return [t["key"] for t in cluster.taints(node)]
+
+
+@contextlib.contextmanager
+def served_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve `app` on a loopback port from a thread of its own (for code under test that
+    runs its own event loop, or other processes); yields its base URL."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, access_log=None)
+    started = threading.Event()
+    ports: list[int] = []
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        ports.append(runner.addresses[0][1])
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="served-in-thread", daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise AssertionError("the in-thread server did not start within 10s")
+    try:
+        yield f"http://127.0.0.1:{ports[0]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

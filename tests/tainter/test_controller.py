@@ -46,11 +46,11 @@ async def test_firing_alert_taints_node_with_key_value_effect_record_label_and_e
     cluster: FakeCluster,
 ) -> None:
     controller = make_controller()
-    await controller.handle_alerts(states(alert("gpu-1", effect="NoExecute")))
+    await controller.handle_alerts(states(alert("gpu-1", effect="PreferNoSchedule")))
 
     node = cluster.nodes["gpu-1"]
     assert [(t["key"], t["value"], t["effect"]) for t in cluster.taints("gpu-1")] == [
-        ("fleetwatch.io/gpu-overheat", "GPUOverheating", "NoExecute")
+        ("fleetwatch.io/gpu-overheat", "GPUOverheating", "PreferNoSchedule")
     ]
     record = json.loads(node["metadata"]["annotations"]["fleetwatch.io/taints"])
     assert record["fleetwatch.io/gpu-overheat"]["alert"] == "GPUOverheating"
@@ -275,7 +275,7 @@ async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
     assert keys(cluster, tainted[1]) == []
     await controller.reconcile()  # still open: nothing new tainted
     assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 2
-    controller.reset_breaker()
+    controller.reset_breaker(by="tester")
     await controller.reconcile()  # live state re-evaluated, up to the cap again
     assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 3
     assert controller.breaker.open

@@ -3,88 +3,84 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app
+from aiohttp.test_utils import TestClient
+from fleetwatch.collectors.sim.kubeapi import FakeCluster
 
 AUTH = {"Authorization": "Bearer kube-token"}
 Client = TestClient[Any, Any]
 
 
-@pytest.fixture
-async def api(cluster: FakeCluster) -> AsyncIterator[Client]:
-    client = TestClient(TestServer(make_app(cluster), host="127.0.0.1"))
-    await client.start_server()
-    yield client
-    await client.close()
-
-
-async def patch(api: Client, body: Any, content_type: str) -> tuple[int, Any]:
-    response = await api.patch(
+async def patch(kube_http: Client, body: Any, content_type: str) -> tuple[int, Any]:
+    response = await kube_http.patch(
         "/api/v1/nodes/gpu-1", data=json.dumps(body), headers={**AUTH, "Content-Type": content_type}
     )
     return response.status, await response.json()
 
 
-async def get(api: Client) -> Any:
-    return await (await api.get("/api/v1/nodes/gpu-1", headers=AUTH)).json()
+async def get(kube_http: Client) -> Any:
+    return await (await kube_http.get("/api/v1/nodes/gpu-1", headers=AUTH)).json()
 
 
-async def test_requires_token(api: Client) -> None:
-    assert (await api.get("/api/v1/nodes/gpu-1")).status == 401
+async def test_requires_token(kube_http: Client) -> None:
+    assert (await kube_http.get("/api/v1/nodes/gpu-1")).status == 401
 
 
-async def test_merge_patch_replaces_taints_whole_and_bumps_version(api: Client) -> None:
-    first = await get(api)
+async def test_merge_patch_replaces_taints_whole_and_bumps_version(kube_http: Client) -> None:
+    first = await get(kube_http)
     taints = [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoSchedule"}]
-    status, node = await patch(api, {"spec": {"taints": taints}}, "application/merge-patch+json")
+    status, node = await patch(
+        kube_http, {"spec": {"taints": taints}}, "application/merge-patch+json"
+    )
     assert status == 200
     status, node = await patch(
-        api, {"spec": {"taints": [taints[1]]}}, "application/strategic-merge-patch+json"
+        kube_http, {"spec": {"taints": [taints[1]]}}, "application/strategic-merge-patch+json"
     )
     assert node["spec"]["taints"] == [taints[1]]
     assert int(node["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
 
 
-async def test_stale_resource_version_is_409(api: Client) -> None:
-    version = (await get(api))["metadata"]["resourceVersion"]
+async def test_stale_resource_version_is_409(kube_http: Client) -> None:
+    version = (await get(kube_http))["metadata"]["resourceVersion"]
     ok, _ = await patch(
-        api,
+        kube_http,
         {"metadata": {"resourceVersion": version, "labels": {"x": "1"}}},
         "application/merge-patch+json",
     )
     stale, body = await patch(
-        api,
+        kube_http,
         {"metadata": {"resourceVersion": version, "labels": {"x": "2"}}},
         "application/merge-patch+json",
     )
     assert (ok, stale, body["reason"]) == (200, 409, "Conflict")
-    assert (await get(api))["metadata"]["labels"]["x"] == "1"
+    assert (await get(kube_http))["metadata"]["labels"]["x"] == "1"
 
 
-async def test_json_patch_failed_test_is_422_and_changes_nothing(api: Client) -> None:
-    version = (await get(api))["metadata"]["resourceVersion"]
+async def test_json_patch_failed_test_is_422_and_changes_nothing(kube_http: Client) -> None:
+    version = (await get(kube_http))["metadata"]["resourceVersion"]
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "0"},
         {"op": "add", "path": "/spec/taints", "value": []},
     ]
-    status, _ = await patch(api, ops, "application/json-patch+json")
+    status, _ = await patch(kube_http, ops, "application/json-patch+json")
     assert status == 422
-    assert (await get(api))["metadata"]["resourceVersion"] == version
+    assert (await get(kube_http))["metadata"]["resourceVersion"] == version
     ops[0]["value"] = version
-    status, node = await patch(api, ops, "application/json-patch+json")
+    status, node = await patch(kube_http, ops, "application/json-patch+json")
     assert (status, node["spec"]["taints"]) == (200, [])
 
 
-async def test_injected_statuses_and_label_selector(api: Client, cluster: FakeCluster) -> None:
+async def test_injected_statuses_and_label_selector(
+    kube_http: Client, cluster: FakeCluster
+) -> None:
     cluster.faults.statuses.extend([429, 500])
-    assert (await api.get("/api/v1/nodes", headers=AUTH)).status == 429
-    assert (await api.get("/api/v1/nodes", headers=AUTH)).status == 500
+    assert (await kube_http.get("/api/v1/nodes", headers=AUTH)).status == 429
+    assert (await kube_http.get("/api/v1/nodes", headers=AUTH)).status == 500
     cluster.mutate("gpu-1", lambda n: n["metadata"]["labels"].update(pool="a"))
-    response = await api.get("/api/v1/nodes", params={"labelSelector": "pool=a"}, headers=AUTH)
+    response = await kube_http.get(
+        "/api/v1/nodes", params={"labelSelector": "pool=a"}, headers=AUTH
+    )
     assert [n["metadata"]["name"] for n in (await response.json())["items"]] == ["gpu-1"]
-    response = await api.get("/api/v1/nodes", params={"labelSelector": "!pool"}, headers=AUTH)
+    response = await kube_http.get("/api/v1/nodes", params={"labelSelector": "!pool"}, headers=AUTH)
     assert len((await response.json())["items"]) == 9
