@@ -77,6 +77,7 @@ class InfinibandCollector:
         expected_rates: tuple[ExpectedRate, ...] = (),
         rediscover_seconds: float = 60.0,
         perfquery_seconds: float = 30.0,
+        hw_stats_seconds: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sysfs = sysfs
@@ -93,6 +94,8 @@ class InfinibandCollector:
             )
         )  # fmt: skip
         self._monotonic = monotonic
+        self._hw_stats_seconds = hw_stats_seconds
+        self._hw_read_at: float | None = None
         self._discovered_at: float | None = None
         self._read_errors = 0
         self._event_counts: dict[tuple[str, str], int] = {}
@@ -115,7 +118,14 @@ class InfinibandCollector:
     def collect(self) -> list[Family]:
         """One collection: drain hotplug events, re-discover if needed, read, map."""
         self._maybe_rediscover()
-        reading = self._sysfs.read()
+        # hw_counters are driver diagnostics that the driver refreshes from the device
+        # (firmware commands on mlx5): read them at most every `hw_stats_seconds`, the
+        # port counters every cycle.
+        now = self._monotonic()
+        hw = self._hw_read_at is None or now - self._hw_read_at >= self._hw_stats_seconds
+        reading = self._sysfs.read(hw_counters=hw)
+        if hw:
+            self._hw_read_at = now
         if reading.problems:
             self._report(reading.problems)
         if reading.vanished:
@@ -143,6 +153,7 @@ class InfinibandCollector:
         if events or periodic or self._events.lost:
             self._report(self._sysfs.discover())
             self._discovered_at = now
+            self._hw_read_at = None  # new descriptors: read everything once
             self._labels.clear()
             self._event_labels = []
             self._layout = build_layout(self._sysfs.devices(), self._labels, self._expected)
@@ -347,6 +358,14 @@ class InfinibandSettings:
         help="refresh the 64-bit perfquery -x error counters of a port with a saturated "
         "sysfs counter at most this often",
     )
+    hw_stats_interval: float = duration_setting(
+        30.0,
+        minimum=1.0,
+        maximum=86400.0,
+        help="read the driver's hw_counters files at most this often (the driver refreshes "
+        "them from the device, on mlx5 with firmware commands); the port counters are read "
+        "every collection",
+    )
     tool_timeout: float = duration_setting(
         2.0,
         minimum=0.01,
@@ -370,6 +389,7 @@ def create(context: CollectorContext, settings: InfinibandSettings) -> Infiniban
         expected_rates=settings.expected_rate,
         rediscover_seconds=settings.rediscover_interval,
         perfquery_seconds=settings.perfquery_interval,
+        hw_stats_seconds=settings.hw_stats_interval,
     )
 
 

@@ -242,6 +242,14 @@ class InfinibandSysfs:
         self._fds: list[int] = []
         self._fd_device: list[int] = []
         self._counters = 0
+        # hw_counters descriptors, opened apart and given the slots after the other
+        # counters, so a read can skip them (`read(hw_counters=False)`): their slot
+        # dicts, to renumber once the other counters are counted.
+        self._hw_fds: list[tuple[int, int]] = []
+        self._hw_slot_maps: list[dict[str, int]] = []
+        self._hw_span = slice(0, 0)
+        self._without_hw: list[int] = []
+        self._last_hw: list[bytes | None] | None = None
         # By port (device then port order): its state, phys_state and rate descriptors
         # while discovering; then a getter of those three from a read, and its device.
         self._port_files: list[tuple[int | None, int | None, int | None]] = []
@@ -269,6 +277,15 @@ class InfinibandSysfs:
                 continue
             devices.append(self._discover_device(len(devices), name, device_dir, gpus))
         self._devices = tuple(devices)
+        # hw_counters follow the other counters.
+        first_hw = len(self._fds)
+        for hw_slots in self._hw_slot_maps:
+            for name in hw_slots:
+                hw_slots[name] += first_hw
+        for hw_fd, device in self._hw_fds:
+            self._fds.append(hw_fd)
+            self._fd_device.append(device)
+        self._hw_span = slice(first_hw, len(self._fds))
         # Port state files follow the counters; a file a port lacks reads the None that
         # `read()` appends after the last descriptor.
         self._counters = len(self._fds)
@@ -283,6 +300,7 @@ class InfinibandSysfs:
                 self._fds.append(fd)
                 self._fd_device.append(device)
             self._port_text.append(operator.itemgetter(*slots))
+        self._without_hw = self._fds[: self._hw_span.start] + self._fds[self._hw_span.stop :]
         return self._problems
 
     def devices(self) -> tuple[IbDevice, ...]:
@@ -322,13 +340,13 @@ class InfinibandSysfs:
                     port=int(port_name),
                     link_layer=self._read_static(port_dir / "link_layer"),
                     counters=self._open_counters(index, port_dir / "counters"),
-                    hw_counters=self._open_counters(index, port_dir / "hw_counters"),
+                    hw_counters=self._open_counters(index, port_dir / "hw_counters", hw=True),
                 )
             )
         return IbDevice(
             info=info,
             ports=tuple(ports),
-            hw_counters=self._open_counters(index, device_dir / "hw_counters"),
+            hw_counters=self._open_counters(index, device_dir / "hw_counters", hw=True),
         )
 
     def _read_static(self, path: Path) -> str | None:
@@ -352,8 +370,12 @@ class InfinibandSysfs:
         self._paths[fd] = str(path)
         return fd
 
-    def _open_counters(self, device: int, directory: Path) -> dict[str, int]:
-        """Open and probe each counter file; those that hold a value get a slot."""
+    def _open_counters(self, device: int, directory: Path, *, hw: bool = False) -> dict[str, int]:
+        """Open and probe each counter file; those that hold a value get a slot.
+
+        A `hw` folder's slots are provisional (counted from 0) until `discover()` puts them
+        after every other counter.
+        """
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -369,9 +391,15 @@ class InfinibandSysfs:
                 self._paths.pop(fd, None)
                 self._files.close(fd)
                 continue
+            if hw:
+                slots[name] = len(self._hw_fds)
+                self._hw_fds.append((fd, device))
+                continue
             slots[name] = len(self._fds)
             self._fds.append(fd)
             self._fd_device.append(device)
+        if hw:
+            self._hw_slot_maps.append(slots)
         return slots
 
     def _unavailable(self, fd: int) -> bool:
@@ -387,16 +415,23 @@ class InfinibandSysfs:
         return data.lstrip().startswith(b"N/A")
 
     # -- reading ------------------------------------------------------------------------
-    def read(self) -> IbReading:
-        """Re-read every kept descriptor now."""
+    def read(self, *, hw_counters: bool = True) -> IbReading:
+        """Re-read the kept descriptors now; with `hw_counters=False`, every one but the
+        hw_counters files, whose values are those of the last read that included them."""
         self._problems = []
         pread = self._files.pread
         gone: set[int] = set()
         values: Sequence[int | None]
         try:
-            raw: list[bytes | None] = [pread(fd, _READ_SIZE, 0) for fd in self._fds]
+            if hw_counters or self._last_hw is None:
+                raw: list[bytes | None] = [pread(fd, _READ_SIZE, 0) for fd in self._fds]
+            else:
+                raw = [pread(fd, _READ_SIZE, 0) for fd in self._without_hw]
+                raw[self._hw_span.start : self._hw_span.start] = self._last_hw
         except OSError:
             raw = self._read_one_by_one(gone)
+        if hw_counters or self._last_hw is None or gone:
+            self._last_hw = raw[self._hw_span]
         # Counters come first: zip() with `self._fds` or `self._fd_device` stops there.
         counters = raw[: self._counters]
         try:
@@ -503,6 +538,11 @@ class InfinibandSysfs:
         self._fds = []
         self._fd_device = []
         self._counters = 0
+        self._hw_fds = []
+        self._hw_slot_maps = []
+        self._hw_span = slice(0, 0)
+        self._without_hw = []
+        self._last_hw = None
         self._port_files = []
         self._port_text = []
         self._port_device = []

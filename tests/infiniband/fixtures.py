@@ -173,8 +173,11 @@ def make_collector(
     monitor: EventMonitor | None = None,
     expected: str | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    hw_stats_seconds: float = 0.0,
 ) -> InfinibandCollector:
-    """A collector on a fixture tree; tools only when `tool_path` names where they are."""
+    """A collector on a fixture tree; tools only when `tool_path` names where they are.
+
+    hw_counters are read every collection unless `hw_stats_seconds` says otherwise."""
     sysfs = InfinibandSysfs(root=root, files=files)
     tools = None
     if tool_path is not None:
@@ -190,4 +193,5 @@ def make_collector(
         events=DeviceEvents(monitor=monitor),
         expected_rates=parse_expected_rates(expected) if expected else (),
         monotonic=monotonic,
+        hw_stats_seconds=hw_stats_seconds,
     )

@@ -7,13 +7,17 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors.infiniband import InfinibandCollector
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.infiniband import InfinibandCollector, InfinibandSettings
 from fleetwatch.collectors.sources.sysfs import FileAccess
 from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.settings import ExportSettings
 
+from fleetwatch.cli import build_parser
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import (
     CX7_COUNTERS,
@@ -274,6 +278,48 @@ def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
     # Nothing moved again: the same exposition, the transition counted once.
     assert render_families(collector.collect()).decode() == changed
     collector.close()
+
+
+def test_hw_counters_are_read_at_most_every_interval(tmp_path: Path) -> None:
+    """Port counters every collection; hw_counters once per interval, and again at once
+    after a re-discovery (new descriptors)."""
+    cx7_ndr(tmp_path)
+    now = [1000.0]
+    collector = make_collector(tmp_path, monotonic=lambda: now[0], hw_stats_seconds=30.0)
+    port = tmp_path / "class/infiniband/mlx5_0/ports/1"
+    ids = 'device="mlx5_0",port="1"'
+    hw_line = f'fleetwatch_infiniband_port_hw_stat_total{{{ids},stat="out_of_sequence"}} '
+    symbol_line = (
+        'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} '
+    )
+    first = render_families(collector.collect()).decode()
+    assert hw_line in first
+    (port / "counters/symbol_error").write_text("9\n")
+    (port / "hw_counters/out_of_sequence").write_text("13\n")
+    now[0] += 29.0
+    early = render_families(collector.collect()).decode()
+    assert symbol_line + "9.0" in early
+    assert hw_line + "13.0" not in early
+    assert [line for line in early.splitlines() if line.startswith(hw_line)] == [
+        line for line in first.splitlines() if line.startswith(hw_line)
+    ]
+    now[0] += 1.0
+    assert hw_line + "13.0" in render_families(collector.collect()).decode()
+    (port / "hw_counters/out_of_sequence").write_text("14\n")
+    now[0] += 61.0  # past the re-discovery interval: everything is read again
+    assert hw_line + "14.0" in render_families(collector.collect()).decode()
+    collector.close()
+
+
+def test_hw_stats_interval_is_a_bounded_flag() -> None:
+    assert InfinibandSettings().hw_stats_interval == 30.0
+    parser = build_parser()
+    args = parser.parse_args(["export", "--collector.infiniband.hw-stats-interval=2m"])
+    assert ExportSettings.from_args(args, COLLECTORS).collectors["infiniband"] == replace(
+        InfinibandSettings(), hw_stats_interval=120.0
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["export", "--collector.infiniband.hw-stats-interval=0s"])
 
 
 def _collect_within(collector: InfinibandCollector, seconds: float) -> str:
