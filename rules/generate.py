@@ -478,10 +478,11 @@ def recording_rules(config: Config, p: Params) -> list[Record]:
         ),
         Record(
             record=fabric_errors_record(config),
-            expr=(
-                f'label_replace(sum by (node) ({nvlink_rate}), "fabric", "NVLink", "__name__", ".*")\n'
-                "or\n"
-                f'label_replace(sum by (node) ({ib_rate}), "fabric", "InfiniBand", "__name__", ".*")'
+            expr=_union(
+                [
+                    f'label_replace(sum by (node) ({rate}), "fabric", "{fabric}", "__name__", ".*")'
+                    for fabric, rate in (("NVLink", nvlink_rate), ("InfiniBand", ib_rate))
+                ]
             ),
         ),
         Record(
