@@ -445,10 +445,11 @@ def _fault_story(fault: Fault, *, limit: float, busiest: set[int], waits: dict[s
     lasting = f" for {fault.seconds:g}s" if fault.seconds else ""
     if fault.kind == "temperature":
         if fault.celsius is not None and fault.celsius > limit:
+            # A ramp of minutes leaves GPUOverheatingSoon (trend over 5m, for 1m) time to warn.
+            early = "GPUOverheatingSoon warns on the way, " if fault.ramp_seconds >= 180 else ""
             return (
-                f"{gpu} heats to {fault.celsius:g} °C: GPUOverheatingSoon warns on the way, "
-                f"GPUOverheating fires above {limit:g} °C and the node is tainted "
-                "fleetwatch.io/gpu-overheat"
+                f"{gpu} heats to {fault.celsius:g} °C: {early}GPUOverheating fires above "
+                f"{limit:g} °C and the node is tainted fleetwatch.io/gpu-overheat"
             )
         return (
             f"{gpu} cools to {fault.celsius:g} °C: the overheat taint goes after the "
