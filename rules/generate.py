@@ -535,7 +535,9 @@ def gpu_alerts(config: Config, p: Params) -> list[Alert]:
             expr=(
                 f"predict_linear({gpu_temp}[{p('overheat_trend_window')}], "
                 f"{p('overheat_horizon_seconds')})\n> {p('gpu_temperature_celsius')}\n"
-                f"and\n{gpu_temp} <= {p('gpu_temperature_celsius')}"
+                f"and\n{gpu_temp} <= {p('gpu_temperature_celsius')}\n"
+                f"and\n{gpu_temp} > {p('gpu_temperature_celsius')} - "
+                f"{p('overheat_warning_margin_celsius')}"
             ),
             summary=f"GPU heading above {p('gpu_temperature_celsius')} °C on node "
             "{{ $labels.node }}",

@@ -445,7 +445,7 @@ def _fault_story(fault: Fault, *, limit: float, busiest: set[int], waits: dict[s
     lasting = f" for {fault.seconds:g}s" if fault.seconds else ""
     if fault.kind == "temperature":
         if fault.celsius is not None and fault.celsius > limit:
-            # A ramp of minutes leaves GPUOverheatingSoon (trend over 5m, for 1m) time to warn.
+            # A ramp of minutes leaves GPUOverheatingSoon (trend over 10m, for 2m) time to warn.
             early = "GPUOverheatingSoon warns on the way, " if fault.ramp_seconds >= 180 else ""
             return (
                 f"{gpu} heats to {fault.celsius:g} °C: {early}GPUOverheating fires above "
