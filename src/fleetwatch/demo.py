@@ -228,7 +228,7 @@ def start_stack(stack: Stack, scenario: str) -> dict[str, str]:
             f"--simulate={scenario}",
             "--collection-interval=2s",
             f"--collector.podresources.socket={stack.workdir / f'{NODE}.sock'}",
-            "--collector.podresources.refresh-interval=2",
+            "--collector.podresources.refresh-interval=2s",
         ),
         urls["exporter"] + "/readyz",
     )

@@ -140,7 +140,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
                     args=[
                         "--collection-interval=1s",
                         f"--collector.podresources.socket={workdir / f'{node}.sock'}",
-                        "--collector.podresources.refresh-interval=1",
+                        "--collector.podresources.refresh-interval=1s",
                     ],
                 )
             )
