@@ -177,7 +177,7 @@ def test_pods_load_with_their_gpus_and_labels(tmp_path: Path) -> None:
     [
         ([{**POD, "gpus": [8]}], "pods[0].gpus[0]: 8 is out of range 0..7"),
         (
-            [POD, {**POD, "name": "other", "gpus": [1]}],
+            [POD, {**POD, "name": "other", "gpus": [1], "labels": {}}],
             "pods[1].gpus[0]: GPU 1 is held by another pod",
         ),
         ([{**POD, "name": "LLM_0"}], "pods[0].name: 'LLM_0' is not a Kubernetes name"),
