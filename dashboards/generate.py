@@ -5,8 +5,11 @@ rules/config.yaml through rules/generate.py, so a dashboard never disagrees with
 Run as a script to rewrite dashboards/*.json (`--check` only reports drift); import it for
 `dashboards(config)` and `panel_queries(data)`, which the tests use to check every query.
 
-Dashboards (stable UIDs, variables datasource / node / gpu):
-- fleetwatch-fleet   Fleet overview: tensor activity vs utilization, heat, taints, Xids, hot spots
+Dashboards (stable UIDs, variables datasource / node / gpu, or namespace / training_job):
+- fleetwatch-fleet   Fleet overview: tensor activity vs utilization, heat, taints, Xids, hot
+                     spots, training jobs (each linking to the Training job dashboard)
+- fleetwatch-training-job  Training job: which GPU the job waits for, idle GPUs, heat, fabric
+                     errors and taints on the job's nodes
 - fleetwatch-node    Node detail: temperatures, clocks, power, NVLink matrix, InfiniBand ports
 - fleetwatch-fabric  Fabric: InfiniBand error rates, flaps, degraded links, saturation, NVLink
 - fleetwatch-stack   Stack health: collectors, scrapes, tainter actions and breaker
@@ -25,6 +28,7 @@ from fleetwatch.rules import generate as rules_generate
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import (
     Dashboard,
+    DashboardLink,
     GridPos,
     Heatmap,
     Panel,
@@ -43,6 +47,12 @@ DASHBOARDS_DIR: Final = ROOT / "dashboards"
 DS: Final = "${datasource}"
 NODE: Final = 'node=~"$node"'
 GPU: Final = 'gpu=~"$gpu"'
+JOB_SEL: Final = 'namespace="$namespace", training_job="$training_job"'
+TRAINING_JOB_UID: Final = "fleetwatch-training-job"
+TRAINING_JOB_URL: Final = (
+    f"/d/{TRAINING_JOB_UID}?var-namespace=${{__data.fields.namespace}}"
+    "&var-training_job=${__data.fields.training_job}&${__url_time_range}"
+)
 WIDTH: Final = 24
 
 
@@ -124,14 +134,32 @@ def table(
     width: int = 12,
     height: int = 8,
     description: str = "",
+    columns: dict[str, str] | None = None,
+    sort_by: str | None = None,
+    overrides: list[dict[str, Any]] | None = None,
 ) -> Table:
+    """Instant queries merged into one table; `columns` renames value columns
+    (`Value #A` -> a name), `sort_by` sorts by a column, highest first."""
+    transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}]
+    if columns:
+        transformations.append(
+            {
+                "id": "organize",
+                "options": {"renameByName": columns, "excludeByName": {"Time": True}},
+            }
+        )
+    if sort_by:
+        transformations.append(
+            {"id": "sortBy", "options": {"sort": [{"field": sort_by, "desc": True}]}}
+        )
     return Table(
         title=title,
         description=description,
         dataSource=DS,
         targets=targets(*queries, instant=True),
         gridPos=layout.place(width, height),
-        transformations=[{"id": "merge", "options": {}}],
+        transformations=transformations,
+        overrides=overrides or [],
         showHeader=True,
     )
 
@@ -201,10 +229,53 @@ def variables(job: str, *, gpu: bool) -> Templating:
     return Templating(list=items)
 
 
+def job_variables() -> Templating:
+    """datasource, namespace and training_job (one job at a time) variables."""
+    return Templating(
+        list=[
+            Template(
+                name="datasource",
+                label="Data source",
+                type="datasource",
+                query="prometheus",
+                default="Prometheus",
+            ),
+            Template(
+                name="namespace",
+                label="Namespace",
+                dataSource=DS,
+                type="query",
+                query=f"label_values({rules_generate.JOB_INFO}, namespace)",
+                refresh=2,
+                sort=1,
+            ),
+            Template(
+                name="training_job",
+                label="Training job",
+                dataSource=DS,
+                type="query",
+                query=(
+                    f'label_values({rules_generate.JOB_INFO}{{namespace="$namespace"}}, '
+                    "training_job)"
+                ),
+                refresh=2,
+                sort=1,
+            ),
+        ]
+    )
+
+
 def dashboard(
-    uid: str, title: str, description: str, panels: list[Panel], templating: Templating
+    uid: str,
+    title: str,
+    description: str,
+    panels: list[Panel],
+    templating: Templating,
+    *,
+    links: Sequence[DashboardLink] = (),
 ) -> Dashboard:
     return Dashboard(
+        links=list(links),
         uid=uid,
         title=title,
         description=description,
@@ -234,6 +305,7 @@ class Queries:
         self.ib_data_rate = self._q.rate_name(
             "node_device_port", "fleetwatch_infiniband_port_data_bytes_total"
         )
+        self.fabric_errors = rules_generate.fabric_errors_record(config)
 
     def exporter(self, metric: str, *matchers: str) -> str:
         return str(self._q.exporter(metric, *matchers))
@@ -326,6 +398,29 @@ def fleet_overview(q: Queries) -> Dashboard:
             unit="short",
             description="Highest error rates per link and error type (per s).",
         ),
+        lay.row("Training jobs"),
+        table(
+            lay,
+            "Training jobs by median tensor activity",
+            (rules_generate.JOB_TENSOR_MEDIAN, ""),
+            (f"count by (namespace, training_job) ({rules_generate.JOB_INFO})", ""),
+            width=24,
+            columns={"Value #A": "median tensor activity", "Value #B": "GPUs"},
+            sort_by="median tensor activity",
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "training_job"},
+                    "properties": [
+                        {
+                            "id": "links",
+                            "value": [{"title": "Training job", "url": TRAINING_JOB_URL}],
+                        }
+                    ],
+                }
+            ],
+            description="Every training job (namespace/training_job from fleetwatch:gpu_job:"
+            "info); click a job for its Training job dashboard.",
+        ),
     ]
     return dashboard(
         "fleetwatch-fleet",
@@ -333,6 +428,128 @@ def fleet_overview(q: Queries) -> Dashboard:
         "Tensor-core work, heat, taints and fabric hot spots across the fleet.",
         panels,
         variables(q.job, gpu=False),
+        links=[
+            DashboardLink(
+                title="Training job",
+                type="link",
+                uri=f"/d/{TRAINING_JOB_UID}",
+                keepTime=True,
+                tooltip="Which GPU a training job waits for",
+            )
+        ],
+    )
+
+
+def training_job(q: Queries) -> Dashboard:
+    """One training job (namespace/training_job) across its nodes."""
+    r = rules_generate
+    lay = Layout()
+    on_job_nodes = f"and on (node) {r.JOB_INFO}{{{JOB_SEL}}}"
+    gpu_temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
+    panels: list[Panel] = [
+        lay.row("Work: which GPU does the job wait for?"),
+        Heatmap(
+            title="Tensor activity per GPU",
+            description="One row per GPU of the job, colored by the share of time its "
+            "tensor cores were active (fleetwatch GPM, else dcgm-exporter). The GPU the job "
+            "waits for is the brightest row; a dark row is an idle GPU (GPUIdleInJob).",
+            dataSource=DS,
+            dataFormat="tsbuckets",
+            gridPos=lay.place(16, 10),
+            targets=targets((f"{r.JOB_TENSOR}{{{JOB_SEL}}}", "{{node}} GPU {{gpu}}")),
+            yBucketBound="middle",
+            hideZeroBuckets=False,
+        ),
+        timeseries(
+            lay,
+            "Job median tensor activity vs its last hour",
+            (f"{r.JOB_TENSOR_MEDIAN}{{{JOB_SEL}}}", "median now"),
+            (f"avg_over_time({r.JOB_TENSOR_MEDIAN}{{{JOB_SEL}}}[1h])", "average, last hour"),
+            unit="percentunit",
+            max_value=1,
+            width=8,
+            height=10,
+            description="TrainingJobSlowdown fires when the median falls well below its "
+            "own recent average.",
+        ),
+        table(
+            lay,
+            "GPUs ranked by tensor activity (straggler marked)",
+            (f"{r.JOB_TENSOR}{{{JOB_SEL}}}", ""),
+            (f"{r.JOB_SM_CLOCK}{{{JOB_SEL}}}", ""),
+            (
+                "max by (node, gpu, uuid, namespace, pod, training_job) "
+                f'(ALERTS{{alertname="GPUStraggler", {JOB_SEL}}})',
+                "",
+            ),
+            width=24,
+            height=10,
+            columns={
+                "Value #A": "tensor activity",
+                "Value #B": "SM clock (Hz)",
+                "Value #C": "straggler (GPUStraggler)",
+            },
+            sort_by="tensor activity",
+            description="The GPU the job waits for has the highest activity and a lower SM "
+            "clock (or a thermal/power clock event): GPUStraggler marks it with 1.",
+        ),
+        timeseries(
+            lay,
+            "SM clock per GPU and the job's median",
+            (f"{r.JOB_SM_CLOCK}{{{JOB_SEL}}}", "{{node}} GPU {{gpu}}"),
+            (f"{r.JOB_SM_CLOCK_MEDIAN}{{{JOB_SEL}}}", "job median"),
+            unit="hertz",
+        ),
+        timeseries(
+            lay,
+            "GPU temperature against the limit",
+            (
+                f"{gpu_temp}\n* on (uuid) group_left ()\nmax by (uuid) ({r.JOB_INFO}{{{JOB_SEL}}})",
+                "{{node}} GPU {{gpu}}",
+            ),
+            unit="celsius",
+            limits=[(q.gpu_limit, "red")],
+            description=f"The line is the {q.gpu_limit:g} °C taint threshold "
+            "(rules/config.yaml); GPUOverheatingSoon warns on a trend towards it.",
+        ),
+        lay.row("The job's nodes"),
+        timeseries(
+            lay,
+            "NVLink and InfiniBand errors on the job's nodes",
+            (f"{q.fabric_errors} {on_job_nodes}", "{{node}} {{fabric}}"),
+            description="Errors per second on every NVLink and InfiniBand port of the "
+            "nodes the job runs on.",
+        ),
+        timeseries(
+            lay,
+            "Erroring links and ports on the job's nodes",
+            (
+                f"{q.nvlink_rate} > 0 {on_job_nodes}",
+                "{{node}} GPU {{gpu}} link {{link}} {{error}}",
+            ),
+            (f"{q.ib_rate} > 0 {on_job_nodes}", "{{node}} {{device}}/{{port}} {{error}}"),
+            description="Which link or port counts errors (per s, by error type).",
+        ),
+        table(
+            lay,
+            "Taints on the job's nodes",
+            (
+                "count by (node, fleetwatch_taint, alertname) "
+                f'(ALERTS{{alertstate="firing", fleetwatch_taint!=""}} {on_job_nodes})',
+                "",
+            ),
+            width=24,
+            description="Firing alerts that taint a node of the job "
+            "(fleetwatch.io/<reason>): no new pod of the job lands there.",
+        ),
+    ]
+    return dashboard(
+        TRAINING_JOB_UID,
+        "fleetwatch / Training job",
+        "One training job across its nodes: the GPU it waits for, idle GPUs, heat, fabric "
+        "errors and taints.",
+        panels,
+        job_variables(),
     )
 
 
@@ -587,6 +804,7 @@ def dashboards(config: Any | None = None) -> dict[str, Dashboard]:
     )
     return {
         "fleet-overview": fleet_overview(q),
+        "training-job": training_job(q),
         "node-detail": node_detail(q),
         "fabric": fabric(q),
         "stack-health": stack_health(q),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.resources
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,12 @@ IB_ERRORS: Final = (
     "xmit_wait",
 )
 LINK_LAYERS: Final = ("InfiniBand", "Ethernet")
+# Kubernetes names: a pod or namespace name (DNS label/subdomain) and a label key.
+_K8S_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL_KEY: Final = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE: Final = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 class ScenarioError(ValueError):
@@ -75,6 +82,18 @@ class Baseline:
     power_watts: float = 550.0
     power_limit_watts: float = 700.0
     memory_used_ratio: float = 0.85
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodSpec:
+    """A pod on the simulated node holding some of its GPUs (what the kubelet reports), with
+    the labels kube-state-metrics would export for it (they name its training job)."""
+
+    namespace: str
+    name: str
+    container: str
+    gpus: tuple[int, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +142,7 @@ class Scenario:
     nvlink5_counters: bool = False
     driver_version: str = "550.90.07"
     description: str = ""
+    pods: tuple[PodSpec, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -151,6 +171,7 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "nvlink5_counters",
     "driver_version",
     "description",
+    "pods",
     "extra",
 }
 BUILTIN_PACKAGE: Final = "fleetwatch.collectors.sim.scenarios"
@@ -304,6 +325,55 @@ def _parse_fault(
     return Fault(**fields)
 
 
+def _parse_pods(check: _Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
+    """`pods:`: each GPU index in range and held by one pod at most; Kubernetes names."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise check.fail("pods", "expected a list of pods")
+    pods, held = [], set()
+    for i, item in enumerate(raw):
+        key = f"pods[{i}]"
+        data = check.mapping(item, key)
+        check.keys(
+            data,
+            key,
+            frozenset({"namespace", "name", "gpus"}),
+            frozenset({"namespace", "name", "gpus", "container", "labels"}),
+        )
+        names = {}
+        for part in ("namespace", "name", "container"):
+            value = check.string(data.get(part, "main"), f"{key}.{part}")
+            if not _K8S_NAME.match(value):
+                raise check.fail(f"{key}.{part}", f"{value!r} is not a Kubernetes name")
+            names[part] = value
+        if not isinstance(data["gpus"], list) or not data["gpus"]:
+            raise check.fail(f"{key}.gpus", "expected a non-empty list of GPU indices")
+        indices = []
+        for j, gpu in enumerate(data["gpus"]):
+            index = check.integer(gpu, f"{key}.gpus[{j}]", low=0, high=gpus - 1)
+            if index in held:
+                raise check.fail(f"{key}.gpus[{j}]", f"GPU {index} is held by another pod")
+            held.add(index)
+            indices.append(index)
+        labels = check.mapping(data.get("labels", {}), f"{key}.labels")
+        for label, value in labels.items():
+            if not isinstance(label, str) or not _LABEL_KEY.match(label):
+                raise check.fail(f"{key}.labels", f"{label!r} is not a label key")
+            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+                raise check.fail(f"{key}.labels.{label}", f"{value!r} is not a label value")
+        pods.append(
+            PodSpec(
+                namespace=names["namespace"],
+                name=names["name"],
+                container=names["container"],
+                gpus=tuple(indices),
+                labels=dict(labels),
+            )
+        )
+    return tuple(pods)
+
+
 def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
     """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason."""
     check = _Checker(source)
@@ -340,6 +410,7 @@ def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
         nvlink5_counters=check.boolean(top.get("nvlink5_counters", False), "nvlink5_counters"),
         driver_version=check.string(top.get("driver_version", "550.90.07"), "driver_version"),
         description=str(top.get("description", "")),
+        pods=_parse_pods(check, top.get("pods"), top["gpus"]),
         extra=check.mapping(extra, "extra"),
     )
 

@@ -1,11 +1,14 @@
 """`fleetwatch demo`: the whole stack on this machine, with simulated hardware.
 
-Starts the exporter on the `demo` scenario; when installed, a real Prometheus scraping it
-(with a `node` label, loading the shipped rules) and a real Alertmanager routing taint
-alerts; when the tainter is part of the build, a simulated Kubernetes cluster (clearly
-labelled) and the tainter against it. It prints where to look, follows the story as it
-happens (a GPU heats past 78 °C, the alert fires, the node is tainted, then cools and is
-untainted) and stops every process it started on Ctrl-C.
+Starts the exporter on the `demo` scenario (or `--scenario`); when installed, a real
+Prometheus scraping it (with a `node` label, loading the shipped rules), a simulated
+Kubernetes cluster (clearly labelled: the node, its kubelet's pod-to-GPU allocations and
+kube-state-metrics' pod labels, from the scenario's `pods:`) and a real Alertmanager
+routing taint alerts; when the tainter is part of the build, the tainter against the
+simulated cluster. It prints the story of the scenario it runs (from its faults and pods:
+with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a training
+job waits for its thermally throttled GPU while another GPU idles), follows it as it
+happens (firing alerts, node taints) and stops every process it started on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from fleetwatch.collectors.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
 from fleetwatch.flags import listen_address
 
 log = logging.getLogger(__name__)
@@ -78,9 +82,31 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=listen_address,
         default=listen_address("127.0.0.1:0"),
     )
-    simulate.add_argument("--node", dest="nodes", action="append", required=True)
+    simulate.add_argument("--node", dest="nodes", action="append", default=[])
+    simulate.add_argument(
+        "--node-scenario",
+        dest="node_scenarios",
+        action="append",
+        type=node_scenario,
+        default=[],
+        metavar="NODE=SCENARIO",
+        help="a node whose scenario's pods the cluster shows: its kubelet's PodResources "
+        "socket KUBELET_DIR/NODE.sock and kube_pod_labels at /metrics",
+    )
+    simulate.add_argument("--kubelet-dir", type=Path, default=None)
     simulate.add_argument("--kubeconfig-out", type=Path, required=True)
     simulate.set_defaults(run=_run_simulate)
+
+
+def node_scenario(text: str) -> tuple[str, Scenario]:
+    """`NODE=SCENARIO` (a built-in name or a file) for `simulate-cluster --node-scenario`."""
+    node, sep, spec = text.partition("=")
+    if not sep or not node or not spec:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NODE=SCENARIO")
+    try:
+        return node, load_scenario(spec)
+    except ScenarioError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def free_port(preferred: int) -> int:
@@ -166,8 +192,13 @@ def run_demo(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
+        return 2
+    try:
         urls = start_stack(stack, args.scenario)
-        print_banner(urls, workdir)
+        print_banner(urls, workdir, scenario)
         follow_story(
             urls,
             deadline=time.monotonic() + args.duration if args.duration else None,
@@ -196,14 +227,18 @@ def start_stack(stack: Stack, scenario: str) -> dict[str, str]:
             f"--web.listen-address=127.0.0.1:{port}",
             f"--simulate={scenario}",
             "--collection-interval=2s",
+            f"--collector.podresources.socket={stack.workdir / f'{NODE}.sock'}",
+            "--collector.podresources.refresh-interval=2s",
         ),
         urls["exporter"] + "/readyz",
     )
     if not Path(PROMETHEUS).exists():
         return running
+    start_cluster(stack, urls, scenario)
+    running["cluster"] = urls["cluster"]
     if _tainter_available() and Path(ALERTMANAGER).exists():
         start_tainter(stack, urls)
-        running.update(cluster=urls["cluster"], tainter=urls["tainter"])
+        running["tainter"] = urls["tainter"]
     if Path(ALERTMANAGER).exists():
         start_alertmanager(stack, urls, with_tainter="tainter" in running)
         running["alertmanager"] = urls["alertmanager"]
@@ -220,21 +255,27 @@ def _tainter_available() -> bool:
     return True
 
 
-def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
-    """A SIMULATED Kubernetes API with one node, and the tainter writing to it."""
-    kubeconfig = stack.workdir / "simulated-kubeconfig.yaml"
-    token = stack.workdir / "webhook-token"
-    token.write_text(os.urandom(16).hex())
+def start_cluster(stack: Stack, urls: dict[str, str], scenario: str) -> None:
+    """A SIMULATED Kubernetes cluster with one node: its API, its kubelet's PodResources
+    socket (which the exporter reads) and kube-state-metrics' pod labels at /metrics."""
     stack.start(
         "simulated-cluster",
         fleetwatch(
             "simulate-cluster",
             f"--web.listen-address={urls['cluster'][7:]}",
-            f"--node={NODE}",
-            f"--kubeconfig-out={kubeconfig}",
+            f"--node-scenario={NODE}={scenario}",
+            f"--kubelet-dir={stack.workdir}",
+            f"--kubeconfig-out={stack.workdir / 'simulated-kubeconfig.yaml'}",
         ),
         f"{urls['cluster']}/api/v1/nodes/{NODE}",
     )
+
+
+def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
+    """The tainter, writing to the SIMULATED cluster's API."""
+    kubeconfig = stack.workdir / "simulated-kubeconfig.yaml"
+    token = stack.workdir / "webhook-token"
+    token.write_text(os.urandom(16).hex())
     stack.start(
         "tainter",
         fleetwatch(
@@ -294,7 +335,11 @@ def start_prometheus(stack: Stack, urls: dict[str, str], *, with_alertmanager: b
             {
                 "job_name": "fleetwatch",
                 "static_configs": [{"targets": [urls["exporter"][7:]], "labels": {"node": NODE}}],
-            }
+            },
+            {
+                "job_name": "kube-state-metrics",
+                "static_configs": [{"targets": [urls["cluster"][7:]]}],
+            },
         ],
     }
     if with_alertmanager:
@@ -315,12 +360,16 @@ def start_prometheus(stack: Stack, urls: dict[str, str], *, with_alertmanager: b
     )
 
 
-def print_banner(urls: dict[str, str], workdir: Path) -> None:
+def print_banner(urls: dict[str, str], workdir: Path, scenario: Scenario) -> None:
+    """Where to look, and the story of the scenario being run."""
     lines = [
         "",
-        "fleetwatch demo: a simulated DGX H100 node named demo-node",
-        f"  exporter      {urls['exporter']}/            (landing page, /metrics)",
+        f"fleetwatch demo: scenario {scenario.name}, a simulated node named {NODE} with "
+        f"{scenario.gpus} x {scenario.gpu_model}",
     ]
+    if scenario.description:
+        lines.append(f"  ({scenario.description})")
+    lines.append(f"  exporter      {urls['exporter']}/            (landing page, /metrics)")
     if "prometheus" in urls:
         query = "fleetwatch_gpu_temperature_celsius%7Bsensor%3D%22gpu%22%7D"
         lines += [
@@ -337,25 +386,125 @@ def print_banner(urls: dict[str, str], workdir: Path) -> None:
     if "cluster" in urls:
         lines += [
             f"  SIMULATED k8s {urls['cluster']}/api/v1/nodes/{NODE}  (not a real cluster)",
-            f"  tainter       {urls['tainter']}/metrics",
+            f"                {urls['cluster']}/metrics  (its kube-state-metrics pod labels)",
         ]
-    lines += [
-        "",
-        "What happens (times from the exporter's start):",
-        "  t=20s   GPU 3 heats from ~64 °C to 84 °C: GPUOverheating fires above 78 °C and the",
-        "          node is tainted fleetwatch.io/gpu-overheat",
-        "  t=30s   NVLink CRC errors on GPU 5; t=40s InfiniBand mlx5_3 flaps; t=45s symbol errors",
-        "  t=50s   GPU 6 falls off the bus (Xid 79): tainted fleetwatch.io/gpu-lost, a manual",
-        "          reason that stays until a person runs",
-        f"          fleetwatch untaint {NODE} --reason gpu-lost "
-        f"--kubeconfig={workdir}/simulated-kubeconfig.yaml",
-        "  t=60s   NVML hangs for 2 minutes: the gpu collector is reported down, nothing else is",
-        "  t=150s  GPU 3 cools; the overheat taint goes once Prometheus shows it below the clear",
-        "          threshold after the hold time (around t=270s)",
-        f"Logs: {workdir}. Press Ctrl-C to stop.",
-        "",
-    ]
+    if "tainter" in urls:
+        lines.append(f"  tainter       {urls['tainter']}/metrics")
+    lines += ["", *story(scenario, workdir)]
+    lines += [f"Logs: {workdir}. Press Ctrl-C to stop.", ""]
     print("\n".join(lines), flush=True)
+
+
+def story(scenario: Scenario, workdir: Path) -> list[str]:
+    """What the scenario's pods and faults make happen, in time order, for the banner."""
+    from fleetwatch.rules.generate import load_config, parameters
+
+    config = load_config()
+    limit = float(parameters(config)["thresholds.gpu_temperature_celsius"])
+    waits = {name: config.alerts[name].for_ for name in ("GPUStraggler", "GPUIdleInJob")}
+    busiest = _busiest_throttled(scenario)
+    lines = []
+    for pod in scenario.pods:
+        gpus = ", ".join(str(g) for g in pod.gpus)
+        job = next(iter(pod.labels.values()), pod.name)
+        lines.append(
+            f"  Pod {pod.namespace}/{pod.name} (training job {job}) holds GPUs {gpus}: the "
+            "per-job alerts compare them"
+        )
+    if not scenario.faults:
+        return [*lines, "  No faults: every GPU, link and port stays healthy.", ""]
+    lines.append("What happens (times from the exporter's start):")
+    for fault in scenario.faults:
+        text = _fault_story(fault, limit=limit, busiest=busiest, waits=waits)
+        if fault.kind == "gpu_lost":
+            text += (
+                " The gpu-lost taint stays until a person runs\n"
+                f"          fleetwatch untaint {NODE} --reason gpu-lost "
+                f"--kubeconfig={workdir}/simulated-kubeconfig.yaml"
+            )
+        lines.append(f"  t={fault.at:g}s".ljust(10) + text)
+    return [*lines, ""]
+
+
+def _busiest_throttled(scenario: Scenario) -> set[int]:
+    """GPUs that throttle while a tensor-activity fault makes them the busiest of their pod:
+    the straggler their training job waits for."""
+    top = {
+        f.gpu
+        for f in scenario.faults
+        if f.kind == "tensor_active" and (f.value or 0) > scenario.baseline.tensor_active
+    }
+    held = {g for pod in scenario.pods for g in pod.gpus}
+    throttled = {f.gpu for f in scenario.faults if f.kind == "throttle"}
+    return {gpu for gpu in held if gpu in top and gpu in throttled}
+
+
+def _fault_story(fault: Fault, *, limit: float, busiest: set[int], waits: dict[str, str]) -> str:
+    """One line of the story for one fault; `waits` holds the per-job alerts' `for`."""
+    gpu = f"GPU {fault.gpu}"
+    lasting = f" for {fault.seconds:g}s" if fault.seconds else ""
+    if fault.kind == "temperature":
+        if fault.celsius is not None and fault.celsius > limit:
+            # A ramp of minutes leaves GPUOverheatingSoon (trend over 10m, for 2m) time to warn.
+            early = "GPUOverheatingSoon warns on the way, " if fault.ramp_seconds >= 180 else ""
+            return (
+                f"{gpu} heats to {fault.celsius:g} °C: {early}GPUOverheating fires above "
+                f"{limit:g} °C and the node is tainted fleetwatch.io/gpu-overheat"
+            )
+        return (
+            f"{gpu} cools to {fault.celsius:g} °C: the overheat taint goes after the "
+            "tainter's hold time, once Prometheus shows the node cool"
+        )
+    if fault.kind == "throttle":
+        text = f"{gpu} slows its clocks ({fault.reason}){lasting}"
+        if fault.gpu in busiest:
+            return (
+                f"{text} while it is its training job's busiest GPU: the GPU the job waits "
+                f"for, GPUStraggler (after {waits['GPUStraggler']})"
+            )
+        return text
+    if fault.kind == "tensor_active":
+        value = fault.value or 0.0
+        if fault.gpu in busiest:
+            return f"{gpu}'s tensor cores run at {value:.0%}, the busiest of its job"
+        return (
+            f"{gpu}'s tensor cores drop to {value:.0%}{lasting}: GPUIdleInJob "
+            f"(after {waits['GPUIdleInJob']}) when its job trains on"
+        )
+    return _other_fault_story(fault, gpu=gpu, lasting=lasting)
+
+
+def _other_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
+    """The story line of a fault that neither heats, throttles nor idles a GPU."""
+    port = f"InfiniBand {fault.device}/{fault.port}"
+    match fault.kind:
+        case "nvlink_errors":
+            return (
+                f"NVLink {fault.link} of {gpu} counts {fault.per_second:g} {fault.error} "
+                f"errors/s{lasting}: NVLinkErrorsRising"
+            )
+        case "nvlink_down":
+            return f"NVLink {fault.link} of {gpu} goes down{lasting}: NVLinkDown"
+        case "ib_port_down":
+            return f"{port} goes down{lasting}" + (": a flap" if lasting else "")
+        case "ib_errors":
+            return f"{port} counts {fault.per_second:g} {fault.error} errors/s{lasting}"
+        case "ib_rate":
+            return f"{port} trains at {fault.value:g} Gb/s{lasting}: InfiniBandLinkDegraded"
+        case "xid":
+            return f"{gpu} reports Xid {fault.xid}"
+        case "gpu_lost":
+            return f"{gpu} falls off the bus: tainted fleetwatch.io/gpu-lost."
+        case "hang":
+            return (
+                f"NVML call {fault.call} hangs for {fault.seconds:g}s: the collector reading "
+                "it is reported down, nothing else is"
+            )
+        case "ecc_errors":
+            return f"{gpu} counts {fault.per_second:g} {fault.error} ECC errors/s{lasting}"
+        case "row_remap":
+            return f"{gpu} has a {fault.error} row remap event"
+    return f"{fault.kind} on {gpu}{lasting}"
 
 
 def follow_story(urls: dict[str, str], *, deadline: float | None, stopping: Any) -> None:
@@ -398,15 +547,28 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+    from fleetwatch.collectors.sim.kubelet import kube_pod_labels, serve_kubelet
 
+    nodes = [*args.nodes, *(node for node, _ in args.node_scenarios)]
+    if not nodes:
+        print("fleetwatch simulate-cluster: error: give --node or --node-scenario", file=sys.stderr)
+        return 2
     # No token: a loopback-only simulation that people (and the demo) read with plain curl.
     cluster = FakeCluster(token=None)
-    for name in args.nodes:
+    for name in nodes:
         cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
     host, port = args.listen
+    pod_labels = kube_pod_labels(scenario for _, scenario in args.node_scenarios)
+    kubelet_dir: Path = args.kubelet_dir or args.kubeconfig_out.parent
+
+    async def metrics(_request: web.Request) -> web.Response:
+        """kube-state-metrics' kube_pod_labels for the scenarios' pods."""
+        return web.Response(text=pod_labels, content_type="text/plain")
 
     async def serve() -> None:
-        runner = web.AppRunner(make_app(cluster), access_log=None)
+        app = make_app(cluster)
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
@@ -417,9 +579,9 @@ def _run_simulate(args: argparse.Namespace) -> int:
             "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
             extra={
                 "server": server,
-                "nodes": args.nodes,
+                "nodes": nodes,
                 "kubeconfig": str(args.kubeconfig_out),
-                "see_taints": f"{server}/api/v1/nodes/{args.nodes[0]}",
+                "see_taints": f"{server}/api/v1/nodes/{nodes[0]}",
             },
         )
         try:
@@ -427,8 +589,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
         finally:
             await runner.cleanup()
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        return 0
+    with contextlib.ExitStack() as kubelets:
+        for node, scenario in args.node_scenarios:
+            kubelets.enter_context(serve_kubelet(scenario, kubelet_dir / f"{node}.sock"))
+        try:
+            asyncio.run(serve())
+        except KeyboardInterrupt:
+            return 0
     return 0

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.rules.promql import (
     DASHBOARDS_DIR,
     ROOT,
@@ -21,6 +23,7 @@ from tests.rules.promql import (
 gen = dashboards_generator()
 EXPECTED = {
     "fleet-overview": "fleetwatch-fleet",
+    "training-job": "fleetwatch-training-job",
     "node-detail": "fleetwatch-node",
     "fabric": "fleetwatch-fabric",
     "stack-health": "fleetwatch-stack",
@@ -52,7 +55,8 @@ def test_stable_uids_and_variables() -> None:
     assert {stem: data["uid"] for stem, data in boards.items()} == EXPECTED
     for stem, data in boards.items():
         names = [v["name"] for v in data["templating"]["list"]]
-        assert names[:2] == ["datasource", "node"], stem
+        first = ["datasource", "namespace"] if stem == "training-job" else ["datasource", "node"]
+        assert names[:2] == first, stem
         for panel in data["panels"]:
             if panel["type"] != "row":
                 assert panel["datasource"] == "${datasource}", (stem, panel["title"])
@@ -61,9 +65,20 @@ def test_stable_uids_and_variables() -> None:
         "node",
         "gpu",
     ]
+    assert [v["name"] for v in boards["training-job"]["templating"]["list"]] == [
+        "datasource",
+        "namespace",
+        "training_job",
+    ]
 
 
-def test_temperature_threshold_comes_from_rules_config(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stem", "title"),
+    [("node-detail", "GPU temperature"), ("training-job", "GPU temperature against the limit")],
+)
+def test_temperature_threshold_comes_from_rules_config(
+    tmp_path: Path, stem: str, title: str
+) -> None:
     rules = rules_generator()
     text = (
         (ROOT / rules.CONFIG_FILE)
@@ -72,11 +87,48 @@ def test_temperature_threshold_comes_from_rules_config(tmp_path: Path) -> None:
     )
     config_path = tmp_path / "config.yaml"
     config_path.write_text(text)
-    node = gen.rendered_files(rules.load_config(config_path))[DASHBOARDS_DIR / "node-detail.json"]
-    panel = next(p for p in json.loads(node)["panels"] if p["title"] == "GPU temperature")
+    board = gen.rendered_files(rules.load_config(config_path))[DASHBOARDS_DIR / f"{stem}.json"]
+    panel = next(p for p in json.loads(board)["panels"] if p["title"] == title)
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps[-1]["value"] == 81.0
     assert "78" not in json.dumps(panel)
+
+
+def _panel(stem: str, title: str) -> dict[str, Any]:
+    return next(p for p in committed()[stem]["panels"] if p["title"] == title)
+
+
+def test_training_job_dashboard_reads_one_job_through_the_recording_rules() -> None:
+    queries = [expr for _, expr in gen.panel_queries(committed()["training-job"])]
+    selector = 'namespace="$namespace", training_job="$training_job"'
+    assert all(selector in expr for expr in queries), "a panel ignores the job variables"
+    heatmap = _panel("training-job", "Tensor activity per GPU")
+    assert heatmap["type"] == "heatmap"
+    assert heatmap["targets"][0]["expr"].startswith("fleetwatch:gpu_job_tensor_active:ratio{")
+    ranking = _panel("training-job", "GPUs ranked by tensor activity (straggler marked)")
+    exprs = [target["expr"] for target in ranking["targets"]]
+    assert any('alertname="GPUStraggler"' in expr for expr in exprs)
+    assert {"id": "sortBy", "options": {"sort": [{"field": "tensor activity", "desc": True}]}} in (
+        ranking["transformations"]
+    )
+    fabric = _panel("training-job", "NVLink and InfiniBand errors on the job's nodes")
+    assert "node_fabric:fleetwatch_errors:rate1m" in fabric["targets"][0]["expr"]
+
+
+def test_fleet_overview_links_to_the_training_job_dashboard() -> None:
+    fleet = committed()["fleet-overview"]
+    assert [link["url"] for link in fleet["links"]] == ["/d/fleetwatch-training-job"]
+    jobs = _panel("fleet-overview", "Training jobs by median tensor activity")
+    links = [
+        link["url"]
+        for override in jobs["fieldConfig"]["overrides"]
+        for prop in override["properties"]
+        for link in prop["value"]
+    ]
+    assert links == [
+        "/d/fleetwatch-training-job?var-namespace=${__data.fields.namespace}"
+        "&var-training_job=${__data.fields.training_job}&${__url_time_range}"
+    ]
 
 
 def test_every_query_parses(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fleetwatch.collectors.sim.kubelet import kube_pod_labels
 from fleetwatch.collectors.sim.scenario import (
     MAX_SCENARIO_BYTES,
     ScenarioError,
@@ -14,6 +15,8 @@ from fleetwatch.collectors.sim.scenario import (
     load_scenario,
 )
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+
+from tests.servers import promtool_check_metrics
 
 VALID = {
     "gpus": 8,
@@ -146,3 +149,57 @@ def test_binary_file_is_refused(tmp_path: Path) -> None:
     file.write_bytes(b"gpus: \xff\xfe\n")
     with pytest.raises(ScenarioError, match=r"not UTF-8 text"):
         load_scenario(str(file))
+
+
+POD = {
+    "namespace": "ml",
+    "name": "llm-workers-0",
+    "gpus": [0, 1],
+    "labels": {"jobset.sigs.k8s.io/jobset-name": "llm"},
+}
+
+
+def test_pods_load_with_their_gpus_and_labels(tmp_path: Path) -> None:
+    scenario = load_scenario(str(write(tmp_path, {**VALID, "pods": [POD]})))
+    (pod,) = scenario.pods
+    assert (pod.namespace, pod.name, pod.container, pod.gpus) == (
+        "ml",
+        "llm-workers-0",
+        "main",
+        (0, 1),
+    )
+    assert pod.labels == {"jobset.sigs.k8s.io/jobset-name": "llm"}
+    assert load_scenario("dgx-h100").pods == ()
+
+
+@pytest.mark.parametrize(
+    ("pods", "message"),
+    [
+        ([{**POD, "gpus": [8]}], "pods[0].gpus[0]: 8 is out of range 0..7"),
+        (
+            [POD, {**POD, "name": "other", "gpus": [1], "labels": {}}],
+            "pods[1].gpus[0]: GPU 1 is held by another pod",
+        ),
+        ([{**POD, "name": "LLM_0"}], "pods[0].name: 'LLM_0' is not a Kubernetes name"),
+        ([{**POD, "labels": {"not a key": "x"}}], "pods[0].labels: 'not a key' is not a label key"),
+        ([{**POD, "labels": {"app": "a b"}}], "pods[0].labels.app: 'a b' is not a label value"),
+        ([{**POD, "gpus": []}], "pods[0].gpus: expected a non-empty list of GPU indices"),
+        ([{**POD, "node": "n1"}], "pods[0].node: unknown key"),
+        ({"name": "x"}, "pods: expected a list of pods"),
+    ],
+)
+def test_malformed_pods_name_the_key(tmp_path: Path, pods: object, message: str) -> None:
+    file = write(tmp_path, {**VALID, "pods": pods})
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(str(file))
+    assert str(error.value) == f"{file}: {message}"
+
+
+def test_kube_pod_labels_names_pod_labels_as_kube_state_metrics_does(tmp_path: Path) -> None:
+    scenario = load_scenario(str(write(tmp_path, {**VALID, "pods": [POD]})))
+    text = kube_pod_labels([scenario])
+    series = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(series) == 1
+    assert series[0].startswith('kube_pod_labels{namespace="ml",pod="llm-workers-0",uid="')
+    assert series[0].endswith(',label_jobset_sigs_k8s_io_jobset_name="llm"} 1')
+    assert promtool_check_metrics(text) == []

@@ -3,6 +3,7 @@ and every parameter substitutable for the Helm chart."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,9 @@ def test_taint_alerts_carry_the_contract_labels() -> None:
     assert taints["GPUXidCritical"] == "xid-critical"
     assert taints["GPUFallenOffBus"] == "gpu-lost"
     assert taints["GPURowRemapFailed"] == "row-remap-failed"
+    assert taints["GPUFabricDegraded"] == "gpu-fabric"
+    untainted = ("GPUOverheatingSoon", "GPUStraggler", "GPUIdleInJob", "TrainingJobSlowdown")
+    assert {name: taints[name] for name in untainted} == dict.fromkeys(untainted)
     overheating = next(r for r in committed_alerts() if r["alert"] == "GPUOverheating")
     assert overheating["keep_firing_for"] == "2m"
     assert "> 78" in overheating["expr"]
@@ -141,6 +145,19 @@ def test_substitute_reaches_every_parameter() -> None:
         (("scrape: 5s", "scrape: fast"), "intervals.scrape: 'fast' is not a Prometheus duration"),
         (("tensor_idle_ratio: 0.05", "tensor_idle_ratio: true"), "thresholds.tensor_idle_ratio"),
         (("taint: gpu-overheat}", "taint: Gpu Overheat}"), "alerts.GPUOverheating.taint"),
+        (
+            ("- jobset.sigs.k8s.io/jobset-name", "- Not A Label!"),
+            "training_jobs.job_label_keys[0]: 'Not A Label!' is not a pod label key",
+        ),
+        (
+            ("job_label_keys:", "job_label_key:"),
+            "training_jobs.job_label_keys: required key is missing",
+        ),
+        (
+            ("tensor_active_metric: DCGM_FI_PROF", "tensor_active_metric: DCGM-FI-PROF"),
+            "training_jobs.dcgm_tensor_active_metric: 'DCGM-FI-PROF",
+        ),
+        (("kube_state_metrics: 'job=", "kube_state_metric: 'job="), "selectors.kube_state_metrics"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -148,9 +165,7 @@ def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message
     assert edit[0] in text
     path = tmp_path / "config.yaml"
     path.write_text(text.replace(edit[0], edit[1], 1))
-    with pytest.raises(
-        gen.ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")
-    ) as info:
+    with pytest.raises(gen.ConfigError, match=re.escape(message)) as info:
         gen.rendered_files(gen.load_config(path), ROOT)
     assert str(path) in str(info.value)
     assert gen.main(["--root", str(ROOT), "--config", str(path), "--check"]) == 2
@@ -167,3 +182,16 @@ def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:
     assert "fleetwatch_gpu_temperature_celsius" in used
     missing = {name: sorted(rules) for name, rules in used.items() if name not in known}
     assert missing == {}, "metrics not in docs/metrics.md nor recorded"
+
+
+def test_job_label_keys_become_kube_state_metrics_label_names() -> None:
+    config = gen.load_config()
+    assert [gen.kube_state_metrics_label(k) for k in config.job_label_keys] == [
+        "label_jobset_sigs_k8s_io_jobset_name",
+        "label_training_kubeflow_org_job_name",
+        "label_batch_kubernetes_io_job_name",
+        "label_app_kubernetes_io_instance",
+    ]
+    recording = (RULES_DIR / "fleetwatch.recording.yaml").read_text()
+    assert 'label_jobset_sigs_k8s_io_jobset_name!=""' in recording
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in recording

@@ -1,0 +1,255 @@
+"""The training-job rules and dashboard against a real Prometheus scraping a simulated job.
+
+One training job (JobSet `llm` in namespace `ml`) runs on two simulated nodes, four GPUs
+each: GPU 2 of sim-node-1 is thermally throttled (hot, a lower SM clock) and the busiest GPU
+of the job, GPU 1 of sim-node-2 idles, the others train normally; an NVLink of sim-node-2
+and an InfiniBand port of sim-node-1 count errors. `fleetwatch simulate-cluster` plays the
+cluster: each node's kubelet (PodResources, read by that node's exporter) and
+kube-state-metrics' `kube_pod_labels`.
+The tests check that GPUStraggler names the throttled GPU and GPUIdleInJob the idle one,
+each with the job's identity, and that every Training job dashboard query returns data (the
+hot GPU's node is tainted, the nodes count NVLink and InfiniBand errors).
+
+`for` durations are shortened to 10s through the generator's substitution API (as in
+test_rules_integration.py); thresholds stay as shipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.test_rules_integration import _cap_for
+from tests.servers import (
+    Server,
+    fleetwatch_command,
+    fleetwatch_export,
+    prom_alerts,
+    prom_query,
+    prometheus,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+gen = rules_generator()
+NAMESPACE = "ml"
+JOB = "llm"
+
+
+def _node_scenario(pod: str, faults: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "gpus": 4,
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "nvlinks_per_gpu": 4,
+        "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400}],
+        "baseline": {"temperature_celsius": 62, "tensor_active": 0.55},
+        "pods": [
+            {
+                "namespace": NAMESPACE,
+                "name": pod,
+                "container": "trainer",
+                "gpus": [0, 1, 2, 3],
+                "labels": {"jobset.sigs.k8s.io/jobset-name": JOB},
+            }
+        ],
+        "faults": faults,
+    }
+
+
+NODES = {
+    "sim-node-1": _node_scenario(
+        "llm-workers-0",
+        [
+            {"at": 0, "kind": "throttle", "gpu": 2, "reason": "hw_thermal_slowdown"},
+            {"at": 0, "kind": "tensor_active", "gpu": 2, "value": 0.9},
+            {"at": 0, "kind": "temperature", "gpu": 2, "celsius": 84},
+            {
+                "at": 0,
+                "kind": "ib_errors",
+                "device": "mlx5_0",
+                "port": 1,
+                "error": "symbol",
+                "per_second": 2,
+            },
+        ],
+    ),
+    "sim-node-2": _node_scenario(
+        "llm-workers-1",
+        [
+            {"at": 0, "kind": "tensor_active", "gpu": 1, "value": 0.02},
+            {
+                "at": 0,
+                "kind": "nvlink_errors",
+                "gpu": 3,
+                "link": 1,
+                "error": "crc_flit",
+                "per_second": 5,
+            },
+        ],
+    ),
+}
+
+
+@dataclass
+class Job:
+    prom: Server
+    uuids: dict[tuple[str, str], str]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    workdir = tmp_path_factory.mktemp("training-job")
+    config = gen.load_config()
+    alerts_path = workdir / "alerts.yaml"
+    alerts_path.write_text(gen.dump_groups(gen.alert_groups(config, _cap_for)))
+    recording_path = workdir / "recording.yaml"
+    recording_path.write_text(gen.dump_groups(gen.recording_groups(config)))
+    scenarios: dict[str, Path] = {}
+    for node, scenario in NODES.items():
+        scenarios[node] = workdir / f"{node}.yaml"
+        scenarios[node].write_text(yaml.safe_dump(scenario))
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(
+            fleetwatch_command(
+                workdir / "cluster",
+                command="simulate-cluster",
+                ready_path="/metrics",
+                args=[
+                    *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
+                    f"--kubelet-dir={workdir}",
+                    f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
+                ],
+            )
+        )
+        targets = []
+        for node, path in scenarios.items():
+            exporter = stack.enter_context(
+                fleetwatch_export(
+                    workdir / node,
+                    simulate=str(path),
+                    args=[
+                        "--collection-interval=1s",
+                        f"--collector.podresources.socket={workdir / f'{node}.sock'}",
+                        "--collector.podresources.refresh-interval=1s",
+                    ],
+                )
+            )
+            targets.append(
+                {"targets": [exporter.url.removeprefix("http://")], "labels": {"node": node}}
+            )
+        prom = stack.enter_context(
+            prometheus(
+                workdir / "prometheus",
+                scrape_configs=[
+                    {"job_name": "fleetwatch", "static_configs": targets},
+                    {
+                        "job_name": "kube-state-metrics",
+                        "static_configs": [{"targets": [cluster.url.removeprefix("http://")]}],
+                    },
+                ],
+                rule_files=[alerts_path, recording_path],
+                scrape_interval=config.scrape_interval,
+                evaluation_interval=config.evaluation_interval,
+            )
+        )
+        wait_until(
+            lambda: len(prom_query(prom, f'fleetwatch:gpu_job:info{{training_job="{JOB}"}}')) == 8,
+            timeout=60,
+            what="all eight GPUs in fleetwatch:gpu_job:info, named by their JobSet label",
+        )
+        uuids = {
+            (s["metric"]["node"], s["metric"]["gpu"]): s["metric"]["uuid"]
+            for s in prom_query(prom, "fleetwatch:gpu_job:info")
+        }
+        yield Job(prom=prom, uuids=uuids)
+
+
+def _firing(prom: Server, name: str) -> list[dict[str, Any]]:
+    return [
+        a for a in prom_alerts(prom) if a["state"] == "firing" and a["labels"]["alertname"] == name
+    ]
+
+
+def test_every_gpu_belongs_to_the_jobset(job: Job) -> None:
+    info = prom_query(job.prom, "fleetwatch:gpu_job:info")
+    assert {
+        (s["metric"]["node"], s["metric"]["pod"], s["metric"]["training_job"]) for s in info
+    } == {("sim-node-1", "llm-workers-0", JOB), ("sim-node-2", "llm-workers-1", JOB)}
+
+
+@pytest.mark.parametrize(
+    ("alertname", "node", "gpu", "pod", "severity"),
+    [
+        ("GPUStraggler", "sim-node-1", "2", "llm-workers-0", "warning"),
+        ("GPUIdleInJob", "sim-node-2", "1", "llm-workers-1", "info"),
+    ],
+)
+def test_the_job_names_its_straggler_and_its_idle_gpu(
+    job: Job, alertname: str, node: str, gpu: str, pod: str, severity: str
+) -> None:
+    wait_until(lambda: bool(_firing(job.prom, alertname)), timeout=90, what=f"{alertname} firing")
+    alerts = _firing(job.prom, alertname)
+    assert [a["labels"] for a in alerts] == [
+        {
+            "alertname": alertname,
+            "severity": severity,
+            "node": node,
+            "gpu": gpu,
+            "uuid": job.uuids[(node, gpu)],
+            "namespace": NAMESPACE,
+            "pod": pod,
+            "training_job": JOB,
+        }
+    ]
+    assert alerts[0]["annotations"]["runbook_url"].endswith(f"/rules/runbooks/{alertname}.md")
+
+
+def test_straggler_description_gives_the_clock_gap_and_the_reason(job: Job) -> None:
+    wait_until(
+        lambda: bool(_firing(job.prom, "GPUStraggler")), timeout=90, what="GPUStraggler firing"
+    )
+    description = _firing(job.prom, "GPUStraggler")[0]["annotations"]["description"]
+    match = re.search(
+        rf"training job {NAMESPACE}/{JOB} waits for: its tensor cores are active "
+        r"(\S+) of the time, at or above the job's median of (\S+), while its SM clock "
+        r"runs at (\S+)GHz \(job median (\S+)GHz\); active clock events: "
+        r"hw_thermal_slowdown\.$",
+        description,
+    )
+    assert match, description
+    # The simulated GPUs wobble by 0.02 around their activity: 0.9 throttled, 0.55 others.
+    activity, median, clock, median_clock = map(float, match.groups())
+    assert activity > 0.85 > 0.6 > median > 0.5
+    assert clock < median_clock
+
+
+def test_every_training_job_dashboard_query_returns_data(job: Job) -> None:
+    wait_until(
+        lambda: bool(_firing(job.prom, "GPUStraggler") and _firing(job.prom, "GPUOverheating")),
+        timeout=90,
+        what="GPUStraggler and the tainting GPUOverheating firing",
+    )
+    dashboards = dashboards_generator()
+    data = json.loads((DASHBOARDS_DIR / "training-job.json").read_text())
+    empty = []
+    queries = dashboards.panel_queries(data)
+    for title, expr in queries:
+        concrete = (
+            expr.replace("$namespace", NAMESPACE)
+            .replace("$training_job", JOB)
+            .replace("$__rate_interval", "1m")
+        )
+        if not prom_query(job.prom, concrete):
+            empty.append(f"{title}: {concrete}")
+    assert len(queries) >= 9
+    assert empty == []
