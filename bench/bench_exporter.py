@@ -44,7 +44,7 @@ from fleetwatch.exporter.settings import ExportSettings
 
 from bench.nvml_timing import timed
 from fleetwatch.cli import build_parser
-from tests import servers
+from testbed import servers
 
 
 def percentile(values: list[float], q: float) -> float:

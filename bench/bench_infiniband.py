@@ -53,8 +53,8 @@ from fleetwatch.collectors.sources.udev import DeviceEvents
 from fleetwatch.exporter.render import Renderer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import servers
-from tests.servers import http_get, node_exporter
+from testbed import servers
+from testbed.servers import http_get, node_exporter
 
 START: float = 600.0
 STEP: float = 10.0

@@ -29,7 +29,7 @@ from fleetwatch.report.dataset import Window, fetch
 from fleetwatch.report.fleetsim import FleetSpec, write_openmetrics
 from fleetwatch.report.promapi import PrometheusClient
 
-from tests.servers import PROMTOOL, prometheus
+from testbed.servers import PROMTOOL, prometheus
 
 
 def spec_from(args: argparse.Namespace) -> FleetSpec:

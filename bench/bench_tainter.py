@@ -282,8 +282,7 @@ def failover() -> None:
     import signal
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.servers import fleetwatch_command, http_status
-    from tests.tainter.conftest import served_in_thread
+    from testbed.servers import fleetwatch_command, http_status, served_in_thread
 
     cluster = FakeCluster(token="kube")
     for index in range(20):
@@ -338,7 +337,7 @@ def failover() -> None:
 def latency() -> None:
     """Alert-to-taint latency through the real stack with the shipped defaults."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.tainter.test_e2e import start_stack
+    from testbed.stack import start_stack
 
     hot = re.compile(
         rb'fleetwatch_gpu_temperature_celsius\{[^}]*gpu="3"[^}]*sensor="gpu"[^}]*\} (\S+)'

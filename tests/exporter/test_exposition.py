@@ -22,7 +22,7 @@ from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 
 from fleetwatch.cli import build_parser
-from tests import servers
+from testbed import servers
 from tests.golden import assert_golden
 
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import servers
+from testbed import servers
 
 SCENARIO = {
     "gpus": 8,

@@ -15,7 +15,7 @@ from fleetwatch.exporter.http import Listener, accepts_gzip, listen, make_app
 from fleetwatch.exporter.settings import ExportSettings, HttpLimits
 
 from fleetwatch.cli import build_parser
-from tests.servers import free_port
+from testbed.servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

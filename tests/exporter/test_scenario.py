@@ -16,7 +16,7 @@ from fleetwatch.collectors.sim.scenario import (
 )
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 
-from tests.servers import promtool_check_metrics
+from testbed.servers import promtool_check_metrics
 
 VALID = {
     "gpus": 8,

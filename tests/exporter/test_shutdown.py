@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fleetwatch.exporter.shutdown import EXIT_SHUTDOWN_TIMEOUT, ShutdownDeadline
 
-from tests import servers
+from testbed import servers
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -8,7 +8,7 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 
-from tests import servers
+from testbed import servers
 from tests.golden import assert_golden
 from tests.gpu.simnode import simulated, text
 

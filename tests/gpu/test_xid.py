@@ -15,7 +15,7 @@ from fleetwatch.collectors.sources.kmsg import KmsgReader, normalize_pci, parse_
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 
 from fleetwatch.cli import build_parser
-from tests import servers
+from testbed import servers
 from tests.gpu.simnode import samples, simulated
 
 XID = "fleetwatch_gpu_xid_errors_total"

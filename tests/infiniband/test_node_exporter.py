@@ -16,9 +16,9 @@ from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.exporter.render import render_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.servers import Server, http_get, node_exporter
 from tests.infiniband.fixtures import make_collector
 from tests.infiniband.test_fixture_trees import FIXTURES
-from tests.servers import Server, http_get, node_exporter
 
 E = "fleetwatch_infiniband_port_errors_total"
 # node_exporter family -> (our family, extra labels).

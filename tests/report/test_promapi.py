@@ -24,7 +24,7 @@ from fleetwatch.report.promapi import (
 )
 
 from fleetwatch.cli import main
-from tests.servers import free_port
+from testbed.servers import free_port
 
 NAMES = [name for q in QUERIES for name in q.required]
 

@@ -21,7 +21,7 @@ from fleetwatch.report.fleetsim import FleetSpec, Injected, write_openmetrics
 from PIL import Image
 
 from fleetwatch.cli import main
-from tests.servers import Server, prometheus, promtool, require_binary
+from testbed.servers import Server, prometheus, promtool, require_binary
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import yaml
 
-from tests.servers import promtool
+from testbed.servers import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.servers import promtool
 from tests.rules.promql import (
     ROOT,
     RULES_DIR,
@@ -18,7 +19,6 @@ from tests.rules.promql import (
     recorded_names,
     rules_generator,
 )
-from tests.servers import promtool
 
 gen = rules_generator()
 RULE_FILES = [RULES_DIR / "fleetwatch.rules.yaml", RULES_DIR / "fleetwatch.recording.yaml"]

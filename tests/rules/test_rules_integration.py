@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
-from tests.servers import (
+from testbed.servers import (
     Server,
     fleetwatch_export,
     http_get,
@@ -33,6 +32,7 @@ from tests.servers import (
     prometheus,
     wait_until,
 )
+from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
 
 pytestmark = pytest.mark.integration
 

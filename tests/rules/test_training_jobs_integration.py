@@ -27,9 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
-from tests.rules.test_rules_integration import _cap_for
-from tests.servers import (
+from testbed.servers import (
     Server,
     fleetwatch_command,
     fleetwatch_export,
@@ -38,6 +36,8 @@ from tests.servers import (
     prometheus,
     wait_until,
 )
+from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.test_rules_integration import _cap_for
 
 pytestmark = pytest.mark.integration
 

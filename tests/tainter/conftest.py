@@ -3,18 +3,14 @@ fake evidence and alert sources, and builders for the controller and the webhook
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.auth import TokenFile
@@ -245,33 +241,3 @@ async def tainter_client(
 def keys(cluster: FakeCluster, node: str) -> list[str]:
     """Taint keys on `node`, in order."""
     return [t["key"] for t in cluster.taints(node)]
-
-
-@contextlib.contextmanager
-def served_in_thread(app: web.Application) -> Iterator[str]:
-    """Serve `app` on a loopback port from a thread of its own (for code under test that
-    runs its own event loop, or other processes); yields its base URL."""
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, access_log=None)
-    started = threading.Event()
-    ports: list[int] = []
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        ports.append(runner.addresses[0][1])
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, name="served-in-thread", daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise AssertionError("the in-thread server did not start within 10s")
-    try:
-        yield f"http://127.0.0.1:{ports[0]}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()

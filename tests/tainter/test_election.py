@@ -25,7 +25,8 @@ from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 
-from tests.tainter.conftest import ControllerFactory, alert, keys, served_in_thread, webhook
+from testbed.servers import served_in_thread
+from tests.tainter.conftest import ControllerFactory, alert, keys, webhook
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/fw/leases"
 AUTH = {"Authorization": "Bearer kube-token"}

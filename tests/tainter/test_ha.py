@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 
-from tests.servers import (
+from testbed.servers import (
     Server,
     alertmanager,
     fleetwatch_command,
     http_get,
     http_status,
+    served_in_thread,
     wait_until,
 )
-from tests.tainter.conftest import served_in_thread
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from fleetwatch.tainter.metrics import TainterMetrics
 from prometheus_client import generate_latest
 
-from tests.servers import promtool_check_metrics
+from testbed.servers import promtool_check_metrics
 
 CATALOG = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

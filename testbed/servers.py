@@ -1,4 +1,5 @@
-"""Real servers for tests: Prometheus, Alertmanager, node_exporter and our own exporter.
+"""Real servers for tests and benches: Prometheus, Alertmanager, node_exporter and our own
+commands.
 
 Each starts on a free loopback port with a temporary directory, is awaited with a
 deadline (never a fixed sleep), and is stopped by PID when its context exits. Every
@@ -8,6 +9,7 @@ once per case.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -15,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -24,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 import yaml
+from aiohttp import web
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -35,10 +38,16 @@ NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 T = TypeVar("T")
 
 
+class MissingBinary(FileNotFoundError):
+    """A Debian binary the tests and benches start is not installed."""
+
+
 def require_binary(path: str) -> str:
-    """Fail naming the missing Debian binary (./dev.sh test installs them)."""
+    """`path`, or an error naming the missing Debian binary (./dev.sh test installs them)."""
     if not Path(path).exists():
-        pytest.fail(f"{path} is missing: run ./dev.sh test (it installs the Debian packages)")
+        raise MissingBinary(
+            f"{path} is missing: run ./dev.sh test (it installs the Debian packages)"
+        )
     return path
 
 
@@ -338,3 +347,33 @@ def promtool_check_metrics(exposition: str) -> list[str]:
     if result.returncode != 0 and not problems:
         problems.append(f"promtool exited {result.returncode}")
     return problems
+
+
+@contextlib.contextmanager
+def served_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve `app` on a loopback port from a thread of its own (for code under test that
+    runs its own event loop, or other processes); yields its base URL."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, access_log=None)
+    started = threading.Event()
+    ports: list[int] = []
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        ports.append(runner.addresses[0][1])
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="served-in-thread", daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise AssertionError("the in-thread server did not start within 10s")
+    try:
+        yield f"http://127.0.0.1:{ports[0]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
