@@ -33,6 +33,7 @@ from fleetwatch.collectors.gpu_common import (
 from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
 from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
+    FabricReading,
     GpuIdentity,
     GpuLostError,
     GpuReading,
@@ -51,6 +52,9 @@ CLOCK_EVENT_ACTIVE = "fleetwatch_gpu_clock_event_active"
 CLOCK_EVENT_SECONDS = "fleetwatch_gpu_clock_event_seconds_total"
 THRESHOLD = "fleetwatch_gpu_temperature_threshold_celsius"
 RECOVERY = "fleetwatch_gpu_recovery_action"
+FABRIC_INFO = "fleetwatch_gpu_fabric_info"
+FABRIC_STATE = "fleetwatch_gpu_fabric_state_id"
+FABRIC_DEGRADED = "fleetwatch_gpu_fabric_degraded"
 ERRORS = nvml_errors_spec("gpu")
 
 SPECS: Final = (
@@ -144,6 +148,26 @@ SPECS: Final = (
         "gauge",
         "PCIe link width in lanes, current and maximum.",
         (*_ID, "which"),
+    ),
+    MetricSpec(
+        FABRIC_INFO,
+        "gauge",
+        "NVLink-fabric identity (value 1): the NVLink domain (cluster_uuid) and partition "
+        "(clique_id) of a GPU on an NVLink-switch system (GB200/GB300 NVL72).",
+        (*_ID, "cluster_uuid", "clique_id"),
+    ),
+    MetricSpec(
+        FABRIC_STATE,
+        "gauge",
+        "NVLink-fabric registration state: 1 not started, 2 in progress, 3 completed.",
+        _ID,
+    ),
+    MetricSpec(
+        FABRIC_DEGRADED,
+        "gauge",
+        "1 when the fabric registration failed or the fabric health mask reports degraded "
+        "bandwidth or an unhealthy route, else 0.",
+        _ID,
     ),
     ERRORS,
 )
@@ -241,6 +265,15 @@ def add_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuReading) 
     if action is not None and 0 <= action < len(RECOVERY_ACTIONS):
         for code, name in enumerate(RECOVERY_ACTIONS):
             builder.add(RECOVERY, (*ids, name), int(code == action))
+    if reading.fabric is not None:
+        add_fabric(builder, ids, reading.fabric)
+
+
+def add_fabric(builder: FamilyBuilder, ids: tuple[str, str], fabric: FabricReading) -> None:
+    """The NVLink-fabric families of one GPU that has a fabric."""
+    builder.add(FABRIC_INFO, (*ids, fabric.cluster_uuid, str(fabric.clique_id)), 1)
+    builder.add(FABRIC_STATE, ids, fabric.state)
+    builder.add(FABRIC_DEGRADED, ids, int(fabric.degraded))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ fake and the generated sysfs tree always agree, and a fixed clock gives fixed ou
 
 Hardware behaviour it reproduces, as real drivers show it: a lost GPU answers `GpuIsLost` to
 every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
-answer `NotSupported`; NVLink5 field values exist only where the scenario says so;
+answer `NotSupported`; NVLink5 field values and NVLink-fabric info exist only where the
+scenario says so;
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
 created. Tests can inject a failure into any call (`fail`), hold the profiling counters
 as another tool would (`hold_profiling`) and inject Xid events (`inject_xid`).
@@ -54,6 +55,24 @@ _SM_CLOCK_MHZ: Final = 1980
 _SM_CLOCK_THROTTLED_MHZ: Final = 1410
 _MEMORY_CLOCK_MHZ: Final = 2619
 _DEFAULT_MEMORY_MIB: Final = 81559
+# A healthy NVLink-fabric health mask: every reported field reads "false" (2).
+_FABRIC_HEALTHY_MASK: Final = (
+    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+)
+_FABRIC_DEGRADED_MASK: Final = (
+    _FABRIC_HEALTHY_MASK
+    & ~(
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
+        << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    )
+    | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
+    << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+)
 # What pynvml exposes that the fake passes through unchanged: constants and error classes.
 _PASSTHROUGH: Final = re.compile(r"^(NVML_|NVMLError|nvmlClocksEventReason|nvmlEventType)")
 
@@ -339,6 +358,29 @@ class FakeNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeHandle) -> int:
         self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle)
         return 16
+
+    # -- NVLink fabric (NVL72) ---------------------------------------------------------------
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: FakeHandle, info: Any) -> int:
+        """Fills the `c_nvmlGpuFabricInfo_v2_t` that `info` points to (`ctypes.pointer`).
+
+        Only a scenario with `extra.fabric_clique_id` sits on an NVLink fabric; elsewhere
+        the call answers NotSupported, like a GPU outside an NVLink-switch domain.
+        """
+        gpu = self._gpu("nvmlDeviceGetGpuFabricInfoV", handle)
+        clique = self.scenario.extra.get("fabric_clique_id")
+        if clique is None:
+            raise pynvml.NVMLError_NotSupported()
+        fabric = info.contents
+        if fabric.version != pynvml.nvmlGpuFabricInfo_v2:
+            raise pynvml.NVMLError_ArgumentVersionMismatch()
+        cluster = uuid.uuid5(uuid.NAMESPACE_URL, f"fleetwatch-sim/{self.scenario.name}/fabric")
+        fabric.clusterUuid[:] = list(cluster.bytes)
+        fabric.status = pynvml.NVML_SUCCESS
+        fabric.cliqueId = int(clique)
+        fabric.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        degraded = self.node.fabric_degraded(gpu)
+        fabric.healthMask = _FABRIC_DEGRADED_MASK if degraded else _FABRIC_HEALTHY_MASK
+        return int(pynvml.NVML_SUCCESS)
 
     # -- field values ----------------------------------------------------------------------
     def nvmlDeviceGetFieldValues(

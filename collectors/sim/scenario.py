@@ -161,6 +161,7 @@ _FAULT_KEYS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "tensor_active": (frozenset({"gpu", "value"}), frozenset({"seconds"})),
     "ecc_errors": (frozenset({"gpu", "error", "per_second"}), frozenset({"seconds"})),
     "row_remap": (frozenset({"gpu", "error"}), frozenset()),
+    "fabric_degraded": (frozenset({"gpu"}), frozenset({"seconds"})),
 }
 FAULT_KINDS: Final = tuple(_FAULT_KEYS)
 _TOP_REQUIRED: Final = frozenset({"gpus", "gpu_model", "nvlinks_per_gpu", "infiniband"})

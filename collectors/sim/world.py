@@ -177,6 +177,11 @@ class SimulatedNode:
         state["failure"] = min(1, state["failure"])
         return state
 
+    def fabric_degraded(self, gpu: int, t: float | None = None) -> bool:
+        """True while a `fabric_degraded` fault holds the GPU's NVLink-fabric bandwidth down."""
+        t = self.now() if t is None else t
+        return any(f.gpu == gpu and f.active(t) for f in self._faults("fabric_degraded", t))
+
     # -- NVLink -------------------------------------------------------------------------
     def nvlink_up(self, gpu: int, link: int, t: float | None = None) -> bool:
         t = self.now() if t is None else t

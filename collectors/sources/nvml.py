@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -88,6 +89,20 @@ XID_EVENT_MASK: Final = (
     | pynvml.nvmlEventTypeDoubleBitEccError
     | pynvml.nvmlEventTypeSingleBitEccError
 )
+# NVLink-fabric health-mask fields (shift, width, value) that mean the fabric cannot give
+# the GPU its full bandwidth: degraded bandwidth, or an unhealthy route.
+FABRIC_HEALTH_DEGRADED: Final = (
+    (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE,
+    ),
+    (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_ROUTE_UNHEALTHY,
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE,
+    ),
+)
 _FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
@@ -148,7 +163,35 @@ class GpuReading:
     pcie_generation_max: float | None = None
     pcie_width_current: float | None = None
     pcie_width_max: float | None = None
+    fabric: FabricReading | None = None
     failures: tuple[CallFailure, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricReading:
+    """A GPU's NVLink-fabric registration (GB200/GB300 NVL72), as `nvmlGpuFabricInfo_v2`.
+
+    `status` is the registration's own NVML return code and means something only once
+    `state` is `NVML_GPU_FABRIC_STATE_COMPLETED`; `health_mask` packs 2-bit fields
+    (`NVML_GPU_FABRIC_HEALTH_MASK_*`).
+    """
+
+    cluster_uuid: str
+    clique_id: int
+    state: int
+    status: int
+    health_mask: int
+
+    @property
+    def degraded(self) -> bool:
+        """Registration completed with an error, or a health-mask field says "degraded"."""
+        completed = self.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        if completed and self.status != pynvml.NVML_SUCCESS:
+            return True
+        return any(
+            (self.health_mask >> shift) & width == value
+            for shift, width, value in FABRIC_HEALTH_DEGRADED
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +302,7 @@ class NvmlSource:
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
         self._nvlink5: dict[int, bool] = {}
+        self._fabric: dict[int, bool] = {}
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
 
     def gpus(self) -> tuple[Gpu, ...]:
@@ -392,7 +436,33 @@ class NvmlSource:
             pcie_generation_max=calls.number("nvmlDeviceGetMaxPcieLinkGeneration", h),
             pcie_width_current=calls.number("nvmlDeviceGetCurrPcieLinkWidth", h),
             pcie_width_max=calls.number("nvmlDeviceGetMaxPcieLinkWidth", h),
+            fabric=self._read_fabric(calls, gpu),
             failures=tuple(calls.failures),
+        )
+
+    def _read_fabric(self, calls: _Calls, gpu: Gpu) -> FabricReading | None:
+        """The GPU's NVLink-fabric info; None (and never asked again) without a fabric.
+
+        GPUs outside an NVLink-switch domain answer NotSupported, or succeed with state
+        `NOT_SUPPORTED`: either way the fabric series are absent, not 0.
+        """
+        if not self._fabric.get(gpu.index, True):
+            return None
+        info = pynvml.c_nvmlGpuFabricInfoV_t()
+        failed = len(calls.failures)
+        if calls.get("nvmlDeviceGetGpuFabricInfoV", gpu.handle, ctypes.pointer(info)) is None:
+            if len(calls.failures) == failed:
+                self._fabric[gpu.index] = False  # not supported here: stop asking
+            return None
+        if info.state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+            self._fabric[gpu.index] = False
+            return None
+        return FabricReading(
+            cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
+            clique_id=int(info.cliqueId),
+            state=int(info.state),
+            status=int(info.status),
+            health_mask=int(info.healthMask),
         )
 
     @staticmethod

@@ -1,16 +1,25 @@
-"""Golden expositions of every GPU collector on dgx-h100 and the GB200-like scenario."""
+"""Golden expositions of every GPU collector on dgx-h100 and the GB200-like scenario.
+
+The gb200 golden includes the NVLink-fabric families, with GPU 2's fabric degraded.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
+import pynvml
 import pytest
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
+from fleetwatch.collectors.sim.scenario import Fault
+from fleetwatch.collectors.sources.nvml import FabricReading, NvmlSource
 
 from testbed import servers
 from tests.golden import assert_golden
-from tests.gpu.simnode import simulated, text
+from tests.gpu.simnode import samples, simulated, text
 
 
 def exposition(scenario: str) -> str:
@@ -46,3 +55,81 @@ def test_gb200_has_18_links_and_nvlink5_counters() -> None:
     assert links == {str(n) for n in range(18)}
     assert 'error="symbol",gpu="1",link="17"' in body
     assert 'fleetwatch_nvlink_errors_total{error="symbol",gpu="1",link="17"' in body
+
+
+def test_gb200_fabric_degraded_gpu_reads_1_and_the_others_0() -> None:
+    body = exposition("gb200")
+    degraded = {
+        line.split('gpu="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+        for line in body.splitlines()
+        if line.startswith("fleetwatch_gpu_fabric_degraded{")
+    }
+    assert degraded == {"0": "0.0", "1": "0.0", "2": "1.0", "3": "0.0"}
+    assert body.count('clique_id="32766"') == 4
+
+
+def test_fabric_degraded_fault_ends_after_its_seconds() -> None:
+    fault = Fault(at=10.0, kind="fabric_degraded", gpu=0, seconds=20.0)
+    for at, expected in ((5.0, 0.0), (15.0, 1.0), (40.0, 0.0)):
+        _, source = simulated("dgx-h100", at=at, faults=(fault,), extra={"fabric_clique_id": 1})
+        families = GpuCollector(source=source, expected_count=None).collect()
+        values = samples(families, "fleetwatch_gpu_fabric_degraded")
+        assert [v for k, v in values.items() if ("gpu", "0") in k] == [expected], at
+
+
+class CountingNvml:
+    """The fake NVML, counting how often each `nvml*` function is looked up (= called)."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+            self.calls[name] += 1
+        return getattr(self.lib, name)
+
+
+def test_no_fabric_means_absent_series_and_one_call_per_gpu() -> None:
+    fake, _ = simulated("dgx-h100")
+    counting = CountingNvml(fake)
+    collector = GpuCollector(source=NvmlSource(lib=counting), expected_count=None)
+    for _ in range(3):
+        body = text(collector.collect())
+        assert "fleetwatch_gpu_fabric" not in body
+    assert counting.calls["nvmlDeviceGetGpuFabricInfoV"] == 8
+
+
+def test_fabric_timeout_is_a_failure_not_a_zero() -> None:
+    fake, source = simulated("gb200")
+    fake.fail("nvmlDeviceGetGpuFabricInfoV", error=pynvml.NVMLError_Timeout, gpu=1)
+    families = GpuCollector(source=source, expected_count=None).collect()
+    degraded = samples(families, "fleetwatch_gpu_fabric_degraded")
+    assert sorted(dict(k)["gpu"] for k in degraded) == ["0", "2", "3"]
+    errors = samples(families, "fleetwatch_gpu_nvml_errors_total")
+    assert [dict(k)["call"] for k in errors] == ["nvmlDeviceGetGpuFabricInfoV"]
+    fake.clear_failures()
+    families = GpuCollector(source=source, expected_count=None).collect()
+    assert len(samples(families, "fleetwatch_gpu_fabric_degraded")) == 4
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "mask", "degraded"),
+    [
+        (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0, False),
+        (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_ERROR_UNKNOWN, 0, True),
+        # Status means nothing before registration completes.
+        (pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, pynvml.NVML_ERROR_UNKNOWN, 0, False),
+        (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0b10_10_10_01, True),
+        (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0b10_01_10_10, True),
+        # Route recovery in progress alone is not "degraded".
+        (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0b10_10_01_10, False),
+    ],
+)
+def test_fabric_degraded_from_status_and_health_mask(
+    state: int, status: int, mask: int, degraded: bool
+) -> None:
+    reading = FabricReading(
+        cluster_uuid="c", clique_id=1, state=state, status=status, health_mask=mask
+    )
+    assert reading.degraded is degraded

@@ -1,14 +1,14 @@
 """Run every GPU collector against the real NVIDIA driver and print what it reads.
 
 For a machine with an NVIDIA GPU: prints what this process may read on the node (uid,
-effective capabilities, the driver's profiling restriction, dmesg_restrict, /dev/kmsg,
-umad devices, the kubelet socket: the facts docs/deploy.md's privilege table rests on),
-each family with its samples, the per-call NVML latency (count, median, max per call
-name), the NVML calls that failed or were not supported, and the families the hardware
-did not produce. Two cycles a few seconds apart (GPM needs a pair of samples); finishes
-in well under 3 minutes. Run it as root and as an unprivileged user (e.g. `setpriv
---reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which sources need
-what. Record the output in docs/hardware-validation.md.
+effective capabilities, the driver's profiling restriction, dmesg_restrict, /dev/kmsg, umad
+devices, the kubelet socket: the facts docs/deploy.md's privilege table rests on), each
+family with its samples, the per-call NVML latency (count, median, max per call name), the
+NVML calls that failed or were not supported, the raw NVLink-fabric fields of each GPU, and
+the families the hardware did not produce. Two cycles a few seconds apart (GPM needs a pair
+of samples); finishes in well under 3 minutes. Run it as root and as an unprivileged user
+(e.g. `setpriv --reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which
+sources need what. Record the output in docs/hardware-validation.md.
 
 Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS]
 """
@@ -16,6 +16,7 @@ Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS]
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import stat
@@ -35,7 +36,7 @@ from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.metrics import Family
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
-from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource, error_name
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import render_families
@@ -110,6 +111,9 @@ def main() -> int:
         return 1
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {gpu.identity}")
+    print("\n== NVLink fabric (nvmlDeviceGetGpuFabricInfoV; NotSupported off NVL72)")
+    for gpu in source.gpus():
+        print(f"GPU {gpu.index}: {fabric_info(gpu)}")
     xid = XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=10.0))
     collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
@@ -137,6 +141,19 @@ def main() -> int:
     for name in sorted(expected - emitted):
         print(name)
     return 0
+
+
+def fabric_info(gpu: Gpu) -> str:
+    """The raw NVLink-fabric fields of one GPU, or the NVML error it answered."""
+    info = pynvml.c_nvmlGpuFabricInfoV_t()
+    try:
+        pynvml.nvmlDeviceGetGpuFabricInfoV(gpu.handle, ctypes.pointer(info))
+    except pynvml.NVMLError as exc:
+        return error_name(exc)
+    return (
+        f"state={info.state} status={info.status} cliqueId={info.cliqueId} "
+        f"healthMask={info.healthMask:#x} clusterUuid={bytes(info.clusterUuid).hex()}"
+    )
 
 
 if __name__ == "__main__":
