@@ -27,6 +27,7 @@ from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import Window, fetch
 from fleetwatch.report.fleetsim import FleetSpec, write_openmetrics
+from fleetwatch.report.policy import shipped_policy
 from fleetwatch.report.promapi import PrometheusClient
 
 from testbed.servers import PROMTOOL, prometheus
@@ -118,6 +119,7 @@ def main() -> None:
                 end=spec.end,
                 step=spec.step_seconds,
                 bucket=3600,
+                threshold_celsius=shipped_policy().temperature_celsius,
             )
             t3 = time.monotonic()
             dataset = asyncio.run(pull(prom.url, window))

@@ -8,28 +8,21 @@ as if the fleet were healthy.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from fleetwatch.report.dataset import GPU, PORT, Dataset
+from fleetwatch.report.policy import (
+    OUTLIER_MIN_EXCESS_CELSIUS,
+    OUTLIER_Z,
+    Policy,
+    shipped_policy,
+)
 
 RMA_XIDS = frozenset({"48", "64", "95", "140"})
 FELL_OFF_BUS_XID = "79"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Thresholds:
-    """Where a value becomes a finding; defaults follow the fleet policy in DESIGN.md."""
-
-    temperature_celsius: float = 78.0
-    outlier_z: float = 3.5
-    outlier_min_excess_celsius: float = 3.0
-    idle_tensor_ratio: float = 0.05
-    busy_tensor_ratio: float = 0.3
-    straggler_fraction: float = 0.5
 
 
 @dataclass
@@ -78,7 +71,7 @@ def _ranked(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return frame.sort_values(by, ascending=False, kind="stable", ignore_index=True)
 
 
-def thermal(ds: Dataset, t: Thresholds) -> Section:
+def thermal(ds: Dataset) -> Section:
     """Time above the taint threshold, p99/max, slowdown, and cooling/seating outliers."""
     section = Section("Thermal")
     if not _require(section, ds, "temp_p99", "temp_max", "temp_above_seconds"):
@@ -107,11 +100,11 @@ def thermal(ds: Dataset, t: Thresholds) -> Section:
         hot[[*GPU, "minutes_above", "slowdown_minutes", "p99_celsius", "max_celsius"]],
         ["minutes_above", "slowdown_minutes", "max_celsius"],
     )
-    section.tables["thermal_outliers"] = thermal_outliers(gpus, t)
+    section.tables["thermal_outliers"] = thermal_outliers(gpus)
     return section
 
 
-def thermal_outliers(gpus: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
+def thermal_outliers(gpus: pd.DataFrame) -> pd.DataFrame:
     """GPUs much hotter than peers at similar power: robust z-score of the residual.
 
     Peers are the k GPUs nearest in median power draw; the residual is a GPU's median
@@ -140,21 +133,20 @@ def thermal_outliers(gpus: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
         robust_z=(residual - residual.median()) / scale,
     )
     flagged = data[
-        (data["robust_z"] > t.outlier_z) & (data["excess_celsius"] >= t.outlier_min_excess_celsius)
+        (data["robust_z"] > OUTLIER_Z) & (data["excess_celsius"] >= OUTLIER_MIN_EXCESS_CELSIUS)
     ]
     return _ranked(flagged[columns], ["robust_z"])
 
 
-def _job(pod: str) -> str:
-    """A pod's job: its name without a trailing ordinal (`llm-worker-3` → `llm-worker`)."""
-    return re.sub(r"-\d+$", "", pod)
+def activity(ds: Dataset, p: Policy) -> tuple[Section, pd.DataFrame | None]:
+    """Tensor activity by node and allocation, and idle allocated GPUs.
 
-
-def activity(ds: Dataset, t: Thresholds) -> Section:
-    """Tensor activity by node and allocation, idle allocated GPUs, stragglers."""
+    Also returns the allocated GPUs' buckets (`owned`: GPU, namespace, pod, timestamp,
+    tensor, utilization) for the training-job findings, or None without allocations.
+    """
     section = Section("Activity")
     if not _require(section, ds, "tensor_active"):
-        return section
+        return section, None
     tensor = ds.frames["tensor_active"]
     keys = [*GPU, "timestamp"]
     frame = tensor[[*keys, "value"]].rename(columns={"value": "tensor"})
@@ -189,9 +181,9 @@ def activity(ds: Dataset, t: Thresholds) -> Section:
     if alloc is None:
         section.notes.append(
             f"allocation: {ds.problems.get('allocation')}; "
-            "no per-pod activity, idle allocations or stragglers"
+            "no per-pod activity, idle allocations or training jobs"
         )
-        return section
+        return section, None
     alloc = alloc.astype(dict.fromkeys((*GPU, "namespace", "pod"), "string"))
     owned = frame.merge(alloc[[*keys, "namespace", "pod"]], on=keys, how="inner")
     section.tables["activity_by_allocation"] = (
@@ -205,7 +197,7 @@ def activity(ds: Dataset, t: Thresholds) -> Section:
         )
         .reset_index()
     )
-    idle = owned[owned["tensor"] < t.idle_tensor_ratio]
+    idle = owned[owned["tensor"] < p.tensor_idle_ratio]
     idle_gpus = (
         idle.groupby([*GPU, "namespace", "pod"], observed=True)
         .agg(
@@ -216,41 +208,214 @@ def activity(ds: Dataset, t: Thresholds) -> Section:
         .reset_index()
     )
     section.tables["idle_allocated_gpus"] = _ranked(idle_gpus, ["idle_gpu_hours"])
-    section.tables["stragglers"] = stragglers(owned, t)
-    return section
+    return section, owned
 
 
-def stragglers(owned: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
-    """GPUs far below their job's median tensor activity in most buckets the job was busy."""
-    columns = [
-        *GPU,
-        "namespace",
-        "job",
-        "tensor_mean",
-        "job_median_tensor",
-        "straggling_buckets",
-        "busy_buckets",
-    ]
-    data = owned.assign(job=owned["pod"].map(_job))
-    group = ["namespace", "job", "timestamp"]
-    data["job_median"] = data.groupby(group, observed=True)["tensor"].transform("median")
-    data["job_gpus"] = data.groupby(group, observed=True)["uuid"].transform("nunique")
-    busy = data[(data["job_gpus"] >= 3) & (data["job_median"] >= t.busy_tensor_ratio)]
-    busy = busy.assign(straggling=busy["tensor"] < t.straggler_fraction * busy["job_median"])
+def _gpu_values(ds: Dataset, section: Section, name: str, column: str) -> pd.DataFrame:
+    """A bucketed per-GPU frame as GPU + timestamp + `column` (empty, noted, when absent)."""
+    frame = ds.frame(name)
+    keys = [*GPU, "timestamp"]
+    if frame is None:
+        section.notes.append(f"{name}: {ds.problems.get(name, 'not available')}")
+        return pd.DataFrame(
+            {k: pd.Series(dtype="string") for k in GPU}
+            | {
+                "timestamp": pd.Series(dtype="int64"),
+                column: pd.Series(dtype="float64"),
+            }
+        )
+    out = frame[[*keys, "value"]].rename(columns={"value": column})
+    return out.astype(dict.fromkeys(GPU, "string"))
+
+
+def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataFrame:
+    """`owned` plus `training_job` (kube_pod_labels, else the pod), SM clock and slowdown."""
+    keys = [*GPU, "timestamp"]
+    jobs = ds.frame("pod_jobs")
+    pod_keys = ["namespace", "pod", "timestamp"]
+    if jobs is None:
+        section.notes.append(
+            f"pod_jobs: {ds.problems.get('pod_jobs')}; each pod counts as its own training "
+            "job (kube-state-metrics must export kube_pod_labels with the job label keys "
+            "allowed in --metric-labels-allowlist)"
+        )
+        data = owned.assign(training_job=owned["pod"])
+    else:
+        jobs = jobs.astype(dict.fromkeys(("namespace", "pod", "training_job"), "string"))
+        data = owned.merge(
+            jobs[[*pod_keys, "training_job"]].drop_duplicates(pod_keys),
+            on=pod_keys,
+            how="left",
+        )
+        data["training_job"] = data["training_job"].fillna(data["pod"])
+    for name, column, scale in (
+        ("sm_clock", "sm_clock_mhz", 1e-6),
+        ("clock_slowed", "slowed", 1.0),
+    ):
+        values = _gpu_values(ds, section, name, column)
+        values[column] = values[column] * scale
+        data = data.merge(values, on=keys, how="left")
+    return data
+
+
+def training_jobs(
+    ds: Dataset, owned: pd.DataFrame | None, fabric_section: Section, p: Policy
+) -> Section:
+    """Per training job: the GPU the job waits for, GPUs idle in a busy job, job slowdowns.
+
+    The rules' definitions, per `--bucket` (GPUs of one namespace/training_job on any
+    number of nodes, compared within each bucket while the job is busy):
+    straggler = tensor activity at or above the job median and an SM clock below the job
+    median by `straggler_clock_fraction`, or a straggler clock-event reason active most of
+    the bucket; idle in job = activity below `idle_in_job_fraction` of the job median;
+    slowdown = the job median fell by `job_slowdown_fraction` below its mean over the
+    preceding `job_slowdown_baseline`, which was itself busy.
+    """
+    section = Section("Training jobs")
+    if owned is None:
+        section.notes.append("no allocated GPUs (see Activity): no training jobs")
+        return section
+    data = _job_members(ds, owned, section)
+    hours = ds.window.bucket / 3600
+    group = ["namespace", "training_job", "timestamp"]
+    by_bucket = data.groupby(group, observed=True)
+    data["job_median_tensor"] = by_bucket["tensor"].transform("median")
+    data["job_median_sm_clock_mhz"] = by_bucket["sm_clock_mhz"].transform("median")
+    data["job_gpus"] = by_bucket["uuid"].transform("nunique")
+    busy = (data["job_gpus"] >= 2) & (data["job_median_tensor"] > p.job_busy_ratio)
+    clock_low = (
+        data["sm_clock_mhz"] < (1 - p.straggler_clock_fraction) * data["job_median_sm_clock_mhz"]
+    )
+    waited_for = data["tensor"] >= data["job_median_tensor"]
+    data["straggling"] = busy & waited_for & (clock_low | (data["slowed"] >= 0.5))
+    data["idle_in_job"] = busy & (
+        data["tensor"] < p.idle_in_job_fraction * data["job_median_tensor"]
+    )
+    members = data[busy]
     per_gpu = (
-        busy.groupby([*GPU, "namespace", "job"], observed=True)
+        members.groupby([*GPU, "namespace", "training_job"], observed=True)
         .agg(
             tensor_mean=("tensor", "mean"),
-            job_median_tensor=("job_median", "median"),
-            straggling_buckets=("straggling", "sum"),
-            busy_buckets=("straggling", "size"),
+            job_median_tensor=("job_median_tensor", "median"),
+            sm_clock_mhz=("sm_clock_mhz", "mean"),
+            job_median_sm_clock_mhz=("job_median_sm_clock_mhz", "median"),
+            clock_slowed_share=("slowed", "mean"),
+            straggling_hours=("straggling", lambda s: s.sum() * hours),
+            idle_hours=("idle_in_job", lambda s: s.sum() * hours),
+            busy_hours=("tensor", lambda s: len(s) * hours),
         )
         .reset_index()
     )
-    flagged = per_gpu[per_gpu["straggling_buckets"] * 2 >= per_gpu["busy_buckets"]]
-    flagged = flagged[flagged["straggling_buckets"] > 0]
-    flagged = flagged.assign(deficit=flagged["job_median_tensor"] - flagged["tensor_mean"])
-    return _ranked(flagged, ["deficit"])[columns]
+    section.tables["job_gpus"] = per_gpu.sort_values(
+        ["namespace", "training_job", "tensor_mean"],
+        ascending=[True, True, False],
+        kind="stable",
+        ignore_index=True,
+    )
+    stragglers = per_gpu[per_gpu["straggling_hours"] > 0]
+    section.tables["stragglers"] = _ranked(
+        stragglers.assign(
+            clock_deficit_mhz=stragglers["job_median_sm_clock_mhz"] - stragglers["sm_clock_mhz"]
+        ),
+        ["straggling_hours", "clock_deficit_mhz"],
+    )
+    idle = per_gpu[per_gpu["idle_hours"] > 0]
+    section.tables["idle_in_job"] = _ranked(
+        idle.assign(deficit=idle["job_median_tensor"] - idle["tensor_mean"]),
+        ["idle_hours", "deficit"],
+    )
+    timeline = (
+        data.groupby(group, observed=True)
+        .agg(
+            median_tensor=("tensor", "median"),
+            gpus=("uuid", "nunique"),
+            nodes=("node", "nunique"),
+            stragglers=("straggling", "sum"),
+        )
+        .reset_index()
+    )
+    section.tables["jobs"] = _ranked(
+        timeline.groupby(["namespace", "training_job"], observed=True)
+        .agg(
+            gpus=("gpus", "max"),
+            nodes=("nodes", "max"),
+            hours=("timestamp", lambda s: len(s) * hours),
+            median_tensor=("median_tensor", "median"),
+        )
+        .reset_index(),
+        ["gpus", "hours"],
+    )
+    section.tables["job_timeline"] = timeline
+    section.tables["job_slowdowns"] = job_slowdowns(ds, timeline, data, fabric_section, p)
+    return section
+
+
+def job_slowdowns(
+    ds: Dataset,
+    timeline: pd.DataFrame,
+    members: pd.DataFrame,
+    fabric_section: Section,
+    p: Policy,
+) -> pd.DataFrame:
+    """Jobs whose median activity fell well below their own preceding baseline, with suspects."""
+    columns = [
+        "namespace",
+        "training_job",
+        "first_slow_bucket",
+        "slow_hours",
+        "median_tensor",
+        "baseline_tensor",
+        "drop",
+        "suspects",
+    ]
+    buckets = max(1, round(p.job_slowdown_baseline_seconds / ds.window.bucket))
+    rows = []
+    for (namespace, job), group in timeline.groupby(["namespace", "training_job"], observed=True):
+        baseline = group["median_tensor"].shift(1).rolling(buckets, min_periods=buckets).mean()
+        slow = (baseline > p.job_busy_ratio) & (
+            group["median_tensor"] < (1 - p.job_slowdown_fraction) * baseline
+        )
+        if not slow.any():
+            continue
+        slow_stamps = group.loc[slow, "timestamp"]
+        in_job = members[(members["namespace"] == namespace) & (members["training_job"] == job)]
+        rows.append(
+            (
+                namespace,
+                job,
+                pd.to_datetime(
+                    int(slow_stamps.iloc[0]) - ds.window.bucket, unit="s", utc=True
+                ).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                len(slow_stamps) * ds.window.bucket / 3600,
+                float(group.loc[slow, "median_tensor"].mean()),
+                float(baseline[slow].mean()),
+                float(1 - group.loc[slow, "median_tensor"].mean() / baseline[slow].mean()),
+                _suspects(in_job, fabric_section),
+            )
+        )
+    return _ranked(pd.DataFrame(rows, columns=columns), ["drop"])
+
+
+def _suspects(job: pd.DataFrame, fabric_section: Section) -> str:
+    """The job's stragglers and the fabric errors on its nodes, as one short line."""
+    found = [
+        f"straggler {r.node} GPU {r.gpu}"
+        for r in job[job["straggling"]][list(GPU)].drop_duplicates().itertuples()
+    ]
+    nodes = set(job["node"])
+    ib = fabric_section.tables.get("ib_port_errors")
+    if ib is not None:
+        found += [
+            f"IB {r.node} {r.device}/{r.port} {r.error} {r.errors:.0f}"
+            for r in ib[ib["node"].isin(nodes)].itertuples()
+        ]
+    nvlink = fabric_section.tables.get("nvlink_errors")
+    if nvlink is not None:
+        found += [
+            f"NVLink {r.node} GPU {r.gpu} link {r.link} {r.error} {r.errors:.0f}"
+            for r in nvlink[nvlink["node"].isin(nodes)].itertuples()
+        ]
+    return "; ".join(found)
 
 
 def fabric(ds: Dataset) -> Section:
@@ -268,23 +433,7 @@ def fabric(ds: Dataset) -> Section:
             .astype("int64")
         )
         section.tables["ib_port_errors"] = _ranked(errors, ["errors_per_hour"])
-    changes = _values(ds, "ib_state_changes", PORT, "state_changes")
-    down = _values(ds, "ib_down_seconds", PORT, "down_s")
-    if changes is None or down is None:
-        _require(section, ds, "ib_state_changes", "ib_down_seconds")
-    else:
-        flaps = changes.merge(down, on=list(PORT), how="outer")
-        downed = (
-            errors[errors["error"] == "link_downed"][[*PORT, "errors"]]
-            if errors is not None
-            else pd.DataFrame(columns=[*PORT, "errors"])
-        )
-        flaps = flaps.merge(
-            downed.rename(columns={"errors": "link_downed"}), on=list(PORT), how="left"
-        ).fillna(0.0)
-        flaps["flaps"] = np.maximum(flaps["link_downed"], np.floor(flaps["state_changes"] / 2))
-        flaps["down_minutes"] = flaps.pop("down_s") / 60
-        section.tables["ib_flaps"] = _ranked(flaps, ["flaps", "down_minutes"])
+    section.tables["ib_flaps"] = flaps(ds, section, errors)
     for name, column, table in (
         ("ib_degraded_seconds", "degraded_minutes", "ib_degraded_ports"),
         ("ib_saturated_seconds", "saturated_minutes", "ib_saturated_counters"),
@@ -305,7 +454,37 @@ def fabric(ds: Dataset) -> Section:
     return section
 
 
-def reliability(ds: Dataset, t: Thresholds) -> Section:
+def flaps(ds: Dataset, section: Section, errors: pd.DataFrame | None) -> pd.DataFrame:
+    """Ports that went down: `link_downed` growth, or the exporter's state changes / 2.
+
+    Either source alone is enough: a history without the exporter's state-change counter
+    (or a flap shorter than a scrape, which it cannot see) still shows `link_downed`.
+    """
+    parts = []
+    for name, column in (("ib_state_changes", "state_changes"), ("ib_down_seconds", "down_s")):
+        values = _values(ds, name, PORT, column)
+        if values is None:
+            section.notes.append(f"{name}: {ds.problems.get(name)}")
+        else:
+            parts.append(values)
+    if errors is not None:
+        downed = errors[errors["error"] == "link_downed"][[*PORT, "errors"]]
+        parts.append(downed.rename(columns={"errors": "link_downed"}))
+    table = pd.DataFrame({k: pd.Series(dtype="string") for k in PORT})
+    for part in parts:
+        table = table.merge(part, on=list(PORT), how="outer")
+    for column in ("state_changes", "down_s", "link_downed"):
+        table[column] = table[column].fillna(0.0) if column in table else 0.0
+    table["flaps"] = np.maximum(table["link_downed"], np.floor(table["state_changes"] / 2))
+    table["down_minutes"] = table.pop("down_s") / 60
+    table = table[(table["flaps"] > 0) | (table["down_minutes"] > 0)]
+    return _ranked(
+        table[[*PORT, "state_changes", "link_downed", "flaps", "down_minutes"]],
+        ["flaps", "down_minutes"],
+    )
+
+
+def reliability(ds: Dataset) -> Section:
     """Xid events by code and GPU, ECC and row-remap growth, GPUs that fell off the bus."""
     section = Section("Reliability")
     xid = _values(ds, "xid_events", (*GPU, "xid"), "events")
@@ -425,7 +604,7 @@ def _gpu(row: Any) -> str:
     return f"{row.node} GPU {row.gpu}"
 
 
-def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
+def actions(sections: dict[str, Section], temperature_celsius: float) -> pd.DataFrame:
     """The short list at the top: drain, reseat/recable, RMA, reclaim, investigate."""
     rows: list[tuple[str, str, str]] = []
 
@@ -437,7 +616,7 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
             (
                 "drain",
                 r.node,
-                f"GPU {r.gpu} above {t.temperature_celsius:g} °C for "
+                f"GPU {r.gpu} above {temperature_celsius:g} °C for "
                 f"{r.minutes_above:.0f} min (max {r.max_celsius:.1f} °C, "
                 f"{r.slowdown_minutes:.0f} min thermal slowdown)",
             )
@@ -452,6 +631,20 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
                 "reboot the node",
             )
         )
+    lost = {(r.node, r.gpu) for r in table("Reliability", "gpus_lost").itertuples()}
+    xid_events = table("Reliability", "xid_events")
+    if not xid_events.empty:
+        xid_events = xid_events[xid_events["xid"] == FELL_OFF_BUS_XID]
+    for r in xid_events.itertuples():
+        if (r.node, r.gpu) not in lost:
+            rows.append(
+                (
+                    "drain",
+                    r.node,
+                    f"GPU {r.gpu} fell off the bus (Xid 79, {r.events:.0f} events) and came "
+                    "back: reboot the node before it drops out of a job again",
+                )
+            )
     for r in table("Thermal", "thermal_outliers").itertuples():
         rows.append(
             (
@@ -491,13 +684,38 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
         ecc = ecc[ecc["severity"] == "uncorrected"]
     for r in ecc.itertuples():
         rows.append(("rma", _gpu(r), f"{r.errors:.0f} uncorrected ECC errors"))
-    for r in table("Activity", "stragglers").itertuples():
+    for r in table("Training jobs", "stragglers").itertuples():
+        events = (
+            f", clock events {r.clock_slowed_share:.0%} of the time" if r.clock_slowed_share else ""
+        )
         rows.append(
             (
                 "investigate",
                 _gpu(r),
-                f"straggler in {r.namespace}/{r.job}: tensor "
-                f"activity {r.tensor_mean:.2f} vs job median {r.job_median_tensor:.2f}",
+                f"straggler of {r.namespace}/{r.training_job} for {r.straggling_hours:.1f} h: "
+                f"tensor activity {r.tensor_mean:.2f} (job median {r.job_median_tensor:.2f}) "
+                f"at SM clock {r.sm_clock_mhz:.0f} MHz (job median "
+                f"{r.job_median_sm_clock_mhz:.0f} MHz){events}: the whole job waits for it",
+            )
+        )
+    for r in table("Training jobs", "idle_in_job").itertuples():
+        rows.append(
+            (
+                "investigate",
+                _gpu(r),
+                f"idle in {r.namespace}/{r.training_job} for {r.idle_hours:.1f} h: tensor "
+                f"activity {r.tensor_mean:.2f} vs job median {r.job_median_tensor:.2f} "
+                "(starved, misassigned or a stuck rank)",
+            )
+        )
+    for r in table("Training jobs", "job_slowdowns").itertuples():
+        rows.append(
+            (
+                "investigate",
+                f"{r.namespace}/{r.training_job}",
+                f"job slowed down from {r.first_slow_bucket}: median tensor activity "
+                f"{r.median_tensor:.2f}, {r.drop:.0%} below its baseline {r.baseline_tensor:.2f}; "
+                f"suspects: {r.suspects or 'none found'}",
             )
         )
     for r in table("Activity", "idle_allocated_gpus").itertuples():
@@ -512,8 +730,25 @@ def actions(sections: dict[str, Section], t: Thresholds) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["action", "target", "reason"])
 
 
-def analyse(ds: Dataset, thresholds: Thresholds | None = None) -> Report:
-    """Every section plus the action list."""
-    t = thresholds or Thresholds(temperature_celsius=ds.window.threshold_celsius)
-    sections = [thermal(ds, t), activity(ds, t), fabric(ds), reliability(ds, t), remediation(ds)]
-    return Report(dataset=ds, actions=actions({s.title: s for s in sections}, t), sections=sections)
+def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
+    """Every section plus the action list; thresholds from the rules config by default.
+
+    The window's `threshold_celsius` (the report's flag, which defaults to the rules
+    config's) is the temperature threshold.
+    """
+    p = policy or shipped_policy()
+    activity_section, owned = activity(ds, p)
+    fabric_section = fabric(ds)
+    sections = [
+        thermal(ds),
+        activity_section,
+        training_jobs(ds, owned, fabric_section, p),
+        fabric_section,
+        reliability(ds),
+        remediation(ds),
+    ]
+    return Report(
+        dataset=ds,
+        actions=actions({s.title: s for s in sections}, ds.window.threshold_celsius),
+        sections=sections,
+    )

@@ -112,8 +112,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--thermal.threshold-celsius",
         dest="threshold_celsius",
         type=float,
-        default=78.0,
-        help="the taint threshold (default 78)",
+        default=None,
+        help="the taint threshold (default: the rules config's, 78)",
     )
     p.add_argument(
         "--query.concurrency",
@@ -148,14 +148,16 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _window(args: argparse.Namespace) -> Window:
     from fleetwatch.report.dataset import Window
+    from fleetwatch.report.policy import shipped_policy
 
     end = args.until if args.until is not None else time.time()
+    threshold = args.threshold_celsius
     return Window(
         start=end - args.since,
         end=end,
         step=args.step,
         bucket=args.bucket,
-        threshold_celsius=args.threshold_celsius,
+        threshold_celsius=shipped_policy().temperature_celsius if threshold is None else threshold,
         selector=args.node_selector,
     )
 

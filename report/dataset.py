@@ -22,10 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from fleetwatch.report.policy import shipped_policy
 from fleetwatch.report.promapi import PrometheusClient, QueryError, Series
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
+POD_JOB = ("namespace", "pod", "training_job")
 LOST_AFTER_SECONDS = 600.0
 
 
@@ -37,7 +39,7 @@ class Window:
     end: float
     step: float
     bucket: float
-    threshold_celsius: float = 78.0
+    threshold_celsius: float
     selector: str = ""
 
     @property
@@ -88,7 +90,10 @@ TEMP = "fleetwatch_gpu_temperature_celsius"
 POWER = "fleetwatch_gpu_power_watts"
 TENSOR = "fleetwatch_gpu_tensor_active_ratio"
 UTIL = "fleetwatch_gpu_utilization_ratio"
+CLOCK = "fleetwatch_gpu_clock_hertz"
+CLOCK_ACTIVE = "fleetwatch_gpu_clock_event_active"
 CLOCK_EVENTS = "fleetwatch_gpu_clock_event_seconds_total"
+POD_LABELS = "kube_pod_labels"
 ALLOC = "fleetwatch_gpu_allocation_info"
 IB_ERRORS = "fleetwatch_infiniband_port_errors_total"
 IB_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
@@ -126,6 +131,27 @@ def _degraded(w: Window) -> str:
     """Time a port ran below the fleet's fastest port (scalar comparison: cheap per step)."""
     rate = _sel(w, IB_RATE)
     return _time_in_state(w, f"{rate} < bool scalar(max({rate}))") + " > 0"
+
+
+def _slowed(w: Window) -> str:
+    """Share of each bucket a straggler clock-event reason (thermal, power brake) held."""
+    reasons = "|".join(shipped_policy().straggler_clock_reasons)
+    return _bucket("avg_over_time", lambda w: _sel(w, CLOCK_ACTIVE, f'reason=~"{reasons}"'), GPU)(w)
+
+
+def _pod_jobs(w: Window) -> str:
+    """Each pod's training job: the first configured kube_pod_labels label present, else
+    the pod name.
+
+    label_replace leaves the target alone when the source label is empty, so the
+    highest-priority label is applied last.
+    """
+    policy = shipped_policy()
+    labels = _sel(w, POD_LABELS, policy.kube_state_metrics_selector, scoped=False)
+    expr = f"max_over_time({labels}[{_d(w.bucket)}])"
+    for source in ("pod", *reversed(policy.job_label_columns)):
+        expr = f'label_replace({expr}, "training_job", "$1", "{source}", "(.+)")'
+    return f"max by ({','.join(POD_JOB)}) ({expr})"
 
 
 def _lost(w: Window) -> str:
@@ -210,6 +236,15 @@ QUERIES: tuple[Query, ...] = (
         (TENSOR,),
         _bucket("avg_over_time", lambda w: _sel(w, TENSOR, 'pipe="any"'), GPU),
     ),
+    Query(
+        "sm_clock",
+        "bucketed",
+        GPU,
+        (CLOCK,),
+        _bucket("avg_over_time", lambda w: _sel(w, CLOCK, 'clock="sm"'), GPU),
+    ),
+    Query("clock_slowed", "bucketed", GPU, (CLOCK_ACTIVE,), _slowed),
+    Query("pod_jobs", "bucketed", POD_JOB, (POD_LABELS,), _pod_jobs, scoped=False),
     Query(
         "gpu_utilization",
         "bucketed",

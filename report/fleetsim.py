@@ -6,12 +6,20 @@ the report is checked against data whose every anomaly is known in advance. `Inj
 names what was planted; anything else the report flags is a false positive.
 
 Node roles (0-based index; a fleet needs at least 6 nodes):
-0 thermal outlier below the taint threshold (GPU 5 runs ~12 °C hotter than its peers);
-1 idle allocated GPU 0 (a notebook pod) and a flapping InfiniBand port mlx5_3/1;
+0 thermal outlier below the taint threshold (GPU 5 runs ~12 °C hotter than its peers),
+  GPU 3 has Xid 79 but comes back, and port mlx5_2/1 goes down between scrapes (only its
+  `link_downed` counter grows, no state change is seen);
+1 idle allocated GPU 0 (a notebook pod), a flapping InfiniBand port mlx5_3/1, and the
+  7-GPU job on GPUs 1-7 (no job label: the pod is the job) slows down in the last hour;
 2 overheating GPU 2 above the threshold with thermal slowdown, GPUOverheating fires and the
-  tainter taints then untaints the node; 3 straggler GPU 6 in a multi-node job;
-4 unallocated, GPU 7 has Xid 79 and falls off the bus; 5 saturated symbol_error counter on
-mlx5_1/1. Nodes from 6 on are healthy members of 4-node training jobs.
+  tainter taints then untaints the node;
+3 GPU 6 is the straggler of the multi-node JobSet `llm` (nodes 0, 2, 3, 5): thermally
+  throttled (lower SM clock, a thermal clock event) and so the busiest GPU of the job;
+4 unallocated, GPU 7 has Xid 79 and falls off the bus;
+5 saturated symbol_error counter on mlx5_1/1; GPU 3 idles in the `llm` job.
+Nodes from 6 on are healthy members of 4-node batch Jobs. Pods carry their job's name in
+kube-state-metrics' `kube_pod_labels` (`label_jobset_sigs_k8s_io_jobset_name`,
+`label_batch_kubernetes_io_job_name`).
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ import numpy as np
 THRESHOLD_CELSIUS = 78.0
 IB_RATE_BYTES = 400e9 / 8
 PINNED_SYMBOL_ERRORS = 65535
+SM_CLOCK_HZ = 1980e6
+THROTTLED_SM_CLOCK_HZ = 1410e6
+KSM = 'job="kube-state-metrics"'
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,9 +70,14 @@ class Injected:
     outlier_gpu: tuple[str, str]
     idle_allocated_gpu: tuple[str, str]
     straggler_gpu: tuple[str, str]
+    straggler_job: tuple[str, str]
+    idle_in_job_gpu: tuple[str, str]
+    slowed_job: tuple[str, str]
     flapping_port: tuple[str, str, str]
+    downed_port: tuple[str, str, str]
     saturated_port: tuple[str, str, str]
     xid79_gpu: tuple[str, str]
+    xid79_returned_gpu: tuple[str, str]
     tainted_node: str
     hot_start: int
     hot_end: int
@@ -90,9 +106,14 @@ def injected(spec: FleetSpec) -> Injected:
         outlier_gpu=(node_name(spec, 0), "5"),
         idle_allocated_gpu=(node_name(spec, 1), "0"),
         straggler_gpu=(node_name(spec, 3), "6"),
+        straggler_job=("training", "llm"),
+        idle_in_job_gpu=(node_name(spec, 5), "3"),
+        slowed_job=("research", "bert-ft-0"),
         flapping_port=(node_name(spec, 1), "mlx5_3", "1"),
+        downed_port=(node_name(spec, 0), "mlx5_2", "1"),
         saturated_port=(node_name(spec, 5), "mlx5_1", "1"),
         xid79_gpu=(node_name(spec, 4), "7"),
+        xid79_returned_gpu=(node_name(spec, 0), "3"),
         tainted_node=node_name(spec, 2),
         hot_start=hot_start,
         hot_end=hot_start + 40 * 60,
@@ -107,8 +128,20 @@ def allocation(spec: FleetSpec, node: int, gpu: int) -> tuple[str, str] | None:
     if node == 1:
         return ("notebooks", "jupyter-alice") if gpu == 0 else ("research", "bert-ft-0")
     if node < 6:
-        return "training", f"llm-worker-{[0, 2, 3, 5].index(node)}"
+        return "training", f"llm-workers-0-{[0, 2, 3, 5].index(node)}"
     return "training", f"job-{(node - 6) // 4}-worker-{(node - 6) % 4}"
+
+
+def pod_labels(pod: str) -> str:
+    """The job labels kube-state-metrics exports for a pod (allow-listed keys only)."""
+    if pod.startswith("llm-workers-"):
+        # JobSet pods also carry the Helm release: the JobSet name comes first.
+        return (
+            'label_jobset_sigs_k8s_io_jobset_name="llm",label_app_kubernetes_io_instance="llm-rel"'
+        )
+    if pod.startswith("job-"):
+        return f'label_batch_kubernetes_io_job_name="{pod.rsplit("-worker-", 1)[0]}"'
+    return ""
 
 
 @dataclass
@@ -165,14 +198,21 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
             else:
                 tensor[node, gpu] = np.clip(rng.normal(0.55, 0.03, steps), 0, 1)
                 util[node, gpu] = np.clip(rng.normal(0.97, 0.01, steps), 0, 1)
-    tensor[3, 6] = np.clip(rng.normal(0.12, 0.02, steps), 0, 1)
+    # The straggler: throttled, so the job waits for it and it is busy longest.
+    tensor[3, 6] = np.clip(rng.normal(0.58, 0.01, steps), 0, 1)
+    tensor[5, 3] = np.clip(rng.normal(0.15, 0.02, steps), 0, 1)
+    tensor[1, 1:, ts > spec.end - 3600] *= 0.45
+    sm_clock = np.full((n, g, steps), SM_CLOCK_HZ) + rng.normal(0, 5e6, (n, g, steps))
+    sm_clock[3, 6] = THROTTLED_SM_CLOCK_HZ
+    throttled = np.zeros((n, g, steps))
+    throttled[3, 6] = 1.0
     power = np.clip(90 + 930 * tensor + rng.normal(0, 8, (n, g, steps)), 60, 700)
     temp = np.clip(35 + 0.045 * power + rng.normal(0, 1, (n, g, steps)), 25, 70)
     temp[0, 5] = np.clip(temp[0, 5] + 12, 25, 76.5)
     temp[2, 2, hot] = 84 + rng.normal(0, 0.5, int(hot.sum()))
     slowdown = np.zeros((n, g, steps))
     slowdown[2, 2] = np.cumsum(hot * spec.step_seconds)
-    for matrix in (tensor, util, power, temp, slowdown):
+    for matrix in (tensor, util, power, temp, slowdown, sm_clock, throttled):
         matrix[4, 7, gone] = np.nan
 
     def gpu_rows(matrix: np.ndarray, extra: str = "") -> Iterator[tuple[str, np.ndarray]]:
@@ -190,6 +230,12 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
         w.family("fleetwatch_gpu_power_watts", "gauge", gpu_rows(power))
         w.family("fleetwatch_gpu_tensor_active_ratio", "gauge", gpu_rows(tensor, ',pipe="any"'))
         w.family("fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util))
+        w.family("fleetwatch_gpu_clock_hertz", "gauge", gpu_rows(sm_clock, ',clock="sm"'))
+        w.family(
+            "fleetwatch_gpu_clock_event_active",
+            "gauge",
+            gpu_rows(throttled, ',reason="sw_thermal_slowdown"'),
+        )
         w.family(
             "fleetwatch_gpu_clock_event_seconds",
             "counter",
@@ -206,6 +252,7 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
             ),
         )
         w.family("fleetwatch_gpu_allocation_info", "gauge", _allocation_rows(spec, steps))
+        w.family("kube_pod_labels", "gauge", _pod_label_rows(spec, steps))
         count = np.full((n, steps), float(g))
         count[4, gone] = g - 1
         w.family(
@@ -219,10 +266,16 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
             ((f'node="{node_name(spec, node)}"', const(g)) for node in range(n)),
         )
         xid = np.where(gone, 1.0, np.nan)
+        returned = np.where(ts >= spec.start + (steps // 4) * spec.step_seconds, 1.0, np.nan)
         w.family(
             "fleetwatch_gpu_xid_errors",
             "counter",
-            iter([(f'node="{node_name(spec, 4)}",gpu="7",uuid="{uuid(4, 7)}",xid="79"', xid)]),
+            iter(
+                [
+                    (f'node="{node_name(spec, 4)}",gpu="7",uuid="{uuid(4, 7)}",xid="79"', xid),
+                    (f'node="{node_name(spec, 0)}",gpu="3",uuid="{uuid(0, 3)}",xid="79"', returned),
+                ]
+            ),
         )
         _write_infiniband(w, spec, plan, steps)
         _write_remediation(w, spec, plan, ts)
@@ -248,6 +301,24 @@ def _allocation_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndar
             )
 
 
+def _pod_label_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarray]]:
+    pods = sorted(
+        {
+            owner
+            for node in range(spec.nodes)
+            for gpu in range(spec.gpus_per_node)
+            if (owner := allocation(spec, node, gpu)) is not None
+        }
+    )
+    for namespace, pod in pods:
+        labels = ",".join(
+            part
+            for part in (KSM, f'namespace="{namespace}"', f'pod="{pod}"', pod_labels(pod))
+            if part
+        )
+        yield labels, np.ones(steps)
+
+
 def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -> None:
     ports = [(node, p) for node in range(spec.nodes) for p in range(spec.ib_ports_per_node)]
 
@@ -266,6 +337,10 @@ def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -
         changes[flap][at:] += 1
         changes[flap][at + 2 :] += 1
         downed[flap][at:] += 1
+    # A link that drops and retrains between two scrapes: only link_downed sees it.
+    blip = (0, 2)
+    for k in range(3):
+        downed[blip][steps // 4 * (k + 1) :] += 1
     sat = (5, 1)
     pin_at = steps * 3 // 8
     climb = np.arange(steps) * (PINNED_SYMBOL_ERRORS / pin_at)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from fleetwatch.report.analysis import Report
 from matplotlib.figure import Figure
 
 HTML_ROWS = 25
+JOB_LINES = 6  # jobs drawn in the job-activity plot
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;
 padding:.2em .5em;text-align:left}th{background:#eee}.note{color:#a40}img{max-width:100%}
@@ -148,7 +150,83 @@ def plot_taints(report: Report) -> str:
     return _png(fig)
 
 
+def plot_straggler(report: Report) -> str:
+    """The top straggler's job: each GPU's tensor activity against its SM clock."""
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
+    tables = report.tables()
+    stragglers, members = tables.get("stragglers"), tables.get("job_gpus")
+    if stragglers is None or stragglers.empty or members is None:
+        _empty(ax, "no straggler in the window")
+        ax.set_title("Straggler")
+        return _png(fig)
+    top = stragglers.iloc[0]
+    job = members[
+        (members["namespace"] == top["namespace"])
+        & (members["training_job"] == top["training_job"])
+    ]
+    ax.scatter(job["sm_clock_mhz"], job["tensor_mean"], s=12, label="GPU of the job")
+    ax.scatter(
+        [top["sm_clock_mhz"]],
+        [top["tensor_mean"]],
+        s=60,
+        color="red",
+        label=f"straggler {top['node']} GPU {top['gpu']}",
+    )
+    ax.axhline(
+        top["job_median_tensor"], color="grey", linestyle="--", linewidth=0.8, label="job median"
+    )
+    ax.legend(loc="lower left")
+    ax.set(
+        title=f"Straggler of {top['namespace']}/{top['training_job']}",
+        xlabel="mean SM clock (MHz)",
+        ylabel="mean tensor active",
+    )
+    return _png(fig)
+
+
+def plot_jobs(report: Report) -> str:
+    """Median tensor activity over time of the slowed jobs (else the largest jobs)."""
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
+    tables = report.tables()
+    timeline, jobs = tables.get("job_timeline"), tables.get("jobs")
+    slowed = tables.get("job_slowdowns")
+    if timeline is None or timeline.empty or jobs is None:
+        _empty(ax, "no training jobs in the window")
+        ax.set_title("Training jobs")
+        return _png(fig)
+    chosen = slowed if slowed is not None and not slowed.empty else jobs
+    start = report.dataset.window.start
+    for row in chosen.head(JOB_LINES).itertuples():
+        points = timeline[
+            (timeline["namespace"] == row.namespace)
+            & (timeline["training_job"] == row.training_job)
+        ]
+        ax.plot(
+            (points["timestamp"] - start) / 3600,
+            points["median_tensor"],
+            marker="o",
+            label=f"{row.namespace}/{row.training_job}",
+        )
+    ax.legend(loc="lower left", fontsize="small")
+    ax.set(
+        title="Job median tensor activity"
+        + (" (slowed jobs)" if chosen is slowed else " (largest jobs)"),
+        xlabel="hours since window start (bucket end)",
+        ylabel="median tensor active",
+        ylim=(0, 1.02),
+    )
+    return _png(fig)
+
+
 PLOTS = (plot_temperatures, plot_outliers, plot_activity, plot_fabric, plot_taints)
+# Plots shown at the top of their own section rather than in the overview grid.
+SECTION_PLOTS = {"Training jobs": (plot_straggler, plot_jobs)}
+
+
+def _img(plot: Callable[[Report], str], report: Report) -> str:
+    return f"<img alt='{plot.__name__}' src='data:image/png;base64,{plot(report)}'>"
 
 
 def _when(ts: float) -> str:
@@ -182,11 +260,14 @@ def to_html(report: Report) -> str:
         "<h2>Actions</h2>",
         _table_html("actions", report.actions),
         "<div class='plots'>",
-        *(f"<img alt='{p.__name__}' src='data:image/png;base64,{p(report)}'>" for p in PLOTS),
+        *(_img(p, report) for p in PLOTS),
         "</div>",
     ]
     for section in report.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        plots = SECTION_PLOTS.get(section.title, ())
+        if plots:
+            parts += ["<div class='plots'>", *(_img(p, report) for p in plots), "</div>"]
         parts += [f"<p class='note'>Not computed: {html.escape(n)}</p>" for n in section.notes]
         parts += [_table_html(name, frame) for name, frame in section.tables.items()]
     parts.append("</body></html>")

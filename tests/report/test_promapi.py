@@ -145,7 +145,7 @@ async def test_a_rejected_query_fails_only_its_own_tables(
     state, server = fake
     state.reject = "quantile_over_time(0.99"
     state.names.remove("fleetwatch_infiniband_port_errors_total")
-    window = Window(start=0, end=7200, step=60, bucket=3600)
+    window = Window(start=0, end=7200, step=60, bucket=3600, threshold_celsius=78)
     async with PrometheusClient(url=url(server)) as c:
         dataset = await fetch(c, window)
     assert dataset.problems["temp_p99"] == (

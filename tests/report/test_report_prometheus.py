@@ -91,40 +91,59 @@ def test_actions_are_exactly_the_injected_anomalies_in_priority_order(run: Run) 
     assert keys(actions, "action", "target") == [
         ("drain", p.hot_gpu[0]),
         ("drain", p.xid79_gpu[0]),
+        ("drain", p.xid79_returned_gpu[0]),
         ("reseat", f"{p.outlier_gpu[0]} GPU {p.outlier_gpu[1]}"),
         ("recable", f"{p.flapping_port[0]} {p.flapping_port[1]}/{p.flapping_port[2]}"),
+        ("recable", f"{p.downed_port[0]} {p.downed_port[1]}/{p.downed_port[2]}"),
         ("recable", f"{p.saturated_port[0]} {p.saturated_port[1]}/{p.saturated_port[2]}"),
         ("investigate", f"{p.straggler_gpu[0]} GPU {p.straggler_gpu[1]}"),
+        ("investigate", f"{p.idle_in_job_gpu[0]} GPU {p.idle_in_job_gpu[1]}"),
+        ("investigate", "/".join(p.slowed_job)),
         ("reclaim", f"{p.idle_allocated_gpu[0]} GPU {p.idle_allocated_gpu[1]}"),
     ]
-    assert "Xid 79" in actions["reason"][1]
+    reasons = list(actions["reason"])
+    assert "Xid 79" in reasons[1]
+    # Xid 79 on a GPU that came back is an action although no GPU went missing.
+    assert reasons[2].startswith(f"GPU {p.xid79_returned_gpu[1]} fell off the bus (Xid 79")
+    assert "came back" in reasons[2]
+    assert reasons[5].startswith("3 link flaps")
+    assert "straggler of training/llm" in reasons[7]
+    assert "idle in training/llm" in reasons[8]
+    # The slowed job's suspects name the flapping port on its node.
+    flapping = f"IB {p.flapping_port[0]} {p.flapping_port[1]}/{p.flapping_port[2]} link_downed"
+    assert flapping in reasons[9]
 
 
-@pytest.mark.parametrize(
-    ("name", "columns", "expected"),
-    [
-        ("thermal_hot_gpus", ("node", "gpu"), lambda p: [p.hot_gpu]),
-        ("thermal_outliers", ("node", "gpu"), lambda p: [p.outlier_gpu]),
-        ("idle_allocated_gpus", ("node", "gpu"), lambda p: [p.idle_allocated_gpu]),
-        ("stragglers", ("node", "gpu"), lambda p: [p.straggler_gpu]),
-        ("ib_flaps", ("node", "device", "port"), lambda p: [p.flapping_port]),
-        ("ib_saturated_counters", ("node", "device", "port"), lambda p: [p.saturated_port]),
-        (
-            "ib_port_errors",
-            ("node", "device", "port"),
-            lambda p: [p.saturated_port, p.flapping_port],
-        ),
-        ("xid_events", ("node", "gpu"), lambda p: [p.xid79_gpu]),
-        ("gpus_lost", ("node", "gpu"), lambda p: [p.xid79_gpu]),
-        ("node_tainted_time", ("node",), lambda p: [(p.tainted_node,)]),
-        ("ib_degraded_ports", ("node",), lambda p: []),
-        ("ecc_errors", ("node",), lambda p: []),
-    ],
-)
-def test_finding_tables_hold_only_the_injected_rows(
-    run: Run, name: str, columns: tuple[str, ...], expected: object
-) -> None:
-    assert keys(table(run, name), *columns) == expected(run.plan)  # type: ignore[operator]
+def test_job_findings_name_the_right_gpus(run: Run) -> None:
+    p = run.plan
+    stragglers = table(run, "stragglers")
+    assert keys(stragglers, "node", "gpu", "namespace", "training_job") == [
+        (*p.straggler_gpu, *p.straggler_job)
+    ]
+    straggler = stragglers.iloc[0]
+    assert float(straggler["tensor_mean"]) > float(straggler["job_median_tensor"])
+    assert float(straggler["sm_clock_mhz"]) == pytest.approx(1410, abs=1)
+    assert float(straggler["job_median_sm_clock_mhz"]) == pytest.approx(1980, abs=5)
+    assert float(straggler["straggling_hours"]) == SPEC.hours
+    assert keys(table(run, "idle_in_job"), "node", "gpu", "training_job") == [
+        (*p.idle_in_job_gpu, "llm")
+    ]
+    slowdowns = table(run, "job_slowdowns")
+    assert keys(slowdowns, "namespace", "training_job") == [p.slowed_job]
+    assert float(slowdowns.iloc[0]["drop"]) == pytest.approx(0.55, abs=0.03)
+
+
+def test_job_identity_follows_the_configured_pod_label_order(run: Run) -> None:
+    jobs = table(run, "jobs")
+    identities = set(keys(jobs, "namespace", "training_job"))
+    # JobSet label before the Helm instance label; a pod without job labels is its own job.
+    assert identities == {
+        ("training", "llm"),
+        ("research", "bert-ft-0"),
+        ("notebooks", "jupyter-alice"),
+    }
+    llm = jobs[jobs["training_job"] == "llm"].iloc[0]
+    assert (int(llm["gpus"]), int(llm["nodes"])) == (32, 4)
 
 
 def test_evidence_matches_what_was_injected(run: Run) -> None:
