@@ -267,7 +267,8 @@ def training_jobs(
     number of nodes, compared within each bucket while the job is busy):
     straggler = tensor activity at or above the job median and an SM clock below the job
     median by `straggler_clock_fraction`, or a straggler clock-event reason active most of
-    the bucket; idle in job = activity below `idle_in_job_fraction` of the job median;
+    the bucket; idle in job = activity below `idle_in_job_fraction` of the job median, or
+    below `tensor_idle_ratio` whatever the job does (those also get a reclaim action);
     slowdown = the job median fell by `job_slowdown_fraction` below its mean over the
     preceding `job_slowdown_baseline`, which was itself busy.
     """
@@ -288,12 +289,11 @@ def training_jobs(
     )
     waited_for = data["tensor"] >= data["job_median_tensor"]
     data["straggling"] = busy & waited_for & (clock_low | (data["slowed"] >= 0.5))
-    data["idle_in_job"] = busy & (
-        data["tensor"] < p.idle_in_job_fraction * data["job_median_tensor"]
-    )
-    members = data[busy]
+    below_job = busy & (data["tensor"] < p.idle_in_job_fraction * data["job_median_tensor"])
+    data["idle_in_job"] = below_job | (data["tensor"] < p.tensor_idle_ratio)
+    data["busy"] = busy
     per_gpu = (
-        members.groupby([*GPU, "namespace", "training_job"], observed=True)
+        data.groupby([*GPU, "namespace", "training_job"], observed=True)
         .agg(
             tensor_mean=("tensor", "mean"),
             job_median_tensor=("job_median_tensor", "median"),
@@ -302,7 +302,7 @@ def training_jobs(
             clock_slowed_share=("slowed", "mean"),
             straggling_hours=("straggling", lambda s: s.sum() * hours),
             idle_hours=("idle_in_job", lambda s: s.sum() * hours),
-            busy_hours=("tensor", lambda s: len(s) * hours),
+            busy_hours=("busy", lambda s: s.sum() * hours),
         )
         .reset_index()
     )
@@ -698,7 +698,10 @@ def actions(sections: dict[str, Section], temperature_celsius: float) -> pd.Data
                 f"{r.job_median_sm_clock_mhz:.0f} MHz){events}: the whole job waits for it",
             )
         )
+    reclaim = {(r.node, r.gpu) for r in table("Activity", "idle_allocated_gpus").itertuples()}
     for r in table("Training jobs", "idle_in_job").itertuples():
+        if (r.node, r.gpu) in reclaim:
+            continue  # idle whatever its job does: the reclaim row below says so
         rows.append(
             (
                 "investigate",

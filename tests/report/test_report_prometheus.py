@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fleetwatch.report.analysis import analyse
-from fleetwatch.report.dataset import load_snapshot
+from fleetwatch.report.dataset import Dataset, load_snapshot
 from fleetwatch.report.fleetsim import FleetSpec, Injected, write_openmetrics
 from PIL import Image
 
@@ -125,8 +125,11 @@ def test_job_findings_name_the_right_gpus(run: Run) -> None:
     assert float(straggler["sm_clock_mhz"]) == pytest.approx(1410, abs=1)
     assert float(straggler["job_median_sm_clock_mhz"]) == pytest.approx(1980, abs=5)
     assert float(straggler["straggling_hours"]) == SPEC.hours
+    # Below half the job's median, or below the idle ratio whatever the job does (the
+    # notebook GPU, which also gets a reclaim action rather than a second row).
     assert keys(table(run, "idle_in_job"), "node", "gpu", "training_job") == [
-        (*p.idle_in_job_gpu, "llm")
+        (*p.idle_in_job_gpu, "llm"),
+        (*p.idle_allocated_gpu, "jupyter-alice"),
     ]
     slowdowns = table(run, "job_slowdowns")
     assert keys(slowdowns, "namespace", "training_job") == [p.slowed_job]
@@ -144,6 +147,35 @@ def test_job_identity_follows_the_configured_pod_label_order(run: Run) -> None:
     }
     llm = jobs[jobs["training_job"] == "llm"].iloc[0]
     assert (int(llm["gpus"]), int(llm["nodes"])) == (32, 4)
+
+
+@pytest.mark.parametrize(
+    ("name", "columns", "expected"),
+    [
+        ("thermal_hot_gpus", ("node", "gpu"), lambda p: [p.hot_gpu]),
+        ("thermal_outliers", ("node", "gpu"), lambda p: [p.outlier_gpu]),
+        ("idle_allocated_gpus", ("node", "gpu"), lambda p: [p.idle_allocated_gpu]),
+        ("stragglers", ("node", "gpu"), lambda p: [p.straggler_gpu]),
+        ("idle_in_job", ("node", "gpu"), lambda p: [p.idle_in_job_gpu, p.idle_allocated_gpu]),
+        ("job_slowdowns", ("namespace", "training_job"), lambda p: [p.slowed_job]),
+        ("ib_flaps", ("node", "device", "port"), lambda p: [p.flapping_port, p.downed_port]),
+        ("ib_saturated_counters", ("node", "device", "port"), lambda p: [p.saturated_port]),
+        (
+            "ib_port_errors",
+            ("node", "device", "port"),
+            lambda p: [p.saturated_port, p.flapping_port, p.downed_port],
+        ),
+        ("xid_events", ("node", "gpu"), lambda p: [p.xid79_returned_gpu, p.xid79_gpu]),
+        ("gpus_lost", ("node", "gpu"), lambda p: [p.xid79_gpu]),
+        ("node_tainted_time", ("node",), lambda p: [(p.tainted_node,)]),
+        ("ib_degraded_ports", ("node",), lambda p: []),
+        ("ecc_errors", ("node",), lambda p: []),
+    ],
+)
+def test_finding_tables_hold_only_the_injected_rows(
+    run: Run, name: str, columns: tuple[str, ...], expected: object
+) -> None:
+    assert keys(table(run, name), *columns) == expected(run.plan)  # type: ignore[operator]
 
 
 def test_evidence_matches_what_was_injected(run: Run) -> None:
@@ -248,3 +280,34 @@ def test_html_opens_in_headless_chromium_and_shows_the_plots(run: Run, tmp_path:
     # tables are grey.
     colourful = (plots.max(axis=2) - plots.min(axis=2)) > 80
     assert colourful.sum() > 5000, "no plotted data visible"
+
+
+def without(run: Run, *names: str) -> Dataset:
+    """The run's snapshot as if the named queries had found no metric."""
+    dataset = load_snapshot(run.snapshot)
+    for name in names:
+        del dataset.frames[name]
+        dataset.problems[name] = f"metric for {name} has no samples in the window"
+    return dataset
+
+
+def test_without_kube_pod_labels_each_pod_is_its_own_job_and_says_why(run: Run) -> None:
+    report = analyse(without(run, "pod_jobs"))
+    jobs = report.tables()["jobs"]
+    assert "llm" not in set(jobs["training_job"])
+    assert {"llm-workers-0-0", "llm-workers-0-3"} <= set(jobs["training_job"])
+    section = next(s for s in report.sections if s.title == "Training jobs")
+    assert any("each pod counts as its own training job" in note for note in section.notes)
+    # Within its own pod the throttled GPU is still the one the others wait for.
+    stragglers = report.tables()["stragglers"]
+    assert keys(stragglers, "node", "gpu") == [run.plan.straggler_gpu]
+
+
+def test_link_downed_alone_counts_flaps(run: Run) -> None:
+    report = analyse(without(run, "ib_state_changes", "ib_down_seconds"))
+    flaps = report.tables()["ib_flaps"]
+    p = run.plan
+    assert keys(flaps, "node", "device", "port") == [p.flapping_port, p.downed_port]
+    assert list(flaps["flaps"]) == [p.flaps, 3]
+    recable = report.actions[report.actions["action"] == "recable"]
+    assert f"{p.downed_port[0]} {p.downed_port[1]}/{p.downed_port[2]}" in set(recable["target"])
