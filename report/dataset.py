@@ -52,7 +52,8 @@ class Query:
     """One PromQL query: the metrics it needs and the label columns it yields.
 
     `required` metrics missing from the window mean a collector is off; `optional` ones
-    are counters that only exist once something happened (an Xid, a taint).
+    are counters that only exist once something happened (an Xid, a taint); of `any_of`
+    (two sources of one value) one is enough.
     """
 
     name: str
@@ -62,6 +63,8 @@ class Query:
     build: Callable[[Window], str]
     optional: tuple[str, ...] = ()
     scoped: bool = True
+    any_of: Callable[[], tuple[str, ...]] | None = None
+    """Metrics that stand in for each other: at least one must have samples."""
 
 
 def _sel(window: Window, name: str, matchers: str = "", *, scoped: bool = True) -> str:
@@ -131,6 +134,25 @@ def _degraded(w: Window) -> str:
     """Time a port ran below the fleet's fastest port (scalar comparison: cheap per step)."""
     rate = _sel(w, IB_RATE)
     return _time_in_state(w, f"{rate} < bool scalar(max({rate}))") + " > 0"
+
+
+def _tensor(w: Window) -> str:
+    """Tensor activity per bucket: fleetwatch's GPM ratio, else dcgm-exporter's.
+
+    A100/L40S fleets have no GPM but usually run dcgm-exporter; like the recording rule
+    `fleetwatch:gpu_tensor_active:ratio`, its `UUID` becomes `uuid` and its `Hostname`
+    becomes `node` where Prometheus added no `node` label.
+    """
+    own = _bucket("avg_over_time", lambda w: _sel(w, TENSOR, 'pipe="any"'), GPU)(w)
+    dcgm = shipped_policy().dcgm_tensor_active_metric
+
+    def renamed(matcher: str) -> str:
+        mean = f"avg_over_time({_sel(w, dcgm, matcher)}[{_d(w.bucket)}])"
+        return f'label_replace({mean}, "uuid", "$1", "UUID", "(.+)")'
+
+    without_node, with_node = renamed('node=""'), renamed('node!=""')
+    hosts = f'label_replace({without_node}, "node", "$1", "Hostname", "(.+)")'
+    return f"{own}\nor on (uuid)\nmax by (node,gpu,uuid) ({with_node} or {hosts})"
 
 
 def _slowed(w: Window) -> str:
@@ -233,8 +255,9 @@ QUERIES: tuple[Query, ...] = (
         "tensor_active",
         "bucketed",
         GPU,
-        (TENSOR,),
-        _bucket("avg_over_time", lambda w: _sel(w, TENSOR, 'pipe="any"'), GPU),
+        (),
+        _tensor,
+        any_of=lambda: (TENSOR, shipped_policy().dcgm_tensor_active_metric),
     ),
     Query(
         "sm_clock",
@@ -438,6 +461,8 @@ async def fetch(client: PrometheusClient, window: Window) -> Dataset:
     runnable: list[Query] = []
     for query in QUERIES:
         missing = [m for m in query.required if m not in present]
+        if query.any_of is not None and not present.intersection(query.any_of()):
+            missing.append(" or ".join(query.any_of()))
         if not present:
             dataset.problems[query.name] = (
                 "Prometheus has no samples at all in the window: check --since/--until "

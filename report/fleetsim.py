@@ -15,7 +15,8 @@ Node roles (0-based index; a fleet needs at least 6 nodes):
   tainter taints then untaints the node;
 3 GPU 6 is the straggler of the multi-node JobSet `llm` (nodes 0, 2, 3, 5): thermally
   throttled (lower SM clock, a thermal clock event) and so the busiest GPU of the job;
-4 unallocated, GPU 7 has Xid 79 and falls off the bus;
+4 unallocated, GPU 7 has Xid 79 and falls off the bus; an A100-like node without GPM: its
+  tensor activity comes from dcgm-exporter (`UUID`, `Hostname`, no `node` label);
 5 saturated symbol_error counter on mlx5_1/1; GPU 3 idles in the `llm` job.
 Nodes from 6 on are healthy members of 4-node batch Jobs. Pods carry their job's name in
 kube-state-metrics' `kube_pod_labels` (`label_jobset_sigs_k8s_io_jobset_name`,
@@ -24,7 +25,7 @@ kube-state-metrics' `kube_pod_labels` (`label_jobset_sigs_k8s_io_jobset_name`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -37,6 +38,7 @@ PINNED_SYMBOL_ERRORS = 65535
 SM_CLOCK_HZ = 1980e6
 THROTTLED_SM_CLOCK_HZ = 1410e6
 KSM = 'job="kube-state-metrics"'
+DCGM_NODE = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,8 +217,10 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
     for matrix in (tensor, util, power, temp, slowdown, sm_clock, throttled):
         matrix[4, 7, gone] = np.nan
 
-    def gpu_rows(matrix: np.ndarray, extra: str = "") -> Iterator[tuple[str, np.ndarray]]:
-        for node in range(n):
+    def gpu_rows(
+        matrix: np.ndarray, extra: str = "", nodes: Iterable[int] = range(n)
+    ) -> Iterator[tuple[str, np.ndarray]]:
+        for node in nodes:
             for gpu in range(g):
                 labels = f'node="{node_name(spec, node)}",gpu="{gpu}",uuid="{uuid(node, gpu)}"'
                 yield labels + extra, matrix[node, gpu]
@@ -228,7 +232,13 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
         w = _Writer(out=out, timestamps=ts)
         w.family("fleetwatch_gpu_temperature_celsius", "gauge", gpu_rows(temp, ',sensor="gpu"'))
         w.family("fleetwatch_gpu_power_watts", "gauge", gpu_rows(power))
-        w.family("fleetwatch_gpu_tensor_active_ratio", "gauge", gpu_rows(tensor, ',pipe="any"'))
+        with_gpm = [node for node in range(n) if node != DCGM_NODE]
+        w.family(
+            "fleetwatch_gpu_tensor_active_ratio",
+            "gauge",
+            gpu_rows(tensor, ',pipe="any"', with_gpm),
+        )
+        w.family("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", _dcgm_rows(spec, tensor))
         w.family("fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util))
         w.family("fleetwatch_gpu_clock_hertz", "gauge", gpu_rows(sm_clock, ',clock="sm"'))
         w.family(
@@ -299,6 +309,16 @@ def _allocation_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndar
                 ),
                 values,
             )
+
+
+def _dcgm_rows(spec: FleetSpec, tensor: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """dcgm-exporter's tensor activity of the node without GPM, labelled as it labels it."""
+    for gpu in range(spec.gpus_per_node):
+        labels = (
+            f'gpu="{gpu}",UUID="{uuid(DCGM_NODE, gpu)}",Hostname="{node_name(spec, DCGM_NODE)}",'
+            'modelName="NVIDIA A100-SXM4-80GB"'
+        )
+        yield labels, tensor[DCGM_NODE, gpu]
 
 
 def _pod_label_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarray]]:

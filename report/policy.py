@@ -35,6 +35,7 @@ class Policy:
     job_slowdown_fraction: float
     job_slowdown_baseline_seconds: float
     kube_state_metrics_selector: str
+    dcgm_tensor_active_metric: str
     job_label_columns: tuple[str, ...]
     """kube_pod_labels columns naming a pod's training job, first present wins."""
 
@@ -51,6 +52,7 @@ class Policy:
             job_slowdown_fraction=float(t["job_slowdown_fraction"]),
             job_slowdown_baseline_seconds=duration(str(t["job_slowdown_baseline"])),
             kube_state_metrics_selector=config.kube_state_metrics_selector,
+            dcgm_tensor_active_metric=config.dcgm_tensor_active_metric,
             job_label_columns=tuple(kube_state_metrics_label(k) for k in config.job_label_keys),
         )
 

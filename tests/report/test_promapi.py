@@ -26,7 +26,7 @@ from fleetwatch.report.promapi import (
 from fleetwatch.cli import main
 from testbed.servers import free_port
 
-NAMES = [name for q in QUERIES for name in q.required]
+NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
 
 
 @dataclass

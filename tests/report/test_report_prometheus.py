@@ -17,7 +17,14 @@ import pandas as pd
 import pytest
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import Dataset, load_snapshot
-from fleetwatch.report.fleetsim import FleetSpec, Injected, write_openmetrics
+from fleetwatch.report.fleetsim import (
+    DCGM_NODE,
+    FleetSpec,
+    Injected,
+    node_name,
+    uuid,
+    write_openmetrics,
+)
 from PIL import Image
 
 from fleetwatch.cli import main
@@ -311,3 +318,12 @@ def test_link_downed_alone_counts_flaps(run: Run) -> None:
     assert list(flaps["flaps"]) == [p.flaps, 3]
     recable = report.actions[report.actions["action"] == "recable"]
     assert f"{p.downed_port[0]} {p.downed_port[1]}/{p.downed_port[2]}" in set(recable["target"])
+
+
+def test_dcgm_exporter_activity_stands_in_where_there_is_no_gpm(run: Run) -> None:
+    activity = table(run, "gpu_activity")
+    node = node_name(SPEC, DCGM_NODE)
+    gpus = activity[activity["node"] == node]
+    # dcgm-exporter's UUID and Hostname became uuid and node.
+    assert list(gpus["uuid"]) == [uuid(DCGM_NODE, gpu) for gpu in range(SPEC.gpus_per_node)]
+    assert float(gpus["tensor"].max()) < 0.05  # unallocated: idle
