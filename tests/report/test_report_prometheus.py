@@ -89,6 +89,11 @@ def keys(frame: pd.DataFrame, *columns: str) -> list[tuple[str, ...]]:
 def test_report_succeeds_and_writes_every_output(run: Run) -> None:
     assert run.status == 0
     assert (run.out / "report.html").stat().st_size > 10_000
+    page = (run.out / "report.html").read_text()
+    jobs = page.index("<h2>Training jobs</h2>")
+    # The training-jobs section opens with its own two plots.
+    assert page.index("alt='plot_straggler'") > jobs
+    assert page.index("alt='plot_jobs'") > jobs
     assert "## Actions" in (run.out / "summary.md").read_text()
 
 
