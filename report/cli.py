@@ -113,7 +113,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         dest="threshold_celsius",
         type=float,
         default=None,
-        help="the taint threshold (default: the rules config's, 78)",
+        help="the taint threshold (default: the rules config's gpu_temperature_celsius)",
     )
     p.add_argument(
         "--query.concurrency",

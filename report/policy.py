@@ -41,6 +41,7 @@ class Policy:
 
     @classmethod
     def from_config(cls, config: Config) -> Policy:
+        """The findings' thresholds and job identity from a validated rules config."""
         t = config.thresholds
         return cls(
             temperature_celsius=float(t["gpu_temperature_celsius"]),
