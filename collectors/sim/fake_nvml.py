@@ -188,6 +188,8 @@ class FakeNvml:
         self.event_sets: list[FakeEventSet] = []  # every set created, for tests to inspect
         self._wake = threading.Condition()
         self._memory_total = int(self.scenario.extra.get("memory_total_mib", _DEFAULT_MEMORY_MIB))
+        clique = self.scenario.extra.get("fabric_clique_id")
+        self._fabric_clique = None if clique is None else int(clique)
 
     def __getattr__(self, name: str) -> Any:
         """Constants and error classes come from the real pynvml; calls must be faked here."""
@@ -367,8 +369,7 @@ class FakeNvml:
         the call answers NotSupported, like a GPU outside an NVLink-switch domain.
         """
         gpu = self._gpu("nvmlDeviceGetGpuFabricInfoV", handle)
-        clique = self.scenario.extra.get("fabric_clique_id")
-        if clique is None:
+        if self._fabric_clique is None:
             raise pynvml.NVMLError_NotSupported()
         fabric = info.contents
         if fabric.version != pynvml.nvmlGpuFabricInfo_v2:
@@ -376,7 +377,7 @@ class FakeNvml:
         cluster = uuid.uuid5(uuid.NAMESPACE_URL, f"fleetwatch-sim/{self.scenario.name}/fabric")
         fabric.clusterUuid[:] = list(cluster.bytes)
         fabric.status = pynvml.NVML_SUCCESS
-        fabric.cliqueId = int(clique)
+        fabric.cliqueId = self._fabric_clique
         fabric.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
         degraded = self.node.fabric_degraded(gpu)
         fabric.healthMask = _FABRIC_DEGRADED_MASK if degraded else _FABRIC_HEALTHY_MASK
