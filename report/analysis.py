@@ -233,11 +233,16 @@ def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataF
     keys = [*GPU, "timestamp"]
     jobs = ds.frame("pod_jobs")
     pod_keys = ["namespace", "pod", "timestamp"]
-    if jobs is None:
+    if jobs is None or jobs.empty:
+        why = (
+            ds.problems.get("pod_jobs")
+            if jobs is None
+            else "kube_pod_labels has no series from the configured kube-state-metrics job"
+        )
         section.notes.append(
-            f"pod_jobs: {ds.problems.get('pod_jobs')}; each pod counts as its own training "
-            "job (kube-state-metrics must export kube_pod_labels with the job label keys "
-            "allowed in --metric-labels-allowlist)"
+            f"pod_jobs: {why}; each pod counts as its own training job (kube-state-metrics "
+            "must export kube_pod_labels with the job label keys allowed in "
+            "--metric-labels-allowlist)"
         )
         data = owned.assign(training_job=owned["pod"])
     else:
