@@ -332,3 +332,12 @@ def test_dcgm_exporter_activity_stands_in_where_there_is_no_gpm(run: Run) -> Non
     # dcgm-exporter's UUID and Hostname became uuid and node.
     assert list(gpus["uuid"]) == [uuid(DCGM_NODE, gpu) for gpu in range(SPEC.gpus_per_node)]
     assert float(gpus["tensor"].max()) < 0.05  # unallocated: idle
+
+
+def test_kube_pod_labels_from_another_scrape_job_is_named(run: Run) -> None:
+    dataset = load_snapshot(run.snapshot)
+    dataset.frames["pod_jobs"] = dataset.frames["pod_jobs"].iloc[0:0]
+    report = analyse(dataset)
+    section = next(s for s in report.sections if s.title == "Training jobs")
+    assert any("configured kube-state-metrics job" in note for note in section.notes)
+    assert "llm" not in set(report.tables()["jobs"]["training_job"])
