@@ -900,12 +900,15 @@ def stack_alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="FleetwatchTaintBreakerOpen",
-            expr=f"{q.tainter('fleetwatch_tainter_breaker_open')} == 1",
+            # One breaker for every replica (its state lives on the Lease, and standbys
+            # mirror it): one alert, not one per replica.
+            expr=(
+                f"max without (instance, pod) ({q.tainter('fleetwatch_tainter_breaker_open')}) == 1"
+            ),
             summary="fleetwatch taint circuit breaker open",
             description=(
-                "The tainter {{ $labels.instance }} refuses new taints: too many nodes "
-                "are tainted already. Check for a fleet-wide cause before raising the "
-                "limit."
+                "The tainter refuses new taints: too many nodes are tainted already. "
+                "Check for a fleet-wide cause before raising the limit."
             ),
         ),
     ]
