@@ -23,7 +23,7 @@ from fleetwatch.exporter.settings import ExportSettings
 
 from fleetwatch.cli import build_parser
 from testbed import servers
-from tests.golden import assert_golden
+from tests.golden import GOLDEN_DIR, assert_golden
 
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
 FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
@@ -128,3 +128,34 @@ def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Ser
     body = servers.http_get(exporter.url + "/metrics")
     assert servers.promtool_check_metrics(body.decode()) == []
     assert b"fleetwatch_collector_up" in body
+
+
+@pytest.mark.parametrize(
+    "golden",
+    sorted(p.relative_to(GOLDEN_DIR).as_posix() for p in GOLDEN_DIR.rglob("*") if p.is_file()),
+)
+def test_every_golden_exposition_passes_promtool(golden: str) -> None:
+    text = (GOLDEN_DIR / golden).read_text()
+    assert text.startswith("# HELP fleetwatch_")
+    assert servers.promtool_check_metrics(text) == []
+
+
+@pytest.mark.integration
+def test_the_demos_scrape_passes_promtool(tmp_path: Path) -> None:
+    """The demo scenario's exporter once its first faults have happened (NVLink errors,
+    an InfiniBand flap, a lost GPU and its Xid 79 all start within a minute)."""
+    with servers.fleetwatch_export(
+        tmp_path, simulate="demo", args=["--collection-interval=1s"]
+    ) as exporter:
+
+        def after_the_xid() -> bytes | None:
+            text = servers.http_get(exporter.url + "/metrics")
+            return text if b"fleetwatch_gpu_xid_errors_total{" in text else None
+
+        body = servers.wait_until(
+            after_the_xid,
+            timeout=90,
+            interval=1.0,
+            what="the demo's Xid 79",
+        )
+    assert servers.promtool_check_metrics(body.decode()) == []
