@@ -17,7 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetwatch.flags import existing_dir, http_url, positive_duration, readable_file
+from fleetwatch.flags import (
+    existing_dir,
+    format_duration,
+    http_url,
+    positive_duration,
+    readable_file,
+)
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
@@ -150,6 +156,11 @@ def _window(args: argparse.Namespace) -> Window:
     from fleetwatch.report.dataset import Window
     from fleetwatch.report.policy import shipped_policy
 
+    if args.since < args.bucket:
+        raise ValueError(
+            f"--since ({format_duration(args.since)}) is shorter than one --bucket "
+            f"({format_duration(args.bucket)}): give a longer --since or a shorter --bucket"
+        )
     end = args.until if args.until is not None else time.time()
     threshold = args.threshold_celsius
     return Window(

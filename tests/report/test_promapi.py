@@ -209,3 +209,23 @@ def test_bad_snapshot_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str
     (tmp_path / "snap").mkdir()
     assert main(["report", f"--from-snapshot={tmp_path / 'snap'}", f"--out={tmp_path}"]) == 1
     assert "not a fleetwatch report snapshot" in capsys.readouterr().err
+
+
+def test_window_shorter_than_a_bucket_is_refused_before_any_query(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    status = main(
+        [
+            "report",
+            f"--prometheus-url={dead}",
+            "--since=5m",
+            f"--out={tmp_path}",
+            "--log.format=text",
+        ]
+    )
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "--since (5m) is shorter than one --bucket (1h)" in err
+    assert "cannot reach Prometheus" not in err
+    assert not (tmp_path / "report.html").exists()
