@@ -219,6 +219,10 @@ async def serve(
             extra={
                 "address": f"{host}:{port}",
                 "collectors": ",".join(collectors),
+                # Off by flag (the chart turns off what a container may not read).
+                "disabled": ",".join(
+                    spec.name for spec in COLLECTORS if spec.name not in settings.enabled
+                ),
                 "version": __version__,
             },
         )

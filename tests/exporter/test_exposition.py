@@ -7,6 +7,7 @@ process and a real Prometheus scraping it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +160,24 @@ def test_the_demos_scrape_passes_promtool(tmp_path: Path) -> None:
             what="the demo's Xid 79",
         )
     assert servers.promtool_check_metrics(body.decode()) == []
+
+
+def test_serving_line_names_the_collectors_turned_off(tmp_path: Path) -> None:
+    """Where the chart turns a source off (no privilege for it), the log says so."""
+    with servers.fleetwatch_export(
+        tmp_path, simulate="dgx-h100", args=["--no-collector.podresources", "--no-collector.gpm"]
+    ) as exporter:
+        serving = servers.wait_until(
+            lambda: next(
+                (
+                    json.loads(line)
+                    for line in exporter.log().splitlines()
+                    if line.startswith("{") and json.loads(line)["msg"] == "serving"
+                ),
+                None,
+            ),
+            timeout=30,
+            what="the serving log line",
+        )
+    assert serving["disabled"] == "gpm,podresources"
+    assert "podresources" not in serving["collectors"].split(",")
