@@ -18,7 +18,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\s]+)`")
 REPO_FILE = re.compile(r"^[\w.-]+(/[\w.-]+)*\.(md|py|yaml|yml|json|toml|sh|txt|proto|cfg)$")
 # A mention of a Markdown document in a source file or a document (URLs excluded): a path
-# (`docs/tainter.md`, `reference/nvml.md`) or a capitalised name (`DESIGN.md`). Bare
+# (`docs/tainter.md`, `notes/nvml.md`) or a capitalised name (`ARCHITECTURE.md`). Bare
 # lowercase names are output files (`summary.md`) or path parts joined in code.
 MARKDOWN_MENTION = re.compile(
     r"(?<![\w/.:-])((?:\.\./|\./)?(?:[\w.-]+/)+[\w.-]+\.md|[A-Z][A-Z0-9_-]*\.md)\b"
@@ -95,13 +95,13 @@ def test_sources_mention_only_documents_of_the_repository() -> None:
 def test_a_broken_reference_is_found(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text(
-        "See [the design](DESIGN.md), `docs/nowhere.md`, reference/nvml.md and "
+        "See [the design](ARCHITECTURE.md), `docs/nowhere.md`, notes/nvml.md and "
         "[metrics](docs/metrics.md#gpu).\n"
     )
     assert broken_references(doc) == [
-        "document DESIGN.md",
+        "document ARCHITECTURE.md",
         "document docs/nowhere.md",
-        "document reference/nvml.md",
+        "document notes/nvml.md",
         "file docs/nowhere.md",
-        "link DESIGN.md",
+        "link ARCHITECTURE.md",
     ]
