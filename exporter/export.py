@@ -23,12 +23,13 @@ from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import Refresh, hardware
-from fleetwatch.exporter.http import listen, make_app
+from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
 from fleetwatch.exporter.settings import ExportSettings, HttpLimits
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 
 from fleetwatch import __version__
 from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address
+from fleetwatch.listener import listen
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,13 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     host, port = settings.listen_host, settings.listen_port
-    async with listen(make_app(engine), host=host, port=port, limits=settings.http):
+    async with listen(
+        make_app(engine),
+        host=host,
+        port=port,
+        limits=settings.http,
+        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+    ):
         log.info(
             "serving",
             extra={

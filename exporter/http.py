@@ -3,27 +3,19 @@
 Handlers only hand out what the engine already rendered; nothing here touches hardware
 or blocks, so a hung collector never slows a scrape.
 
-The listener defends the node it runs on: a client must send a complete request head
-within the header timeout (counted from the connection or from the first byte of the next
-request), an idle keep-alive connection is closed after the keep-alive timeout, and past
-the connection cap a new connection gets `503` and is closed at once, so slow or idle
-clients cannot pile up file descriptors and memory.
+The app is served behind `fleetwatch.listener` (header and keep-alive timeouts, a
+connection cap), with a short shutdown grace: handlers answer from memory, so a
+connection still busy after it is a client not reading its response.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import html
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from fleetwatch.exporter.engine import Engine
-from fleetwatch.exporter.settings import HttpLimits
 
 from fleetwatch import __version__
 
@@ -31,15 +23,7 @@ log = logging.getLogger(__name__)
 
 ENGINE = web.AppKey("engine", Engine)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_HEAD_END = b"\r\n\r\n"
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
-    b"Content-Type: text/plain\r\nContent-Length: 32\r\n\r\n"
-    b"too many connections, try again\n"
-)
-# Handlers answer from memory; a connection still busy this long after shutdown began is
-# a client not reading its response.
-_SHUTDOWN_GRACE_SECONDS = 2.0
+SHUTDOWN_GRACE_SECONDS = 2.0
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -131,124 +115,3 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", landing)
     return app
-
-
-@dataclass
-class Listener:
-    """A listener's connection accounting, read by tests and the shutdown log."""
-
-    limits: HttpLimits
-    open: int = 0
-    refused: int = 0
-    timed_out: int = 0
-    peak: int = 0
-
-
-class _GuardedConnection(asyncio.Protocol):
-    """Wraps aiohttp's per-connection handler with the header timeout and connection cap.
-
-    aiohttp bounds an idle connection (its keep-alive timeout) but not a client that
-    trickles a request head; this wrapper watches the bytes for the end of each head.
-    """
-
-    def __init__(self, handler: RequestHandler, listener: Listener) -> None:
-        self._handler = handler
-        self._listener = listener
-        self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._tail = b""  # the last bytes of an unfinished head, to find a split terminator
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        listener = self._listener
-        if listener.open >= listener.limits.max_connections:
-            listener.refused += 1
-            transport.write(_BUSY)
-            transport.close()
-            return
-        listener.open += 1
-        listener.peak = max(listener.peak, listener.open)
-        self._transport = transport
-        self._handler.connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if self._transport is None:
-            return
-        self._watch_heads(data)
-        self._handler.data_received(data)
-
-    def eof_received(self) -> None:
-        if self._transport is not None:
-            self._handler.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._transport is None:
-            return
-        self._transport = None
-        self._listener.open -= 1
-        self._disarm()
-        self._handler.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._handler.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._handler.resume_writing()
-
-    def _watch_heads(self, data: bytes) -> None:
-        """Disarm when a head completes; arm again on the first byte of the next one."""
-        while data:
-            if self._timer is None:
-                self._arm()
-            buffer = self._tail + data
-            end = buffer.find(_HEAD_END)
-            if end < 0:
-                self._tail = buffer[-(len(_HEAD_END) - 1) :]
-                return
-            self._disarm()
-            data = buffer[end + len(_HEAD_END) :]
-
-    def _arm(self) -> None:
-        self._tail = b""
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._listener.limits.header_timeout, self._expire)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _expire(self) -> None:
-        self._timer = None
-        if self._transport is not None:
-            self._listener.timed_out += 1
-            self._transport.close()
-
-
-@contextlib.asynccontextmanager
-async def listen(
-    app: web.Application, *, host: str, port: int, limits: HttpLimits
-) -> AsyncIterator[Listener]:
-    """Serve `app` on `host:port` under `limits` until the context exits."""
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        keepalive_timeout=limits.keepalive_timeout,
-        shutdown_timeout=_SHUTDOWN_GRACE_SECONDS,
-    )
-    await runner.setup()
-    try:
-        listener = Listener(limits=limits)
-        handlers = runner.server  # builds one aiohttp RequestHandler per connection
-        assert handlers is not None  # set by setup()
-        server = await asyncio.get_running_loop().create_server(
-            lambda: _GuardedConnection(handlers(), listener), host, port, reuse_address=True
-        )
-        try:
-            yield listener
-        finally:
-            server.close()
-    finally:
-        await runner.cleanup()

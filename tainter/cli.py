@@ -345,10 +345,11 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     from fleetwatch.tainter.breaker import BreakerPolicy
     from fleetwatch.tainter.controller import ControllerSettings
     from fleetwatch.tainter.election import ElectionSettings
-    from fleetwatch.tainter.listener import ListenerLimits
     from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
     from fleetwatch.tainter.service import TaintSettings, TlsFiles, default_identity
     from fleetwatch.tainter.writes import RetryPolicy
+
+    from fleetwatch.listener import ListenerLimits
 
     if args.token_file is None and not args.insecure:
         raise SystemExit(

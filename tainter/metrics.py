@@ -116,3 +116,7 @@ class TainterMetrics:
             ["why"],
             registry=self.registry,
         )
+
+    def refused_connection(self, why: str) -> None:
+        """The listener closed a connection (`too_many`, `header_timeout`)."""
+        self.connections_refused.labels(why=why).inc()

@@ -30,7 +30,6 @@ from fleetwatch.tainter.election import (
     Leadership,
 )
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
-from fleetwatch.tainter.listener import ListenerLimits, start_listener
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.policy import TaintPolicy
@@ -50,6 +49,8 @@ from fleetwatch.tainter.writes import (
     our_taints,
     with_retries,
 )
+
+from fleetwatch.listener import Listener, ListenerLimits, start_listener
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,7 @@ async def serve(settings: TaintSettings, *, host: str, port: int) -> None:
         app,
         host=host,
         port=port,
-        limits=settings.listener,
-        metrics=app[METRICS_KEY],
+        listener=Listener(limits=settings.listener, on_refused=app[METRICS_KEY].refused_connection),
         ssl_context=settings.tls.context() if settings.tls else None,
     )
     stop = asyncio.Event()

@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from fleetwatch.exporter.engine import Engine
-from fleetwatch.exporter.http import Listener, accepts_gzip, listen, make_app
+from fleetwatch.exporter.http import accepts_gzip, make_app
 from fleetwatch.exporter.settings import ExportSettings, HttpLimits
 
 from fleetwatch.cli import build_parser
+from fleetwatch.listener import Listener, listen
 from testbed.servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -138,7 +139,7 @@ async def test_connections_beyond_the_cap_are_refused_not_held() -> None:
         for _ in range(20):
             reader, writer = await served.connect()
             status, body = await read_response(reader)
-            assert (status, body) == (503, b"too many connections, try again\n")
+            assert (status, body) == (503, b"too many open connections\n")
             assert await closed_by_server(reader)
             writer.close()
         assert (served.listener.open, served.listener.peak, served.listener.refused) == (3, 3, 20)

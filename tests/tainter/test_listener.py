@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from fleetwatch.tainter.listener import ListenerLimits, start_listener
 from fleetwatch.tainter.metrics import TainterMetrics
+
+from fleetwatch.listener import Listener, ListenerLimits, start_listener
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -27,8 +28,10 @@ async def listener() -> AsyncIterator[tuple[int, TainterMetrics]]:
         app,
         host="127.0.0.1",
         port=0,
-        limits=ListenerLimits(header_timeout=0.3, keepalive_timeout=30.0, max_connections=3),
-        metrics=metrics,
+        listener=Listener(
+            limits=ListenerLimits(header_timeout=0.3, keepalive_timeout=30.0, max_connections=3),
+            on_refused=metrics.refused_connection,
+        ),
     )
     yield server.sockets[0].getsockname()[1], metrics
     server.close()

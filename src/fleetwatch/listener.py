@@ -1,27 +1,29 @@
-"""The tainter's HTTP listener, hardened: connection cap, header-read and keep-alive timeouts.
+"""The hardened HTTP listener every fleetwatch server uses (the exporter, the tainter).
 
-aiohttp serves the app, but it has no limit on open connections and no deadline for a
-client to finish sending a request head, so a few slow clients (slowloris) could hold
-the webhook that takes nodes out of the scheduler. Each connection is wrapped in a
-small protocol that (1) refuses connections past `max_connections` with a 503, and (2)
-closes a connection whose request head (request line and headers) has not fully arrived
-`header_timeout` seconds after its first byte (or after the connection opened). The head
-boundary is found by the blank line that ends it and the body skipped by its
-Content-Length; a chunked body stops the tracking for that connection (aiohttp's body
-size cap still applies). Idle keep-alive connections are closed by aiohttp after
-`keepalive_timeout`. The tainter compresses nothing, so Accept-Encoding is not consulted.
+aiohttp bounds an idle keep-alive connection but neither a client that trickles a request
+head nor the number of open connections. Each connection's protocol is wrapped so that:
+
+- past `max_connections` open ones, a new connection gets `503` and is closed at once, so
+  slow or idle clients cannot pile up file descriptors and memory;
+- a request head (request line and headers) must arrive in full within `header_timeout`
+  of the connection opening or of the first byte of the next request on a kept-alive
+  connection. The head's end is found by following request boundaries (a body of
+  Content-Length bytes is skipped, so a body is never mistaken for a head; a chunked body
+  ends the watch, aiohttp's own limits apply to it);
+- an idle kept-alive connection is closed after `keepalive_timeout` (aiohttp's own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from aiohttp import web
-from fleetwatch.tainter.metrics import TainterMetrics
 
 _HEAD_END: Final = b"\r\n\r\n"
 _CONTENT_LENGTH: Final = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*$", re.I | re.M)
@@ -32,21 +34,58 @@ _BUSY: Final = (
 )
 
 
+class Limits(Protocol):
+    """What a listener tolerates from its clients (seconds, and a count)."""
+
+    @property
+    def header_timeout(self) -> float: ...
+
+    @property
+    def keepalive_timeout(self) -> float: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
-    """Flag values: seconds, and a count."""
+    """Plain limits, for servers whose flags are not a settings dataclass."""
 
     header_timeout: float = 10.0
     keepalive_timeout: float = 75.0
     max_connections: int = 256
 
 
+@dataclass
+class Listener:
+    """A listener's limits and connection accounting (read by tests, logs and metrics).
+
+    `on_refused(why)` is called for each connection closed by the guard: `too_many` or
+    `header_timeout`.
+    """
+
+    limits: Limits
+    on_refused: Callable[[str], None] | None = None
+    open: int = 0
+    refused: int = 0
+    timed_out: int = 0
+    peak: int = 0
+
+    def _refused(self, why: str) -> None:
+        if why == "too_many":
+            self.refused += 1
+        else:
+            self.timed_out += 1
+        if self.on_refused is not None:
+            self.on_refused(why)
+
+
 class _Guarded(asyncio.Protocol):
     """Forwards everything to aiohttp's protocol; watches request heads on the way."""
 
-    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
+    def __init__(self, inner: asyncio.Protocol, listener: Listener) -> None:
         self._inner = inner
-        self._guard = guard
+        self._listener = listener
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._head = bytearray()
@@ -56,24 +95,32 @@ class _Guarded(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        listener = self._listener
         self._transport = transport
-        if self._guard.active >= self._guard.limits.max_connections:
-            self._guard.metrics.connections_refused.labels(why="too_many").inc()
+        if listener.open >= listener.limits.max_connections:
+            listener._refused("too_many")
             transport.write(_BUSY)
             transport.close()
             return
         self._admitted = True
-        self._guard.active += 1
+        listener.open += 1
+        listener.peak = max(listener.peak, listener.open)
         self._arm()
         self._inner.connection_made(transport)
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._guard.limits.header_timeout, self._too_slow)
+        self._timer = loop.call_later(self._listener.limits.header_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _too_slow(self) -> None:
-        self._guard.metrics.connections_refused.labels(why="header_timeout").inc()
-        if self._transport is not None:
+        self._timer = None
+        if self._transport is not None and self._admitted:
+            self._listener._refused("header_timeout")
             self._transport.close()
 
     def _track(self, data: bytes) -> None:
@@ -93,9 +140,7 @@ class _Guarded(asyncio.Protocol):
                 return
             head, rest = bytes(self._head[:end]), bytes(self._head[end + len(_HEAD_END) :])
             self._head.clear()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._disarm()
             if _CHUNKED.search(head):
                 self._tracking = False
                 return
@@ -119,26 +164,11 @@ class _Guarded(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()
         if self._admitted:
             self._admitted = False
-            self._guard.active -= 1
+            self._listener.open -= 1
             self._inner.connection_lost(exc)
-
-
-class ConnectionGuard:
-    """Wraps each protocol aiohttp's server makes; counts open connections."""
-
-    def __init__(self, *, limits: ListenerLimits, metrics: TainterMetrics) -> None:
-        self.limits = limits
-        self.metrics = metrics
-        self.active = 0
-
-    def wrap(self, inner: asyncio.Protocol) -> asyncio.Protocol:
-        """The guarded protocol for one new connection."""
-        return _Guarded(inner, self)
 
 
 async def start_listener(
@@ -146,20 +176,25 @@ async def start_listener(
     *,
     host: str,
     port: int,
-    limits: ListenerLimits,
-    metrics: TainterMetrics,
+    listener: Listener,
     ssl_context: ssl.SSLContext | None = None,
+    shutdown_timeout: float = 60.0,
 ) -> tuple[web.AppRunner, asyncio.Server]:
     """Serve `app` on HOST:PORT behind the guard. Stop with `server.close()` and then
     `runner.cleanup()` (which also runs the app's cleanup)."""
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.keepalive_timeout)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=listener.limits.keepalive_timeout,
+        shutdown_timeout=shutdown_timeout,
+    )
     await runner.setup()
-    handler_factory = runner.server
-    assert handler_factory is not None  # set by setup()
-    guard = ConnectionGuard(limits=limits, metrics=metrics)
+    handlers = runner.server  # builds one aiohttp RequestHandler per connection
+    assert handlers is not None  # set by setup()
     try:
         server = await asyncio.get_running_loop().create_server(
-            lambda: guard.wrap(handler_factory()),
+            lambda: _Guarded(handlers(), listener),
             host,
             port,
             ssl=ssl_context,
@@ -169,3 +204,19 @@ async def start_listener(
         await runner.cleanup()
         raise
     return runner, server
+
+
+@contextlib.asynccontextmanager
+async def listen(
+    app: web.Application, *, host: str, port: int, limits: Limits, shutdown_timeout: float = 60.0
+) -> AsyncIterator[Listener]:
+    """Serve `app` on `host:port` under `limits` until the context exits."""
+    listener = Listener(limits=limits)
+    runner, server = await start_listener(
+        app, host=host, port=port, listener=listener, shutdown_timeout=shutdown_timeout
+    )
+    try:
+        yield listener
+    finally:
+        server.close()
+        await runner.cleanup()
