@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 from fleetwatch.tainter.payload import PayloadError, taint_key, valid_node_name
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
 
-from fleetwatch.flags import duration, http_url, listen_address, positive_duration, readable_file
+from fleetwatch.flags import (
+    bounded_number,
+    duration,
+    http_url,
+    listen_address,
+    positive_duration,
+    readable_file,
+)
 
 # The Kubernetes client and the controller are imported where they run, not here: every
 # `fleetwatch` process builds this parser, and the exporter must stay small.
@@ -44,26 +51,11 @@ def _evidence(text: str) -> tuple[str, str]:
     return _reason(reason), query.strip()
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}: expected 0..1")
-    return value
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number >= 0")
-    return int(text)
-
-
-def _positive_count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number >= 1")
-    return int(text)
+_fraction = bounded_number(0.0, 1.0)
+_count = bounded_number(0, 100_000, integer=True)
+_max_per_node = bounded_number(1, 100, integer=True)
+_max_connections = bounded_number(1, 10_000, integer=True)
+_max_body_bytes = bounded_number(1, 64 << 20, integer=True, unit="bytes")
 
 
 def _node(text: str) -> str:
@@ -123,7 +115,7 @@ def _add_policy(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--taint.max-per-node",
         dest="max_per_node",
-        type=_positive_count,
+        type=_max_per_node,
         default=8,
         help="most fleetwatch taints on one node (default 8)",
     )
@@ -169,7 +161,7 @@ def _add_listener(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web.max-connections",
         dest="max_connections",
-        type=_positive_count,
+        type=_max_connections,
         default=256,
         help="most open connections; more are answered 503 and closed (default 256)",
     )
@@ -205,7 +197,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     taint.add_argument(
         "--web.max-body-bytes",
         dest="max_body",
-        type=_positive_count,
+        type=_max_body_bytes,
         default=1 << 20,
         help="largest webhook body accepted, at least 1 (default 1 MiB)",
     )

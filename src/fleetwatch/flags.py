@@ -81,7 +81,8 @@ def bounded_number(
     NaN and infinities are refused: neither compares inside any bounds.
     """
     kind = "whole number" if integer else "number"
-    shown = f"{minimum:g}..{maximum:g}" + (f" {unit}" if unit else "")
+    bounds = f"{int(minimum)}..{int(maximum)}" if integer else f"{minimum:g}..{maximum:g}"
+    shown = bounds + (f" {unit}" if unit else "")
 
     def parse(text: str) -> float:
         try:

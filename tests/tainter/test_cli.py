@@ -54,17 +54,18 @@ def test_defaults_and_overrides() -> None:
 @pytest.mark.parametrize(
     ("flag", "problem"),
     [
-        ("--breaker.max-fraction=1.5", "invalid fraction '1.5'"),
+        ("--breaker.max-fraction=1.5", "invalid number '1.5': must be in 0..1"),
+        ("--breaker.max-fraction=nan", "invalid number 'nan': must be in 0..1"),
         ("--untaint.evidence=nonsense", "expected REASON=PROMQL"),
         ("--untaint.hold=soon", "invalid duration 'soon'"),
         ("--untaint.manual-reason=bad reason", "not a valid taint key name"),
-        ("--breaker.max-nodes=-1", "invalid count '-1'"),
-        ("--web.max-body-bytes=0", "invalid count '0': expected a whole number >= 1"),
-        ("--taint.max-per-node=0", "invalid count '0'"),
+        ("--breaker.max-nodes=-1", "invalid whole number '-1': must be in 0..100000"),
+        ("--web.max-body-bytes=0", "invalid whole number '0': must be in 1..67108864 bytes"),
+        ("--taint.max-per-node=0", "invalid whole number '0': must be in 1..100"),
         ("--taint.allow-noexecute=gpu-lost,bad reason", "not a valid taint key name"),
         ("--leader-elect.retry-period=0s", "invalid duration '0s'"),
         ("--web.read-header-timeout=never", "invalid duration 'never'"),
-        ("--web.max-connections=0", "invalid count '0'"),
+        ("--web.max-connections=0", "invalid whole number '0': must be in 1..10000"),
     ],
 )
 def test_bad_flags_name_the_problem(
