@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from fleetwatch.rules.generate import Config, kube_state_metrics_label, load_config
+from fleetwatch.rules.config import Config, load_config
+from fleetwatch.rules.definitions import kube_state_metrics_label
 
 from fleetwatch.flags import duration
 
