@@ -41,20 +41,22 @@ from fleetwatch.collectors.sources.nvml import (
 )
 
 from fleetwatch.flags import bounded_number, setting
+from fleetwatch.gpu_metrics import (
+    CLOCK_EVENT_ACTIVE,
+    CLOCK_EVENT_SECONDS,
+    COUNT,
+    EXPECTED,
+    FABRIC_DEGRADED,
+    FABRIC_INFO,
+    FABRIC_STATE,
+    INFO,
+    RECOVERY,
+    THRESHOLD,
+)
 
 _ID: Final = ("gpu", "uuid")
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
 
-INFO = "fleetwatch_gpu_info"
-COUNT = "fleetwatch_gpus_visible"
-EXPECTED = "fleetwatch_gpus_expected"
-CLOCK_EVENT_ACTIVE = "fleetwatch_gpu_clock_event_active"
-CLOCK_EVENT_SECONDS = "fleetwatch_gpu_clock_event_seconds_total"
-THRESHOLD = "fleetwatch_gpu_temperature_threshold_celsius"
-RECOVERY = "fleetwatch_gpu_recovery_action"
-FABRIC_INFO = "fleetwatch_gpu_fabric_info"
-FABRIC_STATE = "fleetwatch_gpu_fabric_state_id"
-FABRIC_DEGRADED = "fleetwatch_gpu_fabric_degraded"
 ERRORS = nvml_errors_spec("gpu")
 
 SPECS: Final = (

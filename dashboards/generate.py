@@ -24,7 +24,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from fleetwatch.rules import config as rules_config
+from fleetwatch.rules import definitions as rules_definitions
 from fleetwatch.rules import generate as rules_generate
+from fleetwatch.rules import promql as rules_promql
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import (
     Dashboard,
@@ -245,7 +248,7 @@ def job_variables() -> Templating:
                 label="Namespace",
                 dataSource=DS,
                 type="query",
-                query=f"label_values({rules_generate.JOB_INFO}, namespace)",
+                query=f"label_values({rules_definitions.JOB_INFO}, namespace)",
                 refresh=2,
                 sort=1,
             ),
@@ -255,7 +258,7 @@ def job_variables() -> Templating:
                 dataSource=DS,
                 type="query",
                 query=(
-                    f'label_values({rules_generate.JOB_INFO}{{namespace="$namespace"}}, '
+                    f'label_values({rules_definitions.JOB_INFO}{{namespace="$namespace"}}, '
                     "training_job)"
                 ),
                 refresh=2,
@@ -294,8 +297,8 @@ class Queries:
 
     def __init__(self, config: Any) -> None:
         self.job = config.exporter_selector
-        self._q = rules_generate.Promql(config)
-        params = rules_generate.parameters(config)
+        self._q = rules_promql.Promql(config)
+        params = rules_config.parameters(config)
         self.gpu_limit = float(params["thresholds.gpu_temperature_celsius"])
         self.memory_limit = float(params["thresholds.memory_temperature_celsius"])
         self.nvlink_rate = self._q.rate_name("node_gpu_link", "fleetwatch_nvlink_errors_total")
@@ -305,7 +308,7 @@ class Queries:
         self.ib_data_rate = self._q.rate_name(
             "node_device_port", "fleetwatch_infiniband_port_data_bytes_total"
         )
-        self.fabric_errors = rules_generate.fabric_errors_record(config)
+        self.fabric_errors = rules_definitions.fabric_errors_record(config)
 
     def exporter(self, metric: str, *matchers: str) -> str:
         return str(self._q.exporter(metric, *matchers))
@@ -402,8 +405,8 @@ def fleet_overview(q: Queries) -> Dashboard:
         table(
             lay,
             "Training jobs by median tensor activity",
-            (rules_generate.JOB_TENSOR_MEDIAN, ""),
-            (f"count by (namespace, training_job) ({rules_generate.JOB_INFO})", ""),
+            (rules_definitions.JOB_TENSOR_MEDIAN, ""),
+            (f"count by (namespace, training_job) ({rules_definitions.JOB_INFO})", ""),
             width=24,
             columns={"Value #A": "median tensor activity", "Value #B": "GPUs"},
             sort_by="median tensor activity",
@@ -442,7 +445,7 @@ def fleet_overview(q: Queries) -> Dashboard:
 
 def training_job(q: Queries) -> Dashboard:
     """One training job (namespace/training_job) across its nodes."""
-    r = rules_generate
+    r = rules_definitions
     lay = Layout()
     on_job_nodes = f"and on (node) {r.JOB_INFO}{{{JOB_SEL}}}"
     gpu_temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
@@ -798,9 +801,7 @@ def stack_health(q: Queries) -> Dashboard:
 def dashboards(config: Any | None = None) -> dict[str, Dashboard]:
     """Every dashboard by file stem, built from rules/config.yaml (or `config`)."""
     q = Queries(
-        config
-        if config is not None
-        else rules_generate.load_config(ROOT / rules_generate.CONFIG_FILE)
+        config if config is not None else rules_config.load_config(ROOT / rules_config.CONFIG_FILE)
     )
     return {
         "fleet-overview": fleet_overview(q),

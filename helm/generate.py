@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from fleetwatch.rules import generate as rules_generate
+from fleetwatch.rules import config as rules_config
+from fleetwatch.rules import groups as rules_groups
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 CHART_DIR: Final = ROOT / "helm" / "fleetwatch"
@@ -92,15 +93,15 @@ def _placeholder(name: str, default: str) -> str:
 def rule_groups(config: Any, substitute: Callable[[str, str], str]) -> list[dict[str, Any]]:
     """Alert groups then recording groups, every parameter passed through `substitute`."""
     groups: list[dict[str, Any]] = [
-        *rules_generate.alert_groups(config, substitute),
-        *rules_generate.recording_groups(config, substitute),
+        *rules_groups.alert_groups(config, substitute),
+        *rules_groups.recording_groups(config, substitute),
     ]
     return groups
 
 
 def _groups_yaml(groups: list[dict[str, Any]]) -> str:
     """The groups as rules/generate.py dumps them, without its file header."""
-    text: str = rules_generate.dump_groups(groups)
+    text: str = rules_groups.dump_groups(groups)
     lines = text.splitlines(keepends=True)
     while lines and lines[0].startswith("#"):
         lines.pop(0)
@@ -266,10 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        changed, orphans = stale_paths(
-            rules_generate.load_config(ROOT / rules_generate.CONFIG_FILE)
-        )
-    except (rules_generate.ConfigError, GenerateError) as exc:
+        changed, orphans = stale_paths(rules_config.load_config(ROOT / rules_config.CONFIG_FILE))
+    except (rules_config.ConfigError, GenerateError) as exc:
         print(f"helm/generate.py: {exc}", file=sys.stderr)
         return 2
     if args.check:

@@ -22,8 +22,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from fleetwatch.report.policy import shipped_policy
+from fleetwatch.report.policy import shipped_config, shipped_policy
 from fleetwatch.report.promapi import PrometheusClient, QueryError, Series
+from fleetwatch.rules.definitions import (
+    POD_LABELS_METRIC,
+    TENSOR_METRIC,
+    Selector,
+    pod_training_job,
+    straggler_clock_events,
+    tensor_active,
+)
+
+from fleetwatch import gpu_metrics
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
@@ -89,14 +99,14 @@ def _window_delta(window: Window, selector: str) -> str:
     return f"{last} - (last_over_time({selector}[{w}] offset {w}) or {last} * 0)"
 
 
-TEMP = "fleetwatch_gpu_temperature_celsius"
-POWER = "fleetwatch_gpu_power_watts"
-TENSOR = "fleetwatch_gpu_tensor_active_ratio"
-UTIL = "fleetwatch_gpu_utilization_ratio"
-CLOCK = "fleetwatch_gpu_clock_hertz"
-CLOCK_ACTIVE = "fleetwatch_gpu_clock_event_active"
-CLOCK_EVENTS = "fleetwatch_gpu_clock_event_seconds_total"
-POD_LABELS = "kube_pod_labels"
+TEMP = gpu_metrics.TEMPERATURE
+POWER = gpu_metrics.POWER
+TENSOR = TENSOR_METRIC
+UTIL = gpu_metrics.UTILIZATION
+CLOCK = gpu_metrics.CLOCK
+CLOCK_ACTIVE = gpu_metrics.CLOCK_EVENT_ACTIVE
+CLOCK_EVENTS = gpu_metrics.CLOCK_EVENT_SECONDS
+POD_LABELS = POD_LABELS_METRIC
 ALLOC = "fleetwatch_gpu_allocation_info"
 IB_ERRORS = "fleetwatch_infiniband_port_errors_total"
 IB_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
@@ -105,11 +115,11 @@ IB_RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
 IB_SATURATED = "fleetwatch_infiniband_port_error_saturated"
 NVLINK_ERRORS = "fleetwatch_nvlink_errors_total"
 XID = "fleetwatch_gpu_xid_errors_total"
-ECC = "fleetwatch_gpu_ecc_errors_total"
-REMAPPED = "fleetwatch_gpu_remapped_rows"
-REMAP_FAILED = "fleetwatch_gpu_row_remap_failed"
-GPU_COUNT = "fleetwatch_gpus_visible"
-GPU_EXPECTED = "fleetwatch_gpus_expected"
+ECC = gpu_metrics.ECC_ERRORS
+REMAPPED = gpu_metrics.REMAPPED_ROWS
+REMAP_FAILED = gpu_metrics.ROW_REMAP_FAILED
+GPU_COUNT = gpu_metrics.COUNT
+GPU_EXPECTED = gpu_metrics.EXPECTED
 TAINT_OPS = "fleetwatch_tainter_taint_operations_total"
 TAINTED_NODES = "fleetwatch_tainter_tainted_nodes"
 BREAKER = "fleetwatch_tainter_breaker_open"
@@ -136,44 +146,36 @@ def _degraded(w: Window) -> str:
     return _time_in_state(w, f"{rate} < bool scalar(max({rate}))") + " > 0"
 
 
+def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") -> Selector:
+    """A `Selector` reading `fn(metric{matcher, ...}[bucket])` (for the rules' builders)."""
+
+    def select(metric: str, matcher: str) -> str:
+        matchers = ",".join(m for m in (extra, matcher) if m)
+        return f"{fn}({_sel(w, metric, matchers, scoped=scoped)}[{_d(w.bucket)}])"
+
+    return select
+
+
 def _tensor(w: Window) -> str:
-    """Tensor activity per bucket: fleetwatch's GPM ratio, else dcgm-exporter's.
-
-    A100/L40S fleets have no GPM but usually run dcgm-exporter; like the recording rule
-    `fleetwatch:gpu_tensor_active:ratio`, its `UUID` becomes `uuid` and its `Hostname`
-    becomes `node` where Prometheus added no `node` label.
-    """
-    own = _bucket("avg_over_time", lambda w: _sel(w, TENSOR, 'pipe="any"'), GPU)(w)
-    dcgm = shipped_policy().dcgm_tensor_active_metric
-
-    def renamed(matcher: str) -> str:
-        mean = f"avg_over_time({_sel(w, dcgm, matcher)}[{_d(w.bucket)}])"
-        return f'label_replace({mean}, "uuid", "$1", "UUID", "(.+)")'
-
-    without_node, with_node = renamed('node=""'), renamed('node!=""')
-    hosts = f'label_replace({without_node}, "node", "$1", "Hostname", "(.+)")'
-    return f"{own}\nor on (uuid)\nmax by (node,gpu,uuid) ({with_node} or {hosts})"
+    """Tensor activity per bucket, fleetwatch's GPM else dcgm-exporter's: the rules'
+    definition (`fleetwatch:gpu_tensor_active:ratio`) over bucket means."""
+    mean = _over_bucket(w, "avg_over_time")
+    return tensor_active(shipped_config(), own=mean, dcgm=mean)
 
 
 def _slowed(w: Window) -> str:
     """Share of each bucket a straggler clock-event reason (thermal, power brake) held."""
     reasons = "|".join(shipped_policy().straggler_clock_reasons)
-    return _bucket("avg_over_time", lambda w: _sel(w, CLOCK_ACTIVE, f'reason=~"{reasons}"'), GPU)(w)
+    events = straggler_clock_events(_over_bucket(w, "avg_over_time"), reasons=reasons)
+    return f"max by ({','.join(GPU)}) ({events})"
 
 
 def _pod_jobs(w: Window) -> str:
-    """Each pod's training job: the first configured kube_pod_labels label present, else
-    the pod name.
-
-    label_replace leaves the target alone when the source label is empty, so the
-    highest-priority label is applied last.
-    """
-    policy = shipped_policy()
-    labels = _sel(w, POD_LABELS, policy.kube_state_metrics_selector, scoped=False)
-    expr = f"max_over_time({labels}[{_d(w.bucket)}])"
-    for source in ("pod", *reversed(policy.job_label_columns)):
-        expr = f'label_replace({expr}, "training_job", "$1", "{source}", "(.+)")'
-    return f"max by ({','.join(POD_JOB)}) ({expr})"
+    """Each pod's training job as the rules define it: the first configured kube_pod_labels
+    label present, else the pod name (of every pod kube-state-metrics lists)."""
+    config = shipped_config()
+    pods = _over_bucket(w, "max_over_time", scoped=False, extra=config.kube_state_metrics_selector)
+    return pod_training_job(config, pods, fallback=pods(POD_LABELS, ""))
 
 
 def _lost(w: Window) -> str:
@@ -257,7 +259,7 @@ QUERIES: tuple[Query, ...] = (
         GPU,
         (),
         _tensor,
-        any_of=lambda: (TENSOR, shipped_policy().dcgm_tensor_active_metric),
+        any_of=lambda: (TENSOR, shipped_config().dcgm_tensor_active_metric),
     ),
     Query(
         "sm_clock",

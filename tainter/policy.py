@@ -21,7 +21,7 @@ NO_EXECUTE: Final = "NoExecute"
 
 def shipped_reasons() -> frozenset[str]:
     """The taint reasons the installed rules config declares (`alerts.NAME.taint`)."""
-    from fleetwatch.rules.generate import load_config
+    from fleetwatch.rules.config import load_config
 
     return frozenset(a.taint for a in load_config().alerts.values() if a.taint)
 

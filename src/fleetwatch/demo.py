@@ -397,7 +397,7 @@ def print_banner(urls: dict[str, str], workdir: Path, scenario: Scenario) -> Non
 
 def story(scenario: Scenario, workdir: Path) -> list[str]:
     """What the scenario's pods and faults make happen, in time order, for the banner."""
-    from fleetwatch.rules.generate import load_config, parameters
+    from fleetwatch.rules.config import load_config, parameters
 
     config = load_config()
     limit = float(parameters(config)["thresholds.gpu_temperature_celsius"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleetwatch.rules.config import CONFIG_FILE, load_config
 
 from tests.rules.promql import (
     DASHBOARDS_DIR,
@@ -17,7 +18,6 @@ from tests.rules.promql import (
     dashboards_generator,
     metric_names,
     recorded_names,
-    rules_generator,
 )
 
 gen = dashboards_generator()
@@ -79,15 +79,14 @@ def test_stable_uids_and_variables() -> None:
 def test_temperature_threshold_comes_from_rules_config(
     tmp_path: Path, stem: str, title: str
 ) -> None:
-    rules = rules_generator()
     text = (
-        (ROOT / rules.CONFIG_FILE)
+        (ROOT / CONFIG_FILE)
         .read_text()
         .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 81")
     )
     config_path = tmp_path / "config.yaml"
     config_path.write_text(text)
-    board = gen.rendered_files(rules.load_config(config_path))[DASHBOARDS_DIR / f"{stem}.json"]
+    board = gen.rendered_files(load_config(config_path))[DASHBOARDS_DIR / f"{stem}.json"]
     panel = next(p for p in json.loads(board)["panels"] if p["title"] == title)
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps[-1]["value"] == 81.0

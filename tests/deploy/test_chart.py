@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from fleetwatch.collectors import COLLECTORS
+from fleetwatch.rules.config import load_config
 from fleetwatch.tainter.payload import taint_key
 
 from fleetwatch.cli import build_parser
@@ -30,7 +31,6 @@ from tests.deploy.chart import (
     install,
     lint,
 )
-from tests.rules.promql import rules_generator
 
 OVERRIDES: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -92,7 +92,7 @@ def releases(kubeconfig: Path) -> dict[str, Release]:
 
 
 def rules_config() -> Any:
-    return rules_generator().load_config()
+    return load_config()
 
 
 # --- generated parts and lint ------------------------------------------------------

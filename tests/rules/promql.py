@@ -1,7 +1,7 @@
-"""Helpers shared by the rule and dashboard tests: load the generators, read the catalog,
-and pull metric names out of PromQL.
+"""Helpers shared by the rule and dashboard tests: load the dashboard generator, read the
+catalog, and pull metric names out of PromQL.
 
-The generators are scripts in packages at the repository root (rules/, dashboards/).
+The dashboard generator is a script in a package at the repository root (dashboards/).
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ _OUR_NAME = re.compile(r"(?<![\w:])((?:[a-z_]+:)?fleetwatch_[a-z0-9_]+(?::[a-z0-
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
-
-
-def rules_generator() -> ModuleType:
-    return importlib.import_module("fleetwatch.rules.generate")
 
 
 def dashboards_generator() -> ModuleType:

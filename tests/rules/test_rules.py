@@ -9,6 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.rules import generate
+from fleetwatch.rules.config import ConfigError, load_config, parameters
+from fleetwatch.rules.definitions import kube_state_metrics_label
+from fleetwatch.rules.groups import alert_groups, recording_groups
 
 from testbed.servers import promtool
 from tests.rules.promql import (
@@ -17,10 +21,8 @@ from tests.rules.promql import (
     catalog_names,
     metric_names,
     recorded_names,
-    rules_generator,
 )
 
-gen = rules_generator()
 RULE_FILES = [RULES_DIR / "fleetwatch.rules.yaml", RULES_DIR / "fleetwatch.recording.yaml"]
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yaml"))
 
@@ -31,8 +33,8 @@ def committed_alerts() -> list[dict[str, Any]]:
 
 
 def test_committed_rule_files_match_a_fresh_generation() -> None:
-    for path, text in gen.rendered_files(gen.load_config(), ROOT).items():
-        assert path.read_text() == text, f"{path} drifted: run {gen.COMMAND}"
+    for path, text in generate.rendered_files(load_config(), ROOT).items():
+        assert path.read_text() == text, f"{path} drifted: run {generate.COMMAND}"
 
 
 def test_check_mode_reports_drift(tmp_path: Path) -> None:
@@ -42,8 +44,8 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
         .read_text()
         .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 80")
     )
-    assert gen.main(["--root", str(ROOT), "--config", str(config), "--check"]) == 1
-    assert gen.main(["--root", str(ROOT), "--check"]) == 0
+    assert generate.main(["--root", str(ROOT), "--config", str(config), "--check"]) == 1
+    assert generate.main(["--root", str(ROOT), "--check"]) == 0
 
 
 def test_promtool_check_rules_is_clean() -> None:
@@ -106,8 +108,8 @@ def test_taint_alerts_carry_the_contract_labels() -> None:
 
 
 def test_substitute_reaches_every_parameter() -> None:
-    config = gen.load_config()
-    params = gen.parameters(config)
+    config = load_config()
+    params = parameters(config)
     assert params["thresholds.gpu_temperature_celsius"] == "78"
     assert params["thresholds.xid_critical"] == "48|62|64|95|119|120"
     assert params["alerts.GPUOverheating.for"] == "5s"
@@ -116,12 +118,12 @@ def test_substitute_reaches_every_parameter() -> None:
         assert params[name] == default
         return f"<<{name}>>"
 
-    text = yaml.safe_dump(gen.alert_groups(config, placeholder)) + yaml.safe_dump(
-        gen.recording_groups(config, placeholder)
+    text = yaml.safe_dump(alert_groups(config, placeholder)) + yaml.safe_dump(
+        recording_groups(config, placeholder)
     )
     unused = [name for name in params if f"<<{name}>>" not in text]
     assert unused == [], "parameters in config.yaml that no rule uses"
-    overheating = gen.alert_groups(config, placeholder)[0]["rules"][0]
+    overheating = alert_groups(config, placeholder)[0]["rules"][0]
     assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
@@ -165,10 +167,10 @@ def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message
     assert edit[0] in text
     path = tmp_path / "config.yaml"
     path.write_text(text.replace(edit[0], edit[1], 1))
-    with pytest.raises(gen.ConfigError, match=re.escape(message)) as info:
-        gen.rendered_files(gen.load_config(path), ROOT)
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        generate.rendered_files(load_config(path), ROOT)
     assert str(path) in str(info.value)
-    assert gen.main(["--root", str(ROOT), "--config", str(path), "--check"]) == 2
+    assert generate.main(["--root", str(ROOT), "--config", str(path), "--check"]) == 2
 
 
 def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:
@@ -185,8 +187,8 @@ def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:
 
 
 def test_job_label_keys_become_kube_state_metrics_label_names() -> None:
-    config = gen.load_config()
-    assert [gen.kube_state_metrics_label(k) for k in config.job_label_keys] == [
+    config = load_config()
+    assert [kube_state_metrics_label(k) for k in config.job_label_keys] == [
         "label_jobset_sigs_k8s_io_jobset_name",
         "label_training_kubeflow_org_job_name",
         "label_batch_kubernetes_io_job_name",

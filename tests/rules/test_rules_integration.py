@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.rules.config import load_config
+from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 
 from testbed.servers import (
     Server,
@@ -32,11 +34,10 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator
 
 pytestmark = pytest.mark.integration
 
-gen = rules_generator()
 NODE = "sim-node-1"
 FAULT_AT = 12
 MAX_FOR_SECONDS = 10
@@ -134,11 +135,11 @@ def _firing(prom: Server) -> dict[str, list[dict[str, Any]]]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("rules-integration")
-    config = gen.load_config()
+    config = load_config()
     alerts_path = workdir / "alerts.yaml"
-    alerts_path.write_text(gen.dump_groups(gen.alert_groups(config, _cap_for)))
+    alerts_path.write_text(dump_groups(alert_groups(config, _cap_for)))
     recording_path = workdir / "recording.yaml"
-    recording_path.write_text(gen.dump_groups(gen.recording_groups(config)))
+    recording_path.write_text(dump_groups(recording_groups(config)))
     scenario = workdir / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     with fleetwatch_export(

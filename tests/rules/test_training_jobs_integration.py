@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.rules.config import load_config
+from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 
 from testbed.servers import (
     Server,
@@ -36,12 +38,11 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator
 from tests.rules.test_rules_integration import _cap_for
 
 pytestmark = pytest.mark.integration
 
-gen = rules_generator()
 NAMESPACE = "ml"
 JOB = "llm"
 
@@ -109,11 +110,11 @@ class Job:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     workdir = tmp_path_factory.mktemp("training-job")
-    config = gen.load_config()
+    config = load_config()
     alerts_path = workdir / "alerts.yaml"
-    alerts_path.write_text(gen.dump_groups(gen.alert_groups(config, _cap_for)))
+    alerts_path.write_text(dump_groups(alert_groups(config, _cap_for)))
     recording_path = workdir / "recording.yaml"
-    recording_path.write_text(gen.dump_groups(gen.recording_groups(config)))
+    recording_path.write_text(dump_groups(recording_groups(config)))
     scenarios: dict[str, Path] = {}
     for node, scenario in NODES.items():
         scenarios[node] = workdir / f"{node}.yaml"

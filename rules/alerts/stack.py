@@ -1,0 +1,76 @@
+"""Alerts on fleetwatch itself: the exporter, its collectors and the taint controller.
+
+Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")`; each
+alert's severity and `for` are `alerts.<AlertName>` there.
+"""
+
+from __future__ import annotations
+
+from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.promql import Alert, Promql, match
+
+GROUP = "fleetwatch-stack"
+
+
+def alerts(config: Config, p: Params) -> list[Alert]:
+    """fleetwatch itself: exporter, collectors and the taint controller."""
+    q = Promql(config)
+    requests = "fleetwatch_tainter_webhook_requests_total"
+    failed = q.tainter(requests, match("result", "!=", "ok"))
+    return [
+        Alert(
+            name="FleetwatchExporterDown",
+            expr=f"{q.exporter('up')} == 0",
+            summary="fleetwatch exporter down on node {{ $labels.node }}",
+            description=(
+                "Prometheus cannot scrape the fleetwatch exporter {{ $labels.instance }}"
+                " on node {{ $labels.node }}: its GPUs are not watched."
+            ),
+        ),
+        Alert(
+            name="FleetwatchExporterAbsent",
+            expr=f"absent({q.exporter('up')})",
+            summary="No fleetwatch exporter is scraped",
+            description=(
+                "Prometheus has no fleetwatch scrape target at all: no GPU is watched "
+                "and no node can be tainted."
+            ),
+        ),
+        Alert(
+            name="FleetwatchCollectorFailing",
+            expr=f"{q.exporter('fleetwatch_collector_up')} == 0",
+            summary="fleetwatch collector {{ $labels.collector }} failing on node "
+            "{{ $labels.node }}",
+            description=(
+                "The {{ $labels.collector }} collector of the exporter on node "
+                "{{ $labels.node }} fails or misses its deadline; its series are stale "
+                "or gone."
+            ),
+        ),
+        Alert(
+            name="FleetwatchTainterWebhookFailing",
+            expr=(
+                f"sum by (job, instance) (rate({failed}[5m]))\n/\n"
+                f"sum by (job, instance) (rate({q.tainter(requests)}[5m]))\n"
+                f"> {p('tainter_webhook_error_ratio')}"
+            ),
+            summary="fleetwatch tainter webhook failing",
+            description=(
+                "{{ $value | humanizePercentage }} of the Alertmanager webhook requests "
+                "to the tainter {{ $labels.instance }} fail: alerts do not taint nodes."
+            ),
+        ),
+        Alert(
+            name="FleetwatchTaintBreakerOpen",
+            # One breaker for every replica (its state lives on the Lease, and standbys
+            # mirror it): one alert, not one per replica.
+            expr=(
+                f"max without (instance, pod) ({q.tainter('fleetwatch_tainter_breaker_open')}) == 1"
+            ),
+            summary="fleetwatch taint circuit breaker open",
+            description=(
+                "The tainter refuses new taints: too many nodes are tainted already. "
+                "Check for a fleet-wide cause before raising the limit."
+            ),
+        ),
+    ]

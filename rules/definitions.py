@@ -1,0 +1,192 @@
+"""Training-job definitions shared by the rules, the dashboards and the report.
+
+A GPU's training job, its tensor activity (fleetwatch's GPM, else dcgm-exporter's), and
+what a straggler, an idle GPU in a job and a job slowdown are: each is written here once.
+The rule generator renders them over the recording rules; the report renders the same
+builders over its bucketed history (it has no recording rules) and evaluates the same
+conditions element-wise on its frames, so the report and the alerts cannot drift apart.
+
+The thresholds come from rules/config.yaml (`thresholds.*`). The PromQL builders take them
+as rendered text (the Helm chart substitutes `{{ .Values... }}`); the element-wise
+predicates take numbers from an object with the same names (`JobThresholds`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from fleetwatch.rules.config import Config
+from fleetwatch.rules.promql import match
+
+Selector = Callable[[str, str], str]
+"""(metric, one label matcher) -> PromQL reading that metric; it may wrap the selector (for
+example in avg_over_time) and add matchers of its own (the scrape job, a node scope)."""
+
+TENSOR_METRIC: Final = "fleetwatch_gpu_tensor_active_ratio"
+CLOCK_EVENT_METRIC: Final = "fleetwatch_gpu_clock_event_active"
+POD_LABELS_METRIC: Final = "kube_pod_labels"
+
+# Recording rules (`level:metric:operation`), the names dashboards and alerts read.
+TENSOR: Final = "fleetwatch:gpu_tensor_active:ratio"
+"""Tensor activity per GPU {node, gpu, uuid}: fleetwatch's GPM, else dcgm-exporter's."""
+JOB_INFO: Final = "fleetwatch:gpu_job:info"
+"""One series per allocated GPU: {node, gpu, uuid, namespace, pod, training_job}."""
+JOB_TENSOR: Final = "fleetwatch:gpu_job_tensor_active:ratio"
+JOB_TENSOR_MEDIAN: Final = "namespace_training_job:fleetwatch_gpu_tensor_active:median"
+JOB_SM_CLOCK: Final = "fleetwatch:gpu_job_sm_clock:hertz"
+JOB_SM_CLOCK_MEDIAN: Final = "namespace_training_job:fleetwatch_gpu_sm_clock:median"
+JOB_LABELS: Final = "namespace, training_job"
+
+
+def fabric_errors_record(config: Config) -> str:
+    """Errors per second on each node's NVLinks and InfiniBand ports, by `fabric`."""
+    return f"node_fabric:fleetwatch_errors:rate{config.rate_window}"
+
+
+def kube_state_metrics_label(key: str) -> str:
+    """The label kube-state-metrics gives pod label `key` on kube_pod_labels.
+
+    `jobset.sigs.k8s.io/jobset-name` -> `label_jobset_sigs_k8s_io_jobset_name`.
+    """
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def pod_training_job(config: Config, pod_labels: Selector, *, fallback: str) -> str:
+    """{namespace, pod, training_job} per pod: the first configured pod label that
+    kube-state-metrics exports, else the pod's own name.
+
+    `pod_labels` reads kube_pod_labels; `fallback` lists the pods ({namespace, pod}) that
+    are jobs of their own when they carry none of the labels.
+    """
+    steps = []
+    for key in config.job_label_keys:
+        label = kube_state_metrics_label(key)
+        pods = pod_labels(POD_LABELS_METRIC, match(label, "!=", ""))
+        steps.append(f'label_replace({pods}, "training_job", "$1", "{label}", "(.+)")')
+    steps.append(f'label_replace({fallback}, "training_job", "$1", "pod", "(.+)")')
+    chain = "\n  or on (namespace, pod)\n  ".join(steps)
+    return f"max by (namespace, pod, training_job) (\n  {chain}\n)"
+
+
+def tensor_active(config: Config, *, own: Selector, dcgm: Selector) -> str:
+    """Tensor activity per {node, gpu, uuid}: fleetwatch's GPM ratio where it exists, else
+    dcgm-exporter's (A100/L40S fleets), its `UUID` becoming `uuid` and its `Hostname`
+    becoming `node` where Prometheus added no `node` label."""
+    metric = config.dcgm_tensor_active_metric
+    without_node = (
+        f'label_replace({dcgm(metric, match("node", "=", ""))}, "node", "$1", "Hostname", "(.+)")'
+    )
+    return (
+        f"max by (node, gpu, uuid) ({own(TENSOR_METRIC, match('pipe', '=', 'any'))})\n"
+        "or on (uuid)\n"
+        "max by (node, gpu, uuid) (\n"
+        f'  label_replace({without_node}, "uuid", "$1", "UUID", "(.+)")\n'
+        "  or\n"
+        f'  label_replace({dcgm(metric, match("node", "!=", ""))}, "uuid", "$1", "UUID", "(.+)")\n'
+        ")"
+    )
+
+
+def straggler_clock_events(select: Selector, *, reasons: str) -> str:
+    """The 0/1 clock-event series of the reasons (`thresholds.straggler_clock_reasons`,
+    regex alternatives) that make a GPU at or above its job's median a straggler."""
+    return select(CLOCK_EVENT_METRIC, match("reason", "=~", reasons))
+
+
+class JobThresholds(Protocol):
+    """The training-job thresholds of rules/config.yaml as numbers (same names)."""
+
+    @property
+    def tensor_idle_ratio(self) -> float: ...
+    @property
+    def job_busy_ratio(self) -> float: ...
+    @property
+    def idle_in_job_fraction(self) -> float: ...
+    @property
+    def straggler_clock_fraction(self) -> float: ...
+    @property
+    def job_slowdown_fraction(self) -> float: ...
+
+
+# Each definition below in two renderings, kept side by side: PromQL over the recording
+# rules (the alerts), and element-wise over numbers, numpy arrays or pandas Series (the
+# report's per-bucket frames). Change one, change the other.
+
+
+def training(*, busy_ratio: str) -> str:
+    """PromQL filter: the GPU's job is training (its median tensor activity is busy)."""
+    return f"and on ({JOB_LABELS})\n({JOB_TENSOR_MEDIAN} > {busy_ratio})"
+
+
+def is_training(t: JobThresholds, *, job_median_tensor: Any) -> Any:
+    """Element-wise `training`."""
+    return job_median_tensor > t.job_busy_ratio
+
+
+def straggler(*, clock_fraction: str, clock_slowed: str, busy_ratio: str) -> str:
+    """PromQL: the GPU a training job waits for. Synchronous training waits for its slowest
+    GPU at every collective, so that GPU is busy longest: its tensor activity is at or above
+    the job's median, while its SM clock is below the job's median by `clock_fraction` or
+    a clock-event reason slows it (`clock_slowed`: the 0/1 clock-event series)."""
+    return (
+        f"{JOB_TENSOR}\n>= on ({JOB_LABELS}) group_left ()\n{JOB_TENSOR_MEDIAN}\n"
+        "and on (uuid)\n(\n"
+        f"  {JOB_SM_CLOCK}\n  < on ({JOB_LABELS}) group_left ()\n"
+        f"  ((1 - {clock_fraction}) * {JOB_SM_CLOCK_MEDIAN})\n"
+        f"  or on (uuid)\n  {clock_slowed} == 1\n)\n"
+        f"{training(busy_ratio=busy_ratio)}\n"
+        f"and on ({JOB_LABELS})\n(count by ({JOB_LABELS}) ({JOB_TENSOR}) > 1)"
+    )
+
+
+def is_straggler(
+    t: JobThresholds,
+    *,
+    tensor: Any,
+    job_median_tensor: Any,
+    sm_clock: Any,
+    job_median_sm_clock: Any,
+    clock_slowed: Any,
+    job_gpus: Any,
+) -> Any:
+    """Element-wise `straggler` (`clock_slowed`: a clock-event reason slows the GPU)."""
+    clock_low = sm_clock < (1 - t.straggler_clock_fraction) * job_median_sm_clock
+    return (
+        (tensor >= job_median_tensor)
+        & (clock_low | clock_slowed)
+        & is_training(t, job_median_tensor=job_median_tensor)
+        & (job_gpus > 1)
+    )
+
+
+def idle_in_job(*, fraction: str, idle_ratio: str, busy_ratio: str) -> str:
+    """PromQL: a GPU far below its training job's median activity (idle, misassigned or
+    starved), or below the idle ratio whatever its job does."""
+    return (
+        f"(\n{JOB_TENSOR}\n< on ({JOB_LABELS}) group_left ()\n"
+        f"({fraction} * {JOB_TENSOR_MEDIAN})\n{training(busy_ratio=busy_ratio)}\n)\n"
+        f"or\n{JOB_TENSOR} < {idle_ratio}"
+    )
+
+
+def is_idle_in_job(t: JobThresholds, *, tensor: Any, job_median_tensor: Any) -> Any:
+    """Element-wise `idle_in_job`."""
+    below_job = tensor < t.idle_in_job_fraction * job_median_tensor
+    busy = is_training(t, job_median_tensor=job_median_tensor)
+    return (below_job & busy) | (tensor < t.tensor_idle_ratio)
+
+
+def job_slowdown(*, fraction: str, baseline: str, busy_ratio: str) -> str:
+    """PromQL: a training job whose median activity fell by `fraction` below its own
+    average over the `baseline` window, which was a training job's."""
+    average = f"avg_over_time({JOB_TENSOR_MEDIAN}[{baseline}])"
+    return f"{JOB_TENSOR_MEDIAN}\n< (1 - {fraction}) * {average}\nand\n{average} > {busy_ratio}"
+
+
+def is_job_slowdown(t: JobThresholds, *, job_median_tensor: Any, baseline: Any) -> Any:
+    """Element-wise `job_slowdown` (`baseline`: the job median's preceding average)."""
+    return (baseline > t.job_busy_ratio) & (
+        job_median_tensor < (1 - t.job_slowdown_fraction) * baseline
+    )
