@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import (
     Server,
     fleetwatch_export,
@@ -32,7 +33,7 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.promql import dashboards_generator, rules_generator
 
 pytestmark = pytest.mark.integration
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import (
     Server,
     fleetwatch_command,
@@ -36,7 +37,7 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
+from tests.rules.promql import dashboards_generator, rules_generator
 from tests.rules.test_rules_integration import _cap_for
 
 pytestmark = pytest.mark.integration
