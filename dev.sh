@@ -2,6 +2,8 @@
 # fleetwatch developer entry point: sets up what it needs, then runs one thing.
 #   ./dev.sh demo   the whole stack on this machine with simulated hardware
 #   ./dev.sh test   lint, type checks and the whole test suite
+#   ./dev.sh generate [--check]   rewrite every generated file from the tree (--check: report
+#                   drift, write nothing)
 # Works on a fresh Debian 12 machine that has only python3. As root it installs the
 # Debian packages the demo and the tests use; otherwise it names the line to run.
 set -euo pipefail
@@ -82,8 +84,15 @@ case "${1:-}" in
         "$VENV/bin/mypy"
         exec "$VENV/bin/pytest" -q "$@"
         ;;
+    generate)
+        # The one generate step: the install (done once, here) is the tree's, so the rules,
+        # dashboards and chart generators all build from the checkout (generate.py).
+        ensure_venv dev
+        shift
+        exec "$VENV/bin/python" generate.py "$@"
+        ;;
     *)
-        echo "usage: ./dev.sh demo | ./dev.sh test [pytest args]" >&2
+        echo "usage: ./dev.sh demo | ./dev.sh test [pytest args] | ./dev.sh generate [--check]" >&2
         exit 2
         ;;
 esac

@@ -1,2 +1,3 @@
-"""Grafana dashboards: `generate.py` writes them (a package so the chart generator and the
-tests import it)."""
+"""Grafana dashboards in grafanalib: one module per dashboard and the panel builders they
+share; `generate.py` renders them as the JSON the chart ships (a package so the generate step
+and the tests import it)."""

@@ -1,2 +1,2 @@
-"""The Helm chart: `generate.py` writes its generated parts (a package so the tests import
-it)."""
+"""The Helm chart: `generate.py` renders its derived parts (a package so the generate step and
+the tests import it)."""

@@ -1,8 +1,7 @@
 """Write the generated rule files and runbook index in a source checkout (a contributor
 tool, not imported at run time).
 
-    .venv/bin/python -m fleetwatch.rules.generate            # rewrite what changed
-    .venv/bin/python -m fleetwatch.rules.generate --check    # exit 1 on drift
+    ./dev.sh generate    # this writer, then the dashboards and the chart (the one step)
 
 It renders rules/fleetwatch.rules.yaml and rules/fleetwatch.recording.yaml
 (`fleetwatch.rules.groups`) and docs/runbooks.md from rules/config.yaml; the rule

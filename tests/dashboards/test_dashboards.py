@@ -1,5 +1,6 @@
-"""The generated dashboards: no drift, stable UIDs and variables, thresholds from
-rules/config.yaml, and every query parses and reads only catalogued or recorded metrics."""
+"""The generated dashboards: stable UIDs and variables, thresholds from rules/config.yaml,
+and every query parses and reads only catalogued or recorded metrics (their drift:
+tests/test_generate.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from fleetwatch.rules.config import CONFIG_FILE, load_config
 
 from tests.rules.promql import (
-    DASHBOARDS_DIR,
     ROOT,
     catalog_names,
     check_exprs_parse,
@@ -21,6 +21,7 @@ from tests.rules.promql import (
 )
 
 gen = dashboards_generator()
+DASHBOARDS_DIR = gen.DASHBOARDS_DIR
 EXPECTED = {
     "fleet-overview": "fleetwatch-fleet",
     "training-job": "fleetwatch-training-job",
@@ -41,13 +42,6 @@ def all_queries() -> dict[str, str]:
         for i, (title, expr) in enumerate(gen.panel_queries(data)):
             out[f"{stem} / {title} #{i}"] = expr.replace("$__rate_interval", "1m")
     return out
-
-
-def test_committed_json_matches_a_fresh_generation() -> None:
-    for path, text in gen.rendered_files().items():
-        assert path.exists(), f"{path} missing: run .venv/bin/python dashboards/generate.py"
-        assert path.read_text() == text, f"{path} drifted: run dashboards/generate.py"
-    assert gen.main(["--check"]) == 0
 
 
 def test_stable_uids_and_variables() -> None:

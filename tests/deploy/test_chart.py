@@ -1,6 +1,7 @@
 """The Helm chart: linted and rendered by the real Helm library, then checked for the
 things users trip on (a tainted node losing its exporter, RBAC wider than the code,
-thresholds that differ from the values, copies drifting from rules/ and dashboards/)."""
+thresholds that differ from the values). That the generated parts are current is
+tests/test_generate.py's check."""
 
 from __future__ import annotations
 
@@ -95,23 +96,7 @@ def rules_config() -> Any:
     return load_config()
 
 
-# --- generated parts and lint ------------------------------------------------------
-
-
-def test_generated_parts_match_rules_and_dashboards() -> None:
-    changed, orphans = chart_generator().stale_paths(rules_config())
-    stale = sorted(str(path) for path in [*changed, *orphans])
-    assert stale == [], "out of date: run helm/generate.py"
-
-
-def test_dashboard_copies_are_the_generated_dashboards() -> None:
-    sources = sorted(p.name for p in (ROOT / "dashboards").glob("*.json"))
-    copies = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
-    assert sources == copies
-    for name in sources:
-        assert (CHART / "dashboards" / name).read_bytes() == (
-            ROOT / "dashboards" / name
-        ).read_bytes()
+# --- lint --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(OVERRIDES))
@@ -601,7 +586,7 @@ def test_dashboards_are_configmaps_for_the_grafana_sidecar(
     releases: dict[str, Release],
 ) -> None:
     maps = releases["defaults"].of_kind("ConfigMap")
-    sources = sorted((ROOT / "dashboards").glob("*.json"))
+    sources = sorted((CHART / "dashboards").glob("*.json"))
     assert len(maps) == len(sources)
     by_key = {key: (cm, text) for cm in maps for key, text in cm["data"].items()}
     for source in sources:

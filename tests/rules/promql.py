@@ -17,7 +17,6 @@ from testbed.servers import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"
-DASHBOARDS_DIR = ROOT / "dashboards"
 CATALOG = ROOT / "docs" / "metrics.md"
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')

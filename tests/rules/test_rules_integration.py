@@ -25,6 +25,7 @@ import yaml
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 
+from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import (
     Server,
     fleetwatch_export,
@@ -34,7 +35,7 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator
+from tests.rules.promql import dashboards_generator
 
 pytestmark = pytest.mark.integration
 

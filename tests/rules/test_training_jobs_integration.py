@@ -29,6 +29,7 @@ import yaml
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 
+from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import (
     Server,
     fleetwatch_command,
@@ -38,7 +39,7 @@ from testbed.servers import (
     prometheus,
     wait_until,
 )
-from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator
+from tests.rules.promql import dashboards_generator
 from tests.rules.test_rules_integration import _cap_for
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,84 @@
+"""Fabric (uid fleetwatch-fabric): InfiniBand error rates, flaps, degraded and saturated
+links, throughput, and NVLink errors.
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard, Panel
+
+from dashboards.panels import NODE, Layout, dashboard, table, timeseries, variables
+from dashboards.queries import Queries
+
+
+def build(q: Queries) -> Dashboard:
+    """InfiniBand and NVLink health across the chosen nodes."""
+    lay = Layout()
+    state_changes = q.exporter("fleetwatch_infiniband_port_state_changes_total", NODE)
+    link_downed = q.exporter("fleetwatch_infiniband_port_errors_total", 'error="link_downed"', NODE)
+    panels: list[Panel] = [
+        lay.row("InfiniBand"),
+        timeseries(
+            lay,
+            "InfiniBand error rate by port and type",
+            (f"{q.ib_rate}{{{NODE}}}", "{{node}} {{device}}/{{port}} {{error}}"),
+            width=24,
+            description="Errors per second over the rate window.",
+        ),
+        timeseries(
+            lay,
+            "Link flaps (link_downed and state changes, last hour)",
+            (f"increase({link_downed}[1h])", "{{node}} {{device}}/{{port}} link_downed"),
+            (
+                f"increase({state_changes}[1h])",
+                "{{node}} {{device}}/{{port}} state changes",
+            ),
+        ),
+        timeseries(
+            lay,
+            "Trained rate vs expected",
+            (
+                q.exporter("fleetwatch_infiniband_port_rate_bytes_per_second", NODE),
+                "{{node}} {{device}}/{{port}}",
+            ),
+            (
+                q.exporter("fleetwatch_infiniband_port_expected_rate_bytes_per_second", NODE),
+                "{{node}} {{device}}/{{port}} expected",
+            ),
+            unit="Bps",
+            description="A link below its expected rate is degraded.",
+        ),
+        table(
+            lay,
+            "Ports down",
+            (f"{q.exporter('fleetwatch_infiniband_port_up', NODE)} == 0", ""),
+            description="Ports not ACTIVE/LinkUp (empty when all are up).",
+        ),
+        table(
+            lay,
+            "Saturated counters",
+            (f"{q.exporter('fleetwatch_infiniband_port_error_saturated', NODE)} == 1", ""),
+            description="PMA counters pinned at their maximum: their rate reads 0.",
+        ),
+        timeseries(
+            lay,
+            "InfiniBand throughput",
+            (f"{q.ib_data_rate}{{{NODE}}}", "{{node}} {{device}}/{{port}} {{direction}}"),
+            unit="Bps",
+            width=24,
+        ),
+        lay.row("NVLink"),
+        timeseries(
+            lay,
+            "NVLink error rate by link and type",
+            (f"{q.nvlink_rate}{{{NODE}}} > 0", "{{node}} GPU {{gpu}} link {{link}} {{error}}"),
+            width=24,
+            description="Links with errors in the rate window (per s).",
+        ),
+    ]
+    return dashboard(
+        "fleetwatch-fabric",
+        "fleetwatch / Fabric",
+        "InfiniBand and NVLink health: errors, flaps, degraded and saturated links.",
+        panels,
+        variables(q.job, gpu=False),
+    )

@@ -1,0 +1,155 @@
+"""Fleet overview (uid fleetwatch-fleet): tensor activity vs utilization, heat, taints, Xids,
+fabric hot spots and every training job.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from grafanalib.core import Dashboard, DashboardLink, Heatmap, Panel
+
+from dashboards.panels import (
+    DS,
+    NODE,
+    Layout,
+    dashboard,
+    stat,
+    table,
+    targets,
+    timeseries,
+    variables,
+)
+from dashboards.queries import Queries
+from dashboards.training_job import TRAINING_JOB_UID
+
+TRAINING_JOB_URL: Final = (
+    f"/d/{TRAINING_JOB_UID}?var-namespace=${{__data.fields.namespace}}"
+    "&var-training_job=${__data.fields.training_job}&${__url_time_range}"
+)
+
+
+def build(q: Queries) -> Dashboard:
+    """The fleet at a glance, each training job linking to its Training job dashboard."""
+    lay = Layout()
+    temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"', NODE)
+    panels: list[Panel] = [
+        lay.row("Work: tensor cores, not 'utilization'"),
+        Heatmap(
+            title="Tensor-core activity by node",
+            description="Mean share of time any tensor pipe was active, per node (recorded "
+            "as node:fleetwatch_gpu_tensor_active_ratio:avg).",
+            dataSource=DS,
+            dataFormat="tsbuckets",
+            gridPos=lay.place(12, 9),
+            targets=targets(
+                ('node:fleetwatch_gpu_tensor_active_ratio:avg{node=~"$node"}', "{{node}}")
+            ),
+            yBucketBound="middle",
+            hideZeroBuckets=False,
+        ),
+        timeseries(
+            lay,
+            "Fleet: tensor activity vs GPU utilization",
+            ("fleet:fleetwatch_gpu_tensor_active_ratio:avg", "tensor-core activity"),
+            ("fleet:fleetwatch_gpu_utilization_ratio:avg", "GPU utilization (NVML)"),
+            unit="percentunit",
+            max_value=1,
+            height=9,
+            description="NVML utilization counts any kernel running; the gap to tensor "
+            "activity is the work the GPUs could do but do not.",
+        ),
+        lay.row("Heat"),
+        timeseries(
+            lay,
+            "Hottest GPUs",
+            (f"topk(10, {temp})", "{{node}} GPU {{gpu}}"),
+            unit="celsius",
+            width=18,
+            limits=[(q.gpu_limit, "red")],
+            description=f"Taint threshold {q.gpu_limit:g} °C (rules/config.yaml).",
+        ),
+        stat(
+            lay,
+            "GPUs above threshold",
+            "fleet:fleetwatch_gpu_over_temperature_threshold:count",
+            limits=[(1, "red")],
+            height=8,
+        ),
+        lay.row("Failures"),
+        table(
+            lay,
+            "Nodes tainted and why",
+            (
+                "count by (node, fleetwatch_taint, alertname) "
+                '(ALERTS{alertstate="firing", fleetwatch_taint!=""})',
+                "",
+            ),
+            description="Firing alerts that ask the tainter for a taint (fleetwatch.io/<reason>).",
+        ),
+        timeseries(
+            lay,
+            "Xid events",
+            (
+                "sum by (node, gpu, xid) (increase("
+                f"{q.exporter('fleetwatch_gpu_xid_errors_total', NODE)}[$__rate_interval]))",
+                "{{node}} GPU {{gpu}} Xid {{xid}}",
+            ),
+            description="Xid errors per interval, by GPU and Xid.",
+        ),
+        timeseries(
+            lay,
+            "InfiniBand error hot spots",
+            (f'topk(10, {q.ib_rate}{{node=~"$node"}})', "{{node}} {{device}}/{{port}} {{error}}"),
+            unit="short",
+            description="Highest error rates per port and error type (per s).",
+        ),
+        timeseries(
+            lay,
+            "NVLink error hot spots",
+            (
+                f'topk(10, {q.nvlink_rate}{{node=~"$node"}})',
+                "{{node}} GPU {{gpu}} link {{link}} {{error}}",
+            ),
+            unit="short",
+            description="Highest error rates per link and error type (per s).",
+        ),
+        lay.row("Training jobs"),
+        table(
+            lay,
+            "Training jobs by median tensor activity",
+            (q.job_tensor_median, ""),
+            (f"count by (namespace, training_job) ({q.job_info})", ""),
+            width=24,
+            columns={"Value #A": "median tensor activity", "Value #B": "GPUs"},
+            sort_by="median tensor activity",
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "training_job"},
+                    "properties": [
+                        {
+                            "id": "links",
+                            "value": [{"title": "Training job", "url": TRAINING_JOB_URL}],
+                        }
+                    ],
+                }
+            ],
+            description="Every training job (namespace/training_job from fleetwatch:gpu_job:"
+            "info); click a job for its Training job dashboard.",
+        ),
+    ]
+    return dashboard(
+        "fleetwatch-fleet",
+        "fleetwatch / Fleet overview",
+        "Tensor-core work, heat, taints and fabric hot spots across the fleet.",
+        panels,
+        variables(q.job, gpu=False),
+        links=[
+            DashboardLink(
+                title="Training job",
+                type="link",
+                uri=f"/d/{TRAINING_JOB_UID}",
+                keepTime=True,
+                tooltip="Which GPU a training job waits for",
+            )
+        ],
+    )
