@@ -4,13 +4,14 @@ knows, and a view of its nodes, Events and Leases shaped like the simulated clus
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.kube import ApiServer, Identity, service_account
-from tests.deploy.chart import NAMESPACE, RELEASE
+from tests.deploy.chart import NAMESPACE, RELEASE, Release
 
 # The chart's tainter ServiceAccount (release RELEASE in NAMESPACE), as the API server sees
 # a pod running under it; test_rbac_real checks the rendered chart names the same one.
@@ -111,3 +112,25 @@ class RealCluster:
         assert status == 200, lease
         found: dict[str, Any] = lease
         return found
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def apply_release(server: ApiServer, release: Release, kinds: tuple[str, ...]) -> None:
+    """Apply the chart's objects of `kinds` (creating the namespaces they live in)."""
+    objects = [o for o in release.objects if o["kind"] in kinds]
+    for namespace in sorted({o["metadata"].get("namespace", "") for o in objects} - {""}):
+        server.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for obj in objects:
+        server.apply(obj)
+
+
+def wait_for(probe: Callable[[], bool], *, what: str, timeout: float = 30.0) -> None:
+    """Poll `probe` until true (RBAC and admission policies take effect within moments of
+    being applied, not at once)."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)

@@ -7,7 +7,6 @@ is injected on the simulated API.)"""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 
 from testbed.kube import ADMIN, ApiServer
 from tests.tainter.conftest import Clock, ControllerFactory, alert, candidate, keys, webhook
-from tests.tainter.realkube import TESTER, RealCluster
+from tests.tainter.realkube import TESTER, RealCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -215,17 +214,17 @@ def test_breaker_reset_command_closes_the_breaker_if_rbac_allows(
             ],
         }
     )
-    deadline = time.monotonic() + 10  # RBAC caches bindings; it takes effect within moments
-    while not api_server.allowed(
-        TESTER,
-        verb="patch",
-        resource="leases",
-        group="coordination.k8s.io",
-        namespace="fw",
-        name="lock",
-    ):
-        assert time.monotonic() < deadline, "the RoleBinding never took effect"
-        time.sleep(0.05)
+    wait_for(
+        lambda: api_server.allowed(
+            TESTER,
+            verb="patch",
+            resource="leases",
+            group="coordination.k8s.io",
+            namespace="fw",
+            name="lock",
+        ),
+        what="the RoleBinding to take effect",
+    )
     reopened = BreakerRecord(open=True, changed_at="2025-01-01T00:00:00Z", changed_by="leader")
     api_server.call(
         "PATCH",
