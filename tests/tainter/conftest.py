@@ -1,10 +1,13 @@
-"""Fixtures for the tainter: the fake Kubernetes API reached through the real client,
-fake evidence and alert sources, and builders for the controller and the webhook app."""
+"""Fixtures for the tainter: a real Kubernetes API server per test module (`api_server`,
+`real_cluster`, `real_kube`), the simulated API for faults a real server cannot produce on
+demand (`cluster`, `kube`), fake evidence and alert sources, and builders for the
+controller and the webhook app. A module that runs on the real server overrides `cluster`
+and `kube` with the real ones, so the builders below use whichever the module chose."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +19,7 @@ from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubec
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.election import ElectionSettings, LeaderElector, Leadership
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
@@ -23,6 +27,10 @@ from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
 from fleetwatch.tainter.writes import RetryPolicy
+
+from testbed.kube import ADMIN, ApiServer, MissingAssets, find_assets
+from testbed.kube import api_server as start_api_server
+from tests.tainter.realkube import IDENTITIES, RealCluster
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -152,6 +160,35 @@ async def kube(cluster: FakeCluster, tmp_path: Path) -> AsyncIterator[KubeNodeAp
     await server.close()
 
 
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A real kube-apiserver and etcd for this test module (skipped, saying why, when
+    KUBEBUILDER_ASSETS or etcd is missing)."""
+    try:
+        assets = find_assets()
+    except MissingAssets as exc:
+        pytest.skip(f"no real Kubernetes API server: {exc}")
+    workdir = tmp_path_factory.mktemp("kube-apiserver")
+    with start_api_server(workdir, identities=IDENTITIES, assets=assets) as server:
+        yield server
+
+
+@pytest.fixture
+def real_cluster(api_server: ApiServer) -> RealCluster:
+    """The real server with ten fresh GPU nodes, no Events and no Leases in `fw`."""
+    cluster = RealCluster(api_server)
+    cluster.reset(lease_namespaces=("fw",))
+    return cluster
+
+
+@pytest.fixture
+async def real_kube(api_server: ApiServer, real_cluster: RealCluster) -> AsyncIterator[KubeNodeApi]:
+    """The tainter's real client, as admin, on the real server."""
+    api = await KubeNodeApi.connect(kubeconfig=api_server.kubeconfig(ADMIN), timeout=10.0)
+    yield api
+    await api.close()
+
+
 @pytest.fixture
 def evidence() -> FakeEvidence:
     return FakeEvidence()
@@ -238,6 +275,43 @@ async def tainter_client(
     await client.close()
 
 
-def keys(cluster: FakeCluster, node: str) -> list[str]:
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def candidate(
+    kube: KubeNodeApi, identity: str, clock: Clock, changes: list[tuple[str, bool]]
+) -> tuple[LeaderElector, Leadership]:
+    settings = ElectionSettings(
+        namespace="fw",
+        name="lock",
+        identity=identity,
+        lease_duration=15.0,
+        renew_deadline=10.0,
+        retry_period=2.0,
+    )
+    leadership = Leadership(renew_deadline=settings.renew_deadline, clock=clock)
+
+    async def on_elected() -> None:
+        return None
+
+    elector = LeaderElector(
+        api=kube,
+        settings=settings,
+        leadership=leadership,
+        on_elected=on_elected,
+        on_change=lambda leader: changes.append((identity, leader)),
+        clock=clock,
+    )
+    return elector, leadership
+
+
+def keys(cluster: FakeCluster | RealCluster, node: str) -> list[str]:
     """Taint keys on `node`, in order."""
     return [t["key"] for t in cluster.taints(node)]

@@ -1,16 +1,20 @@
-"""The controller against the fake API through the real client: adds, removes, races,
-breaker, dry-run, manual reasons, hold time, evidence, outage, restart."""
+"""The controller on a real Kubernetes API server through the real client: adds, removes,
+races, breaker, dry-run, manual reasons, hold time, evidence, restart.
+
+A race at a chosen moment is a real second writer changing the node between the
+controller's read and its patch, so the real server answers the stale write with 409.
+Injected API failures (429, 500, an outage) are in test_faults.py, on the simulated API."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
-from fleetwatch.tainter.kube import ApiError, KubeNodeApi
+from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.service import manual_untaint
@@ -26,6 +30,66 @@ from tests.tainter.conftest import (
     resolved,
     webhook,
 )
+from tests.tainter.realkube import RealCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(real_cluster: RealCluster) -> RealCluster:
+    return real_cluster
+
+
+@pytest.fixture
+def kube(real_kube: KubeNodeApi) -> KubeNodeApi:
+    return real_kube
+
+
+class RacingNodeApi:
+    """The real client, where another writer's change (`arm`) lands just before the next
+    patch, once; counts the patches the server accepted."""
+
+    def __init__(self, *, real: KubeNodeApi) -> None:
+        self._real = real
+        self._race: Callable[[], None] | None = None
+        self.accepted = 0
+
+    def arm(self, race: Callable[[], None]) -> None:
+        """Run `race` right before the next patch is sent."""
+        self._race = race
+
+    async def get_node(self, name: str) -> NodeView:
+        return await self._real.get_node(name)
+
+    async def list_nodes(self, *, label_selector: str = "") -> list[NodeView]:
+        return await self._real.list_nodes(label_selector=label_selector)
+
+    async def patch_node(
+        self,
+        name: str,
+        *,
+        resource_version: str,
+        taints: Sequence[Taint] | None,
+        labels: Mapping[str, str | None],
+        annotations: Mapping[str, str | None],
+    ) -> NodeView:
+        race, self._race = self._race, None
+        if race is not None:
+            race()
+        written = await self._real.patch_node(
+            name,
+            resource_version=resource_version,
+            taints=taints,
+            labels=labels,
+            annotations=annotations,
+        )
+        self.accepted += 1
+        return written
+
+    async def create_event(
+        self, *, node: NodeView, reason: str, message: str, warning: bool
+    ) -> None:
+        await self._real.create_event(node=node, reason=reason, message=message, warning=warning)
 
 
 def states(*alerts: dict[str, Any]) -> Any:
@@ -43,12 +107,12 @@ def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
 
 async def test_firing_alert_taints_node_with_key_value_effect_record_label_and_event(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
 ) -> None:
     controller = make_controller()
     await controller.handle_alerts(states(alert("gpu-1", effect="PreferNoSchedule")))
 
-    node = cluster.nodes["gpu-1"]
+    node = cluster.node("gpu-1")
     assert [(t["key"], t["value"], t["effect"]) for t in cluster.taints("gpu-1")] == [
         ("fleetwatch.io/gpu-overheat", "GPUOverheating", "PreferNoSchedule")
     ]
@@ -64,19 +128,23 @@ async def test_firing_alert_taints_node_with_key_value_effect_record_label_and_e
 
 async def test_duplicates_and_repeats_write_once(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
 ) -> None:
     controller = make_controller()
-    for _ in range(3):
+    before = cluster.versions()
+    await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-1")))
+    after_first = cluster.versions()
+    for _ in range(2):
         await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-1")))
     assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
-    assert [w.node for w in cluster.writes] == ["gpu-1"]
+    assert [n for n in before if before[n] != after_first[n]] == ["gpu-1"]
+    assert cluster.versions() == after_first
     assert len(cluster.events_for("gpu-1", "TaintAdded")) == 1
 
 
 async def test_late_firing_copy_after_resolve_is_ignored(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
 ) -> None:
     controller = make_controller()
     await controller.handle_alerts(states(alert("gpu-1")))
@@ -92,7 +160,7 @@ async def test_late_firing_copy_after_resolve_is_ignored(
 
 async def test_taint_stays_while_any_alert_for_the_key_fires(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
 ) -> None:
     evidence.clear["gpu-1"] = True
@@ -102,14 +170,14 @@ async def test_taint_stays_while_any_alert_for_the_key_fires(
     assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
     await controller.handle_alerts(states(resolved("gpu-1", fp="b")))
     assert keys(cluster, "gpu-1") == []
-    assert cluster.nodes["gpu-1"]["metadata"]["labels"].get("fleetwatch.io/tainted") is None
-    assert "fleetwatch.io/taints" not in cluster.nodes["gpu-1"]["metadata"]["annotations"]
+    assert cluster.node("gpu-1")["metadata"]["labels"].get("fleetwatch.io/tainted") is None
+    assert "fleetwatch.io/taints" not in cluster.node("gpu-1")["metadata"].get("annotations", {})
     assert len(cluster.events_for("gpu-1", "TaintRemoved")) == 1
 
 
 async def test_resolve_without_positive_evidence_keeps_taint(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
 ) -> None:
     evidence.clear["gpu-1"] = False  # exporter down / data missing / still hot
@@ -127,7 +195,7 @@ async def test_resolve_without_positive_evidence_keeps_taint(
 
 async def test_hold_time_keeps_taint_without_asking_prometheus(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
 ) -> None:
     evidence.clear["gpu-1"] = True
@@ -141,7 +209,7 @@ async def test_hold_time_keeps_taint_without_asking_prometheus(
 @pytest.mark.parametrize("reason", ["xid", "gpu-lost", "nvlink-down"])
 async def test_manual_reasons_and_reasons_without_query_stay_until_untaint(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
     kube: KubeNodeApi,
     alerts_source: FakeAlerts,
@@ -173,7 +241,7 @@ async def test_manual_reasons_and_reasons_without_query_stay_until_untaint(
 
 async def test_untaint_annotation_removes_and_clears_request(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
 ) -> None:
     controller = make_controller()
     await controller.handle_alerts(states(alert("gpu-1", reason="xid")))
@@ -182,38 +250,42 @@ async def test_untaint_annotation_removes_and_clears_request(
     )
     await controller.reconcile()
     assert keys(cluster, "gpu-1") == []
-    assert "fleetwatch.io/untaint" not in cluster.nodes["gpu-1"]["metadata"]["annotations"]
+    assert "fleetwatch.io/untaint" not in cluster.node("gpu-1")["metadata"].get("annotations", {})
     assert "operator asked" in cluster.events_for("gpu-1", "TaintRemoved")[0]["message"]
 
 
 async def test_foreign_taint_added_between_get_and_patch_survives(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
+    kube: KubeNodeApi,
 ) -> None:
     metrics = TainterMetrics()
-    controller = make_controller(metrics=metrics)
-    cluster.faults.before_write.append(
-        lambda c: c.mutate(
+    racing = RacingNodeApi(real=kube)
+    racing.arm(
+        lambda: cluster.mutate(
             "gpu-1", lambda n: n["spec"].setdefault("taints", []).append(foreign_taint())
         )
     )
+    controller = make_controller(api=racing, metrics=metrics)
     await controller.handle_alerts(states(alert("gpu-1")))
     assert keys(cluster, "gpu-1") == ["example.com/maintenance", "fleetwatch.io/gpu-overheat"]
     assert sample(metrics, "fleetwatch_tainter_api_conflicts_total") == 1
-    assert len(cluster.writes) == 1  # the stale write was refused, ours applied once
+    assert racing.accepted == 1  # the stale write was refused (409), ours applied once
 
 
 async def test_foreign_taint_removed_between_get_and_patch_stays_removed(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
+    kube: KubeNodeApi,
     evidence: FakeEvidence,
 ) -> None:
     evidence.clear["gpu-1"] = True
     cluster.mutate("gpu-1", lambda n: n["spec"].update(taints=[foreign_taint()]))
-    controller = make_controller()
+    racing = RacingNodeApi(real=kube)
+    controller = make_controller(api=racing)
     await controller.handle_alerts(states(alert("gpu-1")))
-    cluster.faults.before_write.append(
-        lambda c: c.mutate(
+    racing.arm(
+        lambda: cluster.mutate(
             "gpu-1",
             lambda n: n["spec"].update(
                 taints=[t for t in n["spec"]["taints"] if t["key"] != "example.com/maintenance"]
@@ -222,37 +294,12 @@ async def test_foreign_taint_removed_between_get_and_patch_stays_removed(
     )
     await controller.handle_alerts(states(resolved("gpu-1")))
     assert keys(cluster, "gpu-1") == []
-
-
-async def test_injected_429_and_500_are_retried(
-    make_controller: ControllerFactory,
-    cluster: FakeCluster,
-) -> None:
-    cluster.faults.statuses.extend([429, 500, 429])
-    controller = make_controller()
-    await controller.handle_alerts(states(alert("gpu-1")))
-    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
-
-
-async def test_outage_raises_then_converges_when_api_returns(
-    make_controller: ControllerFactory,
-    cluster: FakeCluster,
-    alerts_source: FakeAlerts,
-) -> None:
-    alerts_source.firing = list(states(alert("gpu-1")))
-    controller = make_controller()
-    cluster.faults.outage = True
-    with pytest.raises(ApiError, match="503"):
-        await controller.handle_alerts(states(alert("gpu-1")))
-    assert cluster.writes == []
-    cluster.faults.outage = False
-    await controller.reconcile()
-    assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+    assert racing.accepted == 2  # the add; the stale removal refused, then re-planned
 
 
 async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
     alerts_source: FakeAlerts,
 ) -> None:
@@ -283,7 +330,7 @@ async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
 
 async def test_breaker_absolute_cap_and_auto_close(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
 ) -> None:
     controller = make_controller(max_nodes=1, max_fraction=1.0, auto_close=True)
@@ -297,7 +344,7 @@ async def test_breaker_absolute_cap_and_auto_close(
 
 async def test_dry_run_writes_nothing_but_records_events_and_metrics(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     kube: KubeNodeApi,
     evidence: FakeEvidence,
 ) -> None:
@@ -305,8 +352,9 @@ async def test_dry_run_writes_nothing_but_records_events_and_metrics(
     controller = make_controller(
         api=DryRunNodeApi(real=kube), dry_run=True, metrics=metrics, max_nodes=1
     )
+    before = cluster.versions()
     await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-2")))
-    assert cluster.writes == []
+    assert cluster.versions() == before
     assert sample(metrics, "fleetwatch_tainter_dry_run_actions_total", op="add") == 1
     assert sample(metrics, "fleetwatch_tainter_breaker_open") == 1
     added = [e for n in ("gpu-1", "gpu-2") for e in cluster.events_for(n, "TaintAdded")]
@@ -315,12 +363,12 @@ async def test_dry_run_writes_nothing_but_records_events_and_metrics(
     evidence.clear = {"gpu-1": True, "gpu-2": True}
     await controller.handle_alerts(states(resolved("gpu-1"), resolved("gpu-2")))
     assert sample(metrics, "fleetwatch_tainter_dry_run_actions_total", op="remove") == 1
-    assert cluster.writes == []
+    assert cluster.versions() == before
 
 
 async def test_restart_rebuilds_state_from_nodes_and_alertmanager(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
     alerts_source: FakeAlerts,
 ) -> None:
@@ -341,7 +389,7 @@ async def test_restart_rebuilds_state_from_nodes_and_alertmanager(
 
 async def test_reconcile_handles_undelivered_resolve(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
     evidence: FakeEvidence,
     alerts_source: FakeAlerts,
 ) -> None:
@@ -356,12 +404,13 @@ async def test_reconcile_handles_undelivered_resolve(
 
 async def test_unknown_node_is_forgotten_not_failed(
     make_controller: ControllerFactory,
-    cluster: FakeCluster,
+    cluster: RealCluster,
 ) -> None:
     controller = make_controller()
+    before = cluster.versions()
     await controller.handle_alerts(states(alert("gone-node")))
     assert controller.intents() == []
-    assert cluster.writes == []
+    assert cluster.versions() == before
 
 
 @pytest.mark.parametrize(

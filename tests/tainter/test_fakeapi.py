@@ -1,4 +1,7 @@
-"""The fake Kubernetes API keeps the semantics the tainter's safety depends on."""
+"""The simulated Kubernetes API keeps the semantics the tainter's safety depends on.
+
+The tainter's own tests run on a real API server; the simulated one serves the demo, the
+end-to-end and HA stacks and the injected faults, so it must answer as a real one would."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from aiohttp.test_utils import TestClient
 from fleetwatch.collectors.sim.kubeapi import FakeCluster
 
 AUTH = {"Authorization": "Bearer kube-token"}
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/fw/leases"
 Client = TestClient[Any, Any]
 
 
@@ -84,3 +88,44 @@ async def test_injected_statuses_and_label_selector(
     assert [n["metadata"]["name"] for n in (await response.json())["items"]] == ["gpu-1"]
     response = await kube_http.get("/api/v1/nodes", params={"labelSelector": "!pool"}, headers=AUTH)
     assert len((await response.json())["items"]) == 9
+
+
+def lease_body(holder: str, version: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "lock"}
+    if version is not None:
+        metadata["resourceVersion"] = version
+    return {
+        "metadata": metadata,
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "leaseTransitions": 0},
+    }
+
+
+async def test_fake_leases_have_real_semantics(kube_http: Client) -> None:
+    created = await kube_http.post(LEASES, json=lease_body("a"), headers=AUTH)
+    assert created.status == 201
+    version = (await created.json())["metadata"]["resourceVersion"]
+    again = await kube_http.post(LEASES, json=lease_body("b"), headers=AUTH)
+    assert (again.status, (await again.json())["reason"]) == (409, "AlreadyExists")
+    ok = await kube_http.put(f"{LEASES}/lock", json=lease_body("b", version), headers=AUTH)
+    assert ok.status == 200
+    stale = await kube_http.put(f"{LEASES}/lock", json=lease_body("c", version), headers=AUTH)
+    assert (stale.status, (await stale.json())["reason"]) == (409, "Conflict")
+    blind = await kube_http.put(f"{LEASES}/lock", json=lease_body("c"), headers=AUTH)
+    assert blind.status == 409  # a replace must say which version it read
+    bad = lease_body("c", (await ok.json())["metadata"]["resourceVersion"])
+    bad["spec"]["leaseDurationSeconds"] = "15"
+    assert (await kube_http.put(f"{LEASES}/lock", json=bad, headers=AUTH)).status == 422
+    current = await (await kube_http.get(f"{LEASES}/lock", headers=AUTH)).json()
+    assert current["spec"]["holderIdentity"] == "b"
+    assert (await kube_http.get(f"{LEASES}/other", headers=AUTH)).status == 404
+    patched = await kube_http.patch(
+        f"{LEASES}/lock",
+        data=json.dumps({"metadata": {"annotations": {"x": "1"}}}),
+        headers={**AUTH, "Content-Type": "application/merge-patch+json"},
+    )
+    body = await patched.json()
+    assert (patched.status, body["metadata"]["annotations"], body["spec"]["holderIdentity"]) == (
+        200,
+        {"x": "1"},
+        "b",
+    )
