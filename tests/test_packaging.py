@@ -87,10 +87,10 @@ def test_base_modules_do_not_need_an_extra() -> None:
         ("fleetwatch.rules", "fleetwatch.rules.yaml"),
         ("fleetwatch.rules", "fleetwatch.recording.yaml"),
         ("fleetwatch.rules", "alertmanager.yml"),
-        ("fleetwatch.collectors.sim.scenarios", "dgx-h100.yaml"),
-        ("fleetwatch.collectors.sim.scenarios", "demo.yaml"),
-        ("fleetwatch.collectors.sim", "bin/perfquery"),
-        ("fleetwatch.collectors.sim", "bin/ibstat"),
+        ("fleetwatch.sim.scenarios", "dgx-h100.yaml"),
+        ("fleetwatch.sim.scenarios", "demo.yaml"),
+        ("fleetwatch.sim", "bin/perfquery"),
+        ("fleetwatch.sim", "bin/ibstat"),
     ],
 )
 def test_runtime_data_ships_in_the_package(package: str, name: str) -> None:

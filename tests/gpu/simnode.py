@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import Any
 
 from fleetwatch.collectors.metrics import Family, as_metric
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml
-from fleetwatch.collectors.sim.scenario import Fault, load_scenario
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import render_families
+from fleetwatch.sim.fake_nvml import FakeNvml
+from fleetwatch.sim.scenario import Fault, load_scenario
+from fleetwatch.sim.world import FixedClock, SimulatedNode
 
 
 def simulated(

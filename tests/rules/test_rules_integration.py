@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 import yaml
-
-from testbed.servers import (
+from fleetwatch.sim.servers import (
     Server,
     fleetwatch_export,
     http_get,
     prom_alerts,
-    prom_query,
     prometheus,
     wait_until,
 )
+
+from testbed.servers import prom_query
 from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
 
 pytestmark = pytest.mark.integration

@@ -26,16 +26,16 @@ from typing import Any
 
 import pytest
 import yaml
-
-from testbed.servers import (
+from fleetwatch.sim.servers import (
     Server,
     fleetwatch_command,
     fleetwatch_export,
     prom_alerts,
-    prom_query,
     prometheus,
     wait_until,
 )
+
+from testbed.servers import prom_query
 from tests.rules.promql import DASHBOARDS_DIR, dashboards_generator, rules_generator
 from tests.rules.test_rules_integration import _cap_for
 

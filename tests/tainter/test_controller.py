@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics

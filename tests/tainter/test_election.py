@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
     ElectionSettings,

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 
 AUTH = {"Authorization": "Bearer kube-token"}
 Client = TestClient[Any, Any]

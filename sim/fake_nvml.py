@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
-from fleetwatch.collectors.sim.world import (
+from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
+from fleetwatch.sim.world import (
     GPU_MAX_CELSIUS,
     MEMORY_MAX_CELSIUS,
     SHUTDOWN_CELSIUS,
     SLOWDOWN_CELSIUS,
     SimulatedNode,
 )
-from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
 
 # PCI bus numbers of the eight GPUs of a DGX H100 (`nvidia-smi` order).
 _DGX_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
