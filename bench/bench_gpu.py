@@ -27,9 +27,10 @@ from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.fake_nvml import FakeNvml
 from fleetwatch.sim.scenario import load_scenario
-from fleetwatch.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 
 from bench.nvml_timing import timed
+from testbed.clock import FixedClock
 
 
 def measure(scenario_name: str, cycles: int) -> None:

@@ -52,9 +52,10 @@ from fleetwatch.sim import servers
 from fleetwatch.sim.scenario import parse_scenario
 from fleetwatch.sim.servers import http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.clock import FixedClock
 from testbed.servers import node_exporter
 
 START: float = 600.0

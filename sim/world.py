@@ -37,16 +37,6 @@ class WallClock:
         return time.monotonic() - self._start
 
 
-@dataclass(frozen=True)
-class FixedClock:
-    """Simulated time stands still: golden files and unit tests."""
-
-    at: float
-
-    def elapsed(self) -> float:
-        return self.at
-
-
 @dataclass(frozen=True, kw_only=True)
 class PortState:
     """An InfiniBand port at one instant."""

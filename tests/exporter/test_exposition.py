@@ -21,9 +21,10 @@ from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import servers
 from fleetwatch.sim.scenario import load_scenario
-from fleetwatch.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 
 from fleetwatch.cli import build_parser
+from testbed.clock import FixedClock
 from testbed.servers import prom_query, promtool_check_metrics
 from tests.golden import GOLDEN_DIR, assert_golden
 

@@ -14,8 +14,9 @@ from fleetwatch.sim.scenario import (
     builtin_names,
     load_scenario,
 )
-from fleetwatch.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 
+from testbed.clock import FixedClock
 from testbed.servers import promtool_check_metrics
 
 VALID = {

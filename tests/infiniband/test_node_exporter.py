@@ -14,9 +14,10 @@ from fleetwatch.exporter.render import render_families
 from fleetwatch.sim.scenario import parse_scenario
 from fleetwatch.sim.servers import Server, http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.clock import FixedClock
 from testbed.servers import node_exporter
 from tests.infiniband.fixtures import make_collector
 from tests.infiniband.test_fixture_trees import FIXTURES
