@@ -1,8 +1,13 @@
-"""Simulated hardware: a scenario-driven node whose GPUs and fabric move over time.
+"""The simulation: a node, a cluster and a fleet that behave like real ones, on a laptop.
 
-`scenario` loads and validates scenario files; `world` turns a scenario and a clock into
-the state of every simulated device at any instant; the fake NVML and the generated sysfs
-tree read that state, so every collector runs unchanged on a laptop.
+Hardware, for `fleetwatch export --simulate`: `scenario` loads and validates scenario files;
+`world` turns a scenario and a clock into the state of every simulated device at any
+instant; the fake NVML (`fake_nvml`), the generated sysfs tree (`sysfs_tree`) and the fake
+InfiniBand tools (`bin/`) read that state, so every collector runs unchanged. The cluster:
+`kubeapi` (a Kubernetes API) and `kubelet` (PodResources and kube-state-metrics' pod labels).
+The fleet's history for the report: `fleet`. Real servers for the demo, tests and benches:
+`servers` and `stack`. Only `fleet` needs an extra (numpy, from `[report]`); the exporter
+imports only the hardware modules, which need the base install alone.
 """
 
 from importlib import resources
