@@ -24,6 +24,7 @@ COPY collectors/ collectors/
 COPY tainter/ tainter/
 COPY report/ report/
 COPY rules/ rules/
+COPY sim/ sim/
 
 # The README's install: the package from this source tree, base dependencies only.
 FROM source AS build-exporter

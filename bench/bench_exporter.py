@@ -34,17 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.metrics import Family, as_metric, series_count
-from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.sim import servers
+from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.sim.world import SimulatedNode, WallClock
 
 from bench.nvml_timing import timed
 from fleetwatch.cli import build_parser
-from testbed import servers
+from testbed.servers import node_exporter
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -199,7 +200,7 @@ def scrape_latency(label: str, simulate: str, workdir: Path, seconds: float) -> 
 
 def hung_scenario(workdir: Path) -> str:
     data = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "collectors/sim/scenarios/dgx-h100.yaml").read_text()
+        (Path(__file__).resolve().parents[1] / "sim/scenarios/dgx-h100.yaml").read_text()
     )
     data["faults"] = [
         {"at": 0, "kind": "hang", "call": "nvmlDeviceGetFieldValues", "seconds": 3600}
@@ -249,7 +250,7 @@ def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) ->
     subtracted for a second figure, an estimate of the exporter on hardware."""
     with (
         servers.fleetwatch_export(workdir / "fw", simulate="dgx-h100") as fw,
-        servers.node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None) as ne,
+        node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None) as ne,
     ):
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}

@@ -23,13 +23,14 @@ from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml
-from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
+from fleetwatch.sim.fake_nvml import FakeNvml
+from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.world import SimulatedNode
 
 from bench.nvml_timing import timed
+from testbed.clock import FixedClock
 
 
 def measure(scenario_name: str, cycles: int) -> None:

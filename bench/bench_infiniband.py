@@ -45,16 +45,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.infiniband import InfinibandCollector
 from fleetwatch.collectors.metrics import series_count
-from fleetwatch.collectors.sim.scenario import parse_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.collectors.sources.sysfs import InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents
 from fleetwatch.exporter.render import Renderer
+from fleetwatch.sim import servers
+from fleetwatch.sim.scenario import parse_scenario
+from fleetwatch.sim.servers import http_get
+from fleetwatch.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.sim.world import SimulatedNode
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed import servers
-from testbed.servers import http_get, node_exporter
+from testbed.clock import FixedClock
+from testbed.servers import node_exporter
 
 START: float = 600.0
 STEP: float = 10.0

@@ -1,6 +1,6 @@
 """Benchmark `fleetwatch report` on a backfilled simulated fleet; prints figures.
 
-Generates the fleet's history (report/fleetsim.py) in a child process, backfills it with
+Generates the fleet's history (sim/fleet.py) in a child process, backfills it with
 `promtool tsdb create-blocks-from openmetrics`, starts a real Prometheus on the blocks,
 then times in this process: the query phase (fetch over the HTTP API) and the analysis
 phase (findings + HTML/Markdown/CSV). Peak memory is this process's max RSS, which
@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import Window, fetch
-from fleetwatch.report.fleetsim import FleetSpec, write_openmetrics
 from fleetwatch.report.policy import shipped_policy
 from fleetwatch.report.promapi import PrometheusClient
+from fleetwatch.sim.fleet import FleetSpec, write_openmetrics
+from fleetwatch.sim.servers import prometheus
 
-from testbed.servers import PROMTOOL, prometheus
+from testbed.servers import PROMTOOL
 
 
 def spec_from(args: argparse.Namespace) -> FleetSpec:

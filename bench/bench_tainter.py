@@ -44,7 +44,8 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp.test_utils import TestServer
-from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.sim.servers import fleetwatch_command, http_status
 from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings
 from fleetwatch.tainter.election import (
@@ -282,7 +283,7 @@ def failover() -> None:
     import signal
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from testbed.servers import fleetwatch_command, http_status, served_in_thread
+    from testbed.servers import served_in_thread
 
     cluster = FakeCluster(token="kube")
     for index in range(20):
@@ -337,13 +338,13 @@ def failover() -> None:
 def latency() -> None:
     """Alert-to-taint latency through the real stack with the shipped defaults."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from testbed.stack import start_stack
+    from testbed.stack import start_e2e_stack
 
     hot = re.compile(
         rb'fleetwatch_gpu_temperature_celsius\{[^}]*gpu="3"[^}]*sensor="gpu"[^}]*\} (\S+)'
     )
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as servers:
-        stack = start_stack(Path(tmp), servers, interval="5s", hold="5m")
+        stack = start_e2e_stack(Path(tmp), servers, interval="5s", hold="5m")
         first_hot = tainted = None
         deadline = time.monotonic() + 120
         while tainted is None and time.monotonic() < deadline:

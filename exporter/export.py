@@ -20,12 +20,12 @@ from typing import Any
 
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
-from fleetwatch.collectors.sim.scenario import ScenarioError, builtin_names, load_scenario
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import Refresh, hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
 from fleetwatch.exporter.settings import ExportSettings, HttpLimits
 from fleetwatch.exporter.shutdown import ShutdownDeadline
+from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
 
 from fleetwatch import __version__
 from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address

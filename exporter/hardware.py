@@ -22,12 +22,12 @@ from pathlib import Path
 from fleetwatch.collectors.base import CollectorContext
 from fleetwatch.collectors.infiniband import InfinibandSettings
 from fleetwatch.collectors.infiniband_layout import ExpectedRate
-from fleetwatch.collectors.sim import tool_dir
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml, SimulatedKernelLog
-from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.collectors.sim.world import SimulatedNode, WallClock
 from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.sim import tool_dir
+from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
+from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.sim.world import SimulatedNode, WallClock
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,9 @@ import yaml
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
 CONFIG_FILE: Final = Path("rules", "config.yaml")
+# The generated rule files: package data, and where they live in a source checkout.
+ALERTS_FILE: Final = Path("rules", "fleetwatch.rules.yaml")
+RECORDING_FILE: Final = Path("rules", "fleetwatch.recording.yaml")
 """Where config.yaml lives in a source checkout, relative to its root."""
 
 SEVERITIES: Final = ("critical", "warning", "info")

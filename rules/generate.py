@@ -17,12 +17,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
+from fleetwatch.rules.config import (
+    ALERTS_FILE,
+    CONFIG_FILE,
+    RECORDING_FILE,
+    Config,
+    ConfigError,
+    load_config,
+)
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 
 # Where the generated files live in a source checkout, relative to its root.
-ALERTS_FILE: Final = Path("rules", "fleetwatch.rules.yaml")
-RECORDING_FILE: Final = Path("rules", "fleetwatch.recording.yaml")
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")
 
 COMMAND: Final = "python -m fleetwatch.rules.generate"

@@ -1,7 +1,8 @@
-"""Real servers on loopback for the tests and the benchmarks (not installed).
+"""What only the tests and the benchmarks use (not installed).
 
-`servers` starts Prometheus, Alertmanager, node_exporter and fleetwatch's own commands as
-real processes on free loopback ports with temporary directories, and stops them by PID;
-`stack` wires the whole alerting path (simulated cluster, exporter, Prometheus, tainter,
-Alertmanager) together. Tests and benches both import it, so neither imports the other.
+`servers` adds the test-only servers and tools (node_exporter, promtool, PromQL queries, an
+app served from a thread) to the harness the package ships as `fleetwatch.sim.servers`;
+`stack` runs the package's whole alerting path (`fleetwatch.sim.stack`) on a node that
+heats and cools, with shortened timings; `clock` freezes a simulated node's time. Tests and
+benches both import it, so neither imports the other.
 """

@@ -10,7 +10,7 @@ processes by PID on exit. There is no controller-manager, scheduler or kubelet: 
 garbage-collected and node status is whatever a test writes.
 
 What a real server cannot do on demand (an injected 429, an outage, a race at a chosen
-moment) stays with the simulated API (`fleetwatch.collectors.sim.kubeapi`).
+moment) stays with the simulated API (`fleetwatch.sim.kubeapi`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Real servers for tests and benches: Prometheus, Alertmanager, node_exporter and our own
-commands.
+"""Test-only servers and tools: node_exporter, promtool, PromQL queries and in-thread apps.
 
-Each starts on a free loopback port with a temporary directory, is awaited with a
-deadline (never a fixed sleep), and is stopped by PID when its context exits. Every
-integration test uses these so that each server is started once per test module, not
-once per case.
+The servers the demo also starts (Prometheus, Alertmanager, fleetwatch's own commands) and
+the harness that starts them (free loopback ports, temporary directories, readiness with a
+deadline, stop by PID) ship in the package as `fleetwatch.sim.servers`; what is here only
+tests and benches use, and it starts its servers with the same harness.
 """
 
 from __future__ import annotations
@@ -12,223 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
 from aiohttp import web
+from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
 
-PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
-ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
-
-T = TypeVar("T")
-
-
-class MissingBinary(FileNotFoundError):
-    """A Debian binary the tests and benches start is not installed."""
-
-
-def require_binary(path: str) -> str:
-    """`path`, or an error naming the missing Debian binary (./dev.sh test installs them)."""
-    if not Path(path).exists():
-        raise MissingBinary(
-            f"{path} is missing: run ./dev.sh test (it installs the Debian packages)"
-        )
-    return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_until(
-    probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05
-) -> T:
-    """Poll `probe` until it returns something other than None/False, or fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = probe()
-        except (OSError, ValueError, KeyError) as exc:  # not up yet, or not there yet
-            last_error = exc
-            result = None
-        if result is not None and result is not False:
-            return result
-        time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what} (last error: {last_error})"
-    )
-
-
-def http_get(url: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
-    """GET a URL and return the body; raises on non-2xx."""
-    request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        body: bytes = response.read()
-        return body
-
-
-def http_status(url: str, *, timeout: float = 5.0) -> int:
-    """The HTTP status of a GET, including error statuses."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            status: int = response.status
-            return status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
-@dataclass
-class Server:
-    """A started process and where it listens."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    workdir: Path
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after a grace period; always reaps the PID."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def _running(
-    argv: Sequence[str],
-    *,
-    url: str,
-    ready_path: str,
-    workdir: Path,
-    name: str,
-    env: dict[str, str] | None = None,
-    ready_timeout: float = 60.0,
-) -> Iterator[Server]:
-    log_path = workdir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            list(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=workdir,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    server = Server(process=process, url=url, workdir=workdir, log_path=log_path)
-    try:
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"{name} exited with {process.returncode}:\n{server.log()}")
-            return http_status(url + ready_path, timeout=2) == 200
-
-        wait_until(ready, timeout=ready_timeout, what=f"{name} at {url}{ready_path}")
-        yield server
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def prometheus(
-    workdir: Path,
-    *,
-    scrape_configs: list[dict[str, Any]],
-    rule_files: Sequence[Path] = (),
-    alertmanager_urls: Sequence[str] = (),
-    scrape_interval: str = "1s",
-    evaluation_interval: str = "1s",
-    extra_args: Sequence[str] = (),
-    storage: Path | None = None,
-) -> Iterator[Server]:
-    """A real Prometheus on a free loopback port with the given scrape configs and rules."""
-    require_binary(PROMETHEUS)
-    port = free_port()
-    config: dict[str, Any] = {
-        "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
-        "scrape_configs": scrape_configs,
-        "rule_files": [str(p) for p in rule_files],
-    }
-    if alertmanager_urls:
-        config["alerting"] = {
-            "alertmanagers": [
-                {
-                    "static_configs": [
-                        {"targets": [u.removeprefix("http://") for u in alertmanager_urls]}
-                    ]
-                }
-            ]
-        }
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(config))
-    argv = [
-        PROMETHEUS,
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={storage or workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-lifecycle",
-        *extra_args,
-    ]
-    with _running(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        ready_path="/-/ready",
-        workdir=workdir,
-        name="prometheus",
-    ) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def alertmanager(workdir: Path, *, config: dict[str, Any]) -> Iterator[Server]:
-    """A real Alertmanager (no clustering) on a free loopback port."""
-    require_binary(ALERTMANAGER)
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "alertmanager.yml"
-    config_path.write_text(yaml.safe_dump(config))
-    argv = [
-        ALERTMANAGER,
-        f"--config.file={config_path}",
-        f"--storage.path={workdir / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    with _running(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        ready_path="/-/ready",
-        workdir=workdir,
-        name="alertmanager",
-    ) as server:
-        yield server
 
 
 @contextlib.contextmanager
@@ -239,7 +33,6 @@ def node_exporter(
     default collectors)."""
     require_binary(NODE_EXPORTER)
     port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
     chosen = [] if collectors is None else ["--collector.disable-defaults"]
     chosen += [f"--collector.{name}" for name in collectors or ()]
     argv = [
@@ -248,57 +41,12 @@ def node_exporter(
         f"--path.sysfs={sysfs}",
         *chosen,
     ]
-    with _running(
+    with running(
         argv,
         url=f"http://127.0.0.1:{port}",
         ready_path="/metrics",
         workdir=workdir,
         name="node_exporter",
-    ) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def fleetwatch_export(
-    workdir: Path,
-    *,
-    simulate: str,
-    args: Sequence[str] = (),
-) -> Iterator[Server]:
-    """`fleetwatch export --simulate SCENARIO` as a real process, ready at /readyz."""
-    with fleetwatch_command(
-        workdir, command="export", args=[f"--simulate={simulate}", *args], ready_path="/readyz"
-    ) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def fleetwatch_command(
-    workdir: Path,
-    *,
-    command: str,
-    args: Sequence[str] = (),
-    ready_path: str = "/healthz",
-) -> Iterator[Server]:
-    """`fleetwatch COMMAND --web.listen-address=127.0.0.1:PORT ARGS` as a real process
-    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200."""
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "fleetwatch",
-        command,
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.format=json",
-        *args,
-    ]
-    with _running(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        ready_path=ready_path,
-        workdir=workdir,
-        name=f"fleetwatch-{command}",
     ) as server:
         yield server
 
@@ -313,13 +61,6 @@ def prom_query(prom: Server, expr: str, *, time_s: float | None = None) -> list[
         raise AssertionError(f"query {expr!r} failed: {body}")
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
-
-
-def prom_alerts(prom: Server) -> list[dict[str, Any]]:
-    """Alerts Prometheus currently holds (pending and firing)."""
-    body = json.loads(http_get(f"{prom.url}/api/v1/alerts"))
-    alerts: list[dict[str, Any]] = body["data"]["alerts"]
-    return alerts
 
 
 def promtool(

@@ -11,11 +11,41 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from fleetwatch.sim.servers import free_port, http_get, running
 
 import fleetwatch
 
 # Modules that need an extra's dependencies; the rest must import with the base install.
-EXTRAS_ONLY = ("fleetwatch.tainter", "fleetwatch.report")
+# The simulated fleet history is numpy arrays (the report's extra brings numpy); the rest of
+# fleetwatch.sim is the base install's, so `export --simulate` and the demo run from it.
+EXTRAS_ONLY = ("fleetwatch.tainter", "fleetwatch.report", "fleetwatch.sim.fleet")
+# Top-level import names of the extras' libraries: what a base install lacks.
+EXTRA_LIBRARIES = (
+    "kubernetes_asyncio",
+    "pandas",
+    "numpy",
+    "pyarrow",
+    "matplotlib",
+    "tqdm",
+    "grafanalib",
+)
+# Runs the fleetwatch command as a base install would: every import of an extra's library
+# fails as it would there, and is logged so that one caught and worked around shows too.
+BASE_INSTALL_PROGRAM = f"""
+import sys
+from importlib.abc import MetaPathFinder
+
+class NotInstalled(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {EXTRA_LIBRARIES!r}:
+            print(f"base install lacks {{name}}", file=sys.stderr, flush=True)
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+from fleetwatch.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def installed_top_levels() -> set[str]:
@@ -80,6 +110,29 @@ def test_base_modules_do_not_need_an_extra() -> None:
         assert heavy not in base_requirements
 
 
+def test_simulated_exporter_runs_from_the_base_install(tmp_path: Path) -> None:
+    """`fleetwatch export --simulate dgx-h100`, the process the exporter image runs on a
+    laptop, serves GPU and InfiniBand series without importing any extra's library."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-I",
+        "-c",
+        BASE_INSTALL_PROGRAM,
+        "export",
+        "--simulate=dgx-h100",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with running(argv, url=url, ready_path="/readyz", workdir=tmp_path, name="export") as server:
+        metrics = http_get(f"{url}/metrics").decode()
+        log = server.log()
+    assert 'fleetwatch_gpu_temperature_celsius{gpu="0"' in metrics
+    assert 'fleetwatch_infiniband_port_up{device="mlx5_0",port="1"} 1' in metrics
+    assert "base install lacks" not in log
+    assert 'fleetwatch_collector_up{collector="infiniband"} 1' in metrics
+
+
 @pytest.mark.parametrize(
     ("package", "name"),
     [
@@ -87,10 +140,10 @@ def test_base_modules_do_not_need_an_extra() -> None:
         ("fleetwatch.rules", "fleetwatch.rules.yaml"),
         ("fleetwatch.rules", "fleetwatch.recording.yaml"),
         ("fleetwatch.rules", "alertmanager.yml"),
-        ("fleetwatch.collectors.sim.scenarios", "dgx-h100.yaml"),
-        ("fleetwatch.collectors.sim.scenarios", "demo.yaml"),
-        ("fleetwatch.collectors.sim", "bin/perfquery"),
-        ("fleetwatch.collectors.sim", "bin/ibstat"),
+        ("fleetwatch.sim.scenarios", "dgx-h100.yaml"),
+        ("fleetwatch.sim.scenarios", "demo.yaml"),
+        ("fleetwatch.sim", "bin/perfquery"),
+        ("fleetwatch.sim", "bin/ibstat"),
     ],
 )
 def test_runtime_data_ships_in_the_package(package: str, name: str) -> None:

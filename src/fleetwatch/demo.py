@@ -1,10 +1,11 @@
 """`fleetwatch demo`: the whole stack on this machine, with simulated hardware.
 
-Starts the exporter on the `demo` scenario (or `--scenario`); when installed, a real
-Prometheus scraping it (with a `node` label, loading the shipped rules), a simulated
-Kubernetes cluster (clearly labelled: the node, its kubelet's pod-to-GPU allocations and
-kube-state-metrics' pod labels, from the scenario's `pods:`) and a real Alertmanager
-routing taint alerts; when the tainter is part of the build, the tainter against the
+Starts, through the same harness as the integration tests (`fleetwatch.sim.stack`), a
+simulated Kubernetes cluster (clearly labelled: the node, its kubelet's pod-to-GPU
+allocations and kube-state-metrics' pod labels, from the scenario's `pods:`) and the
+exporter on the `demo` scenario (or `--scenario`); when installed, a real Prometheus
+scraping them (with a `node` label, loading the shipped rules) and a real Alertmanager
+routing taint alerts; when the tainter's extra is installed, the tainter against the
 simulated cluster. It prints the story of the scenario it runs (from its faults and pods:
 with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a training
 job waits for its thermally throttled GPU while another GPU idles), follows it as it
@@ -15,48 +16,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import importlib.util
 import logging
-import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
-from importlib import resources
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import yaml
-
-from fleetwatch.collectors.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
-from fleetwatch.flags import listen_address
+from fleetwatch.flags import bounded_duration, existing_dir, listen_address
+from fleetwatch.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
+from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, MissingBinary, ServerError, prom_alerts
+from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
 
 log = logging.getLogger(__name__)
 
-RULES_PACKAGE = "fleetwatch.rules"
-RULE_FILES = ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml")
-ALERTMANAGER_ROUTE = "alertmanager.yml"
-PROMETHEUS = "/usr/bin/prometheus"
-ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-NODE = "demo-node"
-DEFAULT_PORTS = {
+NODE: Final = "demo-node"
+DEFAULT_PORTS: Final = {
     "exporter": 9842,
     "prometheus": 9090,
     "alertmanager": 9093,
     "tainter": 9843,
     "cluster": 18443,
 }
-INSTALL_HINT = "sudo apt-get install -y --no-install-recommends prometheus prometheus-alertmanager"
+INSTALL_HINT: Final = (
+    "sudo apt-get install -y --no-install-recommends prometheus prometheus-alertmanager"
+)
+demo_duration = bounded_duration(1.0, 366 * 86400.0)
+"""`--duration`: from a second (the stack must start) to the longest duration flag's bound."""
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register `fleetwatch demo`."""
+    """Register `fleetwatch demo` and the hidden `fleetwatch simulate-cluster`."""
     parser = subparsers.add_parser(
         "demo",
         help="run the whole stack locally on simulated hardware",
@@ -68,10 +62,10 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--duration",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="stop after this many seconds (default: run until Ctrl-C)",
+        type=demo_duration,
+        default=None,
+        metavar="DURATION",
+        help="stop after this long, e.g. 90s or 10m (default: run until Ctrl-C)",
     )
     parser.set_defaults(run=run_demo)
 
@@ -93,7 +87,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a node whose scenario's pods the cluster shows: its kubelet's PodResources "
         "socket KUBELET_DIR/NODE.sock and kube_pod_labels at /metrics",
     )
-    simulate.add_argument("--kubelet-dir", type=Path, default=None)
+    simulate.add_argument("--kubelet-dir", type=existing_dir, default=None)
     simulate.add_argument("--kubeconfig-out", type=Path, required=True)
     simulate.set_defaults(run=_run_simulate)
 
@@ -109,80 +103,8 @@ def node_scenario(text: str) -> tuple[str, Scenario]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def free_port(preferred: int) -> int:
-    """`preferred` when nothing listens there, else any free loopback port."""
-    for candidate in (preferred, 0):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            port: int = sock.getsockname()[1]
-            return port
-    raise OSError("no free TCP port on 127.0.0.1")
-
-
-@dataclass
-class Stack:
-    """The processes the demo started, stopped by PID in reverse order."""
-
-    workdir: Path
-    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
-
-    def start(self, name: str, argv: list[str], ready_url: str, timeout: float = 60) -> None:
-        logfile = (self.workdir / f"{name}.log").open("wb")
-        process = subprocess.Popen(
-            argv,
-            stdout=logfile,
-            stderr=subprocess.STDOUT,
-            cwd=self.workdir,
-            start_new_session=True,
-        )
-        logfile.close()
-        self.processes.append((name, process))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
-            if http_ok(ready_url):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"{name} did not become ready at {ready_url} within {timeout:g}s")
-
-    def stop(self) -> None:
-        for _name, process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _name, process in reversed(self.processes):
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
-        return json.load(response)
-
-
-def fleetwatch(*args: str) -> list[str]:
-    return [sys.executable, "-m", "fleetwatch", *args, "--log.format=json"]
-
-
 def run_demo(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch demo`."""
-    workdir = Path(tempfile.mkdtemp(prefix="fleetwatch-demo-"))
-    stack = Stack(workdir=workdir)
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -196,172 +118,48 @@ def run_demo(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
         return 2
+    workdir = Path(tempfile.mkdtemp(prefix="fleetwatch-demo-"))
     try:
-        urls = start_stack(stack, args.scenario)
-        print_banner(urls, workdir, scenario)
-        follow_story(
-            urls,
-            deadline=time.monotonic() + args.duration if args.duration else None,
-            stopping=lambda: stopping,
-        )
-    except RuntimeError as exc:
+        with contextlib.ExitStack() as servers:
+            try:
+                stack = start_stack(workdir, servers, demo_plan(args.scenario))
+                print_banner(stack.urls(), workdir, scenario)
+                follow_story(
+                    stack,
+                    deadline=None if args.duration is None else time.monotonic() + args.duration,
+                    stopping=lambda: stopping,
+                )
+            finally:
+                print("\nstopping every process the demo started ...", flush=True)
+    except (ServerError, MissingBinary, TimeoutError) as exc:
         print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
         return 1
     finally:
-        print("\nstopping every process the demo started ...", flush=True)
-        stack.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
-def start_stack(stack: Stack, scenario: str) -> dict[str, str]:
-    """Start what is installed; return the URLs of what runs."""
-    ports = {name: free_port(preferred) for name, preferred in DEFAULT_PORTS.items()}
-    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    port = ports["exporter"]
-    running = {"exporter": urls["exporter"]}
-    stack.start(
-        "exporter",
-        fleetwatch(
-            "export",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--simulate={scenario}",
-            "--collection-interval=2s",
-            f"--collector.podresources.socket={stack.workdir / f'{NODE}.sock'}",
-            "--collector.podresources.refresh-interval=2s",
-        ),
-        urls["exporter"] + "/readyz",
+def demo_plan(scenario: str) -> Plan:
+    """The shipped stack on `scenario`, with what this machine has installed."""
+    return Plan(
+        scenario=scenario,
+        node=NODE,
+        tainter_args=("--untaint.hold=30s",),
+        with_prometheus=Path(PROMETHEUS).exists(),
+        with_alertmanager=Path(ALERTMANAGER).exists(),
+        with_tainter=_tainter_available(),
+        ports=DEFAULT_PORTS,
     )
-    if not Path(PROMETHEUS).exists():
-        return running
-    start_cluster(stack, urls, scenario)
-    running["cluster"] = urls["cluster"]
-    if _tainter_available() and Path(ALERTMANAGER).exists():
-        start_tainter(stack, urls)
-        running["tainter"] = urls["tainter"]
-    if Path(ALERTMANAGER).exists():
-        start_alertmanager(stack, urls, with_tainter="tainter" in running)
-        running["alertmanager"] = urls["alertmanager"]
-    start_prometheus(stack, urls, with_alertmanager="alertmanager" in running)
-    running["prometheus"] = urls["prometheus"]
-    return running
 
 
 def _tainter_available() -> bool:
-    try:
-        import fleetwatch.tainter.cli  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the tainter's extra is installed (the base install has no Kubernetes client)."""
+    return importlib.util.find_spec("kubernetes_asyncio") is not None
 
 
-def start_cluster(stack: Stack, urls: dict[str, str], scenario: str) -> None:
-    """A SIMULATED Kubernetes cluster with one node: its API, its kubelet's PodResources
-    socket (which the exporter reads) and kube-state-metrics' pod labels at /metrics."""
-    stack.start(
-        "simulated-cluster",
-        fleetwatch(
-            "simulate-cluster",
-            f"--web.listen-address={urls['cluster'][7:]}",
-            f"--node-scenario={NODE}={scenario}",
-            f"--kubelet-dir={stack.workdir}",
-            f"--kubeconfig-out={stack.workdir / 'simulated-kubeconfig.yaml'}",
-        ),
-        f"{urls['cluster']}/api/v1/nodes/{NODE}",
-    )
-
-
-def start_tainter(stack: Stack, urls: dict[str, str]) -> None:
-    """The tainter, writing to the SIMULATED cluster's API."""
-    kubeconfig = stack.workdir / "simulated-kubeconfig.yaml"
-    token = stack.workdir / "webhook-token"
-    token.write_text(os.urandom(16).hex())
-    stack.start(
-        "tainter",
-        fleetwatch(
-            "taint",
-            f"--web.listen-address={urls['tainter'][7:]}",
-            f"--web.token-file={token}",
-            f"--kubeconfig={kubeconfig}",
-            f"--prometheus-url={urls['prometheus']}",
-            "--untaint.hold=30s",
-            f"--alertmanager-url={urls['alertmanager']}",
-        ),
-        f"{urls['tainter']}/healthz",
-    )
-
-
-def shipped_rule_text(name: str) -> str:
-    """A rules or Alertmanager file as the installed package ships it."""
-    return resources.files(RULES_PACKAGE).joinpath(name).read_text(encoding="utf-8")
-
-
-def start_alertmanager(stack: Stack, urls: dict[str, str], *, with_tainter: bool) -> None:
-    """Alertmanager with the shipped taint route pointed at the demo's tainter."""
-    config: dict[str, Any] = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}]}
-    if with_tainter:
-        config = yaml.safe_load(shipped_rule_text(ALERTMANAGER_ROUTE))
-        for receiver in config.get("receivers", []):
-            for hook in receiver.get("webhook_configs", []):
-                hook["url"] = f"{urls['tainter']}/alerts"
-                authorization = hook.setdefault("http_config", {}).setdefault("authorization", {})
-                authorization["credentials_file"] = str(stack.workdir / "webhook-token")
-    path = stack.workdir / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(config))
-    stack.start(
-        "alertmanager",
-        [
-            ALERTMANAGER,
-            f"--config.file={path}",
-            f"--storage.path={stack.workdir / 'am'}",
-            f"--web.listen-address={urls['alertmanager'][7:]}",
-            "--cluster.listen-address=",
-        ],
-        urls["alertmanager"] + "/-/ready",
-    )
-
-
-def start_prometheus(stack: Stack, urls: dict[str, str], *, with_alertmanager: bool) -> None:
-    """Prometheus scraping the exporter as node `demo-node`, with the shipped rules."""
-    rule_files = []
-    for name in RULE_FILES:
-        path = stack.workdir / name
-        path.write_text(shipped_rule_text(name))
-        rule_files.append(str(path))
-    config: dict[str, Any] = {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "rule_files": rule_files,
-        "scrape_configs": [
-            {
-                "job_name": "fleetwatch",
-                "static_configs": [{"targets": [urls["exporter"][7:]], "labels": {"node": NODE}}],
-            },
-            {
-                "job_name": "kube-state-metrics",
-                "static_configs": [{"targets": [urls["cluster"][7:]]}],
-            },
-        ],
-    }
-    if with_alertmanager:
-        config["alerting"] = {
-            "alertmanagers": [{"static_configs": [{"targets": [urls["alertmanager"][7:]]}]}]
-        }
-    path = stack.workdir / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    stack.start(
-        "prometheus",
-        [
-            PROMETHEUS,
-            f"--config.file={path}",
-            f"--storage.tsdb.path={stack.workdir / 'prom'}",
-            f"--web.listen-address={urls['prometheus'][7:]}",
-        ],
-        urls["prometheus"] + "/-/ready",
-    )
-
-
-def print_banner(urls: dict[str, str], workdir: Path, scenario: Scenario) -> None:
-    """Where to look, and the story of the scenario being run."""
+def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> None:
+    """Where to look (`urls` of the servers that run, by name), and the story of the
+    scenario being run."""
     lines = [
         "",
         f"fleetwatch demo: scenario {scenario.name}, a simulated node named {NODE} with "
@@ -378,7 +176,7 @@ def print_banner(urls: dict[str, str], workdir: Path, scenario: Scenario) -> Non
         ]
     else:
         lines += [
-            "  prometheus    not installed: the exporter runs alone. For the whole stack run",
+            "  prometheus    not installed: no alerts and no taints. For the whole stack run",
             f"                {INSTALL_HINT}",
         ]
     if "alertmanager" in urls:
@@ -420,7 +218,7 @@ def story(scenario: Scenario, workdir: Path) -> list[str]:
             text += (
                 " The gpu-lost taint stays until a person runs\n"
                 f"          fleetwatch untaint {NODE} --reason gpu-lost "
-                f"--kubeconfig={workdir}/simulated-kubeconfig.yaml"
+                f"--kubeconfig={workdir / KUBECONFIG}"
             )
         lines.append(f"  t={fault.at:g}s".ljust(10) + text)
     return [*lines, ""]
@@ -507,12 +305,12 @@ def _other_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
     return f"{fault.kind} on {gpu}{lasting}"
 
 
-def follow_story(urls: dict[str, str], *, deadline: float | None, stopping: Any) -> None:
-    """Print what changes: hottest GPU, firing alerts, node taints."""
+def follow_story(stack: Stack, *, deadline: float | None, stopping: Callable[[], bool]) -> None:
+    """Print what changes: firing alerts, node taints."""
     start = time.monotonic()
     last: dict[str, str] = {}
     while not stopping() and (deadline is None or time.monotonic() < deadline):
-        for key, value in observe(urls).items():
+        for key, value in observe(stack).items():
             if last.get(key) != value:
                 print(f"[t={time.monotonic() - start:5.0f}s] {key}: {value}", flush=True)
                 last[key] = value
@@ -522,21 +320,20 @@ def follow_story(urls: dict[str, str], *, deadline: float | None, stopping: Any)
             time.sleep(0.1)
 
 
-def observe(urls: dict[str, str]) -> dict[str, str]:
+def observe(stack: Stack) -> dict[str, str]:
+    """The firing alerts and the node's taints, as one line each; what cannot be read now
+    (a server still starting or busy) is left out until the next look."""
     seen: dict[str, str] = {}
     with contextlib.suppress(OSError, ValueError, KeyError):
-        if "prometheus" in urls:
-            alerts = http_json(urls["prometheus"] + "/api/v1/alerts")["data"]["alerts"]
+        if stack.prometheus is not None:
+            alerts = prom_alerts(stack.prometheus)
             firing = sorted({a["labels"]["alertname"] for a in alerts if a["state"] == "firing"})
             seen["firing alerts"] = ", ".join(firing) or "none"
     with contextlib.suppress(OSError, ValueError, KeyError):
-        if "cluster" in urls:
-            node = http_json(f"{urls['cluster']}/api/v1/nodes/{NODE}")
-            taints = node.get("spec", {}).get("taints") or []
-            seen["node taints"] = (
-                ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in taints)
-                or "none"
-            )
+        taints = stack.taints()
+        seen["node taints"] = (
+            ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in taints) or "none"
+        )
     return seen
 
 
@@ -546,8 +343,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     from aiohttp import web
 
-    from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-    from fleetwatch.collectors.sim.kubelet import kube_pod_labels, serve_kubelet
+    from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+    from fleetwatch.sim.kubelet import kube_pod_labels, serve_kubelet
 
     nodes = [*args.nodes, *(node for node, _ in args.node_scenarios)]
     if not nodes:

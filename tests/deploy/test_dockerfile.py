@@ -230,7 +230,7 @@ def test_copied_tree_builds_the_whole_package(tmp_path: Path) -> None:
         assert f"{path}/__init__.py" in names, f"{package} is not in the image's install"
     assert {n.split("/")[0] for n in names if not n.startswith("fleetwatch-")} == {"fleetwatch"}
     for tool in ("perfquery", "ibstat"):
-        assert f"fleetwatch/collectors/sim/bin/{tool}" in names
+        assert f"fleetwatch/sim/bin/{tool}" in names
     assert "fleetwatch/rules/config.yaml" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "fleetwatch = fleetwatch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleetwatch.collectors.sim.scenario import load_scenario
+from fleetwatch.sim.scenario import load_scenario
 
 from fleetwatch.demo import print_banner, story
 

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import pytest
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.collectors.sim.scenario import load_scenario
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.exporter.engine import SELF_METRICS
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.sim import servers
+from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.world import SimulatedNode
 
 from fleetwatch.cli import build_parser
-from testbed import servers
+from testbed.clock import FixedClock
+from testbed.servers import prom_query, promtool_check_metrics
 from tests.golden import GOLDEN_DIR, assert_golden
 
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
@@ -111,15 +113,13 @@ def test_prometheus_scrapes_temperatures_with_node_label(
 ) -> None:
     _exporter, prom = live
     expr = 'fleetwatch_gpu_temperature_celsius{sensor="gpu"}'
-    result = servers.wait_until(
-        lambda: servers.prom_query(prom, expr) or None, timeout=30, what=expr
-    )
+    result = servers.wait_until(lambda: prom_query(prom, expr) or None, timeout=30, what=expr)
     assert len(result) == 8
     assert {r["metric"]["node"] for r in result} == {"node-a"}
     assert {r["metric"]["gpu"] for r in result} == {str(i) for i in range(8)}
     for r in result:
         assert 55 < float(r["value"][1]) < 75
-    up = servers.prom_query(prom, 'up{job="fleetwatch"}')
+    up = prom_query(prom, 'up{job="fleetwatch"}')
     assert [float(r["value"][1]) for r in up] == [1.0]
 
 
@@ -127,7 +127,7 @@ def test_prometheus_scrapes_temperatures_with_node_label(
 def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Server]) -> None:
     exporter, _prom = live
     body = servers.http_get(exporter.url + "/metrics")
-    assert servers.promtool_check_metrics(body.decode()) == []
+    assert promtool_check_metrics(body.decode()) == []
     assert b"fleetwatch_collector_up" in body
 
 
@@ -138,7 +138,7 @@ def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Ser
 def test_every_golden_exposition_passes_promtool(golden: str) -> None:
     text = (GOLDEN_DIR / golden).read_text()
     assert text.startswith("# HELP fleetwatch_")
-    assert servers.promtool_check_metrics(text) == []
+    assert promtool_check_metrics(text) == []
 
 
 @pytest.mark.integration
@@ -159,7 +159,7 @@ def test_the_demos_scrape_passes_promtool(tmp_path: Path) -> None:
             interval=1.0,
             what="the demo's Xid 79",
         )
-    assert servers.promtool_check_metrics(body.decode()) == []
+    assert promtool_check_metrics(body.decode()) == []
 
 
 def test_serving_line_names_the_collectors_turned_off(tmp_path: Path) -> None:

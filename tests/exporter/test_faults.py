@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from testbed import servers
+from fleetwatch.sim import servers
 
 SCENARIO = {
     "gpus": 8,

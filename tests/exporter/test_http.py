@@ -13,10 +13,10 @@ import pytest
 from fleetwatch.exporter.engine import Engine
 from fleetwatch.exporter.http import accepts_gzip, make_app
 from fleetwatch.exporter.settings import ExportSettings, HttpLimits
+from fleetwatch.sim.servers import free_port
 
 from fleetwatch.cli import build_parser
 from fleetwatch.listener import Listener, listen
-from testbed.servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

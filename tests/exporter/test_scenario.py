@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleetwatch.collectors.sim.kubelet import kube_pod_labels
-from fleetwatch.collectors.sim.scenario import (
+from fleetwatch.sim.kubelet import kube_pod_labels
+from fleetwatch.sim.scenario import (
     MAX_SCENARIO_BYTES,
     ScenarioError,
     builtin_names,
     load_scenario,
 )
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
+from fleetwatch.sim.world import SimulatedNode
 
+from testbed.clock import FixedClock
 from testbed.servers import promtool_check_metrics
 
 VALID = {

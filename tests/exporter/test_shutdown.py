@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from fleetwatch.exporter.shutdown import EXIT_SHUTDOWN_TIMEOUT, ShutdownDeadline
-
-from testbed import servers
+from fleetwatch.sim import servers
 
 pytestmark = pytest.mark.timeout(600)
 

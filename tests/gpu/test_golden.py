@@ -14,8 +14,8 @@ from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
-from fleetwatch.collectors.sim.scenario import Fault
 from fleetwatch.collectors.sources.nvml import FabricReading, NvmlSource
+from fleetwatch.sim.scenario import Fault
 
 from testbed import servers
 from tests.golden import assert_golden

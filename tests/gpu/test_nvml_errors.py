@@ -11,8 +11,8 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.metrics import Family
 from fleetwatch.collectors.nvlink import NvLinkCollector
-from fleetwatch.collectors.sim.scenario import Fault
 from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.sim.scenario import Fault
 
 from tests.gpu.simnode import samples, simulated
 

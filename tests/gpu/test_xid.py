@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from fleetwatch.collectors import xid
 from fleetwatch.collectors.base import CollectorContext
-from fleetwatch.collectors.sim.fake_nvml import FakeNvml, SimulatedKernelLog
-from fleetwatch.collectors.sim.scenario import Fault
 from fleetwatch.collectors.sources.kmsg import KmsgReader, normalize_pci, parse_xid
 from fleetwatch.collectors.xid import XidCollector, XidLedger
+from fleetwatch.sim import servers
+from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
+from fleetwatch.sim.scenario import Fault
 
 from fleetwatch.cli import build_parser
-from testbed import servers
 from tests.gpu.simnode import samples, simulated
 
 XID = "fleetwatch_gpu_xid_errors_total"

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors.sim.scenario import parse_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.exporter.render import render_families
+from fleetwatch.sim.scenario import parse_scenario
+from fleetwatch.sim.servers import Server, http_get
+from fleetwatch.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.sim.world import SimulatedNode
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.servers import Server, http_get, node_exporter
+from testbed.clock import FixedClock
+from testbed.servers import node_exporter
 from tests.infiniband.fixtures import make_collector
 from tests.infiniband.test_fixture_trees import FIXTURES
 

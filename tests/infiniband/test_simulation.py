@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors.sim import tool_dir
-from fleetwatch.collectors.sim.scenario import load_scenario, parse_scenario
-from fleetwatch.collectors.sim.sysfs_tree import SimulatedSysfs
-from fleetwatch.collectors.sim.world import SimulatedNode
 from fleetwatch.exporter.render import render_families
+from fleetwatch.sim import tool_dir
+from fleetwatch.sim.scenario import load_scenario, parse_scenario
+from fleetwatch.sim.sysfs_tree import SimulatedSysfs
+from fleetwatch.sim.world import SimulatedNode
 
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import make_collector

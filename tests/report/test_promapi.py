@@ -22,9 +22,9 @@ from fleetwatch.report.promapi import (
     PrometheusUnreachable,
     chunks,
 )
+from fleetwatch.sim.servers import free_port
 
 from fleetwatch.cli import main
-from testbed.servers import free_port
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
 

@@ -1,6 +1,6 @@
 """The report against a real Prometheus holding a backfilled, simulated fleet history.
 
-The history (report/fleetsim.py) has known anomalies; the report must find exactly
+The history (sim/fleet.py) has known anomalies; the report must find exactly
 those, rank them first, and flag nothing else. One Prometheus and one report run serve
 the whole module.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import Dataset, load_snapshot
-from fleetwatch.report.fleetsim import (
+from fleetwatch.sim.fleet import (
     DCGM_NODE,
     FleetSpec,
     Injected,
@@ -25,10 +25,11 @@ from fleetwatch.report.fleetsim import (
     uuid,
     write_openmetrics,
 )
+from fleetwatch.sim.servers import Server, prometheus, require_binary
 from PIL import Image
 
 from fleetwatch.cli import main
-from testbed.servers import Server, prometheus, promtool, require_binary
+from testbed.servers import promtool
 
 pytestmark = pytest.mark.integration
 

@@ -28,17 +28,17 @@ import pytest
 import yaml
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
-
-from dashboards.generate import DASHBOARDS_DIR
-from testbed.servers import (
+from fleetwatch.sim.servers import (
     Server,
     fleetwatch_command,
     fleetwatch_export,
     prom_alerts,
-    prom_query,
     prometheus,
     wait_until,
 )
+
+from dashboards.generate import DASHBOARDS_DIR
+from testbed.servers import prom_query
 from tests.rules.promql import dashboards_generator
 from tests.rules.test_rules_integration import _cap_for
 

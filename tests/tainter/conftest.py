@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
 from fleetwatch.tainter.controller import Controller, ControllerSettings

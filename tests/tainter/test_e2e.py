@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
+from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.stack import Stack
 
-from testbed.servers import wait_until
-from testbed.stack import Stack, start_stack
+from testbed.stack import start_e2e_stack
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with contextlib.ExitStack() as servers:
-        yield start_stack(tmp_path_factory.mktemp("e2e"), servers, interval="1s", hold="3s")
+        yield start_e2e_stack(tmp_path_factory.mktemp("e2e"), servers, interval="1s", hold="3s")
 
 
 def test_overheating_gpu_taints_node_then_cooling_untaints_it(stack: Stack) -> None:
@@ -46,6 +47,7 @@ def test_overheating_gpu_taints_node_then_cooling_untaints_it(stack: Stack) -> N
         interval=0.5,
         what="the taint to be removed after the GPU cooled",
     )
+    assert stack.tainter is not None
     log = stack.tainter.log()
     assert "taint added" in log
     assert "taint removed" in log

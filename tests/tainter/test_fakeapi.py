@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 
 AUTH = {"Authorization": "Bearer kube-token"}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/fw/leases"

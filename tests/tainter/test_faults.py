@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi
 from fleetwatch.tainter.payload import parse_webhook
 

@@ -25,17 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-
-from testbed.servers import (
+from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.sim.servers import (
     Server,
     alertmanager,
     fleetwatch_command,
     http_get,
     http_status,
-    served_in_thread,
     wait_until,
 )
+
+from testbed.servers import served_in_thread
 
 pytestmark = pytest.mark.integration
 

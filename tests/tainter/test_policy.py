@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook

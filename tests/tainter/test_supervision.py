@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, parse_webhook

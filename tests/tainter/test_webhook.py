@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetwatch.collectors.sim.kubeapi import FakeCluster
+from fleetwatch.sim.kubeapi import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -175,7 +175,7 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "pods",
     "extra",
 }
-BUILTIN_PACKAGE: Final = "fleetwatch.collectors.sim.scenarios"
+BUILTIN_PACKAGE: Final = "fleetwatch.sim.scenarios"
 # A scenario describes one node and its faults: a few KiB. The cap turns a wrong path
 # (a log, an image) into a clear error instead of a long parse.
 MAX_SCENARIO_BYTES: Final = 1024 * 1024

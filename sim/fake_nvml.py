@@ -12,8 +12,8 @@ every call; link indices past the real count answer `InvalidArgument`; GPUs with
 answer `NotSupported`; NVLink5 field values and NVLink-fabric info exist only where the
 scenario says so;
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
-created. Tests can inject a failure into any call (`fail`), hold the profiling counters
-as another tool would (`hold_profiling`) and inject Xid events (`inject_xid`).
+created. The tests' controls (a failure injected into any call, profiling counters held by
+another tool, an Xid delivered now) live with the tests, in a subclass.
 """
 
 from __future__ import annotations
@@ -21,19 +21,18 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
-from fleetwatch.collectors.sim.world import (
+from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
+from fleetwatch.sim.world import (
     GPU_MAX_CELSIUS,
     MEMORY_MAX_CELSIUS,
     SHUTDOWN_CELSIUS,
     SLOWDOWN_CELSIUS,
     SimulatedNode,
 )
-from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
 
 # PCI bus numbers of the eight GPUs of a DGX H100 (`nvidia-smi` order).
 _DGX_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -181,11 +180,7 @@ class FakeNvml:
         self.scenario = node.scenario
         self.init_calls = 0
         self.live_gpm_samples = 0
-        self._failures: dict[tuple[str, int | None], type[pynvml.NVMLError]] = {}
-        self._profiling_held = False
         self._hang_calls = frozenset(f.call for f in self.scenario.faults if f.kind == "hang")
-        self._injected: deque[tuple[int, int]] = deque()
-        self.event_sets: list[FakeEventSet] = []  # every set created, for tests to inspect
         self._wake = threading.Condition()
         self._memory_total = int(self.scenario.extra.get("memory_total_mib", _DEFAULT_MEMORY_MIB))
         clique = self.scenario.extra.get("fabric_clique_id")
@@ -197,31 +192,10 @@ class FakeNvml:
             return getattr(pynvml, name)
         raise AttributeError(f"FakeNvml does not implement {name}")
 
-    # -- test controls -----------------------------------------------------------------
-    def fail(self, call: str, *, error: type[pynvml.NVMLError], gpu: int | None = None) -> None:
-        """Make `call` raise `error` (on one GPU, or every GPU when `gpu` is None)."""
-        self._failures[(call, gpu)] = error
-
-    def clear_failures(self) -> None:
-        self._failures.clear()
-
-    def hold_profiling(self, held: bool) -> None:
-        """Simulate another tool (Nsight, DCGM profiling) holding the profiling counters."""
-        self._profiling_held = held
-
-    def inject_xid(self, gpu: int, xid: int) -> None:
-        """Deliver an Xid event to every registered event set, now."""
-        with self._wake:
-            self._injected.append((gpu, xid))
-            self._wake.notify_all()
-
     # -- plumbing --------------------------------------------------------------------------
     def _enter(self, call: str, handle: FakeHandle | None) -> int | None:
-        """What every device call does first: injected failure, hang, lost GPU."""
+        """What every device call does first: a scenario's hang, a lost GPU."""
         gpu = None if handle is None else handle.index
-        error = self._failures.get((call, gpu)) or self._failures.get((call, None))
-        if error is not None:
-            raise error()
         if call in self._hang_calls:
             self.node.block_for_hang(call, gpu)
         if gpu is not None and self.node.gpu_lost(gpu):
@@ -459,8 +433,6 @@ class FakeNvml:
         gpu = self._gpu("nvmlGpmSampleGet", handle)
         if not self.scenario.gpm_supported:
             raise pynvml.NVMLError_NotSupported()
-        if self._profiling_held:
-            raise pynvml.NVMLError_InUse()
         sample.gpu, sample.at = gpu, self.node.now()
         return sample
 
@@ -507,9 +479,7 @@ class FakeNvml:
     # -- events ----------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> FakeEventSet:
         self._enter("nvmlEventSetCreate", None)
-        events = FakeEventSet(created_at=self.node.now())
-        self.event_sets.append(events)
-        return events
+        return FakeEventSet(created_at=self.node.now())
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
         self._gpu("nvmlDeviceGetSupportedEventTypes", handle)
@@ -537,10 +507,7 @@ class FakeNvml:
         )
 
     def _next_event(self, events: FakeEventSet) -> tuple[int, int] | None:
-        while self._injected:
-            gpu, xid = self._injected.popleft()
-            if gpu in events.gpus:
-                return gpu, xid
+        """The next scheduled Xid the set has not delivered (called holding `_wake`)."""
         scheduled = self.node.xid_events()
         while events.delivered < len(scheduled):
             at, gpu, xid = scheduled[events.delivered]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fleetwatch.collectors.sim.scenario import HcaSpec
-from fleetwatch.collectors.sim.world import SimulatedNode
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS
+from fleetwatch.sim.scenario import HcaSpec
+from fleetwatch.sim.world import SimulatedNode
 
 TOOLS_FILE: Final = Path("fleetwatch-sim") / "ibtools.json"
 _SPEED_NAMES: Final = {25: "EDR", 50: "HDR", 100: "NDR", 200: "XDR", 10: "QDR", 14: "FDR"}

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from fleetwatch.collectors.sim.scenario import Fault, HcaSpec, Scenario
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_BITS
+from fleetwatch.sim.scenario import Fault, HcaSpec, Scenario
 
 # Steady traffic per active port, in bytes per second of line rate used.
 _LINK_LOAD: Final = 0.35
@@ -35,16 +35,6 @@ class WallClock:
 
     def elapsed(self) -> float:
         return time.monotonic() - self._start
-
-
-@dataclass(frozen=True)
-class FixedClock:
-    """Simulated time stands still: golden files and unit tests."""
-
-    at: float
-
-    def elapsed(self) -> float:
-        return self.at
 
 
 @dataclass(frozen=True, kw_only=True)
