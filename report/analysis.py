@@ -20,9 +20,10 @@ from fleetwatch.report.policy import (
     Policy,
     shipped_policy,
 )
+from fleetwatch.rules.xids import FALLEN_OFF_BUS, shipped_catalog
 
-RMA_XIDS = frozenset({"48", "64", "95", "140"})
-FELL_OFF_BUS_XID = "79"
+RMA_XIDS = frozenset(str(code) for code in shipped_catalog().rma())
+FELL_OFF_BUS_XID = str(FALLEN_OFF_BUS)
 
 
 @dataclass

@@ -87,6 +87,7 @@ def test_base_modules_do_not_need_an_extra() -> None:
         ("fleetwatch.rules", "fleetwatch.rules.yaml"),
         ("fleetwatch.rules", "fleetwatch.recording.yaml"),
         ("fleetwatch.rules", "alertmanager.yml"),
+        ("fleetwatch.rules", "xid_catalog.yaml"),
         ("fleetwatch.collectors.sim.scenarios", "dgx-h100.yaml"),
         ("fleetwatch.collectors.sim.scenarios", "demo.yaml"),
         ("fleetwatch.collectors.sim", "bin/perfquery"),
