@@ -28,7 +28,7 @@ ACTIONS: Final = ("none", "restart_application", "reset_gpu", "reboot_node", "co
 CRITICAL_ACTIONS: Final = frozenset({"reset_gpu", "reboot_node", "contact_support"})
 FALLEN_OFF_BUS: Final = 79
 """GPUFallenOffBus (and the report's drain rows) own Xid 79: the derived lists leave it out."""
-_KEYS: Final = {
+_KEYS: Final[dict[str, type]] = {
     "code": int,
     "name": str,
     "bucket": str,
@@ -90,7 +90,7 @@ def _entry(raw: Any, index: int, source: str) -> XidEntry:
         # bool is an int subclass: `code: true` must not pass as Xid 1.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise CatalogError(f"{where}: {key}: expected {kind.__name__}, got {value!r}")
-        if kind is str and not value.strip():
+        if isinstance(value, str) and not value.strip():
             raise CatalogError(f"{where}: {key}: must not be empty")
     unknown = sorted(set(raw) - set(_KEYS))
     if unknown:
