@@ -8,12 +8,23 @@ needs read access to /dev/kmsg (`CAP_SYSLOG` under `kernel.dmesg_restrict=1`).
 `nvml,kmsg` runs both. `collect()` only reads the counters the threads keep: it never
 waits on either source. Which sources run is logged once at start.
 
+Kernel-log records stamped before the reader opened are history: an exporter started (or
+restarted) on a node whose log holds an old Xid must not report it as a new error, or
+enabling the kernel-log source fleet-wide would alert on every node with an Xid since
+boot. History Xids go to `fleetwatch_gpu_xid_history_errors` and never into the Xid
+counter, so that counter's series still appears with the first new Xid (the alert rules
+read a new series as a new Xid). The kernel log also gives what NVML events do not: the
+driver's "GPU has fallen off the bus" line and NVSwitch SXids, counted when new.
+Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
+once.
+
 The same Xid usually arrives from both sources. `XidLedger` counts it once: an Xid from
 one source cancels one not-yet-matched report of the same GPU and Xid from the other
 source within `--collector.xid.dedup-window`. Kernel-log records carry their own
-timestamp (seconds since boot, the clock `time.monotonic` uses on Linux), so Xids from
-the log's history never cancel a fresh NVML event. The counter of a GPU that fell off the
-bus stays: that Xid 79 is exactly what an operator needs to see.
+timestamp (seconds since boot, the clock `time.monotonic` uses on Linux; the ledger reads
+the kernel log's clock), so Xids from the log's history never cancel a fresh NVML event.
+The counter of a GPU that fell off the bus stays: that Xid 79 is exactly what an operator
+needs to see.
 """
 
 from __future__ import annotations
@@ -31,7 +42,16 @@ from typing import Any, Final, Literal
 import pynvml
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
-from fleetwatch.collectors.sources.kmsg import KernelLog, normalize_pci, parse_xid
+from fleetwatch.collectors.sources.kmsg import (
+    DEFAULT_PATH,
+    FallenOffBus,
+    KernelLog,
+    KernelXid,
+    SwitchXid,
+    Unreadable,
+    normalize_pci,
+    parse_record,
+)
 from fleetwatch.collectors.sources.nvml import NvmlSource, error_name
 
 from fleetwatch.flags import duration_setting, setting
@@ -39,6 +59,11 @@ from fleetwatch.flags import duration_setting, setting
 log = logging.getLogger(__name__)
 
 XID = "fleetwatch_gpu_xid_errors_total"
+XID_HISTORY = "fleetwatch_gpu_xid_history_errors"
+FALLEN_OFF_BUS = "fleetwatch_gpu_fallen_off_bus_total"
+SXID = "fleetwatch_nvswitch_sxid_errors_total"
+UNREADABLE = "fleetwatch_kmsg_unreadable_records_total"
+UNREADABLE_REASONS: Final = ("no_timestamp", "malformed")
 SPECS: Final = (
     MetricSpec(
         XID,
@@ -46,6 +71,31 @@ SPECS: Final = (
         "Xid errors raised by the GPU, by Xid (from NVML events and, when enabled, the "
         "kernel log, counted once). Stays after the GPU is lost.",
         ("gpu", "uuid", "xid"),
+    ),
+    MetricSpec(
+        XID_HISTORY,
+        "gauge",
+        "Xids the kernel log held from before the exporter started, by Xid (history, not "
+        "new errors).",
+        ("gpu", "uuid", "xid"),
+    ),
+    MetricSpec(
+        FALLEN_OFF_BUS,
+        "counter",
+        "Kernel-log 'GPU has fallen off the bus' messages since the exporter started.",
+        ("gpu", "uuid", "pci_bus_id"),
+    ),
+    MetricSpec(
+        SXID,
+        "counter",
+        "NVSwitch SXid errors in the kernel log since the exporter started.",
+        ("device", "sxid", "severity"),
+    ),
+    MetricSpec(
+        UNREADABLE,
+        "counter",
+        "Kernel-log lines that are not timestamped records, or Xid/SXid records that do not parse.",
+        ("reason",),
     ),
 )
 Origin = Literal["nvml", "kmsg"]
@@ -99,6 +149,29 @@ class XidLedger:
             return dict(self._counts)
 
 
+class KernelLogCounts:
+    """What the kernel-log thread counts besides new Xids; `collect()` reads a copy."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.families: dict[str, Counter[tuple[str, ...]]] = {
+            XID_HISTORY: Counter(),
+            FALLEN_OFF_BUS: Counter(),
+            SXID: Counter(),
+            UNREADABLE: Counter({(reason,): 0 for reason in UNREADABLE_REASONS}),
+        }
+
+    def add(self, family: str, labels: tuple[str, ...]) -> int:
+        """Count one; the new count."""
+        with self._lock:
+            self.families[family][labels] += 1
+            return self.families[family][labels]
+
+    def snapshot(self) -> dict[str, dict[tuple[str, ...], int]]:
+        with self._lock:
+            return {name: dict(counts) for name, counts in self.families.items()}
+
+
 class XidCollector:
     """Serves the Xid counters kept by the NVML-event and kernel-log listener threads."""
 
@@ -117,6 +190,7 @@ class XidCollector:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._labels = LabelCache(SPECS)
+        self.kernel_counts = KernelLogCounts()
 
     def start(self) -> None:
         """Start the listener threads (once); `collect()` calls it on first use."""
@@ -137,6 +211,10 @@ class XidCollector:
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
             builder.add(XID, labels, count)
+        if self._kernel_log is not None:
+            for family, counts in self.kernel_counts.snapshot().items():
+                for values, n in sorted(counts.items()):
+                    builder.add(family, values, n)
         return builder.families()
 
     def _listen_nvml(self) -> None:
@@ -173,13 +251,46 @@ class XidCollector:
                 self._kernel_line(line)
 
     def _kernel_line(self, line: str) -> None:
-        found = parse_xid(line)
+        assert self._kernel_log is not None
+        found = parse_record(line)
         if found is None:
             return
+        if isinstance(found, Unreadable):
+            if self.kernel_counts.add(UNREADABLE, (found.reason,)) == 1:
+                log.warning(
+                    "unreadable kernel log record, counted and skipped (logged once per reason)",
+                    extra={"reason": found.reason, "record": found.line[:200]},
+                )
+            return
+        new = found.seconds >= self._kernel_log.opened_at
+        match found:
+            case KernelXid() if new:
+                self._new_xid(found)
+            case KernelXid():
+                self.kernel_counts.add(
+                    XID_HISTORY, (*self._identity(found.pci_bus_id), str(found.xid))
+                )
+            case FallenOffBus() if new:
+                self.kernel_counts.add(
+                    FALLEN_OFF_BUS, (*self._identity(found.pci_bus_id), found.pci_bus_id)
+                )
+                log.warning("GPU has fallen off the bus", extra={"pci_bus_id": found.pci_bus_id})
+            case SwitchXid() if new:
+                severity = "fatal" if found.fatal else "non_fatal"
+                self.kernel_counts.add(SXID, (found.device, str(found.sxid), severity))
+                log.warning(
+                    "SXid", extra={"device": found.device, "sxid": found.sxid, "severity": severity}
+                )
+
+    def _identity(self, pci_bus_id: str) -> tuple[str, str]:
+        """(gpu, uuid) of the GPU at `pci_bus_id`; empty for one NVML never enumerated
+        (lost before start), which is still worth counting."""
         by_pci = {normalize_pci(g.identity.pci_bus_id): g.identity for g in self._source.gpus()}
-        identity = by_pci.get(found.pci_bus_id)
-        # A GPU NVML never enumerated (lost before start) is still worth counting.
-        gpu, uuid = ("", "") if identity is None else (str(identity.index), identity.uuid)
+        identity = by_pci.get(pci_bus_id)
+        return ("", "") if identity is None else (str(identity.index), identity.uuid)
+
+    def _new_xid(self, found: KernelXid) -> None:
+        gpu, uuid = self._identity(found.pci_bus_id)
         counted = self.ledger.record(
             gpu=gpu,
             uuid=uuid,
@@ -236,7 +347,12 @@ class XidSettings:
         "/dev/kmsg, CAP_SYSLOG under kernel.dmesg_restrict=1), or both, counted once",
     )
     kmsg_path: Path = setting(
-        Path("/dev/kmsg"), parse=Path, metavar="PATH", help="kernel log device to read"
+        DEFAULT_PATH,
+        parse=Path,
+        metavar="PATH",
+        help="kernel log device to read, or a file of records in its format (read from "
+        "its start, then as it grows); under --simulate, a path other than /dev/kmsg is "
+        "read instead of the scenario's kernel log",
     )
     dedup_window: float = duration_setting(
         10.0,
@@ -279,7 +395,10 @@ def _create(context: CollectorContext, settings: XidSettings) -> XidCollector:
     return XidCollector(
         source=context.nvml_source,
         kernel_log=kernel_log,
-        ledger=XidLedger(window=settings.dedup_window),
+        ledger=XidLedger(
+            window=settings.dedup_window,
+            clock=time.monotonic if kernel_log is None else kernel_log.now,
+        ),
         nvml_events=nvml_events,
     )
 

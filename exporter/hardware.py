@@ -3,7 +3,8 @@
 Collectors never branch on simulation. This module builds what they read, the
 `CollectorContext`, either from the real node (`pynvml`, `--path.sysfs`, `/dev/kmsg`,
 infiniband-diags on `PATH`) or from a scenario: the fake NVML, a generated sysfs tree,
-the fake `perfquery`/`ibstat`, the simulated kernel log. A scenario also stands in for
+the fake `perfquery`/`ibstat`, the simulated kernel log (or, when
+`--collector.xid.kmsg-path` names another file, that file). A scenario also stands in for
 what an operator would configure on a real node of that shape (the expected InfiniBand
 link rates), as settings the collectors receive the usual way.
 """
@@ -19,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.collectors.base import CollectorContext, open_kmsg
 from fleetwatch.collectors.infiniband import InfinibandSettings
 from fleetwatch.collectors.infiniband_layout import ExpectedRate
+from fleetwatch.collectors.sources.kmsg import DEFAULT_PATH, KernelLog
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import tool_dir
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
@@ -64,11 +66,16 @@ def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings
         sysfs_root=root,
         nvml=FakeNvml(node=node),
         tool_path=str(tool_dir()),
-        open_kernel_log=lambda _path: SimulatedKernelLog(node=node),
+        open_kernel_log=lambda path: _simulated_kernel_log(node, path),
     )
     return Hardware(
         context=context, settings=_scenario_settings(node, settings), refresh=sysfs.write
     )
+
+
+def _simulated_kernel_log(node: SimulatedNode, path: Path) -> KernelLog:
+    """The scenario's kernel log, unless `--collector.xid.kmsg-path` names a file of its own."""
+    return SimulatedKernelLog(node=node) if path == DEFAULT_PATH else open_kmsg(path)
 
 
 def _scenario_settings(node: SimulatedNode, settings: ExportSettings) -> ExportSettings:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pandas as pd
 from fleetwatch.report.section import Section
+from fleetwatch.rules.xids import FALLEN_OFF_BUS, shipped_catalog
 
-RMA_XIDS = frozenset({"48", "64", "95", "140"})
-FELL_OFF_BUS_XID = "79"
+RMA_XIDS = frozenset(str(code) for code in shipped_catalog().rma())
+FELL_OFF_BUS_XID = str(FALLEN_OFF_BUS)
 
 
 def _gpu(row: Any) -> str:

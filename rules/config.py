@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from fleetwatch.rules.xids import shipped_catalog
 
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
 CONFIG_FILE: Final = Path("rules", "config.yaml")
+XID_CATALOG: Final = "catalog"
+"""`thresholds.xid_critical: catalog` takes the critical Xids from the shipped Xid catalog."""
 # The generated rule files: package data, and where they live in a source checkout.
 ALERTS_FILE: Final = Path("rules", "fleetwatch.rules.yaml")
 RECORDING_FILE: Final = Path("rules", "fleetwatch.recording.yaml")
@@ -212,6 +215,9 @@ def load_config(path: Path | None = None) -> Config:
     selectors = _mapping(source, top["selectors"], "selectors")
     intervals = _mapping(source, top["intervals"], "intervals")
     thresholds = _mapping(source, top["thresholds"], "thresholds")
+    if thresholds.get("xid_critical") == XID_CATALOG:
+        # The one list of Xids worth a taint is NVIDIA's catalog (rules/xid_catalog.yaml).
+        thresholds["xid_critical"] = list(shipped_catalog().critical())
     for name, value in thresholds.items():
         _check_threshold(source, value, f"thresholds.{name}")
     job_label_keys, dcgm_metric = _training_jobs(source, top["training_jobs"])

@@ -528,24 +528,29 @@ def simulated_pci_bus_id(gpu: int) -> str:
 
 
 class SimulatedKernelLog:
-    """The simulated node's kernel log: an NVRM Xid line per scenario Xid, history included.
+    """The simulated node's kernel log: an NVRM Xid record per scenario Xid, history included.
 
     Implements `collectors.sources.kmsg.KernelLog`; unlike NVML events, the kernel log
-    keeps the Xids raised before the reader started.
+    keeps the Xids raised before the reader started. Records are stamped with scenario
+    time (the node booted at 0), the clock `now()` reads.
     """
 
     def __init__(self, *, node: SimulatedNode) -> None:
         self._node = node
         self._sent = 0
         self._closed = threading.Event()
+        self.opened_at = self.now()
+
+    def now(self) -> float:
+        return self._node.now()
 
     def _new_lines(self) -> list[str]:
         events = self._node.xid_events()
-        new, self._sent = events[self._sent :], len(events)
+        start, new, self._sent = self._sent, events[self._sent :], len(events)
         return [
-            f"NVRM: Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): {xid}, pid='<unknown>', "
-            "name=<unknown>, simulated"
-            for _, gpu, xid in new
+            f"3,{start + i},{round(at * 1e6)},-;NVRM: Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): "
+            f"{xid}, pid='<unknown>', name=<unknown>, simulated"
+            for i, (at, gpu, xid) in enumerate(new)
         ]
 
     def read(self, timeout: float) -> list[str]:

@@ -129,7 +129,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             summary="Critical Xid {{ $labels.xid }} on node {{ $labels.node }}",
             description=(
                 f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
-                f"{window}; NVIDIA's catalog asks for a GPU reset or a node reboot."
+                f"{window}; NVIDIA's catalog asks for a GPU reset, a node reboot or NVIDIA support."
             ),
         ),
         Alert(

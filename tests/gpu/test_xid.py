@@ -9,11 +9,20 @@ from pathlib import Path
 import pytest
 from fleetwatch.collectors import xid
 from fleetwatch.collectors.base import CollectorContext
-from fleetwatch.collectors.sources.kmsg import KmsgReader, normalize_pci, parse_xid
+from fleetwatch.collectors.sources.kmsg import (
+    FallenOffBus,
+    KernelXid,
+    KmsgReader,
+    SwitchXid,
+    Unreadable,
+    normalize_pci,
+    parse_record,
+)
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import servers
-from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
+from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.scenario import Fault
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.cli import build_parser
 from tests.gpu.simnode import samples, simulated
@@ -39,37 +48,81 @@ class ManualClock:
     ("line", "expected"),
     [
         (
-            "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off",
-            ("0000:18:00", 79, None),
+            "3,7,5000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus.",
+            KernelXid(pci_bus_id="0000:18:00", xid=79, sequence=7, seconds=5.0),
         ),
         (
             "4,1207,5312345678,-;NVRM: Xid (PCI:0000:ab:00): 48, pid=1234, DBE",
-            ("0000:ab:00", 48, 1207),
+            KernelXid(pci_bus_id="0000:ab:00", xid=48, sequence=1207, seconds=5312.345678),
         ),
-        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", ("0000:db:00", 119, None)),
-        ("NVRM: Xid (PCI:0000:18:00): 13", ("0000:18:00", 13, None)),
+        (
+            "3,8,1,-,caller=T1;NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout",
+            KernelXid(pci_bus_id="0000:db:00", xid=119, sequence=8, seconds=1e-6),
+        ),
+        (
+            "3,9,2,-;NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.",
+            FallenOffBus(pci_bus_id="0000:91:00", sequence=9, seconds=2e-6),
+        ),
+        (
+            "3,10,3,-;NVRM: GPU at PCI:0000:1a:00: GPU has fallen off the bus.",
+            FallenOffBus(pci_bus_id="0000:1a:00", sequence=10, seconds=3e-6),
+        ),
+        (
+            "3,11,4,-;NVRM: GPU has fallen off the bus.",
+            FallenOffBus(pci_bus_id="", sequence=11, seconds=4e-6),
+        ),
+        (
+            "4,12,5,-;nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 "
+            "egress non-posted PRIV error (First)",
+            SwitchXid(
+                device="nvswitch3",
+                pci_bus_id="0000:05:00",
+                sxid=12028,
+                fatal=False,
+                sequence=12,
+                seconds=5e-6,
+            ),
+        ),
+        (
+            "3,13,6,-;nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM "
+            "Fault Up",
+            SwitchXid(
+                device="nvswitch1",
+                pci_bus_id="0000:06:00",
+                sxid=20034,
+                fatal=True,
+                sequence=13,
+                seconds=6e-6,
+            ),
+        ),
+        # The driver's follow-up line of an SXid already counted, other messages, a record's
+        # continuation line, blank lines: nothing.
+        ("4,14,7,-;nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 22013, Severity 0 Engine", None),
+        ("6,99,1,-;usb 1-1: new device", None),
+        (" SUBSYSTEM=pci", None),
+        ("", None),
     ],
 )
-def test_parse_xid_lines(line: str, expected: tuple[str, int, int | None]) -> None:
-    found = parse_xid(line)
-    assert found is not None
-    assert (found.pci_bus_id, found.xid, found.sequence) == expected
+def test_parse_records(line: str, expected: object) -> None:
+    assert parse_record(line) == expected
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "reason"),
     [
-        "NVRM: Xid (PCI:0000:18:00): , pid=1",
-        "NVRM: Xid (PCI:zz:18:00): 79, pid=1",
-        "NVRM: Xid (PCI:0000:18:00): 0, pid=1",
-        "NVRM: GPU at PCI:0000:18:00: GPU-1234",
-        "6,99,1,-;usb 1-1: new device",
-        " SUBSYSTEM=pci",
-        "",
+        ("NVRM: Xid (PCI:0000:18:00): 13", "no_timestamp"),  # no kmsg header
+        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", "no_timestamp"),  # dmesg
+        ("3,5,,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
+        ("3,x,1,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): , pid=1", "malformed"),
+        ("3,5,1,-;NVRM: Xid (PCI:zz:18:00): 79, pid=1", "malformed"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): 0, pid=1", "malformed"),
+        ("3,5,1,-;nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): garbled, Fatal", "malformed"),
     ],
 )
-def test_malformed_lines_give_nothing(line: str) -> None:
-    assert parse_xid(line) is None
+def test_unreadable_records(line: str, reason: str) -> None:
+    assert parse_record(line) == Unreadable(reason=reason, line=line)  # type: ignore[arg-type]
 
 
 def test_normalize_pci() -> None:
@@ -90,18 +143,36 @@ def test_ledger_counts_each_xid_once_across_sources() -> None:
     assert ledger.counts() == {("3", "u3", "79"): 3, ("3", "u3", "48"): 1}
 
 
+def record(sequence: int, seconds: float, message: str) -> str:
+    """One /dev/kmsg record (priority 3) stamped `seconds` on the monotonic clock."""
+    return f"3,{sequence},{round(seconds * 1e6)},-;{message}\n"
+
+
+def an_hour_ago() -> float:
+    """CLOCK_MONOTONIC an hour ago (or boot, on a machine up for less)."""
+    return max(time.monotonic() - 3600, 0.0)
+
+
+def family(collector: XidCollector, name: str) -> dict[tuple[str, ...], float]:
+    """Samples of family `name` by label values, labels in name order."""
+    return {
+        tuple(v for _, v in k): value for k, value in samples(collector.collect(), name).items()
+    }
+
+
 def test_injected_nvml_events_and_kernel_log_lines(tmp_path: Path) -> None:
     fake, source = simulated(at=120.0)
     bus = {g.index: normalize_pci(g.identity.pci_bus_id) for g in source.gpus()}
     log = tmp_path / "kmsg"
-    log.write_text(
-        f"6,1,1000000,-;NVRM: Xid (PCI:{bus[2]}): 31, pid=77, MMU fault\n"
-        "6,2,1000001,-;garbage without an xid\n"
-        "NVRM: Xid (PCI:0000:18:00): notanumber\n"
-        f"6,1,1000000,-;NVRM: Xid (PCI:{bus[2]}): 31, pid=77, MMU fault\n"  # record read twice
-    )
+    log.touch()
     collector = XidCollector(
         source=source, kernel_log=KmsgReader(path=log), ledger=XidLedger(window=5.0)
+    )
+    now = time.monotonic()
+    log.write_text(
+        record(1, now, f"NVRM: Xid (PCI:{bus[2]}): 31, pid=77, MMU fault")
+        + record(2, now, "garbage without an xid")
+        + record(1, now, f"NVRM: Xid (PCI:{bus[2]}): 31, pid=77, MMU fault")  # read twice
     )
     try:
         collector.start()
@@ -110,7 +181,7 @@ def test_injected_nvml_events_and_kernel_log_lines(tmp_path: Path) -> None:
         expected = {("2", "31"): 1.0, ("5", "74"): 2.0}
         servers.wait_until(lambda: xids(collector) == expected, timeout=10, what="Xid counters")
         with log.open("a") as more:
-            more.write(f"6,3,{int(time.monotonic() * 1e6)},-;NVRM: Xid (PCI:{bus[5]}): 74, pid=1\n")
+            more.write(record(3, time.monotonic(), f"NVRM: Xid (PCI:{bus[5]}): 74, pid=1"))
         fake.inject_xid(5, 74)  # the NVML report of the same event as the new kernel line
         servers.wait_until(
             lambda: collector.ledger.counts().get(("5", source.gpus()[5].identity.uuid, "74")) == 3,
@@ -122,13 +193,91 @@ def test_injected_nvml_events_and_kernel_log_lines(tmp_path: Path) -> None:
         collector.close()
 
 
+def wait_for_unreadable(
+    collector: XidCollector, *, no_timestamp: float, malformed: float, what: str
+) -> None:
+    """Wait until the unreadable-record counters read these counts (the records before
+    them have been handled by then)."""
+    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed}
+    servers.wait_until(
+        lambda: family(collector, "fleetwatch_kmsg_unreadable_records_total") == expected,
+        timeout=10,
+        what=what,
+    )
+
+
+def test_kernel_log_history_is_not_new(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A log file read from its start: records stamped before the reader opened are
+    history, records appended later with a later stamp are new; unreadable ones counted."""
+    _, source = simulated(at=120.0)
+    gpus = {g.index: g.identity for g in source.gpus()}
+    bus = {index: normalize_pci(identity.pci_bus_id) for index, identity in gpus.items()}
+    old = an_hour_ago()
+    log = tmp_path / "kmsg"
+    log.write_text(
+        record(1, old, f"NVRM: Xid (PCI:{bus[2]}): 48, pid=77, DBE")
+        + record(2, old, f"NVRM: Xid (PCI:{bus[2]}): 48, pid=78, DBE")
+        + record(3, old, f"NVRM: GPU {bus[3]}.0: GPU has fallen off the bus.")
+        + record(4, old, "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 48")
+        + f"NVRM: Xid (PCI:{bus[2]}): 95, no record header\n"
+        + f"3,5,,-;NVRM: Xid (PCI:{bus[2]}): 95, no timestamp\n"
+        + f"3,6,{round(old * 1e6)},-;NVRM: Xid (PCI:{bus[2]}): notanumber\n"
+        + " SUBSYSTEM=pci\n"
+    )
+    collector = XidCollector(
+        source=source,
+        kernel_log=KmsgReader(path=log),
+        ledger=XidLedger(window=5.0),
+        nvml_events=False,
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
+            collector.start()
+            wait_for_unreadable(
+                collector, no_timestamp=2.0, malformed=1.0, what="the log read to its end"
+            )
+            history = {("2", gpus[2].uuid, "48"): 2.0}
+            assert family(collector, "fleetwatch_gpu_xid_history_errors") == history
+            assert xids(collector) == {}  # no new Xid: the counter's series does not exist
+            assert family(collector, "fleetwatch_gpu_fallen_off_bus_total") == {}
+            assert family(collector, "fleetwatch_nvswitch_sxid_errors_total") == {}
+            now = time.monotonic()
+            with log.open("a") as more:
+                more.write(
+                    record(7, now, f"NVRM: Xid (PCI:{bus[2]}): 48, pid=79, DBE")
+                    + record(8, old, f"NVRM: Xid (PCI:{bus[2]}): 48, late but old")
+                    + record(9, now, f"NVRM: GPU {bus[3]}.0: GPU has fallen off the bus.")
+                    + record(10, now, "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, x")
+                    + record(11, now, "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {}")
+                    + "no header again\n"
+                )
+            wait_for_unreadable(
+                collector, no_timestamp=3.0, malformed=1.0, what="the appended records"
+            )
+        assert xids(collector) == {("2", "48"): 1.0}
+        assert family(collector, "fleetwatch_gpu_xid_history_errors") == {
+            ("2", gpus[2].uuid, "48"): 3.0
+        }
+        assert family(collector, "fleetwatch_gpu_fallen_off_bus_total") == {
+            ("3", bus[3], gpus[3].uuid): 1.0
+        }
+        assert family(collector, "fleetwatch_nvswitch_sxid_errors_total") == {
+            ("nvswitch0", "fatal", "20034"): 1.0
+        }
+        logged = [r for r in caplog.records if "unreadable kernel log" in r.getMessage()]
+        assert sorted(r.__dict__["reason"] for r in logged) == ["malformed", "no_timestamp"]
+    finally:
+        collector.close()
+
+
 def test_lost_gpu_keeps_its_xid_counter_in_simulation() -> None:
     faults = (Fault(at=130, kind="xid", gpu=6, xid=79), Fault(at=130, kind="gpu_lost", gpu=6))
     fake, source = simulated(at=120.0, faults=faults)
     source.gpus()  # enumerated while GPU 6 was healthy
     clock = fake.node.clock
+    kernel_log = SimulatedKernelLog(node=fake.node)
     collector = XidCollector(
-        source=source, kernel_log=SimulatedKernelLog(node=fake.node), ledger=XidLedger(window=10.0)
+        source=source, kernel_log=kernel_log, ledger=XidLedger(window=30.0, clock=kernel_log.now)
     )
     try:
         collector.start()
@@ -197,26 +346,88 @@ def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFi
 
 
 def test_kmsg_source_alone_registers_no_nvml_events() -> None:
-    faults = (Fault(at=100, kind="xid", gpu=4, xid=119),)  # before the exporter started
+    faults = (  # one before the exporter started, one after
+        Fault(at=100, kind="xid", gpu=4, xid=119),
+        Fault(at=130, kind="xid", gpu=4, xid=119),
+    )
     fake, _ = simulated(at=120.0, faults=faults)
     collector = _created(fake, "--collector.xid.source=kmsg")
     try:
         collector.start()
+        servers.wait_until(
+            lambda: len(family(collector, "fleetwatch_gpu_xid_history_errors")) == 1,
+            timeout=10,
+            what="the history Xid",
+        )
+        assert xids(collector) == {}
+        object.__setattr__(fake.node.clock, "at", 140.0)
         servers.wait_until(lambda: xids(collector) == {("4", "119"): 1.0}, timeout=10, what="Xid")
+        history = family(collector, "fleetwatch_gpu_xid_history_errors")
+        assert [(labels[0], labels[2], n) for labels, n in history.items()] == [("4", "119", 1.0)]
         assert [t.name for t in collector._threads] == ["xid-kmsg"]
         assert fake.event_sets == []
     finally:
         collector.close()
 
 
-def test_both_sources_count_the_history_and_new_events_once() -> None:
-    faults = (Fault(at=100, kind="xid", gpu=4, xid=119),)
+def test_both_sources_count_the_history_apart_and_new_events_once() -> None:
+    faults = (Fault(at=100, kind="xid", gpu=4, xid=119), Fault(at=130, kind="xid", gpu=4, xid=48))
     fake, _ = simulated(at=120.0, faults=faults)
     collector = _created(fake, "--collector.xid.source=nvml,kmsg")
     try:
         collector.start()
-        servers.wait_until(lambda: xids(collector) == {("4", "119"): 1.0}, timeout=10, what="Xid")
+        servers.wait_until(
+            lambda: len(family(collector, "fleetwatch_gpu_xid_history_errors")) == 1,
+            timeout=10,
+            what="the history Xid",
+        )
         servers.wait_until(lambda: len(fake.event_sets) == 1, timeout=10, what="event set")
+        assert xids(collector) == {}
+        object.__setattr__(fake.node.clock, "at", 140.0)  # Xid 48 reaches both sources
+        servers.wait_until(lambda: xids(collector) == {("4", "48"): 1.0}, timeout=10, what="Xid")
+        servers.wait_until(
+            lambda: not any(collector.ledger._unmatched.values()), timeout=10, what="the match"
+        )
+        assert xids(collector) == {("4", "48"): 1.0}
         assert sorted(t.name for t in collector._threads) == ["xid-kmsg", "xid-nvml"]
     finally:
         collector.close()
+
+
+def exposed(url: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Samples of `name` on the exporter's /metrics, by sorted label items."""
+    text = servers.http_get(url + "/metrics").decode()
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def test_kernel_log_rollout_end_to_end(tmp_path: Path) -> None:
+    """`fleetwatch export` started on a kernel log holding an hour-old critical Xid exports
+    it as history, not as a new Xid; an Xid logged after start is counted as new."""
+    pci = normalize_pci(simulated_pci_bus_id(0))
+    log = tmp_path / "kmsg"
+    log.write_text(record(1, an_hour_ago(), f"NVRM: Xid (PCI:{pci}): 48, pid=1, DBE"))
+    args = ["--collector.xid.source=kmsg", f"--collector.xid.kmsg-path={log}"]
+    with servers.fleetwatch_export(tmp_path, simulate="dgx-h100", args=args) as exporter:
+        history = "fleetwatch_gpu_xid_history_errors"
+        servers.wait_until(
+            lambda: exposed(exporter.url, history) or None, timeout=30, what="the history family"
+        )
+        ((labels, count),) = exposed(exporter.url, history).items()
+        assert (dict(labels)["gpu"], dict(labels)["xid"], count) == ("0", "48", 1.0)
+        assert exposed(exporter.url, XID) == {}  # GPUXidCritical has no series to fire on
+        with log.open("a") as more:
+            more.write(record(2, time.monotonic(), f"NVRM: Xid (PCI:{pci}): 48, pid=2, DBE"))
+        servers.wait_until(
+            lambda: (
+                [(dict(k)["gpu"], dict(k)["xid"], v) for k, v in exposed(exporter.url, XID).items()]
+                == [("0", "48", 1.0)]
+            ),
+            timeout=30,
+            what="the new Xid",
+        )
+        assert list(exposed(exporter.url, history).values()) == [1.0]

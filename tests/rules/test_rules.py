@@ -106,7 +106,9 @@ def test_substitute_reaches_every_parameter() -> None:
     config = load_config()
     params = parameters(config)
     assert params["thresholds.gpu_temperature_celsius"] == "78"
-    assert params["thresholds.xid_critical"] == "48|62|64|95|119|120"
+    assert params["thresholds.xid_critical"] == (
+        "46|48|62|64|74|95|109|110|119|120|136|140|143|144|145|146|149|150|151|155|158"
+    )
     assert params["alerts.GPUOverheating.for"] == "5s"
 
     def placeholder(name: str, default: str) -> str:
