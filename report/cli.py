@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleetwatch.durations import format_duration
 from fleetwatch.flags import (
     existing_dir,
-    format_duration,
     http_url,
     positive_duration,
     readable_file,

@@ -30,12 +30,12 @@ from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
+from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
     TAINTED_LABEL,
     UNTAINT_ANNOTATION,
     Change,
-    RetryPolicy,
     guarded_update,
     new_record,
     our_taints,
@@ -44,24 +44,6 @@ from fleetwatch.tainter.writes import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """Behaviour knobs of the controller (built from flags)."""
-
-    dry_run: bool = False
-    hold_seconds: float = 300.0
-    manual_reasons: frozenset[str] = frozenset(
-        {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
-    )
-    node_selector: str = ""
-    concurrency: int = 32
-    owner: str = "fleetwatch-tainter"
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # How long, and how many, resolves are remembered against late firings.
-    resolved_memory_seconds: float = 3600.0
-    resolved_memory_size: int = 100_000
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fleetwatch.tainter.policy import UNTAINT_CELSIUS_THRESHOLD
 
 from testbed.servers import promtool
 from tests.rules.promql import (
@@ -120,7 +121,8 @@ def test_substitute_reaches_every_parameter() -> None:
         gen.recording_groups(config, placeholder)
     )
     unused = [name for name in params if f"<<{name}>>" not in text]
-    assert unused == [], "parameters in config.yaml that no rule uses"
+    # The one threshold no rule reads: the tainter's untaint evidence (and the chart's).
+    assert unused == [f"thresholds.{UNTAINT_CELSIUS_THRESHOLD}"], "parameters no rule uses"
     overheating = gen.alert_groups(config, placeholder)[0]["rules"][0]
     assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"

@@ -43,12 +43,12 @@ def test_defaults_and_overrides() -> None:
     )
     assert "< 70" in settings.evidence_queries["gpu-overheat"]
     assert settings.evidence_queries["nvlink-down"].startswith("max(fleetwatch_nvlink_up")
-    assert settings.controller.manual_reasons == {"xid"}
+    assert settings.controller.manual_reasons == ("xid",)
     assert settings.controller.dry_run
     assert settings.breaker.max_fraction == 0.5
     assert cli.settings_from_args(
         parse("taint", "--web.insecure-no-token")
-    ).controller.manual_reasons == {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
+    ).controller.manual_reasons == ("gpu-lost", "xid", "xid-critical", "row-remap-failed")
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_defaults_and_overrides() -> None:
         ("--taint.max-per-node=0", "invalid whole number '0': must be in 1..100"),
         ("--taint.allow-noexecute=gpu-lost,bad reason", "not a valid taint key name"),
         ("--leader-elect.retry-period=0s", "invalid duration '0s'"),
-        ("--web.read-header-timeout=never", "invalid duration 'never'"),
+        ("--web.header-timeout=never", "invalid duration 'never'"),
         ("--web.max-connections=0", "invalid whole number '0': must be in 1..10000"),
     ],
 )
@@ -80,7 +80,10 @@ def test_untaint_and_breaker_parse() -> None:
     args = parse("untaint", "gpu-1", "--reason=xid", "--reason=gpu-lost")
     assert (args.node, args.reason) == ("gpu-1", ["xid", "gpu-lost"])
     args = parse("breaker", "reset", "--leader-elect.namespace=monitoring")
-    assert (args.lease_namespace, args.lease_name) == ("monitoring", "fleetwatch-tainter")
+    assert (args.leader_elect_namespace, args.leader_elect_name) == (
+        "monitoring",
+        "fleetwatch-tainter",
+    )
     with pytest.raises(SystemExit):  # the webhook is no way to reset the breaker any more
         parse("breaker", "reset", "--tainter-url=http://127.0.0.1:9848")
 
@@ -92,7 +95,7 @@ def test_policy_defaults_are_safe_and_come_from_the_shipped_rules() -> None:
     assert {"gpu-overheat", "gpu-lost", "xid-critical"} <= policy.declared_reasons
     assert "made-up-reason" not in policy.declared_reasons
     assert (policy.allow_noexecute, policy.max_per_node) == (frozenset(), 8)
-    assert not settings.leader_elect
+    assert not settings.election.enabled
     assert settings.max_body_bytes == 1 << 20
     chart = cli.settings_from_args(
         parse(
@@ -116,7 +119,7 @@ def test_leader_election_flags_and_their_rules() -> None:
         parse("taint", "--web.insecure-no-token", "--leader-elect", "--leader-elect.namespace=fw")
     )
     election = settings.election
-    assert settings.leader_elect
+    assert settings.election.enabled
     assert (election.namespace, election.name) == ("fw", "fleetwatch-tainter")
     assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
         15.0,

@@ -13,7 +13,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.collectors.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
-    ElectionSettings,
     LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
@@ -24,6 +23,7 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
+from fleetwatch.tainter.settings import ElectionSettings
 
 from testbed.servers import served_in_thread
 from tests.tainter.conftest import ControllerFactory, alert, keys, webhook
