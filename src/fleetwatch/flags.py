@@ -52,10 +52,6 @@ def bounded_duration(minimum: float, maximum: float) -> Callable[[str], float]:
     return parse
 
 
-positive_duration = bounded_duration(0.001, 366 * 86400.0)
-"""A duration from 1ms to 366 days: zero, negative and absurd lengths are refused."""
-
-
 def bounded_number(
     minimum: float, maximum: float, *, integer: bool = False, unit: str = ""
 ) -> Callable[[str], float]:
