@@ -43,9 +43,8 @@ class ListenerSettings:
     """What a listener tolerates from its clients: the `--web.*` limits every fleetwatch
     server (exporter and tainter) has, with one flag name and one default each.
 
-    Keep-alive outlasts the 90 s idle timeout of Go's HTTP clients (Alertmanager, and
-    Prometheus scraping every minute), so the client closes an idle connection first and
-    never reuses one the server is closing; 256 connections leave room for an alert storm's
+    A keep-alive of 2m lets a Prometheus scraping, or an Alertmanager notifying, every
+    minute reuse its connection; 256 connections leave room for an alert storm's
     notifications while still bounding what idle or slow clients can hold open.
     """
 
