@@ -46,10 +46,9 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.sim.servers import fleetwatch_command, http_status
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
-from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
-    ElectionSettings,
     LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
@@ -59,6 +58,7 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
 from fleetwatch.tainter.server import Background
 from fleetwatch.tainter.server import make_app as make_tainter_app
+from fleetwatch.tainter.settings import BreakerPolicy, ControllerSettings, ElectionSettings
 from fleetwatch.tainter.sources import NoEvidence
 
 TOKEN = "bench-token"

@@ -23,13 +23,13 @@ from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import Refresh, hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
-from fleetwatch.exporter.settings import ExportSettings, HttpLimits
+from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
 
 from fleetwatch import __version__
 from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address
-from fleetwatch.listener import listen
+from fleetwatch.listener import ListenerSettings, listen
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help=f"address to serve /metrics on (default {DEFAULT_LISTEN})",
     )
-    add_setting_flags(parser, "web", HttpLimits)
+    add_setting_flags(parser, "web", ListenerSettings)
     parser.add_argument(
         "--shutdown-timeout",
         dest="shutdown_timeout",
@@ -218,7 +218,7 @@ async def serve(
         make_app(engine),
         host=host,
         port=port,
-        limits=settings.http,
+        limits=settings.listener,
         shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
     ):
         log.info(

@@ -10,29 +10,8 @@ from typing import Any
 
 from fleetwatch.collectors.base import CollectorSpec
 
-from fleetwatch.flags import bounded_number, duration_setting, read_settings, setting
-
-
-@dataclass(frozen=True, kw_only=True)
-class HttpLimits:
-    """What the listener tolerates from its clients: the `--web.*` limits."""
-
-    header_timeout: float = duration_setting(
-        10.0,
-        minimum=0.1,
-        maximum=300.0,
-        help="close a connection whose request head is not complete this long after it "
-        "opened or after the first byte of its next request",
-    )
-    keepalive_timeout: float = duration_setting(
-        120.0, minimum=1.0, maximum=3600.0, help="close a keep-alive connection idle this long"
-    )
-    max_connections: int = setting(
-        64,
-        parse=bounded_number(1, 10000, integer=True),
-        metavar="N",
-        help="answer 503 and close a connection beyond this many open ones",
-    )
+from fleetwatch.flags import read_settings
+from fleetwatch.listener import ListenerSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +33,7 @@ class ExportSettings:
     max_staleness: float
     hang_timeout: float
     collectors: Mapping[str, Any]
-    http: HttpLimits
+    listener: ListenerSettings
     shutdown_timeout: float
 
     @classmethod
@@ -89,6 +68,6 @@ class ExportSettings:
             collectors={
                 spec.name: spec.read_settings(args) for spec in specs if spec.name in enabled
             },
-            http=read_settings(args, "web", HttpLimits),
+            listener=read_settings(args, "web", ListenerSettings),
             shutdown_timeout=args.shutdown_timeout,
         )

@@ -17,11 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleetwatch.durations import format_duration
 from fleetwatch.flags import (
+    bounded_duration,
+    bounded_number,
     existing_dir,
-    format_duration,
     http_url,
-    positive_duration,
     readable_file,
 )
 
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
     from fleetwatch.report.dataset import Dataset, Window
 
 log = logging.getLogger(__name__)
+
+# Bounds of the report's flags: a window of at most a year at a step of one second to a
+# day, and query settings no Prometheus needs more of.
+_window_duration = bounded_duration(60.0, 366 * 86400.0)
+_step_duration = bounded_duration(1.0, 86400.0)
+_bucket_duration = bounded_duration(60.0, 31 * 86400.0)
+_timeout_duration = bounded_duration(1.0, 3600.0)
 
 
 _MATCHER = r'\s*[A-Za-z_]\w*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
@@ -86,7 +94,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--since",
-        type=positive_duration,
+        type=_window_duration,
+        metavar="DURATION",
         default=86400.0,
         help="window length before --until (default 24h)",
     )
@@ -98,13 +107,15 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--step",
-        type=positive_duration,
+        type=_step_duration,
+        metavar="DURATION",
         default=60.0,
         help="resolution Prometheus evaluates at (default 60s)",
     )
     p.add_argument(
         "--bucket",
-        type=positive_duration,
+        type=_bucket_duration,
+        metavar="DURATION",
         default=3600.0,
         help="width of activity buckets (default 1h)",
     )
@@ -117,28 +128,32 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--thermal.threshold-celsius",
         dest="threshold_celsius",
-        type=float,
+        type=bounded_number(1.0, 150.0, unit="°C"),
+        metavar="NUMBER",
         default=None,
         help="the taint threshold (default: the rules config's gpu_temperature_celsius)",
     )
     p.add_argument(
         "--query.concurrency",
         dest="concurrency",
-        type=int,
+        type=bounded_number(1, 64, integer=True),
+        metavar="N",
         default=4,
         help="HTTP requests in flight at once (default 4)",
     )
     p.add_argument(
         "--query.retries",
         dest="retries",
-        type=int,
+        type=bounded_number(0, 20, integer=True),
+        metavar="N",
         default=3,
         help="retries on 5xx, 429 and timeouts (default 3)",
     )
     p.add_argument(
         "--query.timeout",
         dest="query_timeout",
-        type=positive_duration,
+        type=_timeout_duration,
+        metavar="DURATION",
         default=120.0,
         help="per-request timeout (default 120s)",
     )

@@ -15,7 +15,7 @@ from functools import cache
 
 from fleetwatch.rules.config import Config, load_config
 
-from fleetwatch.flags import duration
+from fleetwatch.durations import parse_duration
 
 # Thermal outliers (a report-only finding): robust z-score of a GPU's temperature excess
 # over its peers at similar power, and the smallest excess worth a row.
@@ -51,7 +51,7 @@ class Policy:
             straggler_clock_fraction=float(t["straggler_clock_fraction"]),
             straggler_clock_reasons=tuple(str(r) for r in t["straggler_clock_reasons"]),
             job_slowdown_fraction=float(t["job_slowdown_fraction"]),
-            job_slowdown_baseline_seconds=duration(str(t["job_slowdown_baseline"])),
+            job_slowdown_baseline_seconds=parse_duration(str(t["job_slowdown_baseline"])),
         )
 
 

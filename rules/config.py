@@ -25,25 +25,22 @@ from typing import Any, Final
 import yaml
 from fleetwatch.rules.xids import shipped_catalog
 
+from fleetwatch.durations import DurationError, parse_duration
+from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_key, is_taint_reason
+
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
 CONFIG_FILE: Final = Path("rules", "config.yaml")
-XID_CATALOG: Final = "catalog"
-"""`thresholds.xid_critical: catalog` takes the critical Xids from the shipped Xid catalog."""
+"""Where config.yaml lives in a source checkout, relative to its root."""
 # The generated rule files: package data, and where they live in a source checkout.
 ALERTS_FILE: Final = Path("rules", "fleetwatch.rules.yaml")
 RECORDING_FILE: Final = Path("rules", "fleetwatch.recording.yaml")
-"""Where config.yaml lives in a source checkout, relative to its root."""
+XID_CATALOG: Final = "catalog"
+"""`thresholds.xid_critical: catalog` takes the critical Xids from the shipped Xid catalog."""
 
 SEVERITIES: Final = ("critical", "warning", "info")
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute")
-_DURATION: Final = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
-_TAINT_REASON: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _METRIC_NAME: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-# A Kubernetes label key: an optional DNS-subdomain prefix and a name.
-_POD_LABEL_KEY: Final = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 Substitute = Callable[[str, str], str]
 """Maps (parameter name, rendered default) to the text that goes into the rule."""
@@ -106,8 +103,10 @@ def _string(source: str, value: Any, key: str) -> str:
 
 def _duration(source: str, value: Any, key: str) -> str:
     text = _string(source, value, key)
-    if not _DURATION.match(text):
-        raise _fail(source, key, f"{text!r} is not a Prometheus duration such as 30s or 5m")
+    try:
+        parse_duration(text)
+    except DurationError as exc:
+        raise _fail(source, key, str(exc)) from exc
     return text
 
 
@@ -139,8 +138,10 @@ def _policy(source: str, name: str, raw: Any) -> AlertPolicy:
     if "for" not in data:
         raise _fail(source, f"{key}.for", "required key is missing")
     taint = data.get("taint")
-    if taint is not None and not _TAINT_REASON.match(str(taint)):
-        raise _fail(source, f"{key}.taint", f"{taint!r} is not a short lowercase reason")
+    if taint is not None and not is_taint_reason(str(taint)):
+        raise _fail(
+            source, f"{key}.taint", f"{taint!r} is not a taint reason ({TAINT_REASON_RULE})"
+        )
     effect = data.get("taint_effect")
     if effect is not None and (effect not in TAINT_EFFECTS or taint is None):
         raise _fail(
@@ -168,7 +169,7 @@ def _training_jobs(source: str, raw: Any) -> tuple[tuple[str, ...], str]:
     if not isinstance(keys, list) or not keys:
         raise _fail(source, "training_jobs.job_label_keys", "expected a non-empty list")
     for index, key in enumerate(keys):
-        if not isinstance(key, str) or not _POD_LABEL_KEY.match(key):
+        if not isinstance(key, str) or not is_label_key(key):
             raise _fail(
                 source, f"training_jobs.job_label_keys[{index}]", f"{key!r} is not a pod label key"
             )

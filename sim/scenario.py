@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.resources
 import math
 import os
-import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+
+from fleetwatch.k8snames import is_label_key, is_label_value, is_node_name
 
 NVLINK_ERRORS: Final = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
 THROTTLE_REASONS: Final = (
@@ -48,11 +49,6 @@ IB_ERRORS: Final = (
 )
 LINK_LAYERS: Final = ("InfiniBand", "Ethernet")
 # Kubernetes names: a pod or namespace name (DNS label/subdomain) and a label key.
-_K8S_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_LABEL_KEY: Final = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_LABEL_VALUE: Final = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 class ScenarioError(ValueError):
@@ -345,7 +341,7 @@ def _parse_pods(check: _Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
         names = {}
         for part in ("namespace", "name", "container"):
             value = check.string(data.get(part, "main"), f"{key}.{part}")
-            if not _K8S_NAME.match(value):
+            if not is_node_name(value):
                 raise check.fail(f"{key}.{part}", f"{value!r} is not a Kubernetes name")
             names[part] = value
         if not isinstance(data["gpus"], list) or not data["gpus"]:
@@ -359,9 +355,9 @@ def _parse_pods(check: _Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
             indices.append(index)
         labels = check.mapping(data.get("labels", {}), f"{key}.labels")
         for label, value in labels.items():
-            if not isinstance(label, str) or not _LABEL_KEY.match(label):
+            if not isinstance(label, str) or not is_label_key(label):
                 raise check.fail(f"{key}.labels", f"{label!r} is not a label key")
-            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            if not isinstance(value, str) or not is_label_value(value):
                 raise check.fail(f"{key}.labels.{label}", f"{value!r} is not a label value")
         pods.append(
             PodSpec(

@@ -22,15 +22,7 @@ from typing import Final
 
 from fleetwatch.tainter.election import Leadership, NotLeader
 from fleetwatch.tainter.kube import ApiError, Lease, LeaseApi, Malformed
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerPolicy:
-    """Caps: `max_nodes` absolute, `max_fraction` of `selected_nodes`; how it closes."""
-
-    max_nodes: int
-    max_fraction: float
-    auto_close: bool = False
+from fleetwatch.tainter.settings import BreakerPolicy
 
 
 class Breaker:

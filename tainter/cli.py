@@ -1,65 +1,51 @@
-"""`fleetwatch taint`, `untaint` and `breaker reset`."""
+"""`fleetwatch taint`, `untaint` and `breaker reset`.
+
+The flags are the fields of the settings dataclasses in `tainter.settings` (and the
+listener's `fleetwatch.listener.ListenerSettings`); this module adds the few that are
+checked together (token, TLS) and builds `TaintSettings` once from them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fleetwatch.tainter.payload import PayloadError, taint_key, valid_node_name
-from fleetwatch.tainter.sources import NODE_PLACEHOLDER, default_evidence_queries
-
-from fleetwatch.flags import (
-    bounded_number,
-    duration,
-    http_url,
-    listen_address,
-    positive_duration,
-    readable_file,
+from fleetwatch.tainter.policy import TaintPolicy, reason
+from fleetwatch.tainter.settings import (
+    BreakerPolicy,
+    ControllerSettings,
+    ElectionSettings,
+    EvidenceSettings,
+    LeaseSettings,
+    TaintSettings,
+    TlsFiles,
 )
 
-# The Kubernetes client and the controller are imported where they run, not here: every
-# `fleetwatch` process builds this parser, and the exporter must stay small.
-if TYPE_CHECKING:
-    from fleetwatch.tainter.service import TaintSettings
+from fleetwatch.flags import add_setting_flags, listen_address, read_settings, readable_file
+from fleetwatch.k8snames import is_node_name
+from fleetwatch.listener import ListenerSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MANUAL_REASONS = ("gpu-lost", "xid", "xid-critical", "row-remap-failed")
-
-
-def _reason(text: str) -> str:
-    try:
-        taint_key(text)
-    except PayloadError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
-
-
-def _reasons(text: str) -> frozenset[str]:
-    """A comma-separated list of reasons (empty allowed)."""
-    return frozenset(_reason(r.strip()) for r in text.split(",") if r.strip())
-
-
-def _evidence(text: str) -> tuple[str, str]:
-    reason, sep, query = text.partition("=")
-    if not sep or not query.strip():
-        raise argparse.ArgumentTypeError(
-            f"invalid evidence {text!r}: expected REASON=PROMQL, e.g. gpu-overheat="
-            f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
-        )
-    return _reason(reason), query.strip()
-
-
-_fraction = bounded_number(0.0, 1.0)
-_count = bounded_number(0, 100_000, integer=True)
-_max_per_node = bounded_number(1, 100, integer=True)
-_max_connections = bounded_number(1, 10_000, integer=True)
-_max_body_bytes = bounded_number(1, 64 << 20, integer=True, unit="bytes")
+# Each settings dataclass and the prefix of its flags (`--PREFIX.FIELD-NAME`, unless a
+# field names its own flag).
+_LEASE = "leader-elect"
+_SETTINGS: tuple[tuple[str, type[Any]], ...] = (
+    ("web", ListenerSettings),
+    ("service", TaintSettings),
+    ("controller", ControllerSettings),
+    ("untaint", EvidenceSettings),
+    ("breaker", BreakerPolicy),
+    ("taint", TaintPolicy),
+    (_LEASE, LeaseSettings),
+    (_LEASE, ElectionSettings),
+)
 
 
 def _node(text: str) -> str:
-    if not valid_node_name(text):
+    if not is_node_name(text):
         raise argparse.ArgumentTypeError(f"invalid node name {text!r}")
     return text
 
@@ -73,97 +59,34 @@ def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_lease(parser: argparse.ArgumentParser) -> None:
-    """Where the tainter's Lease (leader election and the breaker's state) lives."""
+def _add_webhook_security(parser: argparse.ArgumentParser) -> None:
+    """The listen address, token and TLS flags (checked together in `settings_from_args`)."""
     parser.add_argument(
-        "--leader-elect.namespace",
-        dest="lease_namespace",
-        default="default",
-        help="namespace of the tainter's Lease (default default; the chart: its namespace)",
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=listen_address(":9848"),
+        help="HOST:PORT to serve (default :9848)",
     )
     parser.add_argument(
-        "--leader-elect.name",
-        dest="lease_name",
-        default="fleetwatch-tainter",
-        help="name of the tainter's Lease (default fleetwatch-tainter)",
-    )
-
-
-def _add_policy(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--taint.allow-noexecute",
-        dest="allow_noexecute",
-        type=_reasons,
-        default=frozenset(),
-        help="REASON,...: reasons whose alerts may ask for NoExecute (it evicts running "
-        "pods; default none)",
+        "--web.token-file",
+        dest="token_file",
+        type=readable_file,
+        help="file holding the bearer token Alertmanager must send",
     )
     parser.add_argument(
-        "--taint.declared-reasons",
-        dest="declared_reasons",
-        type=_reasons,
-        default=None,
-        help="REASON,...: the reasons alerts may ask for (default: those the installed "
-        "rules config declares)",
-    )
-    parser.add_argument(
-        "--taint.allow-undeclared-reasons",
-        dest="allow_undeclared",
+        "--web.insecure-no-token",
+        dest="insecure",
         action="store_true",
-        help="accept any valid reason, declared or not",
+        help="accept webhooks without a token (never in production)",
     )
+    parser.add_argument("--web.tls-cert-file", dest="tls_cert", type=readable_file)
+    parser.add_argument("--web.tls-key-file", dest="tls_key", type=readable_file)
     parser.add_argument(
-        "--taint.max-per-node",
-        dest="max_per_node",
-        type=_max_per_node,
-        default=8,
-        help="most fleetwatch taints on one node (default 8)",
-    )
-
-
-def _add_election(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--leader-elect",
-        dest="leader_elect",
-        action="store_true",
-        help="run as one of several replicas: only the holder of the Lease writes",
-    )
-    _add_lease(parser)
-    for flag, dest, default, what in (
-        ("lease-duration", "lease_duration", "15s", "how long a Lease is held without renewal"),
-        ("renew-deadline", "renew_deadline", "10s", "how long the leader tries to renew"),
-        ("retry-period", "retry_period", "2s", "time between tries to acquire or renew"),
-    ):
-        parser.add_argument(
-            f"--leader-elect.{flag}",
-            dest=dest,
-            type=positive_duration,
-            default=positive_duration(default),
-            help=f"{what} (default {default})",
-        )
-
-
-def _add_listener(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--web.read-header-timeout",
-        dest="header_timeout",
-        type=positive_duration,
-        default=10.0,
-        help="close a connection whose request head has not arrived in time (default 10s)",
-    )
-    parser.add_argument(
-        "--web.keepalive-timeout",
-        dest="keepalive_timeout",
-        type=positive_duration,
-        default=75.0,
-        help="close an idle kept-alive connection after this (default 75s)",
-    )
-    parser.add_argument(
-        "--web.max-connections",
-        dest="max_connections",
-        type=_max_connections,
-        default=256,
-        help="most open connections; more are answered 503 and closed (default 256)",
+        "--web.tls-client-ca-file",
+        dest="tls_client_ca",
+        type=readable_file,
+        help="require client certificates signed by this CA (mTLS)",
     )
 
 
@@ -175,143 +98,17 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         description="Taint the node of every alert labelled fleetwatch_taint; untaint on "
         "positive evidence from Prometheus.",
     )
-    taint.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=listen_address(":9848"),
-        help="HOST:PORT to serve (default :9848)",
-    )
-    taint.add_argument(
-        "--web.token-file",
-        dest="token_file",
-        type=readable_file,
-        help="file holding the bearer token Alertmanager must send",
-    )
-    taint.add_argument(
-        "--web.insecure-no-token",
-        dest="insecure",
-        action="store_true",
-        help="accept webhooks without a token (never in production)",
-    )
-    taint.add_argument(
-        "--web.max-body-bytes",
-        dest="max_body",
-        type=_max_body_bytes,
-        default=1 << 20,
-        help="largest webhook body accepted, at least 1 (default 1 MiB)",
-    )
-    _add_listener(taint)
-    taint.add_argument("--web.tls-cert-file", dest="tls_cert", type=readable_file)
-    taint.add_argument("--web.tls-key-file", dest="tls_key", type=readable_file)
-    taint.add_argument(
-        "--web.tls-client-ca-file",
-        dest="tls_client_ca",
-        type=readable_file,
-        help="require client certificates signed by this CA (mTLS)",
-    )
+    _add_webhook_security(taint)
     _add_kubeconfig(taint)
-    taint.add_argument(
-        "--prometheus-url",
-        type=http_url,
-        default=None,
-        help="Prometheus for positive-evidence untaint; without it taints stay",
-    )
-    taint.add_argument(
-        "--alertmanager-url",
-        type=http_url,
-        default=None,
-        help="Alertmanager for periodic reconcile of firing alerts",
-    )
-    taint.add_argument(
-        "--dry-run", action="store_true", help="log, count and record Events, but never write nodes"
-    )
-    taint.add_argument(
-        "--node-selector",
-        default="",
-        help="label selector of the nodes the breaker fraction counts",
-    )
-    taint.add_argument(
-        "--breaker.max-nodes",
-        dest="breaker_max_nodes",
-        type=_count,
-        default=10,
-        help="most nodes fleetwatch may taint at once (default 10)",
-    )
-    taint.add_argument(
-        "--breaker.max-fraction",
-        dest="breaker_max_fraction",
-        type=_fraction,
-        default=0.1,
-        help="most fraction of selected nodes tainted (default 0.1)",
-    )
-    taint.add_argument(
-        "--breaker.auto-close",
-        dest="breaker_auto_close",
-        action="store_true",
-        help="close the breaker by itself once below the cap "
-        "(default: only `fleetwatch breaker reset`)",
-    )
-    taint.add_argument(
-        "--untaint.hold",
-        dest="hold",
-        type=duration,
-        default=300.0,
-        help="least time after the alert was last firing before untaint (default 5m)",
-    )
-    taint.add_argument(
-        "--untaint.clear-celsius",
-        dest="clear_celsius",
-        type=float,
-        default=75.0,
-        help="gpu-overheat clears below this (default 75)",
-    )
-    taint.add_argument(
-        "--untaint.evidence",
-        dest="evidence",
-        type=_evidence,
-        action="append",
-        default=[],
-        help="REASON=PROMQL: non-empty result means clear; "
-        f"{NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
-    )
-    taint.add_argument(
-        "--untaint.manual-reason",
-        dest="manual_reasons",
-        type=_reason,
-        action="append",
-        default=None,
-        help="reason whose taint stays until `fleetwatch untaint` (repeatable; "
-        f"default {', '.join(DEFAULT_MANUAL_REASONS)})",
-    )
-    taint.add_argument(
-        "--reconcile-interval",
-        type=positive_duration,
-        default=30.0,
-        help="how often to reconcile against Alertmanager and nodes (default 30s)",
-    )
-    taint.add_argument(
-        "--kube.concurrency",
-        dest="concurrency",
-        type=_count,
-        default=32,
-        help="most node writes in flight (default 32)",
-    )
-    taint.add_argument(
-        "--events.namespace",
-        dest="event_namespace",
-        default="default",
-        help="namespace the node Events are created in (default default)",
-    )
-    _add_policy(taint)
-    _add_election(taint)
+    for prefix, settings in _SETTINGS:
+        add_setting_flags(taint, prefix, settings)
     taint.set_defaults(run=_run_taint)
 
     untaint = subparsers.add_parser("untaint", help="remove fleetwatch taints from a node now")
     untaint.add_argument("node", type=_node)
     untaint.add_argument(
         "--reason",
-        type=_reason,
+        type=reason,
         action="append",
         default=None,
         help="only this reason's taint (repeatable; default all fleetwatch taints)",
@@ -327,98 +124,97 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     breaker.add_argument("action", choices=("reset",))
     _add_kubeconfig(breaker)
-    _add_lease(breaker)
+    add_setting_flags(breaker, _LEASE, LeaseSettings)
     breaker.set_defaults(run=_run_breaker)
+
+
+def _fail(problem: str) -> SystemExit:
+    return SystemExit(f"fleetwatch taint: error: {problem}")
+
+
+def _tls(args: argparse.Namespace) -> TlsFiles | None:
+    """The TLS files, when given; SystemExit when they are given halfway."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise _fail("--web.tls-cert-file and --web.tls-key-file go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise _fail("--web.tls-client-ca-file needs --web.tls-cert-file and --web.tls-key-file")
+    if args.tls_cert is None:
+        return None
+    return TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+
+
+def _policy(args: argparse.Namespace) -> TaintPolicy:
+    """The taint policy; declared reasons default to the installed rules config's."""
+    from fleetwatch.tainter.policy import shipped_reasons
+
+    policy = read_settings(args, "taint", TaintPolicy)
+    if policy.allow_undeclared_reasons:
+        if policy.declared_reasons is not None:
+            raise _fail(
+                "--taint.declared-reasons and --taint.allow-undeclared-reasons contradict "
+                "each other"
+            )
+        return policy
+    if policy.declared_reasons is None:
+        return dataclasses.replace(policy, declared_reasons=shipped_reasons())
+    return policy
+
+
+def _evidence_queries(args: argparse.Namespace) -> dict[str, str]:
+    """Untaint evidence per reason: the built-in ones, then `--untaint.evidence`'s."""
+    from fleetwatch.tainter.policy import shipped_clear_celsius
+    from fleetwatch.tainter.sources import default_evidence_queries
+
+    evidence = read_settings(args, "untaint", EvidenceSettings)
+    celsius = evidence.clear_celsius
+    queries = default_evidence_queries(
+        clear_celsius=shipped_clear_celsius() if celsius is None else celsius
+    )
+    queries.update(dict(evidence.evidence))
+    return queries
 
 
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     """Build TaintSettings from parsed flags; SystemExit with one line when they conflict."""
     from fleetwatch.tainter.auth import TokenError, read_token
-    from fleetwatch.tainter.breaker import BreakerPolicy
-    from fleetwatch.tainter.controller import ControllerSettings
-    from fleetwatch.tainter.election import ElectionSettings
-    from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
-    from fleetwatch.tainter.service import TaintSettings, TlsFiles, default_identity
-    from fleetwatch.tainter.writes import RetryPolicy
-
-    from fleetwatch.listener import ListenerLimits
+    from fleetwatch.tainter.service import default_identity
 
     if args.token_file is None and not args.insecure:
-        raise SystemExit(
-            "fleetwatch taint: error: --web.token-file is required "
+        raise _fail(
+            "--web.token-file is required "
             "(or --web.insecure-no-token to accept unauthenticated webhooks)"
         )
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise SystemExit(
-            "fleetwatch taint: error: --web.tls-cert-file and --web.tls-key-file go together"
-        )
-    if args.tls_client_ca is not None and args.tls_cert is None:
-        raise SystemExit(
-            "fleetwatch taint: error: --web.tls-client-ca-file needs "
-            "--web.tls-cert-file and --web.tls-key-file"
-        )
+    tls = _tls(args)
     if args.token_file is not None:
         try:
             read_token(args.token_file)
         except TokenError as exc:
-            raise SystemExit(f"fleetwatch taint: error: {exc}") from exc
-    election = ElectionSettings(
-        namespace=args.lease_namespace,
-        name=args.lease_name,
+            raise _fail(str(exc)) from exc
+    lease = read_settings(args, _LEASE, LeaseSettings)
+    election = read_settings(
+        args,
+        _LEASE,
+        ElectionSettings,
+        namespace=lease.namespace,
+        name=lease.name,
         identity=default_identity(),
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
     )
     problem = election.problem()
     if problem is not None:
-        raise SystemExit(f"fleetwatch taint: error: {problem}")
-    if args.declared_reasons is not None and args.allow_undeclared:
-        raise SystemExit(
-            "fleetwatch taint: error: --taint.declared-reasons and "
-            "--taint.allow-undeclared-reasons contradict each other"
-        )
-    declared = None if args.allow_undeclared else (args.declared_reasons or shipped_reasons())
-    queries = default_evidence_queries(clear_celsius=args.clear_celsius)
-    queries.update(dict(args.evidence))
-    manual = DEFAULT_MANUAL_REASONS if args.manual_reasons is None else args.manual_reasons
-    return TaintSettings(
+        raise _fail(problem)
+    return read_settings(
+        args,
+        "service",
+        TaintSettings,
         token_file=args.token_file,
         kubeconfig=args.kubeconfig,
-        prometheus_url=args.prometheus_url,
-        alertmanager_url=args.alertmanager_url,
-        controller=ControllerSettings(
-            dry_run=args.dry_run,
-            hold_seconds=args.hold,
-            manual_reasons=frozenset(manual),
-            node_selector=args.node_selector,
-            concurrency=max(1, args.concurrency),
-            retry=RetryPolicy(),
-        ),
-        breaker=BreakerPolicy(
-            max_nodes=args.breaker_max_nodes,
-            max_fraction=args.breaker_max_fraction,
-            auto_close=args.breaker_auto_close,
-        ),
-        policy=TaintPolicy(
-            declared_reasons=declared,
-            allow_noexecute=args.allow_noexecute,
-            max_per_node=args.max_per_node,
-        ),
+        controller=read_settings(args, "controller", ControllerSettings),
+        breaker=read_settings(args, "breaker", BreakerPolicy),
+        policy=_policy(args),
         election=election,
-        leader_elect=args.leader_elect,
-        evidence_queries=queries,
-        reconcile_interval=args.reconcile_interval,
-        max_body_bytes=args.max_body,
-        listener=ListenerLimits(
-            header_timeout=args.header_timeout,
-            keepalive_timeout=args.keepalive_timeout,
-            max_connections=args.max_connections,
-        ),
-        event_namespace=args.event_namespace,
-        tls=TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
-        if args.tls_cert
-        else None,
+        evidence_queries=_evidence_queries(args),
+        listener=read_settings(args, "web", ListenerSettings),
+        tls=tls,
     )
 
 
@@ -442,6 +238,7 @@ def _run_untaint(args: argparse.Namespace) -> int:
 def _run_breaker(args: argparse.Namespace) -> int:
     from fleetwatch.tainter.service import breaker_reset_command
 
+    lease = read_settings(args, _LEASE, LeaseSettings)
     return breaker_reset_command(
-        kubeconfig=args.kubeconfig, namespace=args.lease_namespace, name=args.lease_name
+        kubeconfig=args.kubeconfig, namespace=lease.namespace, name=lease.name
     )

@@ -12,6 +12,7 @@ passed since the alert was last seen firing, and Prometheus confirms the conditi
 clear. The periodic `reconcile` does the same from live state: Alertmanager's active
 alerts and the nodes' own taints and annotations, which is also how a restarted tainter
 (or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
+What each sync did is logged, counted and recorded as Events by `tainter.events`.
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
+from fleetwatch.tainter.events import SyncReport
 from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
+from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
     TAINTED_LABEL,
     UNTAINT_ANNOTATION,
     Change,
-    RetryPolicy,
     guarded_update,
     new_record,
     our_taints,
@@ -44,24 +46,6 @@ from fleetwatch.tainter.writes import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """Behaviour knobs of the controller (built from flags)."""
-
-    dry_run: bool = False
-    hold_seconds: float = 300.0
-    manual_reasons: frozenset[str] = frozenset(
-        {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
-    )
-    node_selector: str = ""
-    concurrency: int = 32
-    owner: str = "fleetwatch-tainter"
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # How long, and how many, resolves are remembered against late firings.
-    resolved_memory_seconds: float = 3600.0
-    resolved_memory_size: int = 100_000
 
 
 @dataclass
@@ -171,6 +155,9 @@ class Controller:
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._count_lock = asyncio.Lock()
         self.wake = asyncio.Event()  # set when the periodic reconcile should run now
+        self._told = SyncReport(
+            api=api, metrics=metrics, settings=settings, policy=policy, breaker=breaker
+        )
 
     @property
     def breaker(self) -> Breaker:
@@ -463,7 +450,7 @@ class Controller:
                 log.error("node sync failed", extra={"node": name, "error": str(exc)})
                 raise
             self._breaker.commit(name, tainted=bool(our_taints(node)))
-            await self._report(node, change, attempt)
+            await self._told.sync_done(node, change, capped=attempt.capped, refused=attempt.refused)
             return [intent.key for intent in attempt.capped]
 
     async def _plan(self, node: NodeView, attempt: _SyncAttempt) -> Change:
@@ -554,96 +541,6 @@ class Controller:
             )
             return False
         return True
-
-    async def _report(self, node: NodeView, change: Change, attempt: _SyncAttempt) -> None:
-        """Log, count and record Events for what was done to `node`."""
-        dry = self._settings.dry_run
-        for taint in change.add:
-            self._metrics.taint_operations.labels(op="add", result="dry_run" if dry else "ok").inc()
-            if dry:
-                self._metrics.dry_run_actions.labels(op="add").inc()
-            log.warning(
-                "taint added" + (" (dry run)" if dry else ""),
-                extra={
-                    "node": node.name,
-                    "key": taint.key,
-                    "value": taint.value,
-                    "effect": taint.effect,
-                },
-            )
-            await self._event(
-                node,
-                "TaintAdded",
-                f"{taint.key}={taint.value}:{taint.effect} "
-                f"added by {self._settings.owner} for alert {taint.value}",
-            )
-        for key in sorted(change.remove):
-            self._metrics.taint_operations.labels(
-                op="remove", result="dry_run" if dry else "ok"
-            ).inc()
-            if dry:
-                self._metrics.dry_run_actions.labels(op="remove").inc()
-            log.warning(
-                "taint removed" + (" (dry run)" if dry else ""),
-                extra={"node": node.name, "key": key},
-            )
-            why = (
-                "an operator asked (annotation " + UNTAINT_ANNOTATION + ")"
-                if key in change.requested
-                else "alert resolved, hold time passed, condition confirmed clear"
-            )
-            await self._event(
-                node, "TaintRemoved", f"{key} removed by {self._settings.owner}: {why}"
-            )
-        for intent in attempt.capped:
-            self._metrics.policy_refusals.labels(why="max_per_node").inc()
-            if intent.refused:
-                continue
-            intent.refused = True
-            log.error(
-                "taint refused: node at the per-node cap",
-                extra={"node": node.name, "key": intent.key, "cap": self._policy.max_per_node},
-            )
-            await self._event(
-                node,
-                "TaintRefused",
-                f"{intent.key} refused: the node already carries {self._policy.max_per_node} "
-                "fleetwatch taints",
-                warning=True,
-            )
-        for intent in attempt.refused:
-            self._metrics.taint_operations.labels(op="add", result="refused").inc()
-            if intent.refused:
-                continue
-            intent.refused = True
-            log.error(
-                "taint refused: circuit breaker open",
-                extra={
-                    "node": node.name,
-                    "key": intent.key,
-                    "limit": self._breaker.limit(),
-                    "tainted": len(self._breaker.tainted),
-                },
-            )
-            await self._event(
-                node,
-                "TaintRefused",
-                f"{intent.key} refused: circuit breaker open (at most "
-                f"{self._breaker.limit()} nodes may be tainted by fleetwatch)",
-                warning=True,
-            )
-
-    async def _event(
-        self, node: NodeView, reason: str, message: str, *, warning: bool = False
-    ) -> None:
-        try:
-            await self._api.create_event(node=node, reason=reason, message=message, warning=warning)
-        except ApiError as exc:
-            self._metrics.api_errors.labels(status=str(exc.status)).inc()
-            log.warning(
-                "cannot record Event",
-                extra={"node": node.name, "reason": reason, "error": str(exc)},
-            )
 
     def _publish_gauges(self) -> None:
         self._metrics.tainted_nodes.set(len(self._breaker.tainted))

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fleetwatch.tainter.kube import (
     ApiError,
@@ -32,31 +32,9 @@ from fleetwatch.tainter.kube import (
     Taint,
     now_micro,
 )
+from fleetwatch.tainter.settings import ElectionSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionSettings:
-    """Where the Lease is, who we are, and the timing (client-go's defaults)."""
-
-    namespace: str
-    name: str
-    identity: str
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-
-    def problem(self) -> str | None:
-        """Why these timings cannot work, or None (the same rules as client-go)."""
-        if not self.lease_duration > self.renew_deadline:
-            return "--leader-elect.lease-duration must be longer than --leader-elect.renew-deadline"
-        if not self.renew_deadline > 1.2 * self.retry_period:
-            return (
-                "--leader-elect.renew-deadline must be longer than 1.2 x "
-                "--leader-elect.retry-period"
-            )
-        return None
 
 
 class Leadership:

@@ -8,23 +8,18 @@ receiver answers 4xx and writes nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
+
+from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_value, is_node_name, is_taint_reason
 
 TAINT_LABEL: Final = "fleetwatch_taint"
 EFFECT_LABEL: Final = "fleetwatch_taint_effect"
 KEY_PREFIX: Final = "fleetwatch.io/"
 EFFECTS: Final = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 DEFAULT_EFFECT: Final = "NoSchedule"
-
-# Kubernetes: a label/taint key name part and a label value (63 characters at most each),
-# and a node name (a DNS subdomain, 253 characters at most).
-_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 class PayloadError(ValueError):
@@ -52,17 +47,11 @@ class AlertState:
 
 def taint_key(reason: str) -> str:
     """`gpu-overheat` → `fleetwatch.io/gpu-overheat`, after checking the reason is a valid key."""
-    if not _NAME_PART.fullmatch(reason):
+    if not is_taint_reason(reason):
         raise PayloadError(
-            f"label {TAINT_LABEL}={reason!r} is not a valid taint key name "
-            "(letters, digits, '-', '_', '.', 63 characters at most)"
+            f"label {TAINT_LABEL}={reason!r} is not a valid taint key name ({TAINT_REASON_RULE})"
         )
     return KEY_PREFIX + reason
-
-
-def valid_node_name(node: str) -> bool:
-    """True when `node` can name a Kubernetes node."""
-    return bool(_NODE_NAME.fullmatch(node))
 
 
 def _parse_time(value: Any, where: str) -> datetime | None:
@@ -101,7 +90,7 @@ def alert_from_labels(
         return None
     taint_key(reason)
     node = labels.get("node", "")
-    if not valid_node_name(node):
+    if not is_node_name(node):
         raise PayloadError(
             f"{where}: alert asks for taint {reason!r} but its label node={node!r} "
             "is missing or not a valid node name"
@@ -111,7 +100,7 @@ def alert_from_labels(
         choices = ", ".join(sorted(EFFECTS))
         raise PayloadError(f"{where}: label {EFFECT_LABEL}={effect!r}: expected one of {choices}")
     alertname = labels.get("alertname", "")
-    if not alertname or not _LABEL_VALUE.fullmatch(alertname):
+    if not alertname or not is_label_value(alertname):
         raise PayloadError(
             f"{where}: label alertname={alertname!r} is missing or cannot be a taint value"
         )

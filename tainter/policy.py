@@ -7,16 +7,23 @@ GPUs with one label. So: `NoSchedule` (the default) and `PreferNoSchedule` are a
 config declares (the chart passes the list it rendered) unless undeclared reasons are
 allowed; and a node carries at most `max_per_node` fleetwatch taints, which keeps the
 node object (taints and the audit annotation) far below what the API server accepts.
+`TaintPolicy`'s fields are the `--taint.*` flags. The gpu-overheat untaint threshold also
+comes from the rules config (`shipped_clear_celsius`).
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Final
 
-from fleetwatch.tainter.payload import AlertState
+from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
+
+from fleetwatch.flags import number_setting, setting
 
 NO_EXECUTE: Final = "NoExecute"
+UNTAINT_CELSIUS_THRESHOLD: Final = "untaint_gpu_temperature_celsius"
+"""The rules config's `thresholds.` key under which gpu-overheat's taint clears."""
 
 
 def shipped_reasons() -> frozenset[str]:
@@ -24,6 +31,31 @@ def shipped_reasons() -> frozenset[str]:
     from fleetwatch.rules.config import load_config
 
     return frozenset(a.taint for a in load_config().alerts.values() if a.taint)
+
+
+def shipped_clear_celsius() -> float:
+    """The installed rules config's untaint evidence threshold for gpu-overheat (°C)."""
+    from fleetwatch.rules.config import load_config
+
+    return float(load_config().thresholds[UNTAINT_CELSIUS_THRESHOLD])
+
+
+def reason(text: str) -> str:
+    """A taint reason as a flag type: a valid name for the key `fleetwatch.io/<reason>`."""
+    try:
+        taint_key(text)
+    except PayloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def reasons(text: str) -> frozenset[str]:
+    """A comma-separated list of reasons (empty allowed) as a flag type."""
+    return frozenset(reason(r.strip()) for r in text.split(",") if r.strip())
+
+
+def _listed(found: frozenset[str]) -> str:
+    return ",".join(sorted(found)) or "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,23 +77,39 @@ class Refusal:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaintPolicy:
-    """The operator's limits. `declared_reasons` None allows any valid reason."""
+    """The operator's limits (`--taint.*`). `declared_reasons` None allows any valid reason;
+    the command fills it with the rules config's reasons unless undeclared ones are allowed."""
 
-    declared_reasons: frozenset[str] | None
-    allow_noexecute: frozenset[str] = frozenset()
-    max_per_node: int = 8
+    declared_reasons: frozenset[str] | None = setting(
+        None,
+        parse=reasons,
+        metavar="REASON,...",
+        help="the reasons alerts may ask for (default: those the installed rules config declares)",
+    )
+    allow_noexecute: frozenset[str] = setting(
+        frozenset(),
+        parse=reasons,
+        metavar="REASON,...",
+        shown=_listed,
+        help="reasons whose alerts may ask for NoExecute (it evicts running pods)",
+    )
+    allow_undeclared_reasons: bool = setting(False, help="accept any valid reason, declared or not")
+    max_per_node: int = number_setting(
+        8, minimum=1, maximum=100, integer=True, help="most fleetwatch taints on one node"
+    )
 
     def check(self, alert: AlertState) -> Refusal | None:
         """Why `alert` may not taint at all, or None. (The per-node cap depends on the
         node and is applied when its change is planned.)"""
-        if self.declared_reasons is not None and alert.reason not in self.declared_reasons:
+        declared = None if self.allow_undeclared_reasons else self.declared_reasons
+        if declared is not None and alert.reason not in declared:
             return Refusal(
                 alert=alert,
                 why="undeclared_reason",
                 detail=f"reason {alert.reason!r} is not declared in the rules config "
-                f"(declared: {', '.join(sorted(self.declared_reasons)) or 'none'}; "
+                f"(declared: {', '.join(sorted(declared)) or 'none'}; "
                 "--taint.allow-undeclared-reasons allows any)",
             )
         if alert.effect == NO_EXECUTE and alert.reason not in self.allow_noexecute:

@@ -12,19 +12,15 @@ import getpass
 import logging
 import signal
 import socket
-import ssl
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 from fleetwatch.tainter.auth import TokenFile
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerRecord, BreakerStore
-from fleetwatch.tainter.controller import Controller, ControllerSettings
+from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
+from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
-    ElectionSettings,
     LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
@@ -32,8 +28,8 @@ from fleetwatch.tainter.election import (
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
+from fleetwatch.tainter.settings import RetryPolicy, TaintSettings
 from fleetwatch.tainter.sources import (
     AlertmanagerAlerts,
     EvidenceSource,
@@ -44,63 +40,20 @@ from fleetwatch.tainter.supervise import Supervisor
 from fleetwatch.tainter.writes import (
     Change,
     DryRunNodeApi,
-    RetryPolicy,
     guarded_update,
     our_taints,
     with_retries,
 )
 
-from fleetwatch.listener import Listener, ListenerLimits, start_listener
+from fleetwatch.listener import Listener, start_listener
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LEASE_NAME = "fleetwatch-tainter"
 
 
 def default_identity() -> str:
     """This replica's name in the Lease: the host (the pod name in Kubernetes) and a
     random suffix, so two processes on one host never share it."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """Server certificate and key; a client CA turns on mTLS (client certificates required)."""
-
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
-
-    def context(self) -> ssl.SSLContext:
-        """The server-side SSL context."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.cert, self.key)
-        if self.client_ca is not None:
-            context.load_verify_locations(self.client_ca)
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
-
-
-@dataclass(frozen=True, slots=True)
-class TaintSettings:
-    """Everything `fleetwatch taint` runs with."""
-
-    token_file: Path | None
-    kubeconfig: Path | None
-    prometheus_url: str | None
-    alertmanager_url: str | None
-    controller: ControllerSettings
-    breaker: BreakerPolicy
-    policy: TaintPolicy
-    election: ElectionSettings
-    leader_elect: bool
-    evidence_queries: Mapping[str, str]
-    reconcile_interval: float
-    max_body_bytes: int = 1 << 20
-    token_overlap: float = 300.0
-    listener: ListenerLimits = field(default_factory=ListenerLimits)
-    event_namespace: str = "default"
-    tls: TlsFiles | None = None
 
 
 async def build_app(
@@ -122,7 +75,7 @@ async def build_app(
     session = aiohttp.ClientSession()
     try:
         leadership = Leadership(
-            renew_deadline=settings.election.renew_deadline if settings.leader_elect else None
+            renew_deadline=settings.election.renew_deadline if settings.election.enabled else None
         )
         gated = LeaderOnlyNodeApi(real=kube, leadership=leadership)
         api: NodeApi = DryRunNodeApi(real=gated) if settings.controller.dry_run else gated
@@ -157,7 +110,7 @@ async def build_app(
             ),
         )
         elector = None
-        if settings.leader_elect:
+        if settings.election.enabled:
 
             def on_change(leader: bool) -> None:
                 metrics.leader.set(1 if leader else 0)
@@ -171,7 +124,7 @@ async def build_app(
                 on_elected=controller.prepare_to_lead,
                 on_change=on_change,
             )
-        metrics.leader.set(0 if settings.leader_elect else 1)
+        metrics.leader.set(0 if settings.election.enabled else 1)
     except BaseException:
         await session.close()
         await kube.close()
@@ -230,7 +183,7 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "alertmanager_url": settings.alertmanager_url,
             "breaker_max_nodes": settings.breaker.max_nodes,
             "breaker_max_fraction": settings.breaker.max_fraction,
-            "leader_elect": settings.leader_elect,
+            "leader_elect": settings.election.enabled,
             "lease": f"{settings.election.namespace}/{settings.election.name}",
             "identity": settings.election.identity,
         },

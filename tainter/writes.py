@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -22,6 +21,7 @@ from typing import Any, Final, TypeVar
 from fleetwatch.tainter.kube import ApiError, Conflict, NodeApi, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
+from fleetwatch.tainter.settings import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -101,20 +101,6 @@ def apply_change(
 
 
 Planner = Callable[[NodeView], Awaitable[Change]]
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How often and how patiently a node write is retried."""
-
-    attempts: int = 8
-    base_delay: float = 0.05
-    max_delay: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        """Jittered exponential backoff, so racing writers spread out."""
-        backoff: float = min(self.max_delay, self.base_delay * 2.0**attempt)
-        return backoff * random.uniform(0.5, 1.5)
 
 
 async def with_retries(

@@ -7,19 +7,24 @@ reads `FLEETWATCH_<FLAG>` environment variables for every long flag (dots and da
 become underscores). A flag given on the command line wins over the environment: its
 variable is then ignored, so a repeatable flag's values from the environment are
 replaced by the command line's, not added to them (in a variable, a repeatable flag's values
-are separated by commas).
+are separated by commas). A renamed flag's old spelling (and its variable) still works for
+one release and is logged once, after logging is configured; the new spelling wins.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
 
 from fleetwatch import __version__
+from fleetwatch.flags import DeprecatedSpelling, deprecated_flags_used
 from fleetwatch.logs import configure_logging
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "FLEETWATCH_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -62,6 +67,11 @@ def _env_arguments(parser: argparse.ArgumentParser, given: Sequence[str] = ()) -
             continue
         if _given(action, given):
             continue
+        if isinstance(action, DeprecatedSpelling) and (
+            _given(action.canonical, given)
+            or env_name(action.canonical.option_strings[0]) in os.environ
+        ):
+            continue  # the new spelling, given on the command line or in its variable, wins
         value = os.environ.get(env_name(longs[0]))
         if value is None:
             continue
@@ -137,6 +147,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags (command line over environment), configure logging, run the subcommand."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     configure_logging(fmt=args.log_format, level=args.log_level)
+    for old, new in sorted(deprecated_flags_used(args).items()):
+        log.warning(
+            "flag %s (%s) is deprecated and goes in the next release: use %s (%s)",
+            old,
+            env_name(old),
+            new,
+            env_name(new),
+            extra={"flag": old, "replacement": new},
+        )
     status: int = args.run(args)
     return status
 

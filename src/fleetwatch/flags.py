@@ -1,59 +1,42 @@
 """Argument types shared by every subcommand, and settings dataclasses declared as flags.
 
 Each type raises `argparse.ArgumentTypeError` with a message that names what was wrong, so
-a bad flag or environment variable exits with one clear line. Durations are
-Prometheus-style (`500ms`, `5s`, `1m30s`) and every duration or number flag has bounds:
-zero, negative, NaN, infinite and absurd values are refused at start, not discovered at
-run time.
+a bad flag or environment variable exits with one clear line. Durations are Prometheus
+durations (`500ms`, `5s`, `1h30m`: `fleetwatch.durations`) and every duration or number
+flag has bounds: zero, negative, NaN, infinite and absurd values are refused at start, not
+discovered at run time.
 
 A component's settings are a frozen dataclass whose fields are declared with `setting()`:
-`add_setting_flags` turns each field into `--PREFIX.FIELD-NAME` (default, parser and help
-in one place) and `read_settings` builds the dataclass once from the parsed flags.
+`add_setting_flags` turns each field into `--PREFIX.FIELD-NAME` (or the flag the field
+names; default, parser and help in one place) and `read_settings` builds the dataclass once
+from the parsed flags. A renamed flag keeps its old spelling as a hidden, deprecated alias
+for one release (`setting(deprecated=...)`); `log_deprecated_flags` logs each one used once.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_SHOWN_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+from fleetwatch.durations import DurationError, format_duration, parse_duration
+
+log = logging.getLogger(__name__)
 
 
 def duration(text: str) -> float:
-    """Parse a Prometheus-style duration (`500ms`, `5s`, `1m30s`, `24h`) into seconds."""
-    text = text.strip()
-    pos, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not text or pos != len(text):
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use a number with a unit, e.g. 500ms, 5s, 1m30s, 24h"
-        )
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as the shortest duration text `duration` reads back: 90 → `1m30s`."""
-    parts: list[str] = []
-    rest = max(0, round(seconds * 1000))
-    for unit, size in _SHOWN_UNITS:
-        step = round(size * 1000)
-        count, rest = divmod(rest, step)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
+    """A Prometheus duration (`500ms`, `5s`, `1h30m`, `2w`) in seconds, as a flag type."""
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def bounded_duration(minimum: float, maximum: float) -> Callable[[str], float]:
@@ -67,10 +50,6 @@ def bounded_duration(minimum: float, maximum: float) -> Callable[[str], float]:
         return seconds
 
     return parse
-
-
-positive_duration = bounded_duration(0.001, 366 * 86400.0)
-"""A duration from 1ms to 366 days: zero, negative and absurd lengths are refused."""
 
 
 def bounded_number(
@@ -141,6 +120,7 @@ def existing_dir(text: str) -> Path:
 
 # -- settings dataclasses as flags ------------------------------------------------------------
 _FLAG = "fleetwatch.flag"
+_DEPRECATED_USED = "fleetwatch_deprecated_flags"
 S = TypeVar("S")
 
 
@@ -153,6 +133,8 @@ class _Flag:
     metavar: str | None
     repeatable: bool
     shown: Callable[[Any], str]
+    flag: str | None
+    deprecated: tuple[str, ...]
 
 
 def setting(
@@ -163,18 +145,38 @@ def setting(
     metavar: str | None = None,
     repeatable: bool = False,
     shown: Callable[[Any], str] = str,
+    flag: str | None = None,
+    deprecated: Sequence[str] = (),
 ) -> Any:
     """A settings field that is also a flag; its default is written here and nowhere else.
 
     A `bool` default makes an on/off switch (`--x` / `--no-x`). `repeatable` collects every
     occurrence into a tuple (the default when none is given). `shown` formats the default
-    for `--help` (`format_duration` for durations); None defaults are not shown.
+    for `--help` (`format_duration` for durations); None defaults are not shown. `flag`
+    names the option (without `--`) where it is not `PREFIX.FIELD-NAME`; `deprecated` lists
+    old spellings still accepted, hidden from `--help`, for one release.
     """
-    flag = _Flag(help=help, parse=parse, metavar=metavar, repeatable=repeatable, shown=shown)
-    return dataclasses.field(default=default, metadata={_FLAG: flag})
+    spec = _Flag(
+        help=help,
+        parse=parse,
+        metavar=metavar,
+        repeatable=repeatable,
+        shown=shown,
+        flag=flag,
+        deprecated=tuple(deprecated),
+    )
+    return dataclasses.field(default=default, metadata={_FLAG: spec})
 
 
-def duration_setting(default: float, *, minimum: float, maximum: float, help: str) -> Any:
+def duration_setting(
+    default: float,
+    *,
+    minimum: float,
+    maximum: float,
+    help: str,
+    flag: str | None = None,
+    deprecated: Sequence[str] = (),
+) -> Any:
     """A settings field that is a bounded duration flag (`5s`-style, shown so in --help)."""
     return setting(
         default,
@@ -182,27 +184,99 @@ def duration_setting(default: float, *, minimum: float, maximum: float, help: st
         shown=format_duration,
         metavar="DURATION",
         help=help,
+        flag=flag,
+        deprecated=deprecated,
+    )
+
+
+def number_setting(
+    default: float | None,
+    *,
+    minimum: float,
+    maximum: float,
+    help: str,
+    integer: bool = False,
+    unit: str = "",
+    flag: str | None = None,
+) -> Any:
+    """A settings field that is a bounded number flag (whole when `integer`)."""
+    return setting(
+        default,
+        parse=bounded_number(minimum, maximum, integer=integer, unit=unit),
+        metavar="N" if integer else "NUMBER",
+        help=help,
+        flag=flag,
     )
 
 
 def _flags(settings: type[Any], prefix: str) -> list[tuple[dataclasses.Field[Any], str, str]]:
-    """Each field of `settings` with its option (`--PREFIX.NAME`) and argparse dest."""
+    """Each flag field of `settings` with its option (`--PREFIX.NAME`) and argparse dest.
+
+    Fields declared without `setting()` are not flags: they keep their defaults."""
     dest_prefix = prefix.replace(".", "_").replace("-", "_")
-    return [
-        (field, f"--{prefix}.{field.name.replace('_', '-')}", f"{dest_prefix}_{field.name}")
-        for field in dataclasses.fields(settings)
-    ]
+    found = []
+    for field in dataclasses.fields(settings):
+        flag: _Flag | None = field.metadata.get(_FLAG)
+        if flag is None:
+            continue
+        option = f"--{flag.flag or f'{prefix}.' + field.name.replace('_', '-')}"
+        found.append((field, option, f"{dest_prefix}_{field.name}"))
+    return found
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old spelling of a renamed flag: parsed as the new flag is, hidden from --help, and
+    remembered on the namespace so that the command logs it once (`deprecated_flags_used`)."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        canonical: argparse.Action,
+        type: Callable[[str], Any],
+        metavar: str | None,
+    ) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            type=type,
+            metavar=metavar,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
+        self.canonical = canonical
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.canonical(parser, namespace, values, self.canonical.option_strings[0])
+        used: dict[str, str] = getattr(namespace, _DEPRECATED_USED, {})
+        used[self.option_strings[0]] = self.canonical.option_strings[0]
+        setattr(namespace, _DEPRECATED_USED, used)
+
+
+def deprecated_flags_used(args: argparse.Namespace) -> dict[str, str]:
+    """Each deprecated spelling the command line or environment used, and its new name."""
+    used: dict[str, str] = getattr(args, _DEPRECATED_USED, {})
+    return dict(used)
 
 
 def add_setting_flags(
     group: argparse._ArgumentGroup | argparse.ArgumentParser, prefix: str, settings: type[Any]
 ) -> None:
-    """Add one `--PREFIX.FIELD-NAME` flag per field of the `settings` dataclass."""
+    """Add one `--PREFIX.FIELD-NAME` flag per setting of the `settings` dataclass."""
     for field, option, dest in _flags(settings, prefix):
         flag: _Flag = field.metadata[_FLAG]
         default: Any = field.default
         text = flag.help.replace("%", "%%")
         if isinstance(default, bool):
+            if flag.deprecated:
+                raise TypeError(f"{option}: an on/off switch cannot have a deprecated spelling")
             group.add_argument(
                 option,
                 dest=dest,
@@ -214,7 +288,7 @@ def add_setting_flags(
         if default is not None and default != ():
             shown = ", ".join(map(flag.shown, default)) if flag.repeatable else flag.shown(default)
             text += f" (default {shown})"
-        group.add_argument(
+        canonical = group.add_argument(
             option,
             dest=dest,
             type=flag.parse or str,
@@ -223,14 +297,25 @@ def add_setting_flags(
             metavar=flag.metavar,
             help=text,
         )
+        for old in flag.deprecated:
+            group.add_argument(
+                f"--{old}",
+                dest=dest,
+                action=DeprecatedSpelling,
+                canonical=canonical,
+                type=flag.parse or str,
+                metavar=flag.metavar,
+            )
 
 
-def read_settings(args: argparse.Namespace, prefix: str, settings: type[S]) -> S:
-    """Build the `settings` dataclass once from the flags `add_setting_flags` added."""
-    given = vars(args)
-    values: dict[str, Any] = {}
+def read_settings(args: argparse.Namespace, prefix: str, settings: type[S], **given: Any) -> S:
+    """Build the `settings` dataclass once from the flags `add_setting_flags` added.
+
+    `given` holds the values of fields that are not flags (derived at start)."""
+    parsed = vars(args)
+    values: dict[str, Any] = dict(given)
     for field, _option, dest in _flags(settings, prefix):
-        value = given[dest]
+        value = parsed[dest]
         if field.metadata[_FLAG].repeatable:
             value = tuple(value) if value else field.default
         values[field.name] = value

@@ -11,6 +11,8 @@ head nor the number of open connections. Each connection's protocol is wrapped s
   Content-Length bytes is skipped, so a body is never mistaken for a head; a chunked body
   ends the watch, aiohttp's own limits apply to it);
 - an idle kept-alive connection is closed after `keepalive_timeout` (aiohttp's own).
+
+`ListenerSettings` declares those limits as the `--web.*` flags of both servers.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import re
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from aiohttp import web
+
+from fleetwatch.flags import duration_setting, number_setting
 
 _HEAD_END: Final = b"\r\n\r\n"
 _CONTENT_LENGTH: Final = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*$", re.I | re.M)
@@ -34,26 +38,34 @@ _BUSY: Final = (
 )
 
 
-class Limits(Protocol):
-    """What a listener tolerates from its clients (seconds, and a count)."""
+@dataclass(frozen=True, kw_only=True)
+class ListenerSettings:
+    """What a listener tolerates from its clients: the `--web.*` limits every fleetwatch
+    server (exporter and tainter) has, with one flag name and one default each.
 
-    @property
-    def header_timeout(self) -> float: ...
+    A keep-alive of 2m lets a Prometheus scraping, or an Alertmanager notifying, every
+    minute reuse its connection; 256 connections leave room for an alert storm's
+    notifications while still bounding what idle or slow clients can hold open.
+    """
 
-    @property
-    def keepalive_timeout(self) -> float: ...
-
-    @property
-    def max_connections(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerLimits:
-    """Plain limits, for servers whose flags are not a settings dataclass."""
-
-    header_timeout: float = 10.0
-    keepalive_timeout: float = 75.0
-    max_connections: int = 256
+    header_timeout: float = duration_setting(
+        10.0,
+        minimum=0.1,
+        maximum=300.0,
+        help="close a connection whose request head is not complete this long after it "
+        "opened or after the first byte of its next request",
+        deprecated=("web.read-header-timeout",),
+    )
+    keepalive_timeout: float = duration_setting(
+        120.0, minimum=1.0, maximum=3600.0, help="close a keep-alive connection idle this long"
+    )
+    max_connections: int = number_setting(
+        256,
+        minimum=1,
+        maximum=10_000,
+        integer=True,
+        help="answer 503 and close a connection beyond this many open ones",
+    )
 
 
 @dataclass
@@ -64,7 +76,7 @@ class Listener:
     `header_timeout`.
     """
 
-    limits: Limits
+    limits: ListenerSettings
     on_refused: Callable[[str], None] | None = None
     open: int = 0
     refused: int = 0
@@ -208,7 +220,12 @@ async def start_listener(
 
 @contextlib.asynccontextmanager
 async def listen(
-    app: web.Application, *, host: str, port: int, limits: Limits, shutdown_timeout: float = 60.0
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    limits: ListenerSettings,
+    shutdown_timeout: float = 60.0,
 ) -> AsyncIterator[Listener]:
     """Serve `app` on `host:port` under `limits` until the context exits."""
     listener = Listener(limits=limits)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.rules.config import load_config
+from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
 
 from fleetwatch.cli import build_parser
@@ -47,6 +48,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "xid_critical": [48, 79],
             "nvlink_errors_per_second": {"replay": 3},
             "event_window": "30m",
+            "untaint_gpu_temperature_celsius": 72,
         },
         "alerts": {"GPUOverheating": {"for": "15s", "keep_firing_for": "5m"}},
     },
@@ -305,13 +307,18 @@ def test_container_args_parse_with_the_real_cli(
         assert exporter.command == "export"
         assert exporter.collection_interval == 5.0
     if release.of_kind("Deployment"):
-        tainter = _parse(_container(release.one("Deployment"))["args"], token)
-        assert tainter.command == "taint"
-        assert tainter.dry_run is (name != "no-operator-no-nvidia-runtime")
-        assert tainter.leader_elect
-        assert tainter.lease_namespace == NAMESPACE
-        assert tainter.declared_reasons == frozenset(default_values()["taintReasons"])
-        assert (tainter.allow_noexecute, tainter.max_per_node) == (frozenset(), 8)
+        args = _parse(_container(release.one("Deployment"))["args"], token)
+        assert args.command == "taint"
+        tainter = settings_from_args(args)
+        assert tainter.controller.dry_run is (name != "no-operator-no-nvidia-runtime")
+        assert tainter.election.enabled
+        assert tainter.election.namespace == NAMESPACE
+        policy = tainter.policy
+        assert policy.declared_reasons == frozenset(default_values()["taintReasons"])
+        assert (policy.allow_noexecute, policy.max_per_node) == (frozenset(), 8)
+        # The untaint evidence threshold comes from the rendered rules config.
+        clear = 72 if name == "custom-thresholds" else 75
+        assert tainter.evidence_queries["gpu-overheat"].endswith(f" < {clear}")
 
 
 def test_dry_run_is_on_by_default_and_says_so(releases: dict[str, Release]) -> None:

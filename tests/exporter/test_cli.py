@@ -14,7 +14,8 @@ from fleetwatch.collectors.xid import XidSettings
 from fleetwatch.exporter.settings import ExportSettings
 
 from fleetwatch.cli import build_parser, env_name, main, parse_args
-from fleetwatch.flags import bounded_number, duration, format_duration, listen_address
+from fleetwatch.durations import format_duration
+from fleetwatch.flags import bounded_number, duration, listen_address
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,13 +36,26 @@ def test_env_names() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("5s", 5), ("1m30s", 90), ("24h", 86400), ("1.5s", 1.5), ("2d", 172800)],
+    [
+        ("500ms", 0.5),
+        ("5s", 5),
+        ("1m30s", 90),
+        ("1h30m", 5400),
+        ("24h", 86400),
+        ("2d", 172800),
+        ("1w", 604800),
+        ("1y", 365 * 86400),
+        ("1d12h30m15s500ms", 131415.5),
+    ],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "5", "5x", "s", "1m 30s", "-5s", "5s1"])
+# Prometheus's syntax: whole numbers, units from the largest down, each once.
+@pytest.mark.parametrize(
+    "text", ["", "5", "5x", "s", "1m 30s", "-5s", "5s1", "1.5s", "30s1m", "1m1m", "5S"]
+)
 def test_bad_durations(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="invalid duration"):
         duration(text)
@@ -148,7 +162,7 @@ def test_listen_addresses() -> None:
         (["export", "--web.listen-address=nowhere"], "invalid listen address 'nowhere'"),
         (["export", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["export", "--collection-interval=0s"], "invalid duration '0s': must be between"),
-        (["export", "--collection-interval=0.0001ms"], "'0.0001ms': must be between 100ms"),
+        (["export", "--collection-interval=1ms"], "'1ms': must be between 100ms"),
         (["export", "--collector.gpu.interval=2d"], "'2d': must be between 100ms and 1h"),
         (["export", "--collector.hang-timeout=400d"], "must be between 1s and 1d"),
         (["export", "--collector.xid.dedup-window=-5"], "invalid duration '-5'"),

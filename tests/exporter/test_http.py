@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 from fleetwatch.exporter.engine import Engine
 from fleetwatch.exporter.http import accepts_gzip, make_app
-from fleetwatch.exporter.settings import ExportSettings, HttpLimits
+from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim.servers import free_port
 
 from fleetwatch.cli import build_parser
-from fleetwatch.listener import Listener, listen
+from fleetwatch.listener import Listener, ListenerSettings, listen
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,17 +58,17 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(limits: HttpLimits) -> AsyncIterator[Served]:
+async def serving(limits: ListenerSettings) -> AsyncIterator[Served]:
     engine = Engine(collectors=[], max_staleness=1, hang_timeout=5, version="test")
     port = free_port()
     async with listen(make_app(engine), host="127.0.0.1", port=port, limits=limits) as listener:
         yield Served(listener, port)
 
 
-def limits(**overrides: float) -> HttpLimits:
+def limits(**overrides: float) -> ListenerSettings:
     values = {"header_timeout": 30.0, "keepalive_timeout": 30.0, "max_connections": 16}
     values.update(overrides)
-    return HttpLimits(
+    return ListenerSettings(
         header_timeout=values["header_timeout"],
         keepalive_timeout=values["keepalive_timeout"],
         max_connections=int(values["max_connections"]),
@@ -196,5 +196,7 @@ def test_listener_flags_reach_the_settings() -> None:
          "--web.max-connections=8", "--shutdown-timeout=20s"]
     )  # fmt: skip
     settings = ExportSettings.from_args(args, ())
-    assert settings.http == HttpLimits(header_timeout=2, keepalive_timeout=60, max_connections=8)
+    assert settings.listener == ListenerSettings(
+        header_timeout=2, keepalive_timeout=60, max_connections=8
+    )
     assert settings.shutdown_timeout == 20

@@ -13,6 +13,7 @@ from fleetwatch.rules import generate
 from fleetwatch.rules.config import ConfigError, load_config, parameters
 from fleetwatch.rules.definitions import kube_state_metrics_label
 from fleetwatch.rules.groups import alert_groups, recording_groups
+from fleetwatch.tainter.policy import UNTAINT_CELSIUS_THRESHOLD
 
 from testbed.servers import promtool
 from tests.rules.promql import (
@@ -119,7 +120,8 @@ def test_substitute_reaches_every_parameter() -> None:
         recording_groups(config, placeholder)
     )
     unused = [name for name in params if f"<<{name}>>" not in text]
-    assert unused == [], "parameters in config.yaml that no rule uses"
+    # The one threshold no rule reads: the tainter's untaint evidence (and the chart's).
+    assert unused == [f"thresholds.{UNTAINT_CELSIUS_THRESHOLD}"], "parameters no rule uses"
     overheating = alert_groups(config, placeholder)[0]["rules"][0]
     assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
@@ -141,7 +143,7 @@ def test_substitute_reaches_every_parameter() -> None:
             ("GPUPowerBrake: {", "GPUPowerBrakes: {"),
             "alerts.GPUPowerBrake: required key is missing",
         ),
-        (("scrape: 5s", "scrape: fast"), "intervals.scrape: 'fast' is not a Prometheus duration"),
+        (("scrape: 5s", "scrape: fast"), "intervals.scrape: invalid duration 'fast'"),
         (("tensor_idle_ratio: 0.05", "tensor_idle_ratio: true"), "thresholds.tensor_idle_ratio"),
         (("taint: gpu-overheat}", "taint: Gpu Overheat}"), "alerts.GPUOverheating.taint"),
         (

@@ -17,16 +17,21 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.auth import TokenFile
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy, BreakerStore
-from fleetwatch.tainter.controller import Controller, ControllerSettings
-from fleetwatch.tainter.election import ElectionSettings, LeaderElector, Leadership
+from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.controller import Controller
+from fleetwatch.tainter.election import LeaderElector, Leadership
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
+from fleetwatch.tainter.settings import (
+    BreakerPolicy,
+    ControllerSettings,
+    ElectionSettings,
+    RetryPolicy,
+)
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
-from fleetwatch.tainter.writes import RetryPolicy
 
 from testbed.kube import ADMIN, ApiServer, MissingAssets, find_assets
 from testbed.kube import api_server as start_api_server

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
 from fleetwatch.tainter import cli
+
+from fleetwatch.cli import build_parser, main, parse_args
+from fleetwatch.flags import deprecated_flags_used
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -43,12 +47,12 @@ def test_defaults_and_overrides() -> None:
     )
     assert "< 70" in settings.evidence_queries["gpu-overheat"]
     assert settings.evidence_queries["nvlink-down"].startswith("max(fleetwatch_nvlink_up")
-    assert settings.controller.manual_reasons == {"xid"}
+    assert settings.controller.manual_reasons == ("xid",)
     assert settings.controller.dry_run
     assert settings.breaker.max_fraction == 0.5
     assert cli.settings_from_args(
         parse("taint", "--web.insecure-no-token")
-    ).controller.manual_reasons == {"gpu-lost", "xid", "xid-critical", "row-remap-failed"}
+    ).controller.manual_reasons == ("gpu-lost", "xid", "xid-critical", "row-remap-failed")
 
 
 @pytest.mark.parametrize(
@@ -64,7 +68,7 @@ def test_defaults_and_overrides() -> None:
         ("--taint.max-per-node=0", "invalid whole number '0': must be in 1..100"),
         ("--taint.allow-noexecute=gpu-lost,bad reason", "not a valid taint key name"),
         ("--leader-elect.retry-period=0s", "invalid duration '0s'"),
-        ("--web.read-header-timeout=never", "invalid duration 'never'"),
+        ("--web.header-timeout=never", "invalid duration 'never'"),
         ("--web.max-connections=0", "invalid whole number '0': must be in 1..10000"),
     ],
 )
@@ -80,7 +84,10 @@ def test_untaint_and_breaker_parse() -> None:
     args = parse("untaint", "gpu-1", "--reason=xid", "--reason=gpu-lost")
     assert (args.node, args.reason) == ("gpu-1", ["xid", "gpu-lost"])
     args = parse("breaker", "reset", "--leader-elect.namespace=monitoring")
-    assert (args.lease_namespace, args.lease_name) == ("monitoring", "fleetwatch-tainter")
+    assert (args.leader_elect_namespace, args.leader_elect_name) == (
+        "monitoring",
+        "fleetwatch-tainter",
+    )
     with pytest.raises(SystemExit):  # the webhook is no way to reset the breaker any more
         parse("breaker", "reset", "--tainter-url=http://127.0.0.1:9848")
 
@@ -92,7 +99,7 @@ def test_policy_defaults_are_safe_and_come_from_the_shipped_rules() -> None:
     assert {"gpu-overheat", "gpu-lost", "xid-critical"} <= policy.declared_reasons
     assert "made-up-reason" not in policy.declared_reasons
     assert (policy.allow_noexecute, policy.max_per_node) == (frozenset(), 8)
-    assert not settings.leader_elect
+    assert not settings.election.enabled
     assert settings.max_body_bytes == 1 << 20
     chart = cli.settings_from_args(
         parse(
@@ -116,7 +123,7 @@ def test_leader_election_flags_and_their_rules() -> None:
         parse("taint", "--web.insecure-no-token", "--leader-elect", "--leader-elect.namespace=fw")
     )
     election = settings.election
-    assert settings.leader_elect
+    assert settings.election.enabled
     assert (election.namespace, election.name) == ("fw", "fleetwatch-tainter")
     assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
         15.0,
@@ -131,3 +138,90 @@ def test_leader_election_flags_and_their_rules() -> None:
         cli.settings_from_args(
             parse("taint", "--web.insecure-no-token", "--leader-elect.retry-period=9s")
         )
+
+
+def test_renamed_listener_flag_keeps_its_old_spelling_for_one_release(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse_args(["taint", "--web.insecure-no-token", "--web.read-header-timeout=3s"])
+    assert cli.settings_from_args(args).listener.header_timeout == 3.0
+    assert deprecated_flags_used(args) == {"--web.read-header-timeout": "--web.header-timeout"}
+    assert deprecated_flags_used(parse_args(["taint", "--web.header-timeout=3s"])) == {}
+    # Its environment variable too; the new spelling's variable wins over the old one's.
+    monkeypatch.setenv("FLEETWATCH_WEB_READ_HEADER_TIMEOUT", "4s")
+    args = parse_args(["taint", "--web.insecure-no-token"])
+    assert cli.settings_from_args(args).listener.header_timeout == 4.0
+    monkeypatch.setenv("FLEETWATCH_WEB_HEADER_TIMEOUT", "5s")
+    args = parse_args(["taint", "--web.insecure-no-token"])
+    assert cli.settings_from_args(args).listener.header_timeout == 5.0
+    assert deprecated_flags_used(args) == {}
+    # Used on the command line and in the environment, it is logged once, as a warning.
+    monkeypatch.delenv("FLEETWATCH_WEB_HEADER_TIMEOUT")
+    ran: list[float] = []
+
+    def run(args: argparse.Namespace) -> int:
+        ran.append(cli.settings_from_args(args).listener.header_timeout)
+        return 0
+
+    monkeypatch.setattr(cli, "_run_taint", run)
+    monkeypatch.setenv("FLEETWATCH_WEB_READ_HEADER_TIMEOUT", "7s")
+    assert main(["taint", "--web.insecure-no-token", "--web.read-header-timeout=6s"]) == 0
+    assert ran == [6.0]
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    warnings = [line for line in lines if "deprecated" in line["msg"]]
+    assert len(warnings) == 1, lines
+    assert warnings[0]["level"] == "warning"
+    assert warnings[0]["flag"] == "--web.read-header-timeout"
+    assert "use --web.header-timeout (FLEETWATCH_WEB_HEADER_TIMEOUT)" in warnings[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "problem"),
+    [
+        ("--untaint.hold=8d", "invalid duration '8d': must be between 0s and 7d"),
+        ("--untaint.hold=-1s", "invalid duration '-1s'"),
+        ("--reconcile-interval=0s", "invalid duration '0s': must be between 1s and 1h"),
+        ("--reconcile-interval=2h", "invalid duration '2h': must be between 1s and 1h"),
+        ("--kube.concurrency=0", "invalid whole number '0': must be in 1..1000"),
+        ("--kube.concurrency=5000", "invalid whole number '5000': must be in 1..1000"),
+        ("--untaint.clear-celsius=0", "invalid number '0': must be in 1..150"),
+        ("--untaint.clear-celsius=-5", "invalid number '-5': must be in 1..150"),
+        ("--untaint.clear-celsius=1e6", "invalid number '1e6': must be in 1..150"),
+        ("--leader-elect.lease-duration=0s", "invalid duration '0s': must be between 1s and 1h"),
+        ("--web.keepalive-timeout=2h", "invalid duration '2h': must be between 1s and 1h"),
+        ("--web.read-header-timeout=0s", "invalid duration '0s': must be between 100ms and 5m"),
+        ("--breaker.max-fraction=-0.1", "invalid number '-0.1': must be in 0..1"),
+    ],
+)
+def test_out_of_bounds_values_exit_2_with_one_line(
+    flag: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["taint", "--web.insecure-no-token", flag])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("fleetwatch taint: error: argument ")
+    assert problem in err
+
+
+@pytest.mark.parametrize("command", ["taint", "report"])
+def test_every_duration_and_number_flag_is_bounded(command: str) -> None:
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    actions = [a for a in subparsers.choices[command]._actions if a.option_strings]
+    durations = [a for a in actions if a.metavar == "DURATION"]
+    numbers = [a for a in actions if a.metavar in ("N", "NUMBER")]
+    assert len(durations) >= 4
+    assert len(numbers) >= 2
+    for action in durations:
+        assert callable(action.type)
+        for bad in ("-1s", "nan", "inf", "5", "1000d", "1.5s"):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(bad)
+    for action in numbers:
+        assert callable(action.type)
+        for bad in ("-1", "nan", "inf", "1e12", "x"):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(bad)

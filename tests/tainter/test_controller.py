@@ -13,11 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from fleetwatch.tainter.breaker import Breaker, BreakerPolicy
+from fleetwatch.tainter.breaker import Breaker
 from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.service import manual_untaint
+from fleetwatch.tainter.settings import BreakerPolicy
 from fleetwatch.tainter.writes import DryRunNodeApi
 
 from tests.tainter.conftest import (

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from fleetwatch.tainter.metrics import TainterMetrics
 
-from fleetwatch.listener import Listener, ListenerLimits, start_listener
+from fleetwatch.listener import Listener, ListenerSettings, start_listener
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -29,7 +29,7 @@ async def listener() -> AsyncIterator[tuple[int, TainterMetrics]]:
         host="127.0.0.1",
         port=0,
         listener=Listener(
-            limits=ListenerLimits(header_timeout=0.3, keepalive_timeout=30.0, max_connections=3),
+            limits=ListenerSettings(header_timeout=0.3, keepalive_timeout=30.0, max_connections=3),
             on_refused=metrics.refused_connection,
         ),
     )

@@ -1,0 +1,255 @@
+"""The tainter's settings: frozen dataclasses whose fields are its flags.
+
+Each dataclass is declared the way the exporter's are (`fleetwatch.flags.setting`: default,
+bounds and help in one place) and built once from the parsed flags by `tainter.cli`. This
+module imports neither the Kubernetes client nor the controller: every `fleetwatch`
+process, the exporter's included, builds the tainter's parser from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetwatch.tainter.policy import TaintPolicy, reason
+from fleetwatch.tainter.sources import NODE_PLACEHOLDER
+
+from fleetwatch.flags import (
+    duration_setting,
+    http_url,
+    number_setting,
+    setting,
+)
+from fleetwatch.listener import ListenerSettings
+
+
+def evidence(text: str) -> tuple[str, str]:
+    """`REASON=PROMQL` as a flag type."""
+    name, sep, query = text.partition("=")
+    if not sep or not query.strip():
+        raise argparse.ArgumentTypeError(
+            f"invalid evidence {text!r}: expected REASON=PROMQL, e.g. gpu-overheat="
+            f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
+        )
+    return reason(name), query.strip()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how patiently a node write is retried."""
+
+    attempts: int = 8
+    base_delay: float = 0.05
+    max_delay: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """Jittered exponential backoff, so racing writers spread out."""
+        backoff: float = min(self.max_delay, self.base_delay * 2.0**attempt)
+        return backoff * random.uniform(0.5, 1.5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerSettings:
+    """Behaviour knobs of the controller: `--dry-run`, `--node-selector`, `--untaint.hold`,
+    `--untaint.manual-reason` and `--kube.concurrency`."""
+
+    dry_run: bool = setting(
+        False, flag="dry-run", help="log, count and record Events, but never write nodes"
+    )
+    hold_seconds: float = duration_setting(
+        300.0,
+        minimum=0.0,
+        maximum=7 * 86400.0,
+        flag="untaint.hold",
+        help="least time after the alert was last firing before untaint (0s: none)",
+    )
+    manual_reasons: tuple[str, ...] = setting(
+        ("gpu-lost", "xid", "xid-critical", "row-remap-failed"),
+        parse=reason,
+        repeatable=True,
+        metavar="REASON",
+        flag="untaint.manual-reason",
+        help="reason whose taint stays until `fleetwatch untaint` (repeatable)",
+    )
+    node_selector: str = setting(
+        "",
+        flag="node-selector",
+        metavar="SELECTOR",
+        help="label selector of the nodes the breaker fraction counts",
+    )
+    concurrency: int = number_setting(
+        32,
+        minimum=1,
+        maximum=1000,
+        integer=True,
+        flag="kube.concurrency",
+        help="most node writes in flight",
+    )
+    owner: str = "fleetwatch-tainter"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # How long, and how many, resolves are remembered against late firings.
+    resolved_memory_seconds: float = 3600.0
+    resolved_memory_size: int = 100_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerPolicy:
+    """Caps: `max_nodes` absolute, `max_fraction` of `selected_nodes`; how it closes."""
+
+    max_nodes: int = number_setting(
+        10, minimum=0, maximum=100_000, integer=True, help="most nodes fleetwatch may taint at once"
+    )
+    max_fraction: float = number_setting(
+        0.1, minimum=0.0, maximum=1.0, help="most fraction of selected nodes tainted"
+    )
+    auto_close: bool = setting(
+        False,
+        help="close the breaker by itself once below the cap (off: only "
+        "`fleetwatch breaker reset` closes it)",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSettings:
+    """Where the tainter's Lease (leader election and the breaker's state) lives."""
+
+    namespace: str = setting(
+        "default",
+        metavar="NAMESPACE",
+        help="namespace of the tainter's Lease (the chart: its namespace)",
+    )
+    name: str = setting("fleetwatch-tainter", metavar="NAME", help="name of the tainter's Lease")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectionSettings:
+    """Whether replicas elect a leader, where the Lease is, who we are, and the timing
+    (client-go's defaults)."""
+
+    namespace: str
+    name: str
+    identity: str
+    enabled: bool = setting(
+        False,
+        flag="leader-elect",
+        help="run as one of several replicas: only the holder of the Lease writes",
+    )
+    lease_duration: float = duration_setting(
+        15.0, minimum=1.0, maximum=3600.0, help="how long a Lease is held without renewal"
+    )
+    renew_deadline: float = duration_setting(
+        10.0, minimum=0.5, maximum=3600.0, help="how long the leader tries to renew"
+    )
+    retry_period: float = duration_setting(
+        2.0, minimum=0.1, maximum=600.0, help="time between tries to acquire or renew"
+    )
+
+    def problem(self) -> str | None:
+        """Why these timings cannot work, or None (the same rules as client-go)."""
+        if not self.lease_duration > self.renew_deadline:
+            return "--leader-elect.lease-duration must be longer than --leader-elect.renew-deadline"
+        if not self.renew_deadline > 1.2 * self.retry_period:
+            return (
+                "--leader-elect.renew-deadline must be longer than 1.2 x "
+                "--leader-elect.retry-period"
+            )
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceSettings:
+    """What counts as positive evidence that a taint's condition is clear (`--untaint.*`).
+
+    `clear_celsius` None means the rules config's `thresholds.untaint_gpu_temperature_celsius`
+    (`tainter.policy.shipped_clear_celsius`), the one home of that number."""
+
+    clear_celsius: float | None = number_setting(
+        None,
+        minimum=1.0,
+        maximum=150.0,
+        help="gpu-overheat clears below this many °C (default: the rules config's "
+        "thresholds.untaint_gpu_temperature_celsius, 75)",
+    )
+    evidence: tuple[tuple[str, str], ...] = setting(
+        (),
+        parse=evidence,
+        repeatable=True,
+        metavar="REASON=PROMQL",
+        help="a non-empty result means the reason's condition is clear; "
+        f"{NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsFiles:
+    """Server certificate and key; a client CA turns on mTLS (client certificates required)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The server-side SSL context."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, self.key)
+        if self.client_ca is not None:
+            context.load_verify_locations(self.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaintSettings:
+    """Everything `fleetwatch taint` runs with. The flag fields here are the service's own;
+    the others are built from their own settings dataclasses or checked together."""
+
+    token_file: Path | None
+    kubeconfig: Path | None
+    controller: ControllerSettings
+    breaker: BreakerPolicy
+    policy: TaintPolicy
+    election: ElectionSettings
+    evidence_queries: Mapping[str, str]
+    listener: ListenerSettings = field(default_factory=ListenerSettings)
+    tls: TlsFiles | None = None
+    prometheus_url: str | None = setting(
+        None,
+        parse=http_url,
+        metavar="URL",
+        flag="prometheus-url",
+        help="Prometheus for positive-evidence untaint; without it taints stay",
+    )
+    alertmanager_url: str | None = setting(
+        None,
+        parse=http_url,
+        metavar="URL",
+        flag="alertmanager-url",
+        help="Alertmanager for periodic reconcile of firing alerts",
+    )
+    reconcile_interval: float = duration_setting(
+        30.0,
+        minimum=1.0,
+        maximum=3600.0,
+        flag="reconcile-interval",
+        help="how often to reconcile against Alertmanager and nodes",
+    )
+    max_body_bytes: int = number_setting(
+        1 << 20,
+        minimum=1,
+        maximum=64 << 20,
+        integer=True,
+        unit="bytes",
+        flag="web.max-body-bytes",
+        help="largest webhook body accepted",
+    )
+    event_namespace: str = setting(
+        "default",
+        flag="events.namespace",
+        metavar="NAMESPACE",
+        help="namespace the node Events are created in",
+    )
+    token_overlap: float = 300.0
