@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from fleetwatch.collectors.metrics import Family, as_metric
+from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sim.fake_nvml import FakeNvml
 from fleetwatch.collectors.sim.scenario import Fault, load_scenario
 from fleetwatch.collectors.sim.world import FixedClock, SimulatedNode
 from fleetwatch.collectors.sources.nvml import NvmlSource
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 
 
 def simulated(
@@ -24,15 +24,17 @@ def simulated(
     return fake, NvmlSource(lib=fake)
 
 
-def samples(families: Iterable[Family], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def samples(
+    families: Iterable[SeriesFamily], name: str
+) -> dict[tuple[tuple[str, str], ...], float]:
     """Samples of family `name` (counter names without `_total`) by sorted label items."""
     return {
         tuple(sorted(s.labels.items())): s.value
         for family in families
         if family.name == name.removesuffix("_total")
-        for s in as_metric(family).samples
+        for s in family.to_metric().samples
     }
 
 
-def text(families: Iterable[Family]) -> str:
-    return render_families(families).decode()
+def text(families: Iterable[SeriesFamily]) -> str:
+    return Renderer().render(families).decode()

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import Family
+from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sim.scenario import Fault
 from fleetwatch.collectors.sources.nvml import NvmlSource
@@ -19,7 +19,7 @@ from tests.gpu.simnode import samples, simulated
 TEMP = "fleetwatch_gpu_temperature_celsius"
 
 
-def gpus_in(families: list[Family], name: str) -> set[str]:
+def gpus_in(families: list[SeriesFamily], name: str) -> set[str]:
     return {dict(labels)["gpu"] for labels in samples(families, name)}
 
 
