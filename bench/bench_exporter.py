@@ -33,7 +33,7 @@ from prometheus_client.registry import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.collectors.metrics import Family, as_metric, series_count
+from fleetwatch.collectors.metrics import SeriesFamily, series_count
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
@@ -83,7 +83,7 @@ def cycle_costs(cycles: int) -> SimulationCost:
         without_fake: list[float] = []
         fake: list[float] = []
         series = 0
-        families: list[Family] = []
+        families: list[SeriesFamily] = []
         try:
             for _ in range(cycles):
                 refresh()
@@ -108,7 +108,7 @@ def cycle_costs(cycles: int) -> SimulationCost:
 
     class Fixed(RegistryCollector):
         def collect(self):  # type: ignore[no-untyped-def]
-            return [as_metric(family) for family in families]
+            return [family.to_metric() for family in families]
 
     registry = CollectorRegistry()
     registry.register(Fixed())

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from fleetwatch.collectors.metrics import Family, MetricSpec
+from fleetwatch.collectors.metrics import MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
 from fleetwatch.collectors.sources.nvml import NvmlSource
 
@@ -30,7 +30,7 @@ from fleetwatch.flags import add_setting_flags, read_settings
 class Collector(Protocol):
     """One hardware source mapped to metric families."""
 
-    def collect(self) -> Iterable[Family]:
+    def collect(self) -> Iterable[SeriesFamily]:
         """Read the hardware now and return complete families; raise on failure."""
         ...
 

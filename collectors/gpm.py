@@ -18,20 +18,20 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-import pynvml
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.gpu_common import (
+    GPU_ID,
     LostGpus,
     gpu_labels,
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
-from fleetwatch.collectors.sources.nvml import Gpu, GpuLostError, NvmlSource, error_name
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 
 log = logging.getLogger(__name__)
 
-_ID: Final = ("gpu", "uuid")
 TENSOR = "fleetwatch_gpu_tensor_active_ratio"
 THROUGHPUT = "fleetwatch_nvlink_throughput_bytes_per_second"
 
@@ -41,51 +41,41 @@ SPECS: Final = (
         "gauge",
         "Fraction of time tensor cores were active (pipe=any, or one of hmma, imma, dfma, "
         "dmma) since the last cycle: the figure that says whether training is busy.",
-        (*_ID, "pipe"),
+        (*GPU_ID, "pipe"),
     ),
-    MetricSpec("fleetwatch_gpu_sm_active_ratio", "gauge", "Fraction of SMs busy.", _ID),
+    MetricSpec("fleetwatch_gpu_sm_active_ratio", "gauge", "Fraction of SMs busy.", GPU_ID),
     MetricSpec(
         "fleetwatch_gpu_sm_occupancy_ratio",
         "gauge",
         "Resident warps as a fraction of the SMs' maximum.",
-        _ID,
+        GPU_ID,
     ),
     MetricSpec(
         "fleetwatch_gpu_dram_active_ratio",
         "gauge",
         "DRAM bandwidth used as a fraction of the maximum.",
-        _ID,
+        GPU_ID,
     ),
     MetricSpec(
         THROUGHPUT,
         "gauge",
         "NVLink traffic of the GPU over all links, by direction.",
-        (*_ID, "direction"),
+        (*GPU_ID, "direction"),
     ),
 )
 
-# (GPM metric id, family, extra label values, NVML units → base units)
+# (GPM metric, family, extra label values, NVML units → base units)
 _METRICS: Final = (
-    (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, TENSOR, ("any",), percent_to_ratio),
-    (pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, TENSOR, ("hmma",), percent_to_ratio),
-    (pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL, TENSOR, ("imma",), percent_to_ratio),
-    (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, TENSOR, ("dfma",), percent_to_ratio),
-    (pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL, TENSOR, ("dmma",), percent_to_ratio),
-    (pynvml.NVML_GPM_METRIC_SM_UTIL, "fleetwatch_gpu_sm_active_ratio", (), percent_to_ratio),
-    (
-        pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
-        "fleetwatch_gpu_sm_occupancy_ratio",
-        (),
-        percent_to_ratio,
-    ),
-    (
-        pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
-        "fleetwatch_gpu_dram_active_ratio",
-        (),
-        percent_to_ratio,
-    ),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, THROUGHPUT, ("rx",), mebibytes_to_bytes),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, THROUGHPUT, ("tx",), mebibytes_to_bytes),
+    (GPM_METRICS["tensor_any"], TENSOR, ("any",), percent_to_ratio),
+    (GPM_METRICS["tensor_hmma"], TENSOR, ("hmma",), percent_to_ratio),
+    (GPM_METRICS["tensor_imma"], TENSOR, ("imma",), percent_to_ratio),
+    (GPM_METRICS["tensor_dfma"], TENSOR, ("dfma",), percent_to_ratio),
+    (GPM_METRICS["tensor_dmma"], TENSOR, ("dmma",), percent_to_ratio),
+    (GPM_METRICS["sm_active"], "fleetwatch_gpu_sm_active_ratio", (), percent_to_ratio),
+    (GPM_METRICS["sm_occupancy"], "fleetwatch_gpu_sm_occupancy_ratio", (), percent_to_ratio),
+    (GPM_METRICS["dram_active"], "fleetwatch_gpu_dram_active_ratio", (), percent_to_ratio),
+    (GPM_METRICS["nvlink_rx"], THROUGHPUT, ("rx",), mebibytes_to_bytes),
+    (GPM_METRICS["nvlink_tx"], THROUGHPUT, ("tx",), mebibytes_to_bytes),
 )
 _METRIC_IDS: Final = tuple(entry[0] for entry in _METRICS)
 
@@ -112,7 +102,7 @@ class GpmCollector:
                 )
         return supported
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:
@@ -121,11 +111,11 @@ class GpmCollector:
             except GpuLostError:
                 self._forget(gpu.index)
                 self._lost.lost(gpu.identity)
-            except pynvml.NVMLError as exc:
+            except NvmlError as exc:
                 self.close()
                 raise RuntimeError(
-                    f"GPM sampling failed on GPU {gpu.index} ({error_name(exc)}): another tool "
-                    "(Nsight, DCGM profiling) may hold the profiling counters"
+                    f"GPM sampling failed on GPU {gpu.index} ({exc.call}: {exc.error}): another "
+                    "tool (Nsight, DCGM profiling) may hold the profiling counters"
                 ) from exc
         return builder.families()
 
@@ -149,8 +139,8 @@ class GpmCollector:
         if sample is not None:
             try:
                 self._source.gpm_free(sample)
-            except pynvml.NVMLError as exc:  # a lost GPU's sample may not free; it is gone
-                log.debug("GPM sample not freed", extra={"gpu": gpu, "reason": error_name(exc)})
+            except NvmlError as exc:  # a lost GPU's sample may not free; it is gone
+                log.debug("GPM sample not freed", extra={"gpu": gpu, "reason": exc.error})
 
     def close(self) -> None:
         """Free every kept sample (also after a failure, so the next run starts a new pair)."""

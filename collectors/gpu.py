@@ -20,6 +20,7 @@ from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.gpu_common import (
+    GPU_ID,
     LostGpus,
     NvmlFailures,
     gpu_labels,
@@ -30,15 +31,15 @@ from fleetwatch.collectors.gpu_common import (
     nvml_errors_spec,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     FabricReading,
     GpuIdentity,
-    GpuLostError,
     GpuReading,
     NvmlSource,
 )
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 
 from fleetwatch.flags import bounded_number, setting
 from fleetwatch.gpu_metrics import (
@@ -54,7 +55,6 @@ from fleetwatch.gpu_metrics import (
     THRESHOLD,
 )
 
-_ID: Final = ("gpu", "uuid")
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
 
 ERRORS = nvml_errors_spec("gpu")
@@ -64,7 +64,7 @@ SPECS: Final = (
         INFO,
         "gauge",
         "GPU identity (value 1): join on gpu/uuid with group_left for name, PCI bus, serial.",
-        (*_ID, "name", "pci_bus_id", "serial", "driver_version"),
+        (*GPU_ID, "name", "pci_bus_id", "serial", "driver_version"),
     ),
     MetricSpec(COUNT, "gauge", "GPUs visible to NVML now (a lost GPU is not counted)."),
     MetricSpec(EXPECTED, "gauge", "GPUs this node should have (--collector.gpu.expected-count)."),
@@ -72,104 +72,104 @@ SPECS: Final = (
         "fleetwatch_gpu_temperature_celsius",
         "gauge",
         "GPU die (sensor=gpu) and HBM (sensor=memory) temperature.",
-        (*_ID, "sensor"),
+        (*GPU_ID, "sensor"),
     ),
     MetricSpec(
         THRESHOLD,
         "gauge",
         "Temperature thresholds the GPU enforces (slowdown, shutdown, gpu_max, memory_max).",
-        (*_ID, "threshold"),
+        (*GPU_ID, "threshold"),
     ),
     MetricSpec(
         "fleetwatch_gpu_utilization_ratio",
         "gauge",
         "NVML 'GPU utilization': fraction of time at least one kernel ran. Misleading: a GPU "
         "running one tiny kernel reads 1.0; use fleetwatch_gpu_tensor_active_ratio.",
-        _ID,
+        GPU_ID,
     ),
-    MetricSpec("fleetwatch_gpu_power_watts", "gauge", "Power draw.", _ID),
-    MetricSpec("fleetwatch_gpu_power_limit_watts", "gauge", "Enforced power limit.", _ID),
+    MetricSpec("fleetwatch_gpu_power_watts", "gauge", "Power draw.", GPU_ID),
+    MetricSpec("fleetwatch_gpu_power_limit_watts", "gauge", "Enforced power limit.", GPU_ID),
     MetricSpec(
         "fleetwatch_gpu_energy_joules_total",
         "counter",
         "Energy consumed since the driver loaded.",
-        _ID,
+        GPU_ID,
     ),
     MetricSpec(
-        "fleetwatch_gpu_clock_hertz", "gauge", "Current SM and memory clocks.", (*_ID, "clock")
+        "fleetwatch_gpu_clock_hertz", "gauge", "Current SM and memory clocks.", (*GPU_ID, "clock")
     ),
     MetricSpec(
         CLOCK_EVENT_ACTIVE,
         "gauge",
         "1 while the clock-event (throttle) reason holds the clocks down, else 0.",
-        (*_ID, "reason"),
+        (*GPU_ID, "reason"),
     ),
     MetricSpec(
         CLOCK_EVENT_SECONDS,
         "counter",
         "Cumulative time clocks were held down by the reason (violation time).",
-        (*_ID, "reason"),
+        (*GPU_ID, "reason"),
     ),
-    MetricSpec("fleetwatch_gpu_memory_used_bytes", "gauge", "Frame buffer memory in use.", _ID),
-    MetricSpec("fleetwatch_gpu_memory_total_bytes", "gauge", "Frame buffer memory size.", _ID),
+    MetricSpec("fleetwatch_gpu_memory_used_bytes", "gauge", "Frame buffer memory in use.", GPU_ID),
+    MetricSpec("fleetwatch_gpu_memory_total_bytes", "gauge", "Frame buffer memory size.", GPU_ID),
     MetricSpec(
         "fleetwatch_gpu_ecc_errors_total",
         "counter",
         "ECC errors over the GPU's life (aggregate counters) by severity.",
-        (*_ID, "severity"),
+        (*GPU_ID, "severity"),
     ),
     MetricSpec(
         "fleetwatch_gpu_remapped_rows",
         "gauge",
         "HBM rows remapped, by the cause of the remap.",
-        (*_ID, "cause"),
+        (*GPU_ID, "cause"),
     ),
     MetricSpec(
         "fleetwatch_gpu_row_remap_pending",
         "gauge",
         "1 when a row remap waits for a GPU reset.",
-        _ID,
+        GPU_ID,
     ),
-    MetricSpec("fleetwatch_gpu_row_remap_failed", "gauge", "1 when a row remap failed.", _ID),
+    MetricSpec("fleetwatch_gpu_row_remap_failed", "gauge", "1 when a row remap failed.", GPU_ID),
     MetricSpec(
         RECOVERY,
         "gauge",
         "1 for the recovery action the driver asks for (none, gpu_reset, node_reboot, "
         "drain_p2p, drain_and_reset), 0 for the others.",
-        (*_ID, "action"),
+        (*GPU_ID, "action"),
     ),
-    MetricSpec("fleetwatch_gpu_pcie_replays_total", "counter", "PCIe replay events.", _ID),
+    MetricSpec("fleetwatch_gpu_pcie_replays_total", "counter", "PCIe replay events.", GPU_ID),
     MetricSpec(
         "fleetwatch_gpu_pcie_link_generation",
         "gauge",
         "PCIe link generation, current and maximum.",
-        (*_ID, "which"),
+        (*GPU_ID, "which"),
     ),
     MetricSpec(
         "fleetwatch_gpu_pcie_link_width",
         "gauge",
         "PCIe link width in lanes, current and maximum.",
-        (*_ID, "which"),
+        (*GPU_ID, "which"),
     ),
     MetricSpec(
         FABRIC_INFO,
         "gauge",
         "NVLink-fabric identity (value 1): the NVLink domain (cluster_uuid) and partition "
         "(clique_id) of a GPU on an NVLink-switch system (GB200/GB300 NVL72).",
-        (*_ID, "cluster_uuid", "clique_id"),
+        (*GPU_ID, "cluster_uuid", "clique_id"),
     ),
     MetricSpec(
         FABRIC_STATE,
         "gauge",
         "NVLink-fabric registration state: 1 not started, 2 in progress, 3 completed.",
-        _ID,
+        GPU_ID,
     ),
     MetricSpec(
         FABRIC_DEGRADED,
         "gauge",
         "1 when the fabric registration failed or the fabric health mask reports degraded "
         "bandwidth or an unhealthy route, else 0.",
-        _ID,
+        GPU_ID,
     ),
     ERRORS,
 )
@@ -219,7 +219,7 @@ class GpuCollector:
         self._lost = LostGpus(collector="gpu")
         self._labels = LabelCache(SPECS)
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         builder = FamilyBuilder(self._labels)
         gpus = self._source.gpus()
         visible = 0

@@ -10,13 +10,19 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable
+from typing import Final
 
 from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec
-from fleetwatch.collectors.sources.nvml import CallFailure, GpuIdentity
+from fleetwatch.collectors.sources.nvml import GpuIdentity
+from fleetwatch.collectors.sources.nvml_calls import CallFailure
+
+from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+GPU_ID: Final = ("gpu", "uuid")
+"""The identity label names every per-GPU series starts with (values: `gpu_labels`)."""
 
 
 def scaled(value: float | None, factor: float) -> float | None:
@@ -64,7 +70,7 @@ def nvml_errors_spec(area: str) -> MetricSpec:
         "counter",
         "NVML calls that failed (timeout, unknown error) by GPU, call and error; the values "
         "those calls would have given are absent while the rest keeps reporting.",
-        ("gpu", "uuid", "call", "error"),
+        (*GPU_ID, "call", "error"),
     )
 
 
@@ -75,20 +81,19 @@ class NvmlFailures:
         self._collector = collector
         self.spec = spec
         self._counts: Counter[tuple[str, str, str, str]] = Counter()
+        self._once = LogOnce(log)
 
     def record(self, identity: GpuIdentity, failures: Iterable[CallFailure]) -> None:
         for failure in failures:
             key = (*gpu_labels(identity), failure.call, failure.error)
-            if key not in self._counts:
-                log.warning(
-                    "NVML call failed; its values are absent",
-                    extra={
-                        "collector": self._collector,
-                        "gpu": identity.index,
-                        "call": failure.call,
-                        "error": failure.error,
-                    },
-                )
+            self._once.warning(
+                key,
+                "NVML call failed; its values are absent",
+                collector=self._collector,
+                gpu=identity.index,
+                call=failure.call,
+                error=failure.error,
+            )
             self._counts[key] += 1
 
     def add_to(self, builder: FamilyBuilder) -> None:
@@ -101,15 +106,17 @@ class LostGpus:
 
     def __init__(self, *, collector: str) -> None:
         self._collector = collector
-        self._lost: set[int] = set()
+        self._once = LogOnce(log)
 
     def lost(self, identity: GpuIdentity) -> None:
-        if identity.index not in self._lost:
-            self._lost.add(identity.index)
-            log.error(
-                "GPU is lost (fallen off the bus, Xid 79): its series are dropped",
-                extra={"collector": self._collector, "gpu": identity.index, "uuid": identity.uuid},
-            )
+        self._once.log(
+            logging.ERROR,
+            identity.index,
+            "GPU is lost (fallen off the bus, Xid 79): its series are dropped",
+            collector=self._collector,
+            gpu=identity.index,
+            uuid=identity.uuid,
+        )
 
     def seen(self, identity: GpuIdentity) -> None:
-        self._lost.discard(identity.index)
+        self._once.forget(identity.index)

@@ -51,13 +51,14 @@ from fleetwatch.collectors.infiniband_layout import (
     build_layout,
     parse_expected_rates,
 )
-from fleetwatch.collectors.infiniband_links import OnceLog, StateChangeCounter, ToolFallbacks
-from fleetwatch.collectors.metrics import Family, LabelCache, SeriesFamily
+from fleetwatch.collectors.infiniband_links import StateChangeCounter, ToolFallbacks
+from fleetwatch.collectors.metrics import LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.ibtools import IbTools
 from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs, ReadProblem
 from fleetwatch.collectors.sources.udev import DeviceEvents, open_device_events
 
 from fleetwatch.flags import duration_setting, setting
+from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class InfinibandCollector:
         self._events = events
         self._expected = expected_rates
         self._rediscover_seconds = rediscover_seconds
-        self._once = OnceLog(log)
+        self._once = LogOnce(log)
         self._fallbacks = (
             None
             if tools is None
@@ -115,7 +116,7 @@ class InfinibandCollector:
         """The infiniband-diags wrappers in use, or None when they are not installed."""
         return None if self._fallbacks is None else self._fallbacks.tools
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         """One collection: drain hotplug events, re-discover if needed, read, map."""
         self._maybe_rediscover()
         # hw_counters are driver diagnostics that the driver refreshes from the device
@@ -194,9 +195,9 @@ class InfinibandCollector:
     # -- mapping ------------------------------------------------------------------------
     # Families are rebuilt only from inputs that changed: traffic moves every cycle, but
     # port states, error counters and hw_counters mostly do not, and comparing a tuple
-    # of values is far cheaper than rebuilding their families. Family objects are never
+    # of values is far cheaper than rebuilding their families. SeriesFamily objects are never
     # mutated after collect() returns, so handing out the same one again is safe.
-    def _families(self, reading: IbReading) -> list[Family]:
+    def _families(self, reading: IbReading) -> list[SeriesFamily]:
         layout = self._layout
         gathered = layout.gather(reading.values)
         head, changes = self._port_families(reading)

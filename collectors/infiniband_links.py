@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,21 +17,10 @@ from fleetwatch.collectors.infiniband_layout import Layout
 from fleetwatch.collectors.sources.ibtools import IbToolError, IbTools
 from fleetwatch.collectors.sources.sysfs import IbPort, IbPortState, IbReading
 
+from fleetwatch.logs import LogOnce
+
 _ACTIVE = 4
 _LINK_DOWNED_MAX = 255  # 8-bit PMA counter: pinned there, it says nothing more
-
-
-class OnceLog:
-    """Logs each (subject, reason) once: a stuck file or failing tool is not news twice."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._log = logger
-        self._seen: set[tuple[str, str]] = set()
-
-    def warning(self, key: tuple[str, str], message: str, **fields: object) -> None:
-        if key not in self._seen:
-            self._seen.add(key)
-            self._log.warning(message, extra=fields)
 
 
 class StateChangeCounter:
@@ -78,7 +66,7 @@ class ToolFallbacks:
         *,
         tools: IbTools,
         perfquery_seconds: float,
-        once: OnceLog,
+        once: LogOnce,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tools = tools

@@ -20,23 +20,83 @@ values with one C-level pick, so not even a `put` runs per value.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from prometheus_client.core import Metric
 
 MetricKind = Literal["gauge", "counter"]
 
+PREFIX: Final = "fleetwatch_"
+_METRIC_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Units a name must not be in: the contract wants base units (seconds, bytes, watts, ...).
+_NOT_BASE_UNITS: Final = (
+    "milliseconds", "microseconds", "nanoseconds", "minutes", "hours", "days",
+    "kilobytes", "megabytes", "gigabytes", "kibibytes", "mebibytes", "gibibytes", "bits",
+    "milliwatts", "kilowatts", "millijoules", "kilojoules", "megahertz", "gigahertz",
+    "kilohertz", "percent", "fahrenheit", "kelvin",
+)  # fmt: skip
+# Suffixes promtool's lint reserves for histograms and summaries.
+_RESERVED_SUFFIXES: Final = ("_count", "_sum", "_bucket", "_created")
+
+
+def metric_name_problems(name: str, kind: str, labels: Sequence[str]) -> list[str]:
+    """What is wrong with a family's name and labels under the metric contract.
+
+    Prometheus name and label syntax; the `fleetwatch_` prefix; base units only (no
+    `_milliseconds`, `_percent`, ...); a counter ends in `_total` and nothing else does;
+    no suffix promtool reserves (`_count`, `_sum`, ...) and no `counter` in a name; no
+    label named `__*`, `le` or `quantile`, and none twice.
+    """
+    problems: list[str] = []
+    if not _METRIC_NAME.fullmatch(name):
+        problems.append("is not a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+    if not name.startswith(PREFIX):
+        problems.append(f"does not start with {PREFIX!r}")
+    if kind not in ("gauge", "counter"):
+        problems.append(f"has kind {kind!r}, not 'gauge' or 'counter'")
+    stem = name.removesuffix("_total")
+    if kind == "counter" and stem == name:
+        problems.append("is a counter but does not end in '_total'")
+    if kind != "counter" and stem != name:
+        problems.append(f"ends in '_total' but is a {kind}, not a counter")
+    if "counter" in name.removeprefix(PREFIX) or stem.endswith(_RESERVED_SUFFIXES):
+        problems.append("contains 'counter' or ends in a suffix promtool reserves")
+    units = [unit for unit in _NOT_BASE_UNITS if f"_{unit}_" in f"{stem}_"]
+    if units:
+        problems.append(f"uses a non-base unit ({units[0]}): use seconds, bytes, watts, ...")
+    for label in labels:
+        if not _LABEL_NAME.fullmatch(label) or label.startswith("__"):
+            problems.append(f"label {label!r} is not a valid label name")
+        elif label in ("le", "quantile"):
+            problems.append(f"label {label!r} is reserved for histograms and summaries")
+    if len(set(labels)) != len(labels):
+        problems.append(f"repeats a label in {tuple(labels)}")
+    return problems
+
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric family of the contract. Counters are named with their `_total` suffix."""
+    """One metric family of the contract. Counters are named with their `_total` suffix.
+
+    Checked where it is defined (`metric_name_problems`): a bad name fails at import with
+    every reason, not later in promtool or at a scrape.
+    """
 
     name: str
     kind: MetricKind
     help: str
     labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = metric_name_problems(self.name, self.kind, self.labels)
+        if not self.help.strip():
+            problems.append("has no help text")
+        if problems:
+            raise ValueError(f"metric {self.name!r}: " + "; ".join(problems))
 
     @functools.cached_property
     def family_name(self) -> str:
@@ -100,7 +160,7 @@ class FamilyBuilder:
         column[0].append(labels)
         column[1].append(float(value))
 
-    def families(self) -> list[Family]:
+    def families(self) -> list[SeriesFamily]:
         """Families with at least one sample, in spec order."""
         return [
             SeriesFamily(self._specs[name], *self._columns[name])
@@ -115,9 +175,10 @@ class SeriesFamily:
     `labels[i]` and `values[i]` make one sample; a None value is absent and left out.
     The renderer keeps each family's formatted prefixes and reuses them while the label
     list holds the same dicts (those of a `LabelCache` are the same objects every cycle,
-    so the check is by identity, element by element). It is not a prometheus_client
-    family: `to_metric()` builds one through client_python's public API for generic
-    consumers (`generate_latest`, tests); the renderer never needs it.
+    so the check is by identity, element by element). It is the one family type
+    collectors return and the renderer reads. It is not a prometheus_client family:
+    `to_metric()` builds one through client_python's public API for generic consumers
+    (`generate_latest` in the renderer's tests and benchmark).
     """
 
     __slots__ = ("labels", "spec", "values")
@@ -165,18 +226,6 @@ class SeriesFamily:
         return metric
 
 
-Family = Metric | SeriesFamily
-"""What a collector returns: our `SeriesFamily`, or any prometheus_client family."""
-
-
-def as_metric(family: Family) -> Metric:
-    """`family` as a prometheus_client `Metric` (for consumers that read `samples`)."""
-    return family.to_metric() if isinstance(family, SeriesFamily) else family
-
-
-def series_count(families: Iterable[Family]) -> int:
-    """Samples in `families`, without building a `Metric` for a `SeriesFamily`."""
-    return sum(
-        family.count() if isinstance(family, SeriesFamily) else len(family.samples)
-        for family in families
-    )
+def series_count(families: Iterable[SeriesFamily]) -> int:
+    """Samples in `families` (absent values not counted)."""
+    return sum(family.count() for family in families)

@@ -19,20 +19,25 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, nvml_errors_spec
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.gpu_common import (
+    GPU_ID,
+    LostGpus,
+    NvmlFailures,
+    gpu_labels,
+    nvml_errors_spec,
+)
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,
     GpuIdentity,
     GpuLinksReading,
-    GpuLostError,
     NvmlSource,
 )
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 
 from fleetwatch.flags import setting
 
-_ID: Final = ("gpu", "uuid")
 UP = "fleetwatch_nvlink_up"
 LINKS_UP = "fleetwatch_nvlink_links_up"
 ERRORS = "fleetwatch_nvlink_errors_total"
@@ -44,13 +49,13 @@ _ERROR_HELP: Final = (
 )
 
 PER_LINK_SPECS: Final = (
-    MetricSpec(UP, "gauge", "1 when the NVLink is active, 0 when it is down.", (*_ID, "link")),
-    MetricSpec(ERRORS, "counter", _ERROR_HELP, (*_ID, "link", "error")),
+    MetricSpec(UP, "gauge", "1 when the NVLink is active, 0 when it is down.", (*GPU_ID, "link")),
+    MetricSpec(ERRORS, "counter", _ERROR_HELP, (*GPU_ID, "link", "error")),
     FAILURES,
 )
 PER_GPU_SPECS: Final = (
-    MetricSpec(LINKS_UP, "gauge", "NVLinks of the GPU that are active.", _ID),
-    MetricSpec(ERRORS, "counter", _ERROR_HELP + " Summed over links.", (*_ID, "error")),
+    MetricSpec(LINKS_UP, "gauge", "NVLinks of the GPU that are active.", GPU_ID),
+    MetricSpec(ERRORS, "counter", _ERROR_HELP + " Summed over links.", (*GPU_ID, "error")),
     FAILURES,
 )
 
@@ -67,7 +72,7 @@ class NvLinkCollector:
         self._labels = LabelCache(PER_GPU_SPECS if per_gpu else PER_LINK_SPECS)
         self._links = _LinkLabels(self._labels)
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         builder = FamilyBuilder(self._labels)
         for gpu in self._source.gpus():
             try:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, MetricSpec
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,
@@ -94,7 +94,7 @@ class PodResourcesCollector:
             level = logging.WARNING if state == "failing" else logging.INFO
             log.log(level, "kubelet PodResources: %s", state, extra={"detail": detail})
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         self.start()
         with self._lock:
             allocations = self._allocations

@@ -39,9 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import pynvml
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     FallenOffBus,
@@ -52,7 +51,8 @@ from fleetwatch.collectors.sources.kmsg import (
     normalize_pci,
     parse_record,
 )
-from fleetwatch.collectors.sources.nvml import NvmlSource, error_name
+from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import NvmlError
 
 from fleetwatch.flags import duration_setting, setting
 
@@ -206,7 +206,7 @@ class XidCollector:
             thread.start()
             self._threads.append(thread)
 
-    def collect(self) -> list[Family]:
+    def collect(self) -> list[SeriesFamily]:
         self.start()
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
@@ -226,8 +226,11 @@ class XidCollector:
                     if event_set is None:  # no driver or no GPU: nothing will ever come
                         return
                 event = self._source.wait_xid(event_set, _WAIT_MS)
-            except pynvml.NVMLError as exc:
-                log.warning("waiting for NVML Xid events failed", extra={"reason": error_name(exc)})
+            except NvmlError as exc:
+                log.warning(
+                    "waiting for NVML Xid events failed",
+                    extra={"call": exc.call, "reason": exc.error},
+                )
                 self._stop.wait(_RETRY_SECONDS)
                 continue
             if event is not None:

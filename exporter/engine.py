@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.metrics import Family, FamilyBuilder, MetricSpec, series_count
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ SELF_METRICS = (
     MetricSpec(
         "fleetwatch_collector_hung",
         "gauge",
-        "1 while a collector run is blocked past its deadline.",
+        "1 while a collector run has been blocked longer than --collector.hang-timeout "
+        "(the liveness probe fails then).",
         _BY_COLLECTOR,
     ),
     MetricSpec(
@@ -269,21 +270,30 @@ class Engine:
         self._workers.clear()
         return busy
 
-    async def wait_first_cycle(self) -> None:
-        await self._first_cycle.wait()
-
     @property
     def ready(self) -> bool:
         """True once every collector has finished (or failed) its first run."""
         return self._first_cycle.is_set()
 
+    def _blocked_for(self, state: CollectorState, now: float) -> float | None:
+        """How long the collector's run has been blocked, when that makes it hung.
+
+        The one definition of "hung": a run still in flight longer than the hang timeout.
+        `/healthz` (through `hung()`) and `fleetwatch_collector_hung` both read it, so the
+        metric is 1 exactly while liveness fails for that collector.
+        """
+        if state.in_flight_since is None:
+            return None
+        blocked = now - state.in_flight_since
+        return blocked if blocked > self._hang_timeout else None
+
     def hung(self) -> list[tuple[str, float]]:
-        """Collectors whose run has been blocked longer than the hang timeout."""
+        """Collectors whose run is hung, with how long each has been blocked."""
         now = self._clock()
         return [
-            (s.name, now - s.in_flight_since)
-            for s in self._states
-            if s.in_flight_since is not None and now - s.in_flight_since > self._hang_timeout
+            (state.name, blocked)
+            for state in self._states
+            if (blocked := self._blocked_for(state, now)) is not None
         ]
 
     # -- scheduling -----------------------------------------------------------------------
@@ -380,6 +390,9 @@ class Engine:
         parts: list[bytes] = []
         valid_until = float("inf")
         for state in self._states:
+            if state.in_flight_since is not None and self._blocked_for(state, now) is None:
+                # fleetwatch_collector_hung turns 1 then, with no event to invalidate.
+                valid_until = min(valid_until, state.in_flight_since + self._hang_timeout)
             if state.body_time is None:
                 continue
             if state.up:
@@ -406,16 +419,13 @@ class Engine:
             self._gzip = gzip.compress(body, compresslevel=5)
         return self._gzip
 
-    def _self_families(self) -> list[Family]:
+    def _self_families(self) -> list[SeriesFamily]:
         now = self._clock()
         out = FamilyBuilder(SELF_METRICS)
         out.add("fleetwatch_build_info", (self._version, platform.python_version()), 1.0)
         for state in self._states:
             name = (state.name,)
-            blocked = (
-                state.in_flight_since is not None
-                and now - state.in_flight_since > state.spec.timeout
-            )
+            hung = self._blocked_for(state, now) is not None
             out.add("fleetwatch_collector_up", name, 1.0 if state.up else 0.0)
             out.add("fleetwatch_collector_duration_seconds", name, state.duration)
             out.add(
@@ -424,6 +434,6 @@ class Engine:
                 state.last_success_wall,
             )
             out.add("fleetwatch_collector_errors_total", name, state.errors)
-            out.add("fleetwatch_collector_hung", name, 1.0 if blocked else 0.0)
+            out.add("fleetwatch_collector_hung", name, 1.0 if hung else 0.0)
             out.add("fleetwatch_collector_skipped_runs_total", name, state.skipped)
         return out.families()

@@ -5,10 +5,9 @@
 `Renderer` keeps each sample's formatted `name{labels} ` prefix and only formats the
 value each time. The output is byte-for-byte what `generate_latest` writes for the same
 families (a test holds it to that), so correctness is borrowed from the reference.
-A `SeriesFamily` (what collectors hand over: label dicts and values as two lists) is
-rendered from its two lists, with its prefixes kept while its label list holds the same
-dicts; prometheus_client's own families (`Metric`) go sample by sample, read through
-their public attributes only.
+Every collector hands over `SeriesFamily`s (label dicts and values as two lists), the one
+family type: each is rendered from its two lists, with its prefixes kept while its label
+list holds the same dicts.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from fleetwatch.collectors.metrics import Family, SeriesFamily
+from fleetwatch.collectors.metrics import SeriesFamily
 from prometheus_client.utils import floatToGoString
-
-_SUPPORTED = frozenset({"gauge", "counter"})
 
 
 def _escape_value(value: str) -> str:
@@ -69,7 +66,7 @@ class Renderer:
         # were made for.
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
 
-    def _header(self, family: Family) -> str:
+    def _header(self, family: SeriesFamily) -> str:
         key = (family.name, family.type, family.documentation)
         header = self._headers.get(key)
         if header is None:
@@ -103,39 +100,22 @@ class Renderer:
         self._lists[family.sample_name] = (list(family.labels), prefixes)
         return prefixes
 
-    def render(self, families: Iterable[Family]) -> bytes:
+    def render(self, families: Iterable[SeriesFamily]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         out: list[str] = []
         used = 0
         for family in families:
-            if family.type not in _SUPPORTED:
-                raise ValueError(f"{family.name}: family type {family.type} is not rendered")
-            if isinstance(family, SeriesFamily):
-                count = family.count()
-                if not count:
-                    continue
-                out.append(self._header(family))
-                out.extend(
-                    f"{prefix}{format_value(value)}\n"
-                    for prefix, value in zip(self._prefix_list(family), family.values, strict=True)
-                    if value is not None
-                )
-                used += count
-                continue
-            if not family.samples:
+            count = family.count()
+            if not count:
                 continue
             out.append(self._header(family))
-            for sample in family.samples:
-                out.append(self._prefix(sample.name, sample.labels))
-                out.append(format_value(float(sample.value)))
-                out.append("\n")
-            used += len(family.samples)
+            out.extend(
+                f"{prefix}{format_value(value)}\n"
+                for prefix, value in zip(self._prefix_list(family), family.values, strict=True)
+                if value is not None
+            )
+            used += count
         # Label sets of vanished devices would otherwise accumulate forever.
         if len(self._prefixes) > 4 * used + 1024:
             self._prefixes.clear()
         return "".join(out).encode()
-
-
-def render_families(families: Iterable[Family]) -> bytes:
-    """One-off rendering (tests, tools); the engine keeps a Renderer per collector."""
-    return Renderer().render(families)

@@ -27,7 +27,6 @@ class ExportSettings:
     simulate: str | None
     sysfs_root: Path
     enabled: tuple[str, ...]
-    interval: float
     intervals: dict[str, float]
     timeouts: dict[str, float]
     max_staleness: float
@@ -60,7 +59,6 @@ class ExportSettings:
             simulate=args.simulate,
             sysfs_root=args.path_sysfs,
             enabled=enabled,
-            interval=args.collection_interval,
             intervals=intervals,
             timeouts=timeouts,
             max_staleness=args.collector_max_staleness,

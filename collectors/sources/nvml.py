@@ -5,11 +5,11 @@ same call surface) and returns frozen readings in NVML's own units (`power_milli
 `energy_millijoules`, `clock_mhz`, percentages, nanoseconds). It never imports
 `prometheus_client`; collectors convert units and name metrics.
 
-Errors are handled per call, because NVML's are per call:
-- `NotSupported`, `FunctionNotFound`, `NoPermission`: the value is absent (None), never 0;
-- `GpuIsLost`: the whole GPU is gone (Xid 79): `GpuLostError`, the caller drops that GPU;
-- anything else (`Timeout`, `Unknown`, ...): the value is absent and the failure is kept
-  in the reading's `failures`, so the collector reports it while other GPUs keep reporting.
+Errors are sorted per call, because NVML's are per call (`nvml_calls`): a value that is
+not supported is absent (None), never 0; a lost GPU raises `GpuLostError`; another failure
+leaves the value absent and is kept in the reading's `failures`, so the collector reports
+it while other GPUs keep reporting; a call the caller cannot do without (GPM sampling,
+Xid events) raises `NvmlError`. Nothing pynvml raises leaves this layer.
 
 `nvmlInit()` runs once per process (the exporter shares one source between collectors).
 On a host without the NVIDIA driver the source logs "no NVIDIA driver" once and reports
@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
+from fleetwatch.collectors.sources.nvml_calls import (
+    ABSENT,
+    CallFailure,
+    Calls,
+    classified,
+    error_name,
+)
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "this GPU or driver does not report this value": absent, not failed.
-_ABSENT: Final = (
-    pynvml.NVMLError_NotSupported,
-    pynvml.NVMLError_FunctionNotFound,
-    pynvml.NVMLError_NoPermission,
-)
 # Errors from nvmlInit that mean "there is no NVIDIA driver on this host".
 _NO_DRIVER: Final = (
     pynvml.NVMLError_LibraryNotFound,
@@ -84,6 +85,20 @@ NVLINK5_FIELDS: Final = {
     "malformed_packet": pynvml.NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS,
     "buffer_overrun": pynvml.NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS,
 }
+# GPM metrics the activity collector asks for, by what they measure (percent; MiB/s for
+# NVLink throughput).
+GPM_METRICS: Final = {
+    "tensor_any": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "tensor_hmma": pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
+    "tensor_imma": pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL,
+    "tensor_dfma": pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL,
+    "tensor_dmma": pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL,
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    "nvlink_rx": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+    "nvlink_tx": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+}
 XID_EVENT_MASK: Final = (
     pynvml.nvmlEventTypeXidCriticalError
     | pynvml.nvmlEventTypeDoubleBitEccError
@@ -103,23 +118,6 @@ FABRIC_HEALTH_DEGRADED: Final = (
         pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE,
     ),
 )
-_FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-class GpuLostError(Exception):
-    """A GPU answered `GPU_IS_LOST`: it fell off the bus; drop it, keep the others."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__(f"GPU {index} is lost (fallen off the bus)")
-        self.index = index
-
-
-@dataclass(frozen=True, kw_only=True)
-class CallFailure:
-    """One NVML call that failed in a way that is not "not supported"."""
-
-    call: str
-    error: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,46 +245,6 @@ def _handle_key(handle: Any) -> Any:
         return handle
 
 
-def error_name(exc: pynvml.NVMLError) -> str:
-    """`NVMLError_Timeout` → `Timeout`: a short, bounded label value."""
-    return type(exc).__name__.removeprefix("NVMLError_") or "Unknown"
-
-
-def field_value(result: Any) -> float | None:
-    """A field-value result as a number, or None when its own `nvmlReturn` failed."""
-    if result.nvmlReturn != pynvml.NVML_SUCCESS:
-        return None
-    value_type = int(result.valueType)
-    if not 0 <= value_type < len(_FIELD_VALUE_ATTRS):
-        return None
-    return float(getattr(result.value, _FIELD_VALUE_ATTRS[value_type]))
-
-
-class _Calls:
-    """Runs NVML calls for one GPU and one cycle, sorting each failure by what it means."""
-
-    def __init__(self, lib: Any, gpu: int) -> None:
-        self._lib = lib
-        self._gpu = gpu
-        self.failures: list[CallFailure] = []
-
-    def get(self, call: str, *args: Any) -> Any:
-        """The call's result, or None when absent or failed (failures are recorded)."""
-        try:
-            return getattr(self._lib, call)(*args)
-        except _ABSENT:
-            return None
-        except pynvml.NVMLError_GpuIsLost as exc:
-            raise GpuLostError(self._gpu) from exc
-        except pynvml.NVMLError as exc:
-            self.failures.append(CallFailure(call=call, error=error_name(exc)))
-            return None
-
-    def number(self, call: str, *args: Any) -> float | None:
-        value = self.get(call, *args)
-        return None if value is None else float(value)
-
-
 class NvmlSource:
     """The process's one view of NVML: init once, GPUs enumerated once, readings per call.
 
@@ -325,18 +283,22 @@ class NvmlSource:
             log.warning("nvmlShutdown failed", extra={"reason": error_name(exc)})
 
     def _start(self) -> tuple[Gpu, ...]:
-        try:
-            self.lib.nvmlInit()
-        except _NO_DRIVER as exc:
-            log.warning(
-                "no NVIDIA driver: GPU collectors report no GPUs",
-                extra={"reason": str(exc) or error_name(exc)},
-            )
-            return ()
+        with classified("nvmlInit"):
+            try:
+                self.lib.nvmlInit()
+            except _NO_DRIVER as exc:
+                log.warning(
+                    "no NVIDIA driver: GPU collectors report no GPUs",
+                    extra={"reason": str(exc) or error_name(exc)},
+                )
+                return ()
         self._initialised = True
-        driver = _text(self.lib.nvmlSystemGetDriverVersion())
+        with classified("nvmlSystemGetDriverVersion"):
+            driver = _text(self.lib.nvmlSystemGetDriverVersion())
+        with classified("nvmlDeviceGetCount"):
+            count = int(self.lib.nvmlDeviceGetCount())
         gpus: list[Gpu] = []
-        for index in range(int(self.lib.nvmlDeviceGetCount())):
+        for index in range(count):
             try:
                 gpus.append(self._identify(index, driver))
             except pynvml.NVMLError as exc:
@@ -351,7 +313,7 @@ class NvmlSource:
         handle = self.lib.nvmlDeviceGetHandleByIndex(index)
         try:
             serial = _text(self.lib.nvmlDeviceGetSerial(handle))
-        except _ABSENT:
+        except ABSENT:
             serial = ""
         identity = GpuIdentity(
             index=index,
@@ -364,7 +326,7 @@ class NvmlSource:
         return Gpu(identity=identity, handle=handle)
 
     # -- thermals, power, clocks, memory health, PCIe ------------------------------------
-    def _temperature(self, calls: _Calls, handle: Any) -> float | None:
+    def _temperature(self, calls: Calls, handle: Any) -> float | None:
         if self._temperature_v:
             try:
                 return float(
@@ -372,23 +334,17 @@ class NvmlSource:
                 )
             except pynvml.NVMLError_FunctionNotFound:
                 self._temperature_v = False  # an older driver: use the deprecated call
-            except _ABSENT:
-                return None
-            except pynvml.NVMLError_GpuIsLost as exc:
-                raise GpuLostError(calls._gpu) from exc
             except pynvml.NVMLError as exc:
-                calls.failures.append(
-                    CallFailure(call="nvmlDeviceGetTemperatureV", error=error_name(exc))
-                )
+                calls.sort("nvmlDeviceGetTemperatureV", exc)
                 return None
         return calls.number("nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
 
     def read_gpu(self, gpu: Gpu) -> GpuReading:
         """Everything but NVLink and GPM for one GPU; raises GpuLostError when it is gone."""
-        calls = _Calls(self.lib, gpu.index)
+        calls = Calls(self.lib, gpu.index)
         h = gpu.handle
-        fields = self._fields(
-            calls, h, [FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION]
+        fields = calls.fields(
+            h, [FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION]
         )
         reasons = calls.get("nvmlDeviceGetCurrentClocksEventReasons", h)
         utilization = calls.get("nvmlDeviceGetUtilizationRates", h)
@@ -440,7 +396,7 @@ class NvmlSource:
             failures=tuple(calls.failures),
         )
 
-    def _read_fabric(self, calls: _Calls, gpu: Gpu) -> FabricReading | None:
+    def _read_fabric(self, calls: Calls, gpu: Gpu) -> FabricReading | None:
         """The GPU's NVLink-fabric info; None (and never asked again) without a fabric.
 
         GPUs outside an NVLink-switch domain answer NotSupported, or succeed with state
@@ -465,19 +421,6 @@ class NvmlSource:
             health_mask=int(info.healthMask),
         )
 
-    @staticmethod
-    def _fields(
-        calls: _Calls, handle: Any, ids: Sequence[int | tuple[int, int]]
-    ) -> dict[Any, float | None]:
-        """One batched nvmlDeviceGetFieldValues; each value checked on its own nvmlReturn.
-
-        Keys are the requested ids (`field` or `(field, scope)`); a failed batch gives {}.
-        """
-        results = calls.get("nvmlDeviceGetFieldValues", handle, list(ids))
-        if results is None:
-            return {}
-        return {key: field_value(result) for key, result in zip(ids, results, strict=True)}
-
     # -- NVLink --------------------------------------------------------------------------
     def nvlinks(self, gpu: Gpu) -> tuple[int, ...]:
         """Indices of the links this GPU really has, probed once by state.
@@ -489,12 +432,11 @@ class NvmlSource:
         if links is None:
             found: list[int] = []
             for link in range(NVLINK_MAX_LINKS):
-                try:
-                    self.lib.nvmlDeviceGetNvLinkState(gpu.handle, link)
-                except _NO_SUCH_LINK:
-                    continue
-                except pynvml.NVMLError_GpuIsLost as exc:
-                    raise GpuLostError(gpu.index) from exc
+                with classified("nvmlDeviceGetNvLinkState", gpu=gpu.index):
+                    try:
+                        self.lib.nvmlDeviceGetNvLinkState(gpu.handle, link)
+                    except _NO_SUCH_LINK:
+                        continue
                 found.append(link)
             links = self._links[gpu.index] = tuple(found)
         return links
@@ -504,13 +446,13 @@ class NvmlSource:
 
         With `nvlink5`, also the NVLink5 counters, batched into one field-value call.
         """
-        calls = _Calls(self.lib, gpu.index)
+        calls = Calls(self.lib, gpu.index)
         h = gpu.handle
         links = self.nvlinks(gpu)
         extra: dict[Any, float | None] = {}
         if nvlink5 and links and self._nvlink5.get(gpu.index, True):
             ids = [(field_id, link) for link in links for field_id in NVLINK5_FIELDS.values()]
-            extra = self._fields(calls, h, ids)
+            extra = calls.fields(h, ids)
             if extra and all(value is None for value in extra.values()):
                 self._nvlink5[gpu.index] = False  # pre-NVLink5 GPU or driver: stop asking
         readings = []
@@ -531,33 +473,40 @@ class NvmlSource:
     # -- GPM (Hopper and newer) --------------------------------------------------------
     def gpm_supported(self, gpu: Gpu) -> bool:
         """True when the GPU has GPM; NotSupported/FunctionNotFound (older drivers) → False."""
-        try:
-            return bool(self.lib.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice)
-        except _ABSENT:
-            return False
-        except pynvml.NVMLError_GpuIsLost as exc:
-            raise GpuLostError(gpu.index) from exc
+        with classified("nvmlGpmQueryDeviceSupport", gpu=gpu.index):
+            try:
+                return bool(self.lib.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice)
+            except ABSENT:
+                return False
 
     def gpm_sample(self, gpu: Gpu) -> Any:
-        """A new GPM sample of the GPU (free it with `gpm_free`); raises NVMLError on failure."""
-        sample = self.lib.nvmlGpmSampleAlloc()
+        """A new GPM sample of the GPU (free it with `gpm_free`).
+
+        Raises `GpuLostError`, or `NvmlError` when sampling fails (another tool holds the
+        profiling counters: `InUse`).
+        """
+        with classified("nvmlGpmSampleAlloc", gpu=gpu.index):
+            sample = self.lib.nvmlGpmSampleAlloc()
         try:
-            self.lib.nvmlGpmSampleGet(gpu.handle, sample)
-        except pynvml.NVMLError_GpuIsLost as exc:
-            self.lib.nvmlGpmSampleFree(sample)
-            raise GpuLostError(gpu.index) from exc
+            with classified("nvmlGpmSampleGet", gpu=gpu.index):
+                self.lib.nvmlGpmSampleGet(gpu.handle, sample)
         except BaseException:
             self.lib.nvmlGpmSampleFree(sample)
             raise
         return sample
 
     def gpm_free(self, sample: Any) -> None:
-        self.lib.nvmlGpmSampleFree(sample)
+        """Free a GPM sample; `NvmlError` when NVML refuses (a lost GPU's sample may)."""
+        with classified("nvmlGpmSampleFree"):
+            self.lib.nvmlGpmSampleFree(sample)
 
     def gpm_metrics(
         self, first: Any, second: Any, metric_ids: Sequence[int]
     ) -> dict[int, float | None]:
-        """GPM metrics over two samples, in NVML units (percent, MiB/s); None per failed id."""
+        """GPM metrics over two samples, in NVML units (percent, MiB/s); None per failed id.
+
+        `NvmlError` when the whole request fails.
+        """
         request = self.lib.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(metric_ids)
@@ -565,7 +514,8 @@ class NvmlSource:
         request.sample2 = second
         for position, metric_id in enumerate(metric_ids):
             request.metrics[position].metricId = metric_id
-        result = self.lib.nvmlGpmMetricsGet(request)
+        with classified("nvmlGpmMetricsGet"):
+            result = self.lib.nvmlGpmMetricsGet(request)
         values: dict[int, float | None] = {}
         for position, metric_id in enumerate(metric_ids):
             metric = result.metrics[position]
@@ -575,11 +525,15 @@ class NvmlSource:
 
     # -- Xid events ----------------------------------------------------------------------
     def open_xid_events(self) -> Any | None:
-        """An event set registered for Xid (and ECC) events on every GPU that has them."""
+        """An event set registered for Xid (and ECC) events on every GPU that has them.
+
+        None without GPUs; `NvmlError` when NVML cannot create the set.
+        """
         gpus = self.gpus()
         if not gpus:
             return None
-        event_set = self.lib.nvmlEventSetCreate()
+        with classified("nvmlEventSetCreate"):
+            event_set = self.lib.nvmlEventSetCreate()
         for gpu in gpus:
             try:
                 mask = int(self.lib.nvmlDeviceGetSupportedEventTypes(gpu.handle)) & XID_EVENT_MASK
@@ -593,11 +547,13 @@ class NvmlSource:
         return event_set
 
     def wait_xid(self, event_set: Any, timeout_ms: int) -> XidEvent | None:
-        """The next Xid event, or None when none came within the timeout."""
-        try:
-            data = self.lib.nvmlEventSetWait_v2(event_set, timeout_ms)
-        except pynvml.NVMLError_Timeout:
-            return None
+        """The next Xid event, or None when none came within the timeout; `NvmlError` when
+        the wait itself fails."""
+        with classified("nvmlEventSetWait_v2"):
+            try:
+                data = self.lib.nvmlEventSetWait_v2(event_set, timeout_ms)
+            except pynvml.NVMLError_Timeout:
+                return None
         if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
             return None
         gpu = self._gpu_of(data.device)
@@ -611,4 +567,6 @@ class NvmlSource:
         return next((g for g in self.gpus() if _handle_key(g.handle) == key), None)
 
     def free_events(self, event_set: Any) -> None:
-        self.lib.nvmlEventSetFree(event_set)
+        """Release an event set from `open_xid_events`; `NvmlError` when NVML refuses."""
+        with classified("nvmlEventSetFree"):
+            self.lib.nvmlEventSetFree(event_set)

@@ -27,13 +27,12 @@ class HcaTopology:
     """Where an HCA sits on the PCI tree: its address, NUMA node and the nearby GPUs.
 
     `gpus` are NVML-order indices (NVML enumerates GPUs in PCI address order) of the GPUs
-    under the same PCIe switch as the HCA; `gpu_pci_addresses` are their addresses.
+    under the same PCIe switch as the HCA.
     """
 
     pci_address: str | None = None
     numa_node: int | None = None
     gpus: tuple[int, ...] = ()
-    gpu_pci_addresses: tuple[str, ...] = ()
 
 
 def _read_small(path: Path) -> str | None:
@@ -94,5 +93,4 @@ def hca_topology(root: Path, device_dir: Path, gpus: list[str]) -> HcaTopology:
         pci_address=os.path.basename(pci_dir),
         numa_node=numa if numa is not None and numa >= 0 else None,
         gpus=tuple(gpus.index(gpu) for gpu in near),
-        gpu_pci_addresses=tuple(os.path.basename(gpu) for gpu in near),
     )

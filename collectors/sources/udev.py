@@ -55,10 +55,6 @@ class DeviceEvents:
         self._monitor = monitor
         self.lost = False
 
-    @property
-    def available(self) -> bool:
-        return self._monitor is not None
-
     def drain(self) -> list[HotplugEvent]:
         """Every event buffered since the last drain.
 

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Hashable
 from typing import Any, Final
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
@@ -76,3 +77,32 @@ def configure_logging(*, fmt: str, level: str) -> None:
     third_party = logging.NOTSET if level.lower() == "debug" else logging.WARNING
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(third_party)
+
+
+class LogOnce:
+    """Logs each key's message once, until the key is forgotten: news, not a repeat per cycle.
+
+    A stuck file, a failing tool, a GPU without GPM or a lost GPU is said once; `forget`
+    re-arms a key whose condition ended (a lost GPU that came back), so it is said again
+    if it returns. Both the hardware sources and the collectors use it.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._said: set[Hashable] = set()
+
+    def log(self, level: int, key: Hashable, message: str, **fields: object) -> bool:
+        """Log `message` with `fields` at `level` unless `key` was already said; True if it was
+        logged now."""
+        if key in self._said:
+            return False
+        self._said.add(key)
+        self._log.log(level, message, extra=fields)
+        return True
+
+    def warning(self, key: Hashable, message: str, **fields: object) -> bool:
+        return self.log(logging.WARNING, key, message, **fields)
+
+    def forget(self, key: Hashable) -> None:
+        """Re-arm `key`: its message is logged again the next time."""
+        self._said.discard(key)

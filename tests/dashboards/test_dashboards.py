@@ -124,6 +124,7 @@ def test_fleet_overview_links_to_the_training_job_dashboard() -> None:
     ]
 
 
+@pytest.mark.integration  # runs promtool
 def test_every_query_parses(tmp_path: Path) -> None:
     queries = all_queries()
     assert len(queries) >= 30

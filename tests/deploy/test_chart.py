@@ -637,6 +637,7 @@ def test_network_policy_admits_only_alertmanager_and_prometheus(
     assert policy["policyTypes"] == ["Ingress"]
 
 
+@pytest.mark.integration  # Helm installs against an API server
 def test_webhook_token_is_kept_on_upgrade_or_taken_from_an_existing_secret(
     tmp_path: Path,
 ) -> None:

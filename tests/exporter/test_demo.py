@@ -22,7 +22,7 @@ from fleetwatch.cli import build_parser, main
         (["demo", "--duration=nan"], "invalid duration 'nan'"),
         (["demo", "--duration=inf"], "invalid duration 'inf'"),
         (["demo", "--duration=400d"], "invalid duration '400d': must be between 1s and 366d"),
-        (["demo", "--duration=60"], "invalid duration '60': use a number with a unit"),
+        (["demo", "--duration=60"], "invalid duration '60': use whole numbers with units"),
         (
             ["simulate-cluster", "--kubeconfig-out=k", "--web.listen-address=:70000"],
             "invalid listen address ':70000': port above 65535",

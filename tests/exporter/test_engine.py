@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, SeriesFamily
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.http import make_app
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,11 +28,12 @@ class Steady:
         self.name = name
         self.calls = 0
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[SeriesFamily]:
         self.calls += 1
-        family = GaugeMetricFamily(f"test_{self.name}_value", "A test value.", labels=["k"])
-        family.add_metric(["a"], 1.0)
-        return [family]
+        name = f"fleetwatch_test_{self.name}_value"
+        builder = FamilyBuilder([MetricSpec(name, "gauge", "A test value.", ("k",))])
+        builder.add(name, ("a",), 1.0)
+        return builder.families()
 
     def close(self) -> None:
         return None
@@ -41,7 +42,7 @@ class Steady:
 class Raising(Steady):
     """Succeeds once, then raises on every later run."""
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[SeriesFamily]:
         self.calls += 1
         if self.calls > 1:
             raise RuntimeError("NVML returned Unknown Error")
@@ -57,7 +58,7 @@ class Hanging(Steady):
         self.entered = 0
         self.lock = threading.Lock()
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[SeriesFamily]:
         with self.lock:
             self.entered += 1
             first = self.entered == 1
@@ -73,7 +74,7 @@ class Slow(Steady):
         super().__init__(name)
         self.seconds = seconds
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterable[SeriesFamily]:
         threading.Event().wait(self.seconds)
         return Steady.collect(self)
 
@@ -125,7 +126,7 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
     await client.start_server()
     try:
         await engine.start()
-        await asyncio.wait_for(engine.wait_first_cycle(), 5)
+        await poll(lambda: engine.ready, timeout=5)
         assert (await client.get("/readyz")).status == 200
 
         # The hung collector is reported down, and no second run is stacked behind it.
@@ -142,17 +143,16 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
 
         text = await (await asyncio.wait_for(client.get("/metrics"), 2)).text()
         # Other collectors' series are intact and their self-metrics say up.
-        assert 'test_steady_value{k="a"} 1.0' in text
-        assert 'test_slow_value{k="a"} 1.0' in text
+        assert 'fleetwatch_test_steady_value{k="a"} 1.0' in text
+        assert 'fleetwatch_test_slow_value{k="a"} 1.0' in text
         assert sample_value(text, 'fleetwatch_collector_up{collector="steady"}') == 1.0
         assert sample_value(text, 'fleetwatch_collector_up{collector="slow"}') == 1.0
         assert sample_value(text, 'fleetwatch_collector_up{collector="raising"}') == 0.0
         errors = sample_value(text, 'fleetwatch_collector_errors_total{collector="raising"}')
         assert errors is not None
         assert errors >= 1
-        assert sample_value(text, 'fleetwatch_collector_hung{collector="hanging"}') == 1.0
         # Failing collectors' last good series are served until they go stale.
-        assert 'test_raising_value{k="a"} 1.0' in text
+        assert 'fleetwatch_test_raising_value{k="a"} 1.0' in text
 
         # The reason is logged with the collector's name.
         reasons = [r for r in caplog.records if getattr(r, "collector", None) == "raising"]
@@ -164,11 +164,13 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
         assert engine.states[2].skipped >= 2
         assert len(blocked) == 1
 
-        # Liveness fails once the hang outlasts the hang timeout.
+        # Liveness fails once the hang outlasts the hang timeout, and the metric says so.
         await poll(engine.hung)
         response = await client.get("/healthz")
         assert response.status == 503
         assert "hanging blocked for" in await response.text()
+        text = await (await client.get("/metrics")).text()
+        assert sample_value(text, 'fleetwatch_collector_hung{collector="hanging"}') == 1.0
 
         # Released, the collector recovers and liveness passes again.
         hanging.release.set()
@@ -194,12 +196,12 @@ async def test_stale_series_are_dropped_after_max_staleness() -> None:
     try:
         await poll(lambda: engine.states[0].errors >= 1)
         # Failing, but its last good series are younger than max_staleness: still served.
-        assert b'test_raising_value{k="a"} 1.0' in engine.exposition()
+        assert b'fleetwatch_test_raising_value{k="a"} 1.0' in engine.exposition()
         assert b'fleetwatch_collector_up{collector="raising"} 0.0' in engine.exposition()
         now[0] += 29.0
-        assert b"test_raising_value" in engine.exposition()
+        assert b"fleetwatch_test_raising_value" in engine.exposition()
         now[0] += 2.0
-        assert b"test_raising_value" not in engine.exposition()
+        assert b"fleetwatch_test_raising_value" not in engine.exposition()
         assert b'fleetwatch_collector_up{collector="raising"} 0.0' in engine.exposition()
     finally:
         await engine.stop()
@@ -214,7 +216,7 @@ async def test_metrics_is_gzipped_when_asked_and_identical() -> None:
     try:
         assert (await client.get("/readyz")).status == 503
         await engine.start()
-        await asyncio.wait_for(engine.wait_first_cycle(), 5)
+        await poll(lambda: engine.ready, timeout=5)
         plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
         zipped = await client.get(
             "/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False
@@ -292,3 +294,40 @@ async def test_stop_while_runs_are_in_flight(attempt: int) -> None:
     calls = [c.calls for c in collectors]
     await asyncio.sleep(0.05)  # a scheduler that survived stop() would start more runs here
     assert [c.calls for c in collectors] == calls
+
+
+async def test_hung_means_the_same_to_the_metric_and_to_healthz() -> None:
+    """Blocked past its deadline is down; hung is blocked past the hang timeout, for
+    `fleetwatch_collector_hung` and `/healthz` alike, at every instant."""
+    now = [1000.0]
+    hanging = Hanging("hanging")
+    engine = Engine(
+        collectors=[scheduled(hanging, interval=0.1, timeout=0.05)],
+        max_staleness=600.0,
+        hang_timeout=30.0,
+        version="test",
+        clock=lambda: now[0],
+    )
+    client = TestClient(TestServer(make_app(engine)))
+    await client.start_server()
+
+    async def hung_now() -> tuple[float | None, int]:
+        text = await (await client.get("/metrics")).text()
+        metric = sample_value(text, 'fleetwatch_collector_hung{collector="hanging"}')
+        return metric, (await client.get("/healthz")).status
+
+    try:
+        await engine.start()
+        await poll(lambda: hanging.entered == 2 and not engine.states[0].up)
+        assert await hung_now() == (0.0, 200)  # down (deadline missed), not hung
+        now[0] += 29.0
+        assert await hung_now() == (0.0, 200)
+        now[0] += 2.0
+        assert await hung_now() == (1.0, 503)
+        hanging.release.set()
+        await poll(lambda: engine.states[0].up)
+        assert await hung_now() == (0.0, 200)
+    finally:
+        hanging.release.set()
+        await engine.stop()
+        await client.close()

@@ -1,12 +1,15 @@
-"""The whole node's exposition: golden file, catalog agreement, promtool, real Prometheus.
+"""The whole node's exposition: the collector goldens together, catalog, promtool, Prometheus.
 
-Collectors run in-process on a simulated node at a fixed simulated time, so the golden
-exposition is reproducible; the integration test runs the real `fleetwatch export`
-process and a real Prometheus scraping it.
+Each collector has its own golden file (tests/golden/gpu, tests/golden/infiniband), and
+nothing here restates their values: the whole exposition, collected by the engine on a
+simulated node, must hold exactly the series of those goldens plus the engine's
+self-metrics. The integration tests run promtool on every golden and on a live
+exporter's scrape, and a real Prometheus scraping a real `fleetwatch export` process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.exporter.engine import SELF_METRICS
+from fleetwatch.exporter.engine import SELF_METRICS, Engine, ScheduledCollector
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
@@ -26,10 +29,12 @@ from fleetwatch.sim.world import SimulatedNode
 from fleetwatch.cli import build_parser
 from testbed.clock import FixedClock
 from testbed.servers import prom_query, promtool_check_metrics
-from tests.golden import GOLDEN_DIR, assert_golden
+from tests.golden import GOLDEN_DIR
 
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
 FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
+# The collector goldens of the dgx-h100 scenario: together, the node's whole exposition.
+DGX_H100_GOLDENS = ("gpu/dgx-h100.txt", "infiniband/dgx-h100.prom")
 
 
 def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
@@ -52,10 +57,60 @@ def catalog_names() -> set[str]:
     return set(names)
 
 
-def test_golden_dgx_h100(tmp_path: Path) -> None:
-    text = collect_node("dgx-h100", 600.0, tmp_path)
-    assert "fleetwatch_gpu_temperature_celsius" in text
-    assert_golden("exposition-dgx-h100.txt", text)
+def series_of(text: str) -> set[str]:
+    """Each sample's `name{labels}`, without its value: what the exposition holds, not
+    what it reads."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+
+def families_of(text: str) -> set[tuple[str, str]]:
+    return set(FAMILY.findall(text))
+
+
+async def engine_exposition(scenario: str, at: float, workdir: Path) -> str:
+    """The engine's exposition of every default collector on `scenario`, once every
+    collector is up and the GPM families (which need two samples) are there."""
+    node = SimulatedNode(scenario=load_scenario(scenario), clock=FixedClock(at))
+    args = build_parser().parse_args(["export", f"--simulate={scenario}"])
+    hardware = simulated_hardware(node, workdir, ExportSettings.from_args(args, COLLECTORS))
+    collectors = create_collectors(hardware.context, hardware.settings)
+    engine = Engine(
+        collectors=[
+            ScheduledCollector(name=name, collector=collector, interval=0.2, timeout=10.0)
+            for name, collector in collectors.items()
+        ],
+        max_staleness=60.0,
+        hang_timeout=30.0,
+        version="test",
+    )
+    await engine.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (
+            all(state.up for state in engine.states)
+            and b"\nfleetwatch_gpu_tensor_active_ratio{" in engine.exposition()
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "not every family within 30s"
+            await asyncio.sleep(0.05)
+        return engine.exposition().decode()
+    finally:
+        await engine.stop()
+        close_collectors(collectors)
+
+
+async def test_exposition_is_the_collector_goldens_plus_self_metrics(tmp_path: Path) -> None:
+    text = await engine_exposition("dgx-h100", 600.0, tmp_path)
+    goldens = "".join((GOLDEN_DIR / name).read_text() for name in DGX_H100_GOLDENS)
+    self_names = {m.family_name for m in SELF_METRICS}
+    own = {(n, t) for n, t in families_of(text) if n.removesuffix("_total") not in self_names}
+    assert own == families_of(goldens)
+    collected = {s for s in series_of(text) if not s.startswith("fleetwatch_collector_")}
+    collected -= {s for s in collected if s.startswith("fleetwatch_build_info")}
+    assert sorted(collected ^ series_of(goldens)) == []
+    emitted_self = {n.removesuffix("_total") for n, _ in families_of(text)} & self_names
+    assert emitted_self == self_names
+    for collector in COLLECTORS:
+        assert f'fleetwatch_collector_up{{collector="{collector.name}"}} 1.0' in text
 
 
 def test_every_collector_declares_its_metrics() -> None:
@@ -131,6 +186,7 @@ def test_live_exposition_passes_promtool(live: tuple[servers.Server, servers.Ser
     assert b"fleetwatch_collector_up" in body
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "golden",
     sorted(p.relative_to(GOLDEN_DIR).as_posix() for p in GOLDEN_DIR.rglob("*") if p.is_file()),
@@ -162,6 +218,7 @@ def test_the_demos_scrape_passes_promtool(tmp_path: Path) -> None:
     assert promtool_check_metrics(body.decode()) == []
 
 
+@pytest.mark.integration
 def test_serving_line_names_the_collectors_turned_off(tmp_path: Path) -> None:
     """Where the chart turns a source off (no privilege for it), the log says so."""
     with servers.fleetwatch_export(

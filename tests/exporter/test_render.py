@@ -8,15 +8,15 @@ the ordinary way, skipping absent values.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import pytest
 from fleetwatch.collectors.metrics import (
-    Family,
     FamilyBuilder,
     MetricSpec,
     SeriesFamily,
-    as_metric,
+    metric_name_problems,
     series_count,
 )
 from fleetwatch.exporter.render import Renderer
@@ -35,12 +35,14 @@ VALUES = st.one_of(
 )
 SPECS = (
     MetricSpec(
-        name="test_gauge",
+        name="fleetwatch_test_gauge",
         kind="gauge",
         help="A gauge with \\ and \n in its help.",
         labels=("device", "port"),
     ),
-    MetricSpec(name="test_things_total", kind="counter", help="A counter.", labels=("device",)),
+    MetricSpec(
+        name="fleetwatch_test_things_total", kind="counter", help="A counter.", labels=("device",)
+    ),
 )
 
 
@@ -90,7 +92,7 @@ def _ordinary(table: Table) -> list[Metric]:
     return families
 
 
-def _built(table: Table) -> list[Family]:
+def _built(table: Table) -> list[SeriesFamily]:
     """What collectors hand over through `FamilyBuilder` (label lists new each cycle)."""
     builder = FamilyBuilder(SPECS)
     for spec, rows in zip(SPECS, table, strict=True):
@@ -99,7 +101,7 @@ def _built(table: Table) -> list[Family]:
     return builder.families()
 
 
-def _series(table: Table) -> list[Family]:
+def _series(table: Table) -> list[SeriesFamily]:
     return [
         SeriesFamily(
             spec,
@@ -111,27 +113,17 @@ def _series(table: Table) -> list[Family]:
 
 
 @given(_tables())
-def test_renderer_matches_generate_latest(
-    table: list[list[tuple[tuple[str, ...], float | None]]],
-) -> None:
-    families = _ordinary(table)
-    renderer = Renderer()
-    assert renderer.render(families) == _reference(families)
-    # Second call through the prefix cache: still the same bytes.
-    assert renderer.render(families) == _reference(families)
-
-
-@given(_tables())
-def test_series_family_renders_as_ordinary_samples(table: Table) -> None:
+def test_renderer_matches_generate_latest(table: Table) -> None:
+    """Series families render as generate_latest writes the same samples built the
+    ordinary way (`add_metric`), directly and through `FamilyBuilder`."""
     ordinary = _ordinary(table)
     for families in (_series(table), _built(table)):
-        assert not any(isinstance(family, Metric) for family in families)
         renderer = Renderer()
         assert renderer.render(families) == _reference(ordinary)
         assert renderer.render(families) == _reference(ordinary)  # through the caches
-        assert series_count(families) == series_count(ordinary)
-        present = [as_metric(family) for family in families if series_count([family])]
-        assert present == ordinary  # the samples it materializes are the ordinary ones
+        assert series_count(families) == sum(len(family.samples) for family in ordinary)
+        present = [family.to_metric() for family in families if family.count()]
+        assert present == ordinary  # what generic consumers get is the ordinary family
 
 
 def test_cached_prefixes_follow_the_label_list() -> None:
@@ -139,7 +131,7 @@ def test_cached_prefixes_follow_the_label_list() -> None:
     renderer = Renderer()
     first = [{"device": "mlx5_0", "port": "1"}]
     assert renderer.render([SeriesFamily(spec, first, [1])]).endswith(
-        b'test_gauge{device="mlx5_0",port="1"} 1.0\n'
+        b'fleetwatch_test_gauge{device="mlx5_0",port="1"} 1.0\n'
     )
     # Another list for the same family (re-discovery) must not reuse the old prefixes.
     second = [{"device": "mlx5_1", "port": "2"}, {"device": "mlx5_2", "port": "1"}]
@@ -161,5 +153,40 @@ def test_series_family_without_values_is_left_out() -> None:
 
 
 def test_series_family_rejects_mismatched_lists() -> None:
-    with pytest.raises(ValueError, match="test_gauge"):
+    with pytest.raises(ValueError, match="fleetwatch_test_gauge"):
         SeriesFamily(SPECS[0], [{"device": "a", "port": "1"}], [1, 2])
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "labels", "reason"),
+    [
+        ("gpu_power_watts", "gauge", (), "does not start with 'fleetwatch_'"),
+        ("fleetwatch_gpu-power", "gauge", (), "is not a Prometheus metric name"),
+        ("fleetwatch_xid_errors", "counter", (), "does not end in '_total'"),
+        ("fleetwatch_gpu_up_total", "gauge", (), "ends in '_total' but is a gauge"),
+        ("fleetwatch_gpu_power_milliwatts", "gauge", (), "non-base unit (milliwatts)"),
+        ("fleetwatch_gpu_utilization_percent", "gauge", (), "non-base unit (percent)"),
+        ("fleetwatch_gpus_count", "gauge", (), "suffix promtool reserves"),
+        ("fleetwatch_nvlink_counter_total", "counter", (), "contains 'counter'"),
+        ("fleetwatch_gpu_up", "gauge", ("gpu", "gpu"), "repeats a label"),
+        ("fleetwatch_gpu_up", "gauge", ("pci-bus",), "'pci-bus' is not a valid label name"),
+        ("fleetwatch_gpu_up", "gauge", ("__name__",), "is not a valid label name"),
+        ("fleetwatch_gpu_up", "gauge", ("le",), "reserved for histograms"),
+    ],
+)
+def test_metric_spec_refuses_names_outside_the_contract(
+    name: str, kind: str, labels: tuple[str, ...], reason: str
+) -> None:
+    assert any(reason in problem for problem in metric_name_problems(name, kind, labels))
+    with pytest.raises(ValueError, match=f"metric '{name}': .*{re.escape(reason)}"):
+        MetricSpec(name, kind, "Help.", labels)  # type: ignore[arg-type]
+
+
+def test_every_shipped_metric_name_passes_the_contract() -> None:
+    """The check accepts every family fleetwatch defines (they are built at import)."""
+    from fleetwatch.collectors import COLLECTORS
+    from fleetwatch.exporter.engine import SELF_METRICS
+
+    specs = [*SELF_METRICS, *(m for spec in COLLECTORS for m in spec.metrics)]
+    assert specs
+    assert [s.name for s in specs if metric_name_problems(s.name, s.kind, s.labels)] == []

@@ -196,6 +196,7 @@ def test_malformed_pods_name_the_key(tmp_path: Path, pods: object, message: str)
     assert str(error.value) == f"{file}: {message}"
 
 
+@pytest.mark.integration  # promtool lints the text
 def test_kube_pod_labels_names_pod_labels_as_kube_state_metrics_does(tmp_path: Path) -> None:
     scenario = load_scenario(str(write(tmp_path, {**VALID, "pods": [POD]})))
     text = kube_pod_labels([scenario])

@@ -14,7 +14,8 @@ import pytest
 from fleetwatch.exporter.shutdown import EXIT_SHUTDOWN_TIMEOUT, ShutdownDeadline
 from fleetwatch.sim import servers
 
-pytestmark = pytest.mark.timeout(600)
+# Real exporter processes, signalled: 40 s in all, kept out of the fast lane.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.integration]
 
 
 class RecordedExit:

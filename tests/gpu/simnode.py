@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import Any
 
 import pynvml
-from fleetwatch.collectors.metrics import Family, as_metric
+from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.fake_nvml import FakeEventSet, FakeGpmSample, FakeHandle, FakeNvml
 from fleetwatch.sim.scenario import Fault, load_scenario
 from fleetwatch.sim.world import SimulatedNode
@@ -83,15 +83,17 @@ def simulated(
     return fake, NvmlSource(lib=fake)
 
 
-def samples(families: Iterable[Family], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def samples(
+    families: Iterable[SeriesFamily], name: str
+) -> dict[tuple[tuple[str, str], ...], float]:
     """Samples of family `name` (counter names without `_total`) by sorted label items."""
     return {
         tuple(sorted(s.labels.items())): s.value
         for family in families
         if family.name == name.removesuffix("_total")
-        for s in as_metric(family).samples
+        for s in family.to_metric().samples
     }
 
 
-def text(families: Iterable[Family]) -> str:
-    return render_families(families).decode()
+def text(families: Iterable[SeriesFamily]) -> str:
+    return Renderer().render(families).decode()

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import threading
+from pathlib import Path
 
 import pynvml
 import pytest
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import Family
+from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.sim.scenario import Fault
 
+from fleetwatch import collectors
 from tests.gpu.simnode import samples, simulated
 
 TEMP = "fleetwatch_gpu_temperature_celsius"
 
 
-def gpus_in(families: list[Family], name: str) -> set[str]:
+def gpus_in(families: list[SeriesFamily], name: str) -> set[str]:
     return {dict(labels)["gpu"] for labels in samples(families, name)}
 
 
@@ -183,3 +187,41 @@ def test_shutdown_releases_nvml_once_and_only_after_init() -> None:
     source.shutdown()
     source.shutdown()
     assert fake.init_calls == 0
+
+
+def test_collectors_never_import_pynvml() -> None:
+    """pynvml's errors and constants stay in the source layer (collectors/sources)."""
+    root = Path(collectors.__file__).parent
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "pynvml" not in imported, path.name
+
+
+def test_gpm_sampling_failures_come_classified() -> None:
+    fake, source = simulated()
+    gpu = source.gpus()[1]
+    fake.fail("nvmlGpmSampleGet", error=pynvml.NVMLError_InUse, gpu=1)
+    with pytest.raises(NvmlError) as caught:
+        source.gpm_sample(gpu)
+    assert (caught.value.call, caught.value.error, caught.value.gpu) == (
+        "nvmlGpmSampleGet",
+        "InUse",
+        1,
+    )
+    fake.fail("nvmlGpmSampleGet", error=pynvml.NVMLError_GpuIsLost, gpu=1)
+    with pytest.raises(GpuLostError):
+        source.gpm_sample(gpu)
+    assert fake.live_gpm_samples == 0
+
+
+def test_xid_wait_timeout_is_no_event_and_other_failures_are_nvml_errors() -> None:
+    fake, source = simulated()
+    events = source.open_xid_events()
+    assert source.wait_xid(events, 1) is None
+    fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Unknown)
+    with pytest.raises(NvmlError, match="nvmlEventSetWait_v2 failed: Unknown"):
+        source.wait_xid(events, 1)
+    fake.clear_failures()
+    source.free_events(events)

@@ -34,12 +34,13 @@ from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import Family
+from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
-from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource, error_name
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import error_name
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 
 from bench.nvml_timing import timed
 
@@ -88,7 +89,7 @@ def print_privileges() -> None:
         print(f"{socket} writable (connect needs it): {os.access(socket, os.W_OK)}")
 
 
-def attempt(collector: Collector) -> list[Family]:
+def attempt(collector: Collector) -> list[SeriesFamily]:
     """One collection; a collector that raises (GPM without the profiling privilege, say)
     is reported and the check goes on with the others."""
     try:
@@ -129,7 +130,7 @@ def main() -> int:
         started = time.perf_counter()
         families = attempt(collector)
         print(f"\n== {type(collector).__name__}: {(time.perf_counter() - started) * 1e3:.1f} ms")
-        print(render_families(families).decode())
+        print(Renderer().render(families).decode())
         emitted |= {f.name for f in families}
     xid.close()
     print("\n== NVML call latency (calls, median ms, max ms)")

@@ -14,7 +14,7 @@ import pytest
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.infiniband import InfinibandCollector, InfinibandSettings
 from fleetwatch.collectors.sources.sysfs import FileAccess
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 
 from fleetwatch.cli import build_parser
@@ -124,7 +124,7 @@ def exposition(tmp_path: Path, name: str, expected: str | None = None) -> str:
     files = FIXTURES[name](tmp_path)
     collector = make_collector(tmp_path, files=files, expected=expected)
     try:
-        return render_families(collector.collect()).decode()
+        return Renderer().render(collector.collect()).decode()
     finally:
         collector.close()
 
@@ -218,13 +218,13 @@ def test_files_failing_after_discovery_lose_only_their_values(
     cx7_ndr(tmp_path)
     files = FailingFiles()
     collector = make_collector(tmp_path, files=files)
-    before = render_families(collector.collect()).decode()
+    before = Renderer().render(collector.collect()).decode()
     counters = tmp_path / "class/infiniband/mlx5_0/ports/1/counters"
     files.on_read["counters/VL15_dropped"] = errno.EINVAL
     files.on_read["counters/port_rcv_packets"] = errno.EIO
     (counters / "symbol_error").write_text("garbage\n")
     with caplog.at_level(logging.WARNING):
-        during = render_families(collector.collect()).decode()
+        during = Renderer().render(collector.collect()).decode()
     gone = {
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="vl15_dropped",port="1"}',
         'fleetwatch_infiniband_port_error_saturated{device="mlx5_0",error="vl15_dropped",port="1"}',
@@ -248,7 +248,7 @@ def test_files_failing_after_discovery_lose_only_their_values(
     # The faults clear: every value is back on the next cycle, without a re-discovery.
     files.on_read.clear()
     (counters / "symbol_error").write_text("3\n")
-    after = render_families(collector.collect()).decode()
+    after = Renderer().render(collector.collect()).decode()
     assert series(after) == series(before) | {problems}  # a counter: it stays
     assert f"\n{problems} 2.0\n" in after
     collector.close()
@@ -258,13 +258,13 @@ def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
     """Families rebuilt only from changed inputs still show every change, once."""
     cx7_ndr(tmp_path)
     collector = make_collector(tmp_path)
-    first = render_families(collector.collect()).decode()
-    assert render_families(collector.collect()).decode() == first
+    first = Renderer().render(collector.collect()).decode()
+    assert Renderer().render(collector.collect()).decode() == first
     port = tmp_path / "class/infiniband/mlx5_0/ports/1"
     (port / "counters/symbol_error").write_text("9\n")
     (port / "hw_counters/out_of_sequence").write_text("13\n")
     (port / "state").write_text("1: DOWN\n")
-    changed = render_families(collector.collect()).decode()
+    changed = Renderer().render(collector.collect()).decode()
     ids = 'device="mlx5_0",port="1"'
     for line in (
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} 9.0',
@@ -276,7 +276,7 @@ def test_changes_show_after_cycles_where_nothing_moved(tmp_path: Path) -> None:
         assert line in changed, line
     assert "fleetwatch_infiniband_port_rate_bytes_per_second" not in changed
     # Nothing moved again: the same exposition, the transition counted once.
-    assert render_families(collector.collect()).decode() == changed
+    assert Renderer().render(collector.collect()).decode() == changed
     collector.close()
 
 
@@ -292,22 +292,22 @@ def test_hw_counters_are_read_at_most_every_interval(tmp_path: Path) -> None:
     symbol_line = (
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} '
     )
-    first = render_families(collector.collect()).decode()
+    first = Renderer().render(collector.collect()).decode()
     assert hw_line in first
     (port / "counters/symbol_error").write_text("9\n")
     (port / "hw_counters/out_of_sequence").write_text("13\n")
     now[0] += 29.0
-    early = render_families(collector.collect()).decode()
+    early = Renderer().render(collector.collect()).decode()
     assert symbol_line + "9.0" in early
     assert hw_line + "13.0" not in early
     assert [line for line in early.splitlines() if line.startswith(hw_line)] == [
         line for line in first.splitlines() if line.startswith(hw_line)
     ]
     now[0] += 1.0
-    assert hw_line + "13.0" in render_families(collector.collect()).decode()
+    assert hw_line + "13.0" in Renderer().render(collector.collect()).decode()
     (port / "hw_counters/out_of_sequence").write_text("14\n")
     now[0] += 61.0  # past the re-discovery interval: everything is read again
-    assert hw_line + "14.0" in render_families(collector.collect()).decode()
+    assert hw_line + "14.0" in Renderer().render(collector.collect()).decode()
     collector.close()
 
 
@@ -326,7 +326,7 @@ def _collect_within(collector: InfinibandCollector, seconds: float) -> str:
     """One collection on a worker thread; fails the test instead of hanging with it."""
     result: list[str] = []
     worker = threading.Thread(
-        target=lambda: result.append(render_families(collector.collect()).decode()),
+        target=lambda: result.append(Renderer().render(collector.collect()).decode()),
         daemon=True,
     )
     worker.start()

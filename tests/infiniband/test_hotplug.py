@@ -6,7 +6,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 
 from tests.infiniband.fixtures import (
     FailingFiles,
@@ -37,19 +37,19 @@ def test_udev_events_trigger_rediscovery(tmp_path: Path) -> None:
     _two_devices(tmp_path)
     monitor = FakeMonitor()
     collector = make_collector(tmp_path, monitor=monitor)
-    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+    assert _devices(Renderer().render(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
 
     (tmp_path / "class" / "infiniband" / "mlx5_1").unlink()
     shutil.rmtree(tmp_path / "devices" / "pci0000:40")
     monitor.queue.append(FakeUdevDevice("infiniband", "remove"))
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0"}
     assert 'fleetwatch_device_events_total{action="remove",subsystem="infiniband"} 1.0' in text
 
     add_device(tmp_path, "mlx5_2", pci_path="pci0000:50/0000:50:01.0/0000:51:00.0",
                ports={1: ib_port()})  # fmt: skip
     monitor.queue += [FakeUdevDevice("pci", "add"), FakeUdevDevice("infiniband", "add")]
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0", "mlx5_2"}
     assert 'fleetwatch_device_events_total{action="add",subsystem="pci"} 1.0' in text
     collector.close()
@@ -63,9 +63,9 @@ def test_without_events_nothing_is_rediscovered_until_the_timer(tmp_path: Path) 
     add_device(tmp_path, "mlx5_2", pci_path="pci0000:50/0000:50:01.0/0000:51:00.0",
                ports={1: ib_port()})  # fmt: skip
     now[0] = 30.0
-    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+    assert _devices(Renderer().render(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
     now[0] = 61.0
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0", "mlx5_1", "mlx5_2"}
     assert "fleetwatch_device_events_total" not in text
     collector.close()
@@ -77,7 +77,7 @@ def test_device_removed_mid_read_loses_only_its_series(tmp_path: Path) -> None:
     collector = make_collector(tmp_path, files=files, monitor=FakeMonitor())
     collector.collect()
     files.on_read["mlx5_1/ports/1/counters/port_rcv_data"] = errno.ENODEV
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert _devices(text) == {"mlx5_0"}
     assert 'device="mlx5_1"' not in text
     assert (
@@ -85,5 +85,5 @@ def test_device_removed_mid_read_loses_only_its_series(tmp_path: Path) -> None:
     )
     # The device is back (the fault cleared): the next cycle re-discovers and reads it.
     files.on_read.clear()
-    assert _devices(render_families(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
+    assert _devices(Renderer().render(collector.collect()).decode()) == {"mlx5_0", "mlx5_1"}
     collector.close()

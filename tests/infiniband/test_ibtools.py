@@ -14,7 +14,7 @@ from fleetwatch.collectors.sources.ibtools import (
     parse_ibstat,
     parse_perfquery,
 )
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 
 from tests.infiniband.fixtures import add_device, ib_port, make_collector
 
@@ -189,7 +189,7 @@ def test_real_tools_failing_leave_sysfs_values(tmp_path: Path) -> None:
         pytest.skip("infiniband-diags is not installed")
     add_device(tmp_path, "mlx5_0", ports={1: ib_port(counters={"symbol_error": "65535"})})
     collector = make_collector(tmp_path, tool_path=os.environ.get("PATH", ""))
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert (
         'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"}' in text
     )

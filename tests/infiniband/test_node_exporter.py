@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.scenario import parse_scenario
 from fleetwatch.sim.servers import Server, http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
@@ -139,7 +139,7 @@ def node_exporter_server(tree: Path, tmp_path_factory: pytest.TempPathFactory) -
 def test_every_shared_counter_agrees(tree: Path, node_exporter_server: Server) -> None:
     theirs = _samples(http_get(node_exporter_server.url + "/metrics").decode())
     collector = make_collector(tree)
-    ours = _samples(render_families(collector.collect()).decode())
+    ours = _samples(Renderer().render(collector.collect()).decode())
     collector.close()
 
     compared, mismatches, missing_here = 0, [], []
@@ -173,7 +173,7 @@ def test_one_bad_file_loses_nothing_else_here(tmp_path: Path) -> None:
     assert theirs[("node_scrape_collector_success", (("collector", "infiniband"),))] == 0
     assert not any(name.startswith("node_infiniband_") for name, _ in theirs)
     collector = make_collector(root)
-    ours = _samples(render_families(collector.collect()).decode())
+    ours = _samples(Renderer().render(collector.collect()).decode())
     collector.close()
     devices = {dict(labels).get("device") for _, labels in ours}
     assert {"mlx5_0", "mlx5_5", "mlx5_6", "hfi1_0", "irdma0"} <= devices

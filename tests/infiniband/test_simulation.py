@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fleetwatch.exporter.render import render_families
+from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim import tool_dir
 from fleetwatch.sim.scenario import load_scenario, parse_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
@@ -50,7 +50,7 @@ def test_dgx_h100_tree_matches_golden(tmp_path: Path) -> None:
     node = SimulatedNode(scenario=load_scenario("dgx-h100"), clock=StepClock(600.0))
     SimulatedSysfs(node=node, root=tmp_path).write()
     collector = make_collector(tmp_path, tool_path=SIM_BIN)
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     collector.close()
     assert_golden("infiniband/dgx-h100.prom", text)
     # GPU↔HCA rails: HCA i shares a PCIe switch with GPU i; storage HCAs with none.
@@ -66,10 +66,10 @@ def test_counters_update_in_place_under_open_descriptors(tmp_path: Path) -> None
     inode = data_file.stat().st_ino
     collector = make_collector(tmp_path)
     prefix = 'fleetwatch_infiniband_port_data_bytes_total{device="mlx5_0",direction="tx",port="1"}'
-    before = _value(render_families(collector.collect()).decode(), prefix)
+    before = _value(Renderer().render(collector.collect()).decode(), prefix)
     clock.at = 20.0
     tree.write()
-    after = _value(render_families(collector.collect()).decode(), prefix)
+    after = _value(Renderer().render(collector.collect()).decode(), prefix)
     assert data_file.stat().st_ino == inode
     # 400 Gb/s at 35% load for 10 s.
     assert after - before == pytest.approx(400e9 / 8 * 0.35 * 10, rel=1e-6)
@@ -87,13 +87,13 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     pinned = 'error_saturated{device="mlx5_1",error="symbol",port="1"}'
 
     alone = make_collector(tmp_path)
-    text = render_families(alone.collect()).decode()
+    text = Renderer().render(alone.collect()).decode()
     assert _value(text, symbol) == 65535
     assert _value(text, "fleetwatch_infiniband_port_" + pinned) == 1
 
     now = StepClock(0.0)
     with_tools = make_collector(tmp_path, tool_path=SIM_BIN, monotonic=now.elapsed)
-    text = render_families(with_tools.collect()).decode()
+    text = Renderer().render(with_tools.collect()).decode()
     assert _value(text, symbol) == 100_000
     assert _value(text, "fleetwatch_infiniband_port_" + pinned) == 0
     # sysfs stays pinned while the 64-bit counter moves on; perfquery runs again only
@@ -101,9 +101,9 @@ def test_saturated_errors_come_from_perfquery_extended(tmp_path: Path) -> None:
     clock.at = 200.0
     tree.write()
     now.at = 10.0
-    assert _value(render_families(with_tools.collect()).decode(), symbol) == 100_000
+    assert _value(Renderer().render(with_tools.collect()).decode(), symbol) == 100_000
     now.at = 30.0
-    assert _value(render_families(with_tools.collect()).decode(), symbol) == 200_000
+    assert _value(Renderer().render(with_tools.collect()).decode(), symbol) == 200_000
     alone.close()
     with_tools.close()
     tree.close()
@@ -117,13 +117,13 @@ def test_flap_shorter_than_an_interval_counts_two_transitions(tmp_path: Path) ->
     tree.write()
     collector = make_collector(tmp_path)
     changes = "fleetwatch_infiniband_port_state_changes_total{device="
-    assert _value(render_families(collector.collect()).decode(), changes + '"mlx5_0"') == 0
+    assert _value(Renderer().render(collector.collect()).decode(), changes + '"mlx5_0"') == 0
     clock.at = 20.0  # mlx5_0 went down at 10 and came back at 12: never seen down.
     tree.write()
-    assert _value(render_families(collector.collect()).decode(), changes + '"mlx5_0"') == 2
+    assert _value(Renderer().render(collector.collect()).decode(), changes + '"mlx5_0"') == 2
     clock.at = 40.0  # mlx5_1 went down at 30 and stays down.
     tree.write()
-    text = render_families(collector.collect()).decode()
+    text = Renderer().render(collector.collect()).decode()
     assert _value(text, changes + '"mlx5_1"') == 1
     assert _value(text, 'fleetwatch_infiniband_port_up{device="mlx5_1"') == 0
     assert 'rate_bytes_per_second{device="mlx5_1"' not in text

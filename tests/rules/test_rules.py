@@ -44,12 +44,14 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
     assert generate.main(["--root", str(ROOT), "--check"]) == 0
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_check_rules_is_clean() -> None:
     result = promtool("check", "rules", *map(str, RULE_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_unit_tests_pass() -> None:
     assert TEST_FILES
     result = promtool("test", "rules", *map(str, TEST_FILES))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from fleetwatch.tainter.metrics import TainterMetrics
 from prometheus_client import generate_latest
 
@@ -24,6 +25,7 @@ def test_every_tainter_family_is_catalogued_and_nothing_else() -> None:
     assert exposed == catalogued
 
 
+@pytest.mark.integration  # runs promtool
 def test_exposition_passes_promtool() -> None:
     metrics = TainterMetrics()
     metrics.loop_errors.labels(loop="reconcile").inc()

@@ -1,0 +1,138 @@
+"""How an NVML call fails: pynvml's errors sorted into what they mean for the caller.
+
+NVML's errors are per call, and four kinds matter:
+- not supported (`NotSupported`, `FunctionNotFound`, `NoPermission`): the value is absent
+  (None or False), never 0 and never an error;
+- GPU lost (`GpuIsLost`, Xid 79): `GpuLostError`, the caller drops that GPU and keeps
+  the others;
+- a timeout where one is expected (waiting for events): None, "nothing came";
+- anything else (`Timeout`, `Unknown`, `InUse`, ...): within a cycle's readings the value
+  is absent and a `CallFailure` is kept for the collector to count; from a call whose
+  result the caller cannot do without, `NvmlError`.
+
+Only the NVML source modules import pynvml's exceptions: collectors see `GpuLostError`,
+`NvmlError` and typed results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pynvml
+
+# Errors that mean "this GPU or driver does not report this value": absent, not failed.
+ABSENT: Final = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoPermission,
+)
+_FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+class GpuLostError(Exception):
+    """A GPU answered `GPU_IS_LOST`: it fell off the bus; drop it, keep the others."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"GPU {index} is lost (fallen off the bus)")
+        self.index = index
+
+
+class NvmlError(Exception):
+    """An NVML call failed, not for lack of support and not from a lost GPU.
+
+    `call` is the NVML function, `error` pynvml's short error name (`Timeout`, `InUse`,
+    `Unknown`): a bounded value fit for a label or a log field.
+    """
+
+    def __init__(self, call: str, error: str, *, gpu: int | None = None) -> None:
+        where = "" if gpu is None else f" on GPU {gpu}"
+        super().__init__(f"{call} failed{where}: {error}")
+        self.call = call
+        self.error = error
+        self.gpu = gpu
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallFailure:
+    """One NVML call that failed in a way that is not "not supported"."""
+
+    call: str
+    error: str
+
+
+def error_name(exc: pynvml.NVMLError) -> str:
+    """`NVMLError_Timeout` → `Timeout`: a short, bounded label value."""
+    return type(exc).__name__.removeprefix("NVMLError_") or "Unknown"
+
+
+@contextlib.contextmanager
+def classified(call: str, *, gpu: int | None = None) -> Iterator[None]:
+    """Raise pynvml errors from the block as `GpuLostError` (for `gpu`) or `NvmlError`.
+
+    "Not supported" is not handled here: a caller that can do without the value catches
+    `ABSENT` itself, inside the block.
+    """
+    try:
+        yield
+    except pynvml.NVMLError_GpuIsLost as exc:
+        if gpu is None:
+            raise NvmlError(call, error_name(exc)) from exc
+        raise GpuLostError(gpu) from exc
+    except pynvml.NVMLError as exc:
+        raise NvmlError(call, error_name(exc), gpu=gpu) from exc
+
+
+def field_value(result: Any) -> float | None:
+    """A field-value result as a number, or None when its own `nvmlReturn` failed."""
+    if result.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    value_type = int(result.valueType)
+    if not 0 <= value_type < len(_FIELD_VALUE_ATTRS):
+        return None
+    return float(getattr(result.value, _FIELD_VALUE_ATTRS[value_type]))
+
+
+class Calls:
+    """Runs NVML calls for one GPU and one cycle, sorting each failure by what it means.
+
+    A value is absent (None) when not supported or failed; failures are kept in
+    `failures` for the reading; a lost GPU raises `GpuLostError`.
+    """
+
+    def __init__(self, lib: Any, gpu: int) -> None:
+        self._lib = lib
+        self.gpu = gpu
+        self.failures: list[CallFailure] = []
+
+    def get(self, call: str, *args: Any) -> Any:
+        """The call's result, or None when absent or failed (failures are recorded)."""
+        try:
+            return getattr(self._lib, call)(*args)
+        except pynvml.NVMLError as exc:
+            self.sort(call, exc)
+            return None
+
+    def sort(self, call: str, exc: pynvml.NVMLError) -> None:
+        """File a failure of `call` the caller caught: absent says nothing, a lost GPU
+        raises `GpuLostError`, anything else is recorded in `failures`."""
+        if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+            raise GpuLostError(self.gpu) from exc
+        if not isinstance(exc, ABSENT):
+            self.failures.append(CallFailure(call=call, error=error_name(exc)))
+
+    def number(self, call: str, *args: Any) -> float | None:
+        value = self.get(call, *args)
+        return None if value is None else float(value)
+
+    def fields(self, handle: Any, ids: Sequence[int | tuple[int, int]]) -> dict[Any, float | None]:
+        """One batched nvmlDeviceGetFieldValues; each value checked on its own nvmlReturn.
+
+        Keys are the requested ids (`field` or `(field, scope)`); a failed batch gives {}.
+        """
+        results = self.get("nvmlDeviceGetFieldValues", handle, list(ids))
+        if results is None:
+            return {}
+        return {key: field_value(result) for key, result in zip(ids, results, strict=True)}
