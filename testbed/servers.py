@@ -279,9 +279,11 @@ def fleetwatch_command(
     command: str,
     args: Sequence[str] = (),
     ready_path: str = "/healthz",
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """`fleetwatch COMMAND --web.listen-address=127.0.0.1:PORT ARGS` as a real process
-    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200."""
+    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200; `env` adds to
+    the environment it inherits."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -299,6 +301,7 @@ def fleetwatch_command(
         ready_path=ready_path,
         workdir=workdir,
         name=f"fleetwatch-{command}",
+        env=env,
     ) as server:
         yield server
 
