@@ -10,10 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # The demo runs these; the tests also need node_exporter (cross-check), Chromium (report
-# screenshot), wrk (the benchmarks' scrape load) and etcd (the real Kubernetes API server
-# of the tainter tests, with kube-apiserver from $KUBEBUILDER_ASSETS: see CONTRIBUTING.md).
+# screenshot), wrk (the benchmarks' scrape load), VictoriaMetrics with vmagent and vmalert
+# (the rules on a second engine) and etcd (the kube-apiserver's store).
 DEMO_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags)
-TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter chromium wrk etcd-server)
+TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter chromium wrk victoria-metrics etcd-server)
 VENV=.venv
 
 missing_debian_packages() {

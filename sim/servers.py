@@ -265,10 +265,12 @@ def fleetwatch_command(
     args: Sequence[str] = (),
     ready_path: str = "/healthz",
     port: int = 0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """`fleetwatch COMMAND --web.listen-address=127.0.0.1:PORT ARGS` as a real process
-    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200. It runs on this
-    interpreter, so it is the fleetwatch installed here."""
+    (e.g. `taint`, `simulate-cluster`), ready when `ready_path` answers 200; `env` adds to
+    the environment it inherits. It runs on this interpreter, so it is the fleetwatch
+    installed here."""
     port = free_port(port)
     argv = [
         sys.executable,
@@ -285,6 +287,7 @@ def fleetwatch_command(
         ready_path=ready_path,
         workdir=workdir,
         name=f"fleetwatch-{command}",
+        env=env,
     ) as server:
         yield server
 
