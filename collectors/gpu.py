@@ -42,7 +42,7 @@ from fleetwatch.collectors.sources.nvml import (
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 
 from fleetwatch.flags import bounded_number, setting
-from fleetwatch.gpu_metrics import (
+from fleetwatch.metric_names import (
     CLOCK_EVENT_ACTIVE,
     CLOCK_EVENT_SECONDS,
     COUNT,

@@ -20,6 +20,8 @@ from typing import Final
 from fleetwatch.collectors.metrics import LabelCache, MetricSpec
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
 
+from fleetwatch import metric_names as names
+
 BYTES_PER_GBIT: Final = 125_000_000
 MAX_RATE_GBPS: Final = 10_000.0
 _PORT: Final = ("device", "port")
@@ -36,19 +38,19 @@ _INFO_LABELS: Final = (
     "gpus",
 )
 INFO = "fleetwatch_infiniband_port_info"
-UP = "fleetwatch_infiniband_port_up"
+UP = names.IB_PORT_UP
 STATE = "fleetwatch_infiniband_port_state_id"
 PHYS_STATE = "fleetwatch_infiniband_port_physical_state_id"
-RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
+RATE = names.IB_PORT_RATE
 EXPECTED_RATE = "fleetwatch_infiniband_port_expected_rate_bytes_per_second"
 DATA = "fleetwatch_infiniband_port_data_bytes_total"
 PACKETS = "fleetwatch_infiniband_port_packets_total"
 UNICAST = "fleetwatch_infiniband_port_unicast_packets_total"
 MULTICAST = "fleetwatch_infiniband_port_multicast_packets_total"
-ERRORS = "fleetwatch_infiniband_port_errors_total"
+ERRORS = names.IB_PORT_ERRORS
 XMIT_WAIT = "fleetwatch_infiniband_port_xmit_wait_total"
-SATURATED = "fleetwatch_infiniband_port_error_saturated"
-STATE_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
+SATURATED = names.IB_PORT_ERROR_SATURATED
+STATE_CHANGES = names.IB_PORT_STATE_CHANGES
 HW_COUNTER = "fleetwatch_infiniband_port_hw_stat_total"
 DEVICE_EVENTS = "fleetwatch_device_events_total"
 READ_ERRORS = "fleetwatch_infiniband_sysfs_read_errors_total"

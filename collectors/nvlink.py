@@ -36,11 +36,12 @@ from fleetwatch.collectors.sources.nvml import (
 )
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 
+from fleetwatch import metric_names as names
 from fleetwatch.flags import setting
 
 UP = "fleetwatch_nvlink_up"
 LINKS_UP = "fleetwatch_nvlink_links_up"
-ERRORS = "fleetwatch_nvlink_errors_total"
+ERRORS = names.NVLINK_ERRORS
 FAILURES = nvml_errors_spec("nvlink")
 _ERROR_HELP: Final = (
     "NVLink errors by kind: replay, recovery, crc_flit, crc_data, ecc_data (per-link "

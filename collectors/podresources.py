@@ -32,11 +32,12 @@ from fleetwatch.collectors.sources.podresources import (
     PodResourcesError,
 )
 
+from fleetwatch import metric_names as names
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
-ALLOCATION = "fleetwatch_gpu_allocation_info"
+ALLOCATION = names.ALLOCATION_INFO
 SPECS: Final = (
     MetricSpec(
         ALLOCATION,

@@ -54,11 +54,12 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
 
+from fleetwatch import metric_names as names
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
-XID = "fleetwatch_gpu_xid_errors_total"
+XID = names.XID_ERRORS
 XID_HISTORY = "fleetwatch_gpu_xid_history_errors"
 FALLEN_OFF_BUS = "fleetwatch_gpu_fallen_off_bus_total"
 SXID = "fleetwatch_nvswitch_sxid_errors_total"

@@ -33,7 +33,7 @@ from fleetwatch.rules.definitions import (
     tensor_active,
 )
 
-from fleetwatch import gpu_metrics
+from fleetwatch import metric_names as names
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
@@ -99,27 +99,27 @@ def _window_delta(window: Window, selector: str) -> str:
     return f"{last} - (last_over_time({selector}[{w}] offset {w}) or {last} * 0)"
 
 
-TEMP = gpu_metrics.TEMPERATURE
-POWER = gpu_metrics.POWER
+TEMP = names.TEMPERATURE
+POWER = names.POWER
 TENSOR = TENSOR_METRIC
-UTIL = gpu_metrics.UTILIZATION
-CLOCK = gpu_metrics.CLOCK
-CLOCK_ACTIVE = gpu_metrics.CLOCK_EVENT_ACTIVE
-CLOCK_EVENTS = gpu_metrics.CLOCK_EVENT_SECONDS
+UTIL = names.UTILIZATION
+CLOCK = names.CLOCK
+CLOCK_ACTIVE = names.CLOCK_EVENT_ACTIVE
+CLOCK_EVENTS = names.CLOCK_EVENT_SECONDS
 POD_LABELS = POD_LABELS_METRIC
-ALLOC = "fleetwatch_gpu_allocation_info"
-IB_ERRORS = "fleetwatch_infiniband_port_errors_total"
-IB_CHANGES = "fleetwatch_infiniband_port_state_changes_total"
-IB_UP = "fleetwatch_infiniband_port_up"
-IB_RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
-IB_SATURATED = "fleetwatch_infiniband_port_error_saturated"
-NVLINK_ERRORS = "fleetwatch_nvlink_errors_total"
-XID = "fleetwatch_gpu_xid_errors_total"
-ECC = gpu_metrics.ECC_ERRORS
-REMAPPED = gpu_metrics.REMAPPED_ROWS
-REMAP_FAILED = gpu_metrics.ROW_REMAP_FAILED
-GPU_COUNT = gpu_metrics.COUNT
-GPU_EXPECTED = gpu_metrics.EXPECTED
+ALLOC = names.ALLOCATION_INFO
+IB_ERRORS = names.IB_PORT_ERRORS
+IB_CHANGES = names.IB_PORT_STATE_CHANGES
+IB_UP = names.IB_PORT_UP
+IB_RATE = names.IB_PORT_RATE
+IB_SATURATED = names.IB_PORT_ERROR_SATURATED
+NVLINK_ERRORS = names.NVLINK_ERRORS
+XID = names.XID_ERRORS
+ECC = names.ECC_ERRORS
+REMAPPED = names.REMAPPED_ROWS
+REMAP_FAILED = names.ROW_REMAP_FAILED
+GPU_COUNT = names.COUNT
+GPU_EXPECTED = names.EXPECTED
 TAINT_OPS = "fleetwatch_tainter_taint_operations_total"
 TAINTED_NODES = "fleetwatch_tainter_tainted_nodes"
 BREAKER = "fleetwatch_tainter_breaker_open"

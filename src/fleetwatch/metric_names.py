@@ -1,7 +1,8 @@
-"""Names of the GPU collector's metric families: the metric contract, written once.
+"""Names of the metric families that more than one part of fleetwatch reads: the metric
+contract, written once.
 
-The collector (`fleetwatch.collectors.gpu`) declares its families with these names and the
-report (`fleetwatch.report.dataset`) queries them, so neither keeps its own copy. This is a
+The collectors declare their families with these names and the report
+(`fleetwatch.report.dataset`) queries them, so neither keeps its own copy. This is a
 neutral module: the report imports no collector.
 """
 
@@ -24,3 +25,16 @@ RECOVERY: Final = "fleetwatch_gpu_recovery_action"
 FABRIC_INFO: Final = "fleetwatch_gpu_fabric_info"
 FABRIC_STATE: Final = "fleetwatch_gpu_fabric_state_id"
 FABRIC_DEGRADED: Final = "fleetwatch_gpu_fabric_degraded"
+
+# Pod attribution (collectors/podresources.py).
+ALLOCATION_INFO: Final = "fleetwatch_gpu_allocation_info"
+# Xid events (collectors/xid.py).
+XID_ERRORS: Final = "fleetwatch_gpu_xid_errors_total"
+# NVLink (collectors/nvlink.py).
+NVLINK_ERRORS: Final = "fleetwatch_nvlink_errors_total"
+# InfiniBand (collectors/infiniband_layout.py).
+IB_PORT_UP: Final = "fleetwatch_infiniband_port_up"
+IB_PORT_RATE: Final = "fleetwatch_infiniband_port_rate_bytes_per_second"
+IB_PORT_ERRORS: Final = "fleetwatch_infiniband_port_errors_total"
+IB_PORT_ERROR_SATURATED: Final = "fleetwatch_infiniband_port_error_saturated"
+IB_PORT_STATE_CHANGES: Final = "fleetwatch_infiniband_port_state_changes_total"
