@@ -113,11 +113,12 @@ def events(series: str, window: str, *, first_sample_counts: bool) -> str:
       its lowest sample in the window (a hardware counter, such as link_downed, whose
       first sample is history: a new node or a restarted exporter is not an event).
 
-    Never negative: a reset is not a negative count.
+    Never negative: a reset is not a negative count. The result is parenthesised, ready
+    for a comparison.
     """
     before = f"{series} offset {window}"
     since = series if first_sample_counts else f"{series} - min_over_time({series}[{window}])"
-    return f"(\n  {series} - ({before} <= {series})\n)\nor\n(\n  {since}\n)"
+    return f"(\n  ({series} - ({before} <= {series}))\n  or\n  ({since})\n)"
 
 
 def lookup(query: str, *labels: str, then: str, otherwise: str = "", sort: str = "node") -> str:
