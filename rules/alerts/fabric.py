@@ -118,9 +118,9 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             ),
             summary="NVLink link recovered on node {{ $labels.node }}",
             description=(
-                f"{LINK} went through {{{{ $value }}}} link recoveries (retrainings) in the "
-                f"last {window}: traffic stalled while it retrained, and a link that recovers "
-                "again is failing."
+                f"{LINK} recovered (retrained) in the last {window}, {{{{ $value }}}} "
+                "time(s): traffic stalled while it retrained, and a link that recovers again "
+                "is failing."
             ),
         ),
         Alert(
