@@ -15,7 +15,8 @@ from tests.rules.promql import RULES_DIR
 
 AMTOOL = "/usr/bin/amtool"
 CONFIG = RULES_DIR / "alertmanager.yml"
-TAINTER, AUTOMATED, PAGER, DEFAULT = "fleetwatch-tainter", "fleetwatch-automated", "pager", "default"
+TAINTER, AUTOMATED = "fleetwatch-tainter", "fleetwatch-automated"
+PAGER, DEFAULT = "pager", "default"
 PAGES = {
     "FleetwatchExporterAbsent",
     "FleetwatchExporterDown",
