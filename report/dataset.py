@@ -104,7 +104,6 @@ POWER = names.POWER
 TENSOR = TENSOR_METRIC
 UTIL = names.UTILIZATION
 CLOCK = names.CLOCK
-CLOCK_ACTIVE = names.CLOCK_EVENT_ACTIVE
 CLOCK_EVENTS = names.CLOCK_EVENT_SECONDS
 POD_LABELS = POD_LABELS_METRIC
 ALLOC = names.ALLOCATION_INFO
@@ -164,9 +163,10 @@ def _tensor(w: Window) -> str:
 
 
 def _slowed(w: Window) -> str:
-    """Share of each bucket a straggler clock-event reason (thermal, power brake) held."""
+    """Share of each bucket a straggler clock-event reason (thermal, power brake) held, from
+    its cumulative time (the rules judge clock events the same way)."""
     reasons = "|".join(shipped_policy().straggler_clock_reasons)
-    events = straggler_clock_events(_over_bucket(w, "avg_over_time"), reasons=reasons)
+    events = straggler_clock_events(_over_bucket(w, "rate"), reasons=reasons)
     return f"max by ({','.join(GPU)}) ({events})"
 
 
@@ -268,7 +268,7 @@ QUERIES: tuple[Query, ...] = (
         (CLOCK,),
         _bucket("avg_over_time", lambda w: _sel(w, CLOCK, 'clock="sm"'), GPU),
     ),
-    Query("clock_slowed", "bucketed", GPU, (CLOCK_ACTIVE,), _slowed),
+    Query("clock_slowed", "bucketed", GPU, (CLOCK_EVENTS,), _slowed),
     Query("pod_jobs", "bucketed", POD_JOB, (POD_LABELS,), _pod_jobs, scoped=False),
     Query(
         "gpu_utilization",

@@ -80,9 +80,11 @@ def training_jobs(
     The rules' definitions, per `--bucket` (GPUs of one namespace/training_job on any
     number of nodes, compared within each bucket while the job is busy):
     straggler = tensor activity at or above the job median and an SM clock below the job
-    median by `straggler_clock_fraction`, or a straggler clock-event reason active most of
-    the bucket; idle in job = activity below `idle_in_job_fraction` of the job median, or
-    below `tensor_idle_ratio` whatever the job does (those also get a reclaim action);
+    median by `straggler_clock_fraction`, or a straggler clock-event reason holding the
+    clocks more than `clock_event_fraction` of the bucket, in a job whose median was busy
+    within the preceding `job_slowdown_baseline` (a straggler drags the median down); idle
+    in job = activity below `idle_in_job_fraction` of the job median, or below
+    `tensor_idle_ratio` whatever the job does (those also get a reclaim action);
     slowdown = the job median fell by `job_slowdown_fraction` below its mean over the
     preceding `job_slowdown_baseline`, which was itself busy.
     """
@@ -97,15 +99,30 @@ def training_jobs(
     data["job_median_tensor"] = by_bucket["tensor"].transform("median")
     data["job_median_sm_clock_mhz"] = by_bucket["sm_clock_mhz"].transform("median")
     data["job_gpus"] = by_bucket["uuid"].transform("nunique")
+    # Whether the job was training recently: its median's highest value over the baseline
+    # (this bucket included), which a straggler dragging the job down does not lower.
+    buckets = max(1, round(p.job_slowdown_baseline_seconds / ds.window.bucket))
+    job_medians = (
+        data.drop_duplicates(group)
+        .sort_values(group, kind="stable")
+        .set_index(group)["job_median_tensor"]
+    )
+    recent_max = job_medians.groupby(level=["namespace", "training_job"], observed=True).transform(
+        lambda s: s.rolling(buckets, min_periods=1).max()
+    )
+    data = data.merge(
+        recent_max.rename("job_recent_max_tensor").reset_index(), on=group, how="left"
+    )
     median = data["job_median_tensor"]
     data["busy"] = (data["job_gpus"] >= 2) & is_training(p, job_median_tensor=median)
     data["straggling"] = is_straggler(
         p,
         tensor=data["tensor"],
         job_median_tensor=median,
+        job_recent_max_tensor=data["job_recent_max_tensor"],
         sm_clock=data["sm_clock_mhz"],
         job_median_sm_clock=data["job_median_sm_clock_mhz"],
-        clock_slowed=data["slowed"] >= 0.5,
+        clock_slowed=data["slowed"],
         job_gpus=data["job_gpus"],
     )
     data["idle_in_job"] = is_idle_in_job(p, tensor=data["tensor"], job_median_tensor=median)

@@ -36,6 +36,7 @@ class Policy:
     idle_in_job_fraction: float
     straggler_clock_fraction: float
     straggler_clock_reasons: tuple[str, ...]
+    clock_event_fraction: float
     job_slowdown_fraction: float
     job_slowdown_baseline_seconds: float
 
@@ -50,6 +51,7 @@ class Policy:
             idle_in_job_fraction=float(t["idle_in_job_fraction"]),
             straggler_clock_fraction=float(t["straggler_clock_fraction"]),
             straggler_clock_reasons=tuple(str(r) for r in t["straggler_clock_reasons"]),
+            clock_event_fraction=float(t["clock_event_fraction"]),
             job_slowdown_fraction=float(t["job_slowdown_fraction"]),
             job_slowdown_baseline_seconds=parse_duration(str(t["job_slowdown_baseline"])),
         )

@@ -81,6 +81,7 @@ class Config:
     scrape_interval: str
     evaluation_interval: str
     rate_window: str
+    history_interval: str
     thresholds: Mapping[str, Any]
     alerts: Mapping[str, AlertPolicy]
 
@@ -236,6 +237,7 @@ def load_config(path: Path | None = None) -> Config:
         scrape_interval=_duration(source, intervals.get("scrape"), "intervals.scrape"),
         evaluation_interval=_duration(source, intervals.get("evaluation"), "intervals.evaluation"),
         rate_window=_duration(source, intervals.get("rate_window"), "intervals.rate_window"),
+        history_interval=_duration(source, intervals.get("history"), "intervals.history"),
         thresholds=thresholds,
         alerts={name: _policy(source, name, raw) for name, raw in alerts.items()},
     )

@@ -25,7 +25,8 @@ Selector = Callable[[str, str], str]
 example in avg_over_time) and add matchers of its own (the scrape job, a node scope)."""
 
 TENSOR_METRIC: Final = "fleetwatch_gpu_tensor_active_ratio"
-CLOCK_EVENT_METRIC: Final = "fleetwatch_gpu_clock_event_active"
+CLOCK_EVENT_SECONDS_METRIC: Final = "fleetwatch_gpu_clock_event_seconds_total"
+"""Cumulative time each clock-event reason held the clocks: how clock events are judged."""
 POD_LABELS_METRIC: Final = "kube_pod_labels"
 
 # Recording rules (`level:metric:operation`), the names dashboards and alerts read.
@@ -35,6 +36,11 @@ JOB_INFO: Final = "fleetwatch:gpu_job:info"
 """One series per allocated GPU: {node, gpu, uuid, namespace, pod, training_job}."""
 JOB_TENSOR: Final = "fleetwatch:gpu_job_tensor_active:ratio"
 JOB_TENSOR_MEDIAN: Final = "namespace_training_job:fleetwatch_gpu_tensor_active:median"
+JOB_TENSOR_RECENT_MAX: Final = (
+    "namespace_training_job:fleetwatch_gpu_tensor_active:median_max_over_time"
+)
+"""The job median's highest value within `job_slowdown_baseline`: whether the job was
+training recently, which a straggler (that lowers the median now) cannot hide."""
 JOB_SM_CLOCK: Final = "fleetwatch:gpu_job_sm_clock:hertz"
 JOB_SM_CLOCK_MEDIAN: Final = "namespace_training_job:fleetwatch_gpu_sm_clock:median"
 JOB_LABELS: Final = "namespace, training_job"
@@ -90,9 +96,10 @@ def tensor_active(config: Config, *, own: Selector, dcgm: Selector) -> str:
 
 
 def straggler_clock_events(select: Selector, *, reasons: str) -> str:
-    """The 0/1 clock-event series of the reasons (`thresholds.straggler_clock_reasons`,
-    regex alternatives) that make a GPU at or above its job's median a straggler."""
-    return select(CLOCK_EVENT_METRIC, match("reason", "=~", reasons))
+    """The clock-event time of the reasons (`thresholds.straggler_clock_reasons`, regex
+    alternatives) that make a GPU at or above its job's median a straggler; `select` turns
+    the seconds counter into the share of time they held (rate over a window)."""
+    return select(CLOCK_EVENT_SECONDS_METRIC, match("reason", "=~", reasons))
 
 
 class JobThresholds(Protocol):
@@ -106,6 +113,8 @@ class JobThresholds(Protocol):
     def idle_in_job_fraction(self) -> float: ...
     @property
     def straggler_clock_fraction(self) -> float: ...
+    @property
+    def clock_event_fraction(self) -> float: ...
     @property
     def job_slowdown_fraction(self) -> float: ...
 
@@ -125,18 +134,28 @@ def is_training(t: JobThresholds, *, job_median_tensor: Any) -> Any:
     return job_median_tensor > t.job_busy_ratio
 
 
-def straggler(*, clock_fraction: str, clock_slowed: str, busy_ratio: str) -> str:
+def job_recent_max(*, baseline: str) -> str:
+    """PromQL for `JOB_TENSOR_RECENT_MAX`: the job median's highest value in `baseline`."""
+    return f"max_over_time({JOB_TENSOR_MEDIAN}[{baseline}])"
+
+
+def straggler(
+    *, clock_fraction: str, clock_slowed: str, event_fraction: str, busy_ratio: str
+) -> str:
     """PromQL: the GPU a training job waits for. Synchronous training waits for its slowest
     GPU at every collective, so that GPU is busy longest: its tensor activity is at or above
     the job's median, while its SM clock is below the job's median by `clock_fraction` or
-    a clock-event reason slows it (`clock_slowed`: the 0/1 clock-event series)."""
+    a clock-event reason held its clocks more than `event_fraction` of the time
+    (`clock_slowed`: that share per reason). Every other GPU of the job waits, so the job's
+    median falls (0.55 to 0.2): the job counts as training when its median was busy at any
+    time within the baseline (`JOB_TENSOR_RECENT_MAX`), not only now."""
     return (
         f"{JOB_TENSOR}\n>= on ({JOB_LABELS}) group_left ()\n{JOB_TENSOR_MEDIAN}\n"
         "and on (uuid)\n(\n"
         f"  {JOB_SM_CLOCK}\n  < on ({JOB_LABELS}) group_left ()\n"
         f"  ((1 - {clock_fraction}) * {JOB_SM_CLOCK_MEDIAN})\n"
-        f"  or on (uuid)\n  {clock_slowed} == 1\n)\n"
-        f"{training(busy_ratio=busy_ratio)}\n"
+        f"  or on (uuid)\n  {clock_slowed} > {event_fraction}\n)\n"
+        f"and on ({JOB_LABELS})\n({JOB_TENSOR_RECENT_MAX} > {busy_ratio})\n"
         f"and on ({JOB_LABELS})\n(count by ({JOB_LABELS}) ({JOB_TENSOR}) > 1)"
     )
 
@@ -146,17 +165,20 @@ def is_straggler(
     *,
     tensor: Any,
     job_median_tensor: Any,
+    job_recent_max_tensor: Any,
     sm_clock: Any,
     job_median_sm_clock: Any,
     clock_slowed: Any,
     job_gpus: Any,
 ) -> Any:
-    """Element-wise `straggler` (`clock_slowed`: a clock-event reason slows the GPU)."""
+    """Element-wise `straggler` (`clock_slowed`: the share of time a straggler clock-event
+    reason held the GPU's clocks; `job_recent_max_tensor`: the job median's highest value
+    within the baseline)."""
     clock_low = sm_clock < (1 - t.straggler_clock_fraction) * job_median_sm_clock
     return (
         (tensor >= job_median_tensor)
-        & (clock_low | clock_slowed)
-        & is_training(t, job_median_tensor=job_median_tensor)
+        & (clock_low | (clock_slowed > t.clock_event_fraction))
+        & is_training(t, job_median_tensor=job_recent_max_tensor)
         & (job_gpus > 1)
     )
 

@@ -49,6 +49,16 @@ def runbook_index(config: Config) -> str:
         "when to untaint. Alerts with a taint reason make the tainter taint the alert's node",
         "`fleetwatch.io/<reason>` (see docs/tainter.md).",
         "",
+        "The rules run unchanged on Prometheus (and the Thanos and Mimir rulers, which share its",
+        "engine) and on VictoriaMetrics' vmalert from v1.92.0, the first to read",
+        "`keep_firing_for`; older vmalert (Debian's 1.79) refuses that field, so strip it there",
+        "(the alerts then clear as soon as their condition does). Alerts on small counts of",
+        "events read the exact count, so both engines fire them on the same input",
+        "(`tests/rules/test_engines.py` runs both side by side). One difference remains: in an",
+        "exporter's first `clock_event_window`, vmalert's `rate()` divides by the time the series",
+        "has existed and Prometheus' by the window, so GPUThermalSlowdown and GPUPowerBrake can",
+        "fire sooner on vmalert for a GPU throttled from the exporter's start.",
+        "",
     ]
     for group in alert_groups(config):
         lines += [f"## {group['name']}", "", "| alert | severity | for | taint | summary |"]

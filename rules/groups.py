@@ -48,6 +48,12 @@ RECORDS: Final[tuple[Callable[[Config, Params], list[Record]], ...]] = (
 )
 """Recording rules in file order: a record comes after the records it reads."""
 
+HISTORY_RECORDS: Final[tuple[Callable[[Config, Params], list[Record]], ...]] = (
+    gpu.history,
+    fabric.history,
+)
+"""History recording rules, in a group of their own evaluated every `intervals.history`."""
+
 
 def _alert_rule(alert: Alert, policy: AlertPolicy, config: Config, p: Params) -> dict[str, Any]:
     labels = {"severity": policy.severity}
@@ -95,11 +101,21 @@ def recording_groups(
 ) -> list[dict[str, Any]]:
     """The recording rule groups as data, thresholds passed through `substitute`."""
     p = Params(config=config, substitute=substitute)
-    rules = [
-        {"record": r.record, "expr": r.expr} for records in RECORDS for r in records(config, p)
-    ]
+
+    def rules(builders: tuple[Callable[[Config, Params], list[Record]], ...]) -> list[Any]:
+        return [{"record": r.record, "expr": r.expr} for b in builders for r in b(config, p)]
+
     return [
-        {"name": "fleetwatch-recording", "interval": config.evaluation_interval, "rules": rules}
+        {
+            "name": "fleetwatch-recording",
+            "interval": config.evaluation_interval,
+            "rules": rules(RECORDS),
+        },
+        {
+            "name": "fleetwatch-history",
+            "interval": config.history_interval,
+            "rules": rules(HISTORY_RECORDS),
+        },
     ]
 
 

@@ -49,6 +49,7 @@ class Promql:
         self._tainter = config.tainter_selector
         self._kube_state_metrics = config.kube_state_metrics_selector
         self.window = config.rate_window
+        self.history_interval = config.history_interval
 
     def exporter(self, metric: str, *matchers: str) -> str:
         """`metric{job="fleetwatch", matchers...}`."""
@@ -64,19 +65,60 @@ class Promql:
         """Recording-rule name of a counter's rate: `level:metric_without_total:rate1m`."""
         return f"{level}:{metric.removesuffix('_total')}:rate{self.window}"
 
+    def history_name(self, level: str, metric: str) -> str:
+        """Recording-rule name of a gauge's highest value over `presence_history`."""
+        return f"{level}:{metric}:history_max"
+
+    def history(self, level: str, metric: str, *, history: str) -> list[Record]:
+        """Two recording rules (the `intervals.history` group) that keep the highest value
+        of the exporter's `metric` per `level` labels (`job_node`: by job, node) over
+        `history`: each interval's highest, then the highest of those. By node, not by
+        instance, so an exporter pod replaced (a new `instance`) keeps the node's history;
+        the series exists for whatever was present at any time in `history`."""
+        tile = f"{level}:{metric}:max{self.history_interval}"
+        labels = ", ".join(level.split("_"))
+        return [
+            Record(
+                record=tile,
+                expr=(
+                    f"max by ({labels}) "
+                    f"(max_over_time({self.exporter(metric)}[{self.history_interval}]))"
+                ),
+            ),
+            Record(
+                record=self.history_name(level, metric),
+                expr=f"max_over_time({tile}[{history}])",
+            ),
+        ]
+
 
 def union(parts: Sequence[str]) -> str:
     """PromQL `or` of parenthesised expressions, one per line."""
     return "\n  or\n".join(f"({part})" for part in parts)
 
 
-def new_or_increased(series: str, window: str) -> str:
-    """A counter that grew within `window`, or whose series first appeared within it.
+def events(series: str, window: str, *, first_sample_counts: bool) -> str:
+    """How many events a small integer counter counted within `window`, exactly.
 
-    Xid counters are created by the first Xid, so their first sample is already 1 and
-    increase() alone would miss it.
+    `increase()` extrapolates to the window's edges in Prometheus (one down/up cycle of an
+    InfiniBand port reads as 2.03 state changes, and `> 2` fires) while MetricsQL does not:
+    an alert on a small count must read the count itself. Both engines compute the same
+    here, from the counter's samples only:
+
+    - a series that existed `window` ago and did not go down: now minus then;
+    - a series that appeared within the window, or went down within it (a reset: the
+      counter's source restarted), counts from its own start: its value now when
+      `first_sample_counts` (a counter the exporter creates at its first event, or starts
+      at 0, such as an Xid counter: its first sample is events), else its growth since
+      its lowest sample in the window (a hardware counter, such as link_downed, whose
+      first sample is history: a new node or a restarted exporter is not an event).
+
+    Never negative: a reset is not a negative count. The result is parenthesised, ready
+    for a comparison.
     """
-    return f"increase({series}[{window}]) > 0\n  or\n({series} unless {series} offset {window})"
+    before = f"{series} offset {window}"
+    since = series if first_sample_counts else f"{series} - min_over_time({series}[{window}])"
+    return f"(\n  ({series} - ({before} <= {series}))\n  or\n  ({since})\n)"
 
 
 def lookup(query: str, *labels: str, then: str, otherwise: str = "", sort: str = "node") -> str:
@@ -97,3 +139,4 @@ PORT: Final = "InfiniBand port {{ $labels.device }}/{{ $labels.port }} on node {
 LINK: Final = "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} on node {{ $labels.node }}"
 VALUE1: Final = '{{ $value | printf "%.1f" }}'
 VALUE2: Final = '{{ $value | printf "%.2f" }}'
+PERCENT: Final = "{{ $value | humanizePercentage }}"

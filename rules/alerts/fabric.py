@@ -13,16 +13,21 @@ from fleetwatch.rules.promql import (
     GPU,
     LINK,
     PORT,
-    VALUE1,
     VALUE2,
     Alert,
     Promql,
     Record,
+    events,
     match,
     union,
 )
 
 GROUP = "fleetwatch-fabric"
+
+# NVML's GPU fabric registration states (`nvmlGpuFabricState_t`, exported as
+# fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
+FABRIC_NOT_STARTED = 1
+FABRIC_IN_PROGRESS = 2
 
 
 def records(config: Config, p: Params) -> list[Record]:
@@ -53,6 +58,22 @@ def records(config: Config, p: Params) -> list[Record]:
     ]
 
 
+PORT_UP = "fleetwatch_infiniband_port_up"
+PORT_RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
+PORT_LEVEL = "job_node_device_port"
+
+
+def history(config: Config, p: Params) -> list[Record]:
+    """The InfiniBand ports each node had over `presence_history`, and the fastest rate
+    each trained at."""
+    q = Promql(config)
+    return [
+        record
+        for metric in (PORT_UP, PORT_RATE)
+        for record in q.history(PORT_LEVEL, metric, history=p("presence_history"))
+    ]
+
+
 def alerts(config: Config, p: Params) -> list[Alert]:
     """NVLink and InfiniBand: links down, flapping, erroring, degraded or saturated."""
     q = Promql(config)
@@ -61,8 +82,16 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     ib_rate = q.rate_name("node_device_port", ib_errors)
     flap_window = p("infiniband_flap_window")
     flaps = p("infiniband_flaps")
-    port_up = q.exporter("fleetwatch_infiniband_port_up")
+    port_up = q.exporter(PORT_UP)
     link_downed = q.exporter(ib_errors, match("error", "=", "link_downed"))
+    recoveries = q.exporter("fleetwatch_nvlink_errors_total", match("error", "=", "recovery"))
+    state_changes = q.exporter("fleetwatch_infiniband_port_state_changes_total")
+    fabric_state = q.exporter("fleetwatch_gpu_fabric_state_id")
+    window, grace, history = p("event_window"), p("presence_grace"), p("presence_history")
+    port = "node, device, port"
+    rate = q.exporter(PORT_RATE)
+    expected_rate = q.exporter("fleetwatch_infiniband_port_expected_rate_bytes_per_second")
+    ib_collector = q.exporter("fleetwatch_collector_up", match("collector", "=", "infiniband"))
     return [
         Alert(
             name="NVLinkDown",
@@ -82,12 +111,38 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=f"{LINK} counts {VALUE2} {{{{ $labels.error }}}} errors per second.",
         ),
         Alert(
+            name="NVLinkRecovery",
+            expr=(
+                f"{events(recoveries, window, first_sample_counts=False)}\n"
+                f"> {p('nvlink_recoveries')}"
+            ),
+            summary="NVLink link recovered on node {{ $labels.node }}",
+            description=(
+                f"{LINK} recovered (retrained) in the last {window}, {{{{ $value }}}} "
+                "time(s): traffic stalled while it retrained, and a link that recovers again "
+                "is failing."
+            ),
+        ),
+        Alert(
             name="GPUFabricDegraded",
             expr=f"{q.exporter('fleetwatch_gpu_fabric_degraded')} == 1",
             summary="GPU NVLink fabric degraded on node {{ $labels.node }}",
             description=(
                 f"{GPU} reports its NVLink fabric registration failed or its fabric "
                 "bandwidth degraded: every job in its NVLink domain slows down or fails."
+            ),
+        ),
+        Alert(
+            name="GPUFabricNotRegistered",
+            expr=union(
+                [f"{fabric_state} == {s}" for s in (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS)]
+            ),
+            summary="GPU not registered with its NVLink fabric on node {{ $labels.node }}",
+            description=(
+                f"{GPU} has not completed its NVLink fabric registration (state "
+                "{{ if eq $value 1.0 }}not started{{ else }}in progress{{ end }}): the "
+                "NVIDIA Fabric Manager or NVLink switch is not serving it, and CUDA jobs on "
+                "it fail (error 802, system not yet initialized)."
             ),
         ),
         Alert(
@@ -100,13 +155,15 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             name="InfiniBandLinkFlapping",
             expr=union(
                 [
-                    f"sum without (error) (increase({link_downed}[{flap_window}])) > {flaps}",
-                    f"increase({q.exporter('fleetwatch_infiniband_port_state_changes_total')}"
-                    f"[{flap_window}]) > {flaps}",
+                    "sum without (error) (\n"
+                    f"{events(link_downed, flap_window, first_sample_counts=False)}\n) > {flaps}",
+                    f"{events(state_changes, flap_window, first_sample_counts=True)}\n> {flaps}",
                 ]
             ),
             summary="InfiniBand link flapping on node {{ $labels.node }}",
-            description=f"{PORT} went down or changed state {VALUE1} times in {flap_window}.",
+            description=(
+                f"{PORT} went down or changed state {{{{ $value }}}} times in {flap_window}."
+            ),
         ),
         Alert(
             name="InfiniBandErrorRateHigh",
@@ -123,23 +180,45 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             name="InfiniBandErrorCountHigh",
             expr=union(
                 [
-                    f"increase({q.exporter(ib_errors, match('error', '=', error))}[1h]) > {limit}"
+                    f"{events(q.exporter(ib_errors, match('error', '=', error)), '1h', first_sample_counts=False)}\n> {limit}"  # noqa: E501
                     for error, limit in p.table("infiniband_errors_per_hour").items()
                 ]
             ),
             summary="Too many InfiniBand {{ $labels.error }} errors on node {{ $labels.node }}",
-            description=f"{PORT} counted {VALUE1} {{{{ $labels.error }}}} errors in the last hour.",
+            description=(
+                f"{PORT} counted {{{{ $value }}}} {{{{ $labels.error }}}} errors in the last hour."
+            ),
         ),
         Alert(
             name="InfiniBandLinkDegraded",
-            expr=(
-                f"{q.exporter('fleetwatch_infiniband_port_rate_bytes_per_second')}\n< "
-                f"{q.exporter('fleetwatch_infiniband_port_expected_rate_bytes_per_second')}\n"
-                f"and\n{port_up} == 1"
-            ),
+            expr="(\n"
+            + union(
+                [
+                    f"{rate}\n< {expected_rate}",
+                    f"{rate}\n< on ({port}) group_left ()\n"
+                    f"{q.history_name(PORT_LEVEL, PORT_RATE)}\n"
+                    f"unless on ({port})\n{expected_rate}",
+                ]
+            )
+            + f"\n)\nand\n{port_up} == 1",
             summary="InfiniBand link trained below its expected rate on node {{ $labels.node }}",
             description=(
-                f"{PORT} runs at {{{{ $value | humanize }}}}B/s, below its configured rate."
+                f"{PORT} runs at {{{{ $value | humanize }}}}B/s, below its configured rate or "
+                f"the fastest it trained at in the last {history}."
+            ),
+        ),
+        Alert(
+            name="InfiniBandPortMissing",
+            expr=(
+                f"{q.history_name(PORT_LEVEL, PORT_UP)}\n"
+                f"unless on ({port})\nmax_over_time({port_up}[{grace}])\n"
+                f"and on (node)\nmax by (node) (min_over_time({ib_collector}[{grace}])) == 1"
+            ),
+            summary="InfiniBand port gone on node {{ $labels.node }}",
+            description=(
+                f"{PORT} was there within the last {history} and has not been seen for "
+                f"{grace}, while the node's InfiniBand collector works: the HCA or its port "
+                "disappeared (a failed HCA, a firmware fault, a driver that did not bind)."
             ),
         ),
         Alert(

@@ -8,15 +8,16 @@ alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` th
 from __future__ import annotations
 
 from fleetwatch.rules.config import Config, Params
-from fleetwatch.rules.definitions import TENSOR, tensor_active
+from fleetwatch.rules.definitions import CLOCK_EVENT_SECONDS_METRIC, TENSOR, tensor_active
 from fleetwatch.rules.promql import (
     GPU,
+    PERCENT,
     VALUE1,
     Alert,
     Promql,
     Record,
+    events,
     match,
-    new_or_increased,
     union,
 )
 
@@ -54,6 +55,39 @@ def records(config: Config, p: Params) -> list[Record]:
     ]
 
 
+VISIBLE = "fleetwatch_gpus_visible"
+
+
+def history(config: Config, p: Params) -> list[Record]:
+    """The most GPUs each node showed over `presence_history`."""
+    return Promql(config).history("job_node", VISIBLE, history=p("presence_history"))
+
+
+def _gpus_missing(q: Promql, p: Params) -> str:
+    """Nodes that see fewer GPUs in NVML than they should, {job, node}, valued at the GPUs
+    seen: fewer than `--collector.gpu.expected-count` where it is set; else fewer than the
+    most the node showed within `presence_history`; and fewer than the NVIDIA GPUs on its
+    PCI bus. Each count is the node's (an exporter pod replaced gets a new `instance`), and
+    a deficit counts once it held for `presence_grace`, so a restart or a missed scrape
+    (which leaves the count absent, not lower) is no lost GPU and a new node has only its
+    own history."""
+    grace = p("presence_grace")
+    visible, by_node = q.exporter(VISIBLE), "max by (job, node)"
+    expected = f"{by_node} ({q.exporter('fleetwatch_gpus_expected')})"
+    seen = f"{by_node} (max_over_time({visible}[{grace}]))"
+    on_bus = q.exporter("fleetwatch_gpus_pci_present")
+    # A GPU collector that runs but lists no GPU (no driver loaded) exports no count: 0.
+    collector = q.exporter("fleetwatch_collector_up", match("collector", "=", "gpu"))
+    none_listed = f"0 * {by_node} ({collector} == 1)"
+    return union(
+        [
+            f"{by_node} ({visible}) < {expected}",
+            f"{seen}\n< {q.history_name('job_node', VISIBLE)}\nunless {expected}",
+            f"({seen}\n  or\n{none_listed})\n< {by_node} (min_over_time({on_bus}[{grace}]))",
+        ]
+    )
+
+
 def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs."""
     q = Promql(config)
@@ -62,15 +96,23 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     window = p("event_window")
     critical_xid = q.exporter(xid, f'xid=~"{p("xid_critical")}"')
     xid79 = q.exporter(xid, 'xid="79"')
-    count = q.exporter("fleetwatch_gpus_visible")
-    expected = q.exporter("fleetwatch_gpus_expected")
     ecc = q.exporter("fleetwatch_gpu_ecc_errors_total", 'severity="uncorrected"')
-    clock = "fleetwatch_gpu_clock_event_active"
     # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
     recovery = q.exporter("fleetwatch_gpu_recovery_action", match("action", "!=", "none"))
     gpu_temp = q.exporter(temp, match("sensor", "=", "gpu"))
     memory_temp = q.exporter(temp, match("sensor", "=", "memory"))
-    thermal = q.exporter(clock, match("reason", "=~", "hw_thermal_slowdown|sw_thermal_slowdown"))
+    clock_window, clock_fraction = p("clock_event_window"), p("clock_event_fraction")
+
+    def clock_time(reasons: str) -> str:
+        """Share of `clock_event_window` the reasons slowed the clocks, where above the
+        fraction (a 0/1 bit sampled every few seconds misses intermittent throttling)."""
+        held = q.exporter(CLOCK_EVENT_SECONDS_METRIC, match("reason", "=~", reasons))
+        return f"rate({held}[{clock_window}]) > {clock_fraction}"
+
+    throttled = (
+        f"{GPU} held its clocks down ({{{{ $labels.reason }}}}) {PERCENT} of the last "
+        f"{clock_window}"
+    )
     return [
         Alert(
             name="GPUOverheating",
@@ -79,6 +121,23 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=(
                 f"{GPU} is at {VALUE1} °C, above the fleet limit of "
                 f"{p('gpu_temperature_celsius')} °C."
+            ),
+        ),
+        Alert(
+            name="GPUOverheatingFleetWide",
+            expr=(
+                "count(node:fleetwatch_gpu_over_temperature_threshold:count > 0)\n"
+                f"> {p('fleet_overheating_nodes')}"
+            ),
+            summary=(
+                f"GPUs above {p('gpu_temperature_celsius')} °C on {{{{ $value }}}} nodes at once"
+            ),
+            description=(
+                "{{ $value }} nodes have a GPU above "
+                f"{p('gpu_temperature_celsius')} °C, more than "
+                f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
+                "that tainting nodes one by one does not fix, and the tainter's breaker "
+                "caps how many it takes out."
             ),
         ),
         Alert(
@@ -110,22 +169,21 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUThermalSlowdown",
-            expr=f"{thermal} == 1",
+            expr=clock_time("hw_thermal_slowdown|sw_thermal_slowdown"),
             summary="GPU clocks thermally throttled on node {{ $labels.node }}",
-            description=f"{GPU} is slowing its clocks ({{{{ $labels.reason }}}}).",
+            description=f"{throttled}.",
         ),
         Alert(
             name="GPUPowerBrake",
-            expr=f"{q.exporter(clock, match('reason', '=', 'hw_power_brake'))} == 1",
+            expr=clock_time("hw_power_brake"),
             summary="GPU hardware power brake active on node {{ $labels.node }}",
             description=(
-                f"{GPU} has its hardware power brake asserted: the board or the "
-                "power supply signalled an external power problem."
+                f"{throttled}: the board or the power supply signalled an external power problem."
             ),
         ),
         Alert(
             name="GPUXidCritical",
-            expr=new_or_increased(critical_xid, window),
+            expr=f"{events(critical_xid, window, first_sample_counts=True)}\n> 0",
             summary="Critical Xid {{ $labels.xid }} on node {{ $labels.node }}",
             description=(
                 f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
@@ -134,17 +192,25 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUFallenOffBus",
-            expr=union([f"{count} < {expected}", new_or_increased(xid79, window)]),
+            expr=union(
+                [
+                    _gpus_missing(q, p),
+                    f"{events(xid79, window, first_sample_counts=True)}\n> 0",
+                ]
+            ),
             summary="GPU fell off the bus on node {{ $labels.node }}",
             description=(
                 "{{ if $labels.xid }}" + GPU + " reported Xid 79: it fell off the bus."
-                "{{ else }}Node {{ $labels.node }} sees only {{ $value }} GPUs, fewer than "
-                "expected.{{ end }}"
+                "{{ else }}Node {{ $labels.node }} sees only {{ $value }} GPUs in NVML, fewer "
+                "than expected (the configured count, the GPUs on its PCI bus, or the most it "
+                f"showed in the last {p('presence_history')}).{{{{ end }}}}"
             ),
         ),
         Alert(
             name="GPUUncorrectableECC",
-            expr=f"sum without (severity) (increase({ecc}[{window}])) > 0",
+            expr=(
+                f"sum without (severity) (\n{events(ecc, window, first_sample_counts=False)}\n) > 0"
+            ),
             summary="Uncorrectable ECC errors on node {{ $labels.node }}",
             description=f"{GPU} had {VALUE1} uncorrectable ECC errors in the last {window}.",
         ),

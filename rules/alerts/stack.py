@@ -7,7 +7,7 @@ alert's severity and `for` are `alerts.<AlertName>` there.
 from __future__ import annotations
 
 from fleetwatch.rules.config import Config, Params
-from fleetwatch.rules.promql import Alert, Promql, match
+from fleetwatch.rules.promql import Alert, Promql, events, match, union
 
 GROUP = "fleetwatch-stack"
 
@@ -17,6 +17,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     q = Promql(config)
     requests = "fleetwatch_tainter_webhook_requests_total"
     failed = q.tainter(requests, match("result", "!=", "ok"))
+    window = p("event_window")
+    refusals = q.tainter("fleetwatch_tainter_policy_refusals_total")
+    tainter_up = q.tainter("up")
+    # Alerts that ask for a taint, firing now (Prometheus' own ALERTS series).
+    taint_requested = 'count(ALERTS{alertstate="firing", fleetwatch_taint=~".+"}) > 0'
     return [
         Alert(
             name="FleetwatchExporterDown",
@@ -71,6 +76,38 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=(
                 "The tainter refuses new taints: too many nodes are tainted already. "
                 "Check for a fleet-wide cause before raising the limit."
+            ),
+        ),
+        Alert(
+            name="FleetwatchTaintRefused",
+            # Counted once for all replicas: only the leader answers webhooks.
+            expr=(
+                "sum without (instance, pod) (\n"
+                f"{events(refusals, window, first_sample_counts=True)}\n"
+                f") > {p('tainter_policy_refusals')}"
+            ),
+            summary="fleetwatch tainter refused {{ $value }} taints ({{ $labels.why }})",
+            description=(
+                "The tainter's policy refused {{ $value }} taint requests in the last "
+                f"{window} ({{{{ $labels.why }}}}): alerts asked for a node to be taken out "
+                "and it was not. Decide by hand, then fix the rule's labels or the tainter's "
+                "policy flags."
+            ),
+        ),
+        Alert(
+            name="FleetwatchTainterDown",
+            expr=union(
+                [
+                    f"max by (job) ({tainter_up}) == 0",
+                    f"max by (job) ({q.tainter('fleetwatch_tainter_leader')}) == 0",
+                    f"absent({tainter_up})\nand on ()\n{taint_requested}",
+                ]
+            ),
+            summary="No fleetwatch tainter acts on taint alerts",
+            description=(
+                "No tainter replica is up and leading (every replica down, none holding the "
+                "leader Lease, or none scraped while alerts ask for taints): overheating or "
+                "broken nodes are not taken out of the scheduler."
             ),
         ),
     ]

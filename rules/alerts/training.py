@@ -14,15 +14,18 @@ from typing import Final
 
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import (
+    CLOCK_EVENT_SECONDS_METRIC,
     JOB_INFO,
     JOB_LABELS,
     JOB_SM_CLOCK,
     JOB_SM_CLOCK_MEDIAN,
     JOB_TENSOR,
     JOB_TENSOR_MEDIAN,
+    JOB_TENSOR_RECENT_MAX,
     TENSOR,
     fabric_errors_record,
     idle_in_job,
+    job_recent_max,
     job_slowdown,
     kube_state_metrics_label,
     pod_training_job,
@@ -41,8 +44,8 @@ def _per_job(series: str) -> str:
 
 
 def records(config: Config, p: Params) -> list[Record]:
-    """Each allocated GPU's training job, and per-job tensor activity and SM clocks."""
-    del p  # no thresholds: identity and medians only
+    """Each allocated GPU's training job, per-job tensor activity and SM clocks, and
+    whether the job was training recently."""
     q = Promql(config)
     allocated = q.exporter("fleetwatch_gpu_allocation_info")
     pods = pod_training_job(
@@ -61,6 +64,10 @@ def records(config: Config, p: Params) -> list[Record]:
         ),
         Record(record=JOB_TENSOR, expr=_per_job(TENSOR)),
         Record(record=JOB_TENSOR_MEDIAN, expr=f"quantile by ({JOB_LABELS}) (0.5, {JOB_TENSOR})"),
+        Record(
+            record=JOB_TENSOR_RECENT_MAX,
+            expr=job_recent_max(baseline=p("job_slowdown_baseline")),
+        ),
         Record(record=JOB_SM_CLOCK, expr=_per_job(f"max by (node, gpu, uuid) ({sm_clock})")),
         Record(
             record=JOB_SM_CLOCK_MEDIAN, expr=f"quantile by ({JOB_LABELS}) (0.5, {JOB_SM_CLOCK})"
@@ -72,7 +79,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     """Per training job (namespace/training_job, any number of nodes): the GPU the job
     waits for, GPUs it leaves idle, a job that slowed down, and jobs without identity."""
     q = Promql(config)
-    slowed = straggler_clock_events(q.exporter, reasons=p("straggler_clock_reasons"))
+    clock_window = p("clock_event_window")
+    slowed = straggler_clock_events(
+        lambda metric, matcher: f"rate({q.exporter(metric, matcher)}[{clock_window}])",
+        reasons=p("straggler_clock_reasons"),
+    )
     allocated = q.exporter("fleetwatch_gpu_allocation_info")
     labelled = union(
         [
@@ -93,6 +104,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=straggler(
                 clock_fraction=p("straggler_clock_fraction"),
                 clock_slowed=slowed,
+                event_fraction=p("clock_event_fraction"),
                 busy_ratio=p("job_busy_ratio"),
             ),
             summary=f"Training job {JOB_NAME} waits for a slow GPU on node {{{{ $labels.node }}}}",
@@ -108,11 +120,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     "training_job",
                     then="{{ .Value | humanize }}Hz",
                 )
-                + "); active clock events: "
+                + f"); clock events in the last {clock_window}: "
                 + lookup(
-                    "fleetwatch_gpu_clock_event_active{uuid=%q} == 1",
+                    f"rate({CLOCK_EVENT_SECONDS_METRIC}{{uuid=%q}}[{clock_window}]) > 0",
                     "uuid",
-                    then="{{ .Labels.reason }}",
+                    then="{{ .Labels.reason }} {{ .Value | humanizePercentage }}",
                     otherwise="none",
                     sort="reason",
                 )

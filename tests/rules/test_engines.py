@@ -61,9 +61,13 @@ NODE = "engines-node"
 MAX_FOR = 10.0
 # The demo story starts its faults from 20 s to 150 s. Here each starts (and ramps) four
 # times sooner, keeping their order and overlaps, except the NVML hang: it blinds the GPU
-# collector for two minutes, so it comes once the GPU alerts have had their chance.
+# collector for two minutes, so it comes once the GPU alerts have had their chance:
+# GPUThermalSlowdown needs the throttling (from 17 s) to fill `clock_event_fraction` of
+# `clock_event_window` (30 s of 5 m), then its capped `for`. In an exporter's first
+# `clock_event_window`, vmalert's rate() divides by the time the series has existed and
+# Prometheus' by the window, so vmalert fires it sooner; both fire it.
 TIME_SCALE = 4
-HANG_AT = 45
+HANG_AT = 80
 # Fired on both engines by the story (InfiniBandLinkFlapping is not one: one down/up
 # cycle of a port is not a flap, see below).
 STORY_ALERTS = {
@@ -236,12 +240,6 @@ def test_the_story_fires_on_both_engines(seen: Seen) -> None:
     assert _names(seen.vmalert) >= STORY_ALERTS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 19: InfiniBandLinkFlapping's `increase(...[10m]) > 2` fires on one down/up "
-    "cycle under Prometheus only: it extrapolates the count of 2 to slightly more; MetricsQL "
-    "counts exactly 2",
-)
 def test_both_engines_fire_the_same_alerts(seen: Seen) -> None:
     only_prometheus = seen.prometheus - seen.vmalert
     only_vmalert = seen.vmalert - seen.prometheus

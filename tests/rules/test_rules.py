@@ -134,7 +134,7 @@ def test_substitute_reaches_every_parameter() -> None:
     ("edit", "message"),
     [
         (
-            ("severity: critical, for: 5s", "severity: urgent, for: 5s"),
+            ("severity: warning, for: 5s", "severity: urgent, for: 5s"),
             "alerts.GPUOverheating.severity",
         ),
         (

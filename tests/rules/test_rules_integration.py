@@ -191,6 +191,9 @@ EXPECTED_ALERTS = {
     "InfiniBandErrorCountHigh",
     "InfiniBandCounterSaturated",
 }
+NO_TAINTER = {"FleetwatchTainterDown"}
+"""This stack runs no tainter while GPUOverheating asks for a taint: that pages (pending or
+firing, depending on how long the faults have been active)."""
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +239,7 @@ def test_gpu_overheating_fires_with_taint_labels_and_values(
     instance = stack.exporter.url.removeprefix("http://")
     assert alert["labels"] == {
         "alertname": "GPUOverheating",
-        "severity": "critical",
+        "severity": "warning",
         "fleetwatch_taint": "gpu-overheat",
         "job": "fleetwatch",
         "instance": instance,
@@ -313,9 +316,9 @@ def test_fabric_alerts_name_the_faulty_link_and_port(
 def test_nothing_else_fires_or_is_pending(
     stack: Stack, firing: dict[str, list[dict[str, Any]]]
 ) -> None:
-    assert set(firing) == EXPECTED_ALERTS
+    assert set(firing) - NO_TAINTER == EXPECTED_ALERTS
     others = {a["labels"]["alertname"] for a in prom_alerts(stack.prom)} - EXPECTED_ALERTS
-    assert others == set()
+    assert others == NO_TAINTER
 
 
 def test_every_dashboard_query_returns_data(

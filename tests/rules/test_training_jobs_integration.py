@@ -224,15 +224,16 @@ def test_straggler_description_gives_the_clock_gap_and_the_reason(job: Job) -> N
     match = re.search(
         rf"training job {NAMESPACE}/{JOB} waits for: its tensor cores are active "
         r"(\S+) of the time, at or above the job's median of (\S+), while its SM clock "
-        r"runs at (\S+)GHz \(job median (\S+)GHz\); active clock events: "
-        r"hw_thermal_slowdown\.$",
+        r"runs at (\S+)GHz \(job median (\S+)GHz\); clock events in the last 5m: "
+        r"hw_thermal_slowdown (\S+)%\.$",
         description,
     )
     assert match, description
     # The simulated GPUs wobble by 0.02 around their activity: 0.9 throttled, 0.55 others.
-    activity, median, clock, median_clock = map(float, match.groups())
+    activity, median, clock, median_clock, throttled = map(float, match.groups())
     assert activity > 0.85 > 0.6 > median > 0.5
     assert clock < median_clock
+    assert 0 < throttled <= 100
 
 
 def test_every_training_job_dashboard_query_returns_data(job: Job) -> None:
