@@ -22,7 +22,9 @@ With --ha-latency [--replicas 2] it measures alert-to-taint over 24 alerts (one 
 node every 1.5 s) through real Prometheus (5 s scrape and evaluation, the shipped rules,
 a scrape target of 24 one-GPU nodes) and real Alertmanager (the shipped timers), with even
 nodes' notifications sent to one replica and odd nodes' to the other, as a Service spreads
-them: half land on the follower, which hands them to the leader. With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
+them: half land on the follower, which hands them to the leader.
+
+With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
 prints the tainter's RSS and state sizes as it goes.
 
     .venv/bin/python bench/bench_tainter.py [--nodes 2000] [--cap 200] [--senders 200]

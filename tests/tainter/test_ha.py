@@ -3,8 +3,8 @@ against one simulated API, and a real Alertmanager that sends every notification
 
 Exactly one replica leads (`/readyz` 200, `fleetwatch_tainter_leader 1`); the other
 writes nothing and hands the notifications it receives to the leader, at the URL the
-leader advertises on the Lease. The leader opens the breaker, then is killed with SIGKILL (no graceful
-release); the other takes over within 20 s, keeps the breaker open, and taints from an
+leader advertises on the Lease. The leader opens the breaker, then is killed with SIGKILL
+(no graceful release); the other takes over within 20 s, keeps the breaker open, and taints from an
 alert sent after the kill; `fleetwatch breaker reset`, run with an operator's kubeconfig,
 closes the breaker. Every node and Event write in the cluster is by whoever led then.
 Shorter Lease timings than the defaults keep the test short (bench/bench_tainter.py
