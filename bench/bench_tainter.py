@@ -7,7 +7,7 @@ kubernetes_asyncio client, generated kubeconfig) and the webhook senders, so the
 include the fake API's own CPU cost. With --replicas 2 two tainters run with leader
 election (shipped timings) and every notification goes to both, as Alertmanager does
 with two webhook targets: the leader's latencies are the ones that matter, the follower
-answers 503.
+answers 503 (built without a forwarder: the storm measures the leader alone).
 
 With --latency it measures alert-to-taint latency instead, through real Prometheus (5 s
 scrape and evaluation, the repo's rules) and real Alertmanager (the shipped route): from
@@ -16,13 +16,22 @@ the first exporter sample of GPU 3 above 78 °C to the taint on the simulated no
 With --failover it runs two `fleetwatch taint --leader-elect` processes (shipped Lease
 timings: 15 s duration, 10 s renew deadline, 2 s retry), kills the leader with SIGKILL and
 times the first taint written by the new leader (a notification is offered to it every
-100 ms). With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
+100 ms; until it leads, it hands them to the dead leader's advertised URL and answers 503).
+
+With --ha-latency [--replicas 2] it measures alert-to-taint over 24 alerts (one new hot
+node every 1.5 s) through real Prometheus (5 s scrape and evaluation, the shipped rules,
+a scrape target of 24 one-GPU nodes) and real Alertmanager (the shipped timers), with even
+nodes' notifications sent to one replica and odd nodes' to the other, as a Service spreads
+them: half land on the follower, which hands them to the leader.
+
+With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
 prints the tainter's RSS and state sizes as it goes.
 
     .venv/bin/python bench/bench_tainter.py [--nodes 2000] [--cap 200] [--senders 200]
     .venv/bin/python bench/bench_tainter.py --replicas 2
     .venv/bin/python bench/bench_tainter.py --latency
     .venv/bin/python bench/bench_tainter.py --failover
+    .venv/bin/python bench/bench_tainter.py --ha-latency [--replicas 2]
     .venv/bin/python bench/bench_tainter.py --missing-nodes 15000
 """
 
@@ -43,9 +52,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import yaml
+from aiohttp import web
 from aiohttp.test_utils import TestServer
+from fleetwatch.rules.config import shipped_text
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.sim.servers import fleetwatch_command, http_status
+from fleetwatch.sim.servers import fleetwatch_command, free_port, http_status
+from fleetwatch.sim.stack import ALERTMANAGER_ROUTE
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
@@ -294,20 +307,25 @@ def failover() -> None:
         contextlib.ExitStack() as stack,
     ):
         kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", server=api, token="kube")
+        ports = [free_port(), free_port()]
+        while ports[1] == ports[0]:
+            ports[1] = free_port()
         replicas = [
             stack.enter_context(
                 fleetwatch_command(
                     Path(tmp) / f"replica-{i}",
                     command="taint",
+                    port=port,
                     args=[
                         "--web.insecure-no-token",
                         f"--kubeconfig={kubeconfig}",
                         "--leader-elect",
+                        f"--leader-elect.advertise-url=http://127.0.0.1:{port}",
                         "--breaker.max-fraction=1",
                     ],
                 )
             )
-            for i in range(2)
+            for i, port in enumerate(ports)
         ]
         deadline = time.monotonic() + 60
         while not any(http_status(r.url + "/readyz") == 200 for r in replicas):
@@ -365,6 +383,199 @@ def latency() -> None:
         )
 
 
+def _temperature_target(hot: dict[str, float]) -> web.Application:
+    """A scrape target with one GPU per node: 62 °C, or 84 °C once the node is in `hot`."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        lines = [
+            "# TYPE fleetwatch_gpu_temperature_celsius gauge",
+            *(
+                f'fleetwatch_gpu_temperature_celsius{{node="{node}",gpu="0",'
+                f'uuid="GPU-{node}",sensor="gpu"}} {84 if node in hot else 62}'
+                for node in HA_NODES
+            ),
+        ]
+        return web.Response(text="\n".join(lines) + "\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+HA_NODES = tuple(f"n-{index:02d}" for index in range(24))
+
+
+def _ha_alertmanager(urls: list[str], token: Path) -> dict[str, object]:
+    """The shipped route's timers; even nodes' notifications go to the first URL, odd
+    nodes' to the last, as a Service spreads them over replicas."""
+    shipped = yaml.safe_load(shipped_text(ALERTMANAGER_ROUTE))
+    (tainter_route,) = [r for r in shipped["route"]["routes"] if r["receiver"].endswith("tainter")]
+    routes, receivers = [], []
+    for index, parity in enumerate(("[02468]", "[13579]")):
+        url = urls[min(index, len(urls) - 1)]
+        name = f"tainter-{index}"
+        routes.append(
+            {
+                **tainter_route,
+                "receiver": name,
+                "matchers": [f'node=~".*{parity}"'],
+                "continue": False,
+            }
+        )
+        receivers.append(
+            {
+                "name": name,
+                "webhook_configs": [
+                    {
+                        "url": f"{url}/alerts",
+                        "send_resolved": True,
+                        "http_config": {
+                            "authorization": {"type": "Bearer", "credentials_file": str(token)}
+                        },
+                    }
+                ],
+            }
+        )
+    return {
+        "route": {"receiver": "default", "group_by": ["alertname", "node"], "routes": routes},
+        "receivers": [{"name": "default"}, *receivers],
+    }
+
+
+def ha_latency(replicas: int) -> None:
+    """Alert-to-taint latency over len(HA_NODES) alerts through real Prometheus (5 s scrape
+    and evaluation, the shipped rules) and Alertmanager (the shipped timers), to `replicas`
+    tainter processes (shipped Lease timings, each advertising its URL); with two, half the
+    notifications land on the follower, which hands them to the leader."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fleetwatch.sim.servers import alertmanager, prometheus
+    from fleetwatch.sim.stack import shipped_rules
+
+    from testbed.servers import served_in_thread
+
+    cluster = FakeCluster(token="kube")
+    for node in HA_NODES:
+        cluster.add_node(node, labels={"gpu": "true"})
+    hot: dict[str, float] = {}
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        served_in_thread(make_app(cluster)) as api,
+        served_in_thread(_temperature_target(hot)) as target,
+        contextlib.ExitStack() as stack,
+    ):
+        work = Path(tmp)
+        kubeconfig = write_kubeconfig(work / "kubeconfig", server=api, token="kube")
+        token = work / "token"
+        token.write_text(TOKEN)
+        tainters = []
+        for index in range(replicas):
+            port = free_port()
+            elect = (
+                ["--leader-elect", f"--leader-elect.advertise-url=http://127.0.0.1:{port}"]
+                if replicas > 1
+                else []
+            )
+            tainters.append(
+                stack.enter_context(
+                    fleetwatch_command(
+                        work / f"tainter-{index}",
+                        command="taint",
+                        port=port,
+                        args=[
+                            f"--web.token-file={token}",
+                            f"--kubeconfig={kubeconfig}",
+                            "--breaker.max-nodes=100",
+                            "--breaker.max-fraction=1",
+                            *elect,
+                        ],
+                    )
+                )
+            )
+        am = stack.enter_context(
+            alertmanager(
+                work / "alertmanager", config=_ha_alertmanager([t.url for t in tainters], token)
+            )
+        )
+        stack.enter_context(
+            prometheus(
+                work / "prometheus",
+                rule_files=shipped_rules(work),
+                alertmanager_urls=[am.url],
+                scrape_interval="5s",
+                evaluation_interval="5s",
+                scrape_configs=[
+                    {
+                        "job_name": "fleetwatch",
+                        "static_configs": [{"targets": [target.removeprefix("http://")]}],
+                    }
+                ],
+            )
+        )
+        deadline = time.monotonic() + 60
+        while not any(http_status(t.url + "/readyz") == 200 for t in tainters):
+            if time.monotonic() > deadline:
+                raise SystemExit("no leader within 60 s")
+            time.sleep(0.1)
+        leader = next(i for i, t in enumerate(tainters) if http_status(t.url + "/readyz") == 200)
+        time.sleep(6)  # one scrape of the cool fleet first
+        tainted: dict[str, float] = {}
+        for node in HA_NODES:  # one new overheating node every 1.5 s
+            hot[node] = time.monotonic()
+            until = time.monotonic() + 1.5
+            while time.monotonic() < until:
+                for name in hot.keys() - tainted.keys():
+                    if cluster.taints(name):
+                        tainted[name] = time.monotonic()
+                time.sleep(0.02)
+        deadline = time.monotonic() + 60
+        while hot.keys() - tainted.keys() and time.monotonic() < deadline:
+            for name in hot.keys() - tainted.keys():
+                if cluster.taints(name):
+                    tainted[name] = time.monotonic()
+            time.sleep(0.02)
+        forwards = [
+            _counter(t.url, "fleetwatch_tainter_webhook_forwards_total", 'result="delivered"')
+            for t in tainters
+        ]
+        handling = [
+            _counter(t.url, "fleetwatch_tainter_webhook_duration_seconds_sum", "")
+            / max(1.0, _counter(t.url, "fleetwatch_tainter_webhook_duration_seconds_count", ""))
+            for t in tainters
+        ]
+    landing = {
+        node: "leader" if replicas == 1 or index % 2 == leader else "follower"
+        for index, node in enumerate(HA_NODES)
+    }
+    print(
+        f"alert-to-taint, {replicas} replica(s), {len(HA_NODES)} alerts "
+        "(scrape/eval 5s, for 5s, group_wait 1s):"
+    )
+    missing = sorted(hot.keys() - tainted.keys())
+    if missing:
+        print(f"  not tainted within 60 s: {', '.join(missing)}")
+    every = [tainted[n] - hot[n] for n in tainted]
+    print(f"  all: {percentiles(every)}")
+    if replicas > 1:
+        for where in ("leader", "follower"):
+            print(
+                f"  landing on the {where}: "
+                f"{percentiles([tainted[n] - hot[n] for n in tainted if landing[n] == where])}"
+            )
+        print(f"  notifications handed over by the follower(s): {sum(forwards):.0f}")
+    for index, mean in enumerate(handling):
+        role = "leader" if index == leader else "follower"
+        print(f"  mean webhook handling time on the {role}: {mean * 1000:.1f} ms")
+
+
+def _counter(url: str, name: str, labels: str) -> float:
+    """A counter's value in the exposition at `url`/metrics (0 when absent)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(f"{name}{{{labels}}} " if labels else f"{name} "):
+                return float(line.split()[1])
+    return 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
@@ -373,12 +584,19 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--latency", action="store_true", help="measure alert-to-taint instead")
     parser.add_argument("--failover", action="store_true", help="measure leader failover")
+    parser.add_argument(
+        "--ha-latency",
+        action="store_true",
+        help="alert-to-taint over 24 alerts with --replicas tainters (2: landing on either)",
+    )
     parser.add_argument("--missing-nodes", type=int, default=0, help="alerts for missing nodes")
     args = parser.parse_args()
     if args.latency:
         latency()
     elif args.failover:
         failover()
+    elif args.ha_latency:
+        ha_latency(args.replicas)
     elif args.missing_nodes:
         asyncio.run(missing_nodes(args.missing_nodes))
     else:

@@ -12,6 +12,11 @@ being leader on its own clock, before any other replica can take over: `is_leade
 the time of the last successful renew, so even a wedged renew loop cannot leave two
 writers. A killed leader is replaced within lease duration + retry period; a leader that
 shuts down cleanly releases the Lease so a follower takes over at its next retry.
+
+The leader also publishes where it takes webhooks (`--leader-elect.advertise-url`, the
+annotation `fleetwatch.io/leader-url`, written in the same guarded replace as the holder, so
+the two never disagree); each follower notes it at every read of the Lease, and hands the
+notifications it receives to that URL while the holder's Lease is live.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Final
 
 from fleetwatch.tainter.kube import (
     ApiError,
@@ -36,6 +42,16 @@ from fleetwatch.tainter.settings import ElectionSettings
 
 log = logging.getLogger(__name__)
 
+LEADER_URL_ANNOTATION: Final = "fleetwatch.io/leader-url"
+
+
+def _advertising(annotations: Mapping[str, str], url: str | None) -> dict[str, str]:
+    """`annotations` with the leader URL set to `url` (None: removed), others kept."""
+    kept = {k: v for k, v in annotations.items() if k != LEADER_URL_ANNOTATION}
+    if url is not None:
+        kept[LEADER_URL_ANNOTATION] = url
+    return kept
+
 
 class Leadership:
     """Whether this process may write now. Without election it always may."""
@@ -46,6 +62,8 @@ class Leadership:
         self._renew_deadline = renew_deadline
         self._clock = clock
         self._renewed_at: float | None = None
+        self._leader_url: str | None = None
+        self._leader_until = 0.0
 
     @property
     def elected(self) -> bool:
@@ -68,6 +86,20 @@ class Leadership:
     def lost(self) -> None:
         """Stop being leader now."""
         self._renewed_at = None
+
+    def saw_leader(self, url: str | None, *, until: float) -> None:
+        """Another replica holds the Lease, advertises `url` (None: nothing), and is leader
+        at least until `until` on this clock unless it renews. `saw_leader(None, until=0)`:
+        no other replica leads."""
+        self._leader_url, self._leader_until = url, until
+
+    @property
+    def leader_url(self) -> str | None:
+        """Where the replica that leads now takes webhooks: None while this one leads, no
+        other one leads (or its Lease ran out unrenewed), or it advertises no URL."""
+        if self.is_leader or self._clock() >= self._leader_until:
+            return None
+        return self._leader_url
 
 
 class LeaderElector:
@@ -150,9 +182,15 @@ class LeaderElector:
         ours = current.holder == settings.identity
         expired = self._clock() - self._observed_at >= max(current.duration_seconds, 1)
         if current.holder and not ours and not expired:
+            self._leadership.saw_leader(
+                current.annotations.get(LEADER_URL_ANNOTATION),
+                until=self._observed_at + max(current.duration_seconds, 1),
+            )
             return False
+        self._leadership.saw_leader(None, until=0.0)
         wanted = replace(
             current,
+            annotations=_advertising(current.annotations, settings.advertise_url),
             holder=settings.identity,
             duration_seconds=round(settings.lease_duration),
             renew_time=now,
@@ -176,7 +214,7 @@ class LeaderElector:
             acquire_time=now,
             renew_time=now,
             transitions=0,
-            annotations={},
+            annotations=_advertising({}, self._settings.advertise_url),
         )
         try:
             await self._api.create_lease(namespace=self._settings.namespace, lease=lease)
@@ -197,7 +235,13 @@ class LeaderElector:
                 return
             await self._api.replace_lease(
                 namespace=settings.namespace,
-                lease=replace(current, holder="", duration_seconds=1, renew_time=now_micro()),
+                lease=replace(
+                    current,
+                    holder="",
+                    duration_seconds=1,
+                    renew_time=now_micro(),
+                    annotations=_advertising(current.annotations, None),
+                ),
             )
         except ApiError as exc:
             log.warning(

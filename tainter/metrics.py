@@ -19,8 +19,18 @@ class TainterMetrics:
         )
         self.standby_requests = Counter(
             "fleetwatch_tainter_standby_webhook_requests_total",
-            "Webhook requests this replica answered 503 because it is not the leader "
-            "(Alertmanager retries them; through the Service they reach the leader).",
+            "Webhook requests this replica answered 503 because it is not the leader and "
+            "had no leader to hand them to (none, or the request was handed over already); "
+            "Alertmanager retries them.",
+            registry=self.registry,
+        )
+        self.webhook_forwards = Counter(
+            "fleetwatch_tainter_webhook_forwards_total",
+            "Webhook requests this follower handed to the leader, by result: delivered, "
+            "leader_rejected, leader_error (the leader answered 2xx, 4xx, 5xx; it counts "
+            "why itself), unreachable (no answer within --leader-elect.forward-timeout: "
+            "answered 503).",
+            ["result"],
             registry=self.registry,
         )
         self.webhook_duration = Histogram(

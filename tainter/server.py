@@ -4,7 +4,10 @@ Answers follow Alertmanager's retry rules: 2xx when the notification was applied
 deliberately refused by the breaker), 4xx with a reason for requests that can never
 succeed (wrong token, not JSON, nested too deep, too large, not a version 4 payload, a
 taint alert without a node, an alert the taint policy refuses), 5xx when the Kubernetes
-API failed or this replica is not the leader, so Alertmanager retries. A malformed
+API failed, so Alertmanager retries. A follower hands the notification to the leader
+(`tainter.forward`) and answers with the leader's answer; it answers 503 itself only
+when it has no leader to hand it to, the request was handed over already, or the leader
+does not answer within `--leader-elect.forward-timeout`. A malformed
 request changes nothing; a policy refusal changes nothing for the refused alert while
 the other alerts of the notification still apply. There is no way to reset the breaker
 here: the webhook token can never lift the safety cap (`fleetwatch breaker reset` does,
@@ -29,6 +32,7 @@ from aiohttp import web
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, Leadership
+from fleetwatch.tainter.forward import FORWARDED_HEADER, Forwarder, ForwardFailed
 from fleetwatch.tainter.kube import ApiError
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import PayloadError, parse_webhook
@@ -43,7 +47,12 @@ AUTH_KEY: Final = web.AppKey("auth", TokenFile)
 MAX_BODY_KEY: Final = web.AppKey("max_body_bytes", int)
 LEADERSHIP_KEY: Final = web.AppKey("leadership", Leadership)
 SUPERVISOR_KEY: Final = web.AppKey("supervisor", Supervisor)
+FORWARDER_KEY: Final = web.AppKey("forwarder", Forwarder)
 STANDBY: Final = "standby"
+# What became of a notification a follower handed to the leader (the `result` of
+# fleetwatch_tainter_webhook_forwards_total), by the leader's status class.
+FORWARD_RESULTS: Final = {2: "delivered", 4: "leader_rejected", 5: "leader_error"}
+UNREACHABLE: Final = "unreachable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,9 @@ async def _alerts(request: web.Request) -> web.Response:
     finally:
         metrics.webhook_duration.observe(time.perf_counter() - started)
     if result == STANDBY:
-        metrics.standby_requests.inc()  # routing, not a failure: the retry reaches the leader
+        metrics.standby_requests.inc()  # no leader to hand it to: the retry may find one
+    elif result == UNREACHABLE or result in FORWARD_RESULTS.values():
+        metrics.webhook_forwards.labels(result=result).inc()  # the leader counts what it did
     else:
         metrics.webhook_requests.labels(result=result).inc()
     return response
@@ -83,18 +94,14 @@ async def _alerts(request: web.Request) -> web.Response:
 async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
     if not _authorized(request):
         return _error(401, "missing or wrong bearer token"), "unauthorized"
-    if not request.app[LEADERSHIP_KEY].is_leader:
-        # Closing the connection sends the retry through the Service again, to a new
-        # backend: a kept-alive connection would bring every retry back to this replica.
-        busy = _error(503, "this replica is not the leader; retry (the leader answers)")
-        busy.force_close()
-        return busy, STANDBY
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[MAX_BODY_KEY]
         log.warning("webhook rejected: body too large", extra={"limit_bytes": limit})
         return _error(413, f"body larger than {limit} bytes"), "too_large"
+    if not request.app[LEADERSHIP_KEY].is_leader:
+        return await _hand_over(request, raw)
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -123,6 +130,40 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
         }
         return web.json_response(refusal, status=422), "refused"
     return web.json_response({"status": "ok", "alerts": len(alerts)}), "ok"
+
+
+def _busy(reason: str) -> web.Response:
+    """503 for a notification this replica cannot have applied. Closing the connection
+    sends Alertmanager's retry through the Service again, maybe to another replica: a
+    kept-alive connection would bring every retry back to this one."""
+    busy = _error(503, f"this replica is not the leader and {reason}; retry later")
+    busy.force_close()
+    return busy
+
+
+async def _hand_over(request: web.Request, raw: bytes) -> tuple[web.Response, str]:
+    """A follower's answer: the leader's, or 503 when there is no leader to ask."""
+    forwarder = request.app.get(FORWARDER_KEY)
+    leader = request.app[LEADERSHIP_KEY].leader_url
+    if FORWARDED_HEADER in request.headers:
+        # The sender saw this replica lead; it does not now. Handing it on could loop.
+        return _busy("the request was handed over already"), STANDBY
+    if forwarder is None or leader is None:
+        return _busy("no leader is known to hand it to"), STANDBY
+    try:
+        answer = await forwarder.forward(
+            leader, body=raw, authorization=request.headers.get("Authorization", "")
+        )
+    except ForwardFailed as exc:
+        log.warning(
+            "the leader did not answer a notification handed to it",
+            extra={"leader": leader, "error": str(exc)},
+        )
+        return _busy(f"the leader at {leader} did not answer ({exc})"), UNREACHABLE
+    response = web.Response(
+        status=answer.status, body=answer.body, content_type=answer.content_type
+    )
+    return response, FORWARD_RESULTS.get(answer.status // 100, "leader_error")
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -187,13 +228,15 @@ def make_app(
     auth: TokenFile | None,
     max_body_bytes: int,
     leadership: Leadership | None = None,
+    forwarder: Forwarder | None = None,
     background: Background | None = None,
     supervisor: Supervisor | None = None,
     cleanup: Callable[[web.Application], Awaitable[None]] | None = None,
 ) -> web.Application:
     """The tainter's aiohttp app. `auth` None means no auth (explicit insecure mode);
-    `leadership` None means always leader; `background` None runs no loops (tests drive
-    the controller)."""
+    `leadership` None means always leader; `forwarder` None makes a follower answer every
+    webhook 503 instead of handing it to the leader; `background` None runs no loops
+    (tests drive the controller)."""
     app = web.Application(client_max_size=max_body_bytes)
     app[CONTROLLER_KEY] = controller
     app[METRICS_KEY] = metrics
@@ -202,6 +245,8 @@ def make_app(
     app[MAX_BODY_KEY] = max_body_bytes
     app[LEADERSHIP_KEY] = leadership or Leadership(renew_deadline=None)
     app[SUPERVISOR_KEY] = supervisor or Supervisor(metrics=metrics)
+    if forwarder is not None:
+        app[FORWARDER_KEY] = forwarder
     app.router.add_post("/alerts", _alerts)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

@@ -25,6 +25,7 @@ from fleetwatch.tainter.election import (
     LeaderOnlyNodeApi,
     Leadership,
 )
+from fleetwatch.tainter.forward import Forwarder, PinnedServingCertificate
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
@@ -109,8 +110,14 @@ async def build_app(
                 leadership=leadership,
             ),
         )
-        elector = None
+        elector = forwarder = None
         if settings.election.enabled:
+            forwarder = Forwarder(
+                session=session,
+                identity=settings.election.identity,
+                timeout=settings.election.forward_timeout,
+                tls=PinnedServingCertificate(settings.tls) if settings.tls else None,
+            )
 
             def on_change(leader: bool) -> None:
                 metrics.leader.set(1 if leader else 0)
@@ -140,6 +147,7 @@ async def build_app(
         auth=auth,
         max_body_bytes=settings.max_body_bytes,
         leadership=leadership,
+        forwarder=forwarder,
         background=Background(
             reconcile_interval=settings.reconcile_interval,
             breaker_interval=settings.election.retry_period,
@@ -186,8 +194,14 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "leader_elect": settings.election.enabled,
             "lease": f"{settings.election.namespace}/{settings.election.name}",
             "identity": settings.election.identity,
+            "advertise_url": settings.election.advertise_url,
         },
     )
+    if settings.election.enabled and settings.election.advertise_url is None:
+        log.warning(
+            "no --leader-elect.advertise-url: while this replica leads, the others answer "
+            "the notifications they receive 503 instead of handing them to it"
+        )
     asyncio.run(serve(settings, host=host, port=port))
     return 0
 

@@ -127,8 +127,9 @@ class LeaseSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ElectionSettings:
-    """Whether replicas elect a leader, where the Lease is, who we are, and the timing
-    (client-go's defaults)."""
+    """Whether replicas elect a leader, where the Lease is, who we are, the timing
+    (client-go's defaults), and how a follower reaches the leader with the notifications it
+    receives."""
 
     namespace: str
     name: str
@@ -147,9 +148,26 @@ class ElectionSettings:
     retry_period: float = duration_setting(
         2.0, minimum=0.1, maximum=600.0, help="time between tries to acquire or renew"
     )
+    advertise_url: str | None = setting(
+        None,
+        parse=http_url,
+        metavar="URL",
+        help="this replica's own webhook base URL (e.g. http://POD_IP:9848), published on "
+        "the Lease while it leads so that followers hand it the notifications they receive",
+    )
+    forward_timeout: float = duration_setting(
+        5.0,
+        minimum=0.1,
+        maximum=60.0,
+        help="how long a follower waits for the leader's answer to a notification it "
+        "handed over before answering 503 (Alertmanager retries)",
+    )
 
     def problem(self) -> str | None:
-        """Why these timings cannot work, or None (the same rules as client-go)."""
+        """Why these settings cannot work, or None (the timings: the same rules as
+        client-go)."""
+        if self.advertise_url is not None and not self.enabled:
+            return "--leader-elect.advertise-url needs --leader-elect"
         if not self.lease_duration > self.renew_deadline:
             return "--leader-elect.lease-duration must be longer than --leader-elect.renew-deadline"
         if not self.renew_deadline > 1.2 * self.retry_period:

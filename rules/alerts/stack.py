@@ -16,7 +16,15 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     """fleetwatch itself: exporter, collectors and the taint controller."""
     q = Promql(config)
     requests = "fleetwatch_tainter_webhook_requests_total"
-    failed = q.tainter(requests, match("result", "!=", "ok"))
+    forwards = "fleetwatch_tainter_webhook_forwards_total"
+    # What each replica received: handled itself, or handed to the leader (which counts
+    # what it did with it). A failure is one it handled badly, or one it could not hand
+    # over at all; the two families' `result` values never coincide, so `or` adds them.
+    received = f"rate({q.tainter(requests)}[5m]) or rate({q.tainter(forwards)}[5m])"
+    failed = (
+        f"rate({q.tainter(requests, match('result', '!=', 'ok'))}[5m])"
+        f" or rate({q.tainter(forwards, match('result', '=', 'unreachable'))}[5m])"
+    )
     window = p("event_window")
     refusals = q.tainter("fleetwatch_tainter_policy_refusals_total")
     tainter_up = q.tainter("up")
@@ -55,8 +63,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         Alert(
             name="FleetwatchTainterWebhookFailing",
             expr=(
-                f"sum by (job, instance) (rate({failed}[5m]))\n/\n"
-                f"sum by (job, instance) (rate({q.tainter(requests)}[5m]))\n"
+                f"sum by (job, instance) ({failed})\n/\n"
+                f"sum by (job, instance) ({received})\n"
                 f"> {p('tainter_webhook_error_ratio')}"
             ),
             summary="fleetwatch tainter webhook failing",

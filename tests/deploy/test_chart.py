@@ -626,13 +626,19 @@ def test_alertmanager_config_is_the_plain_route(releases: dict[str, Release]) ->
     )
 
 
-def test_network_policy_admits_only_alertmanager_and_prometheus(
+def test_network_policy_admits_only_alertmanager_prometheus_and_the_replicas(
     releases: dict[str, Release],
 ) -> None:
-    policy = releases["defaults"].one("NetworkPolicy", "tainter")["spec"]
+    release = releases["defaults"]
+    policy = release.one("NetworkPolicy", "tainter")["spec"]
     (rule,) = policy["ingress"]
-    names = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in rule["from"]]
+    *others, replicas = rule["from"]
+    names = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for peer in others]
     assert names == ["alertmanager", "prometheus"]
+    # a standby hands the leader the webhooks it receives: the tainter's own pods, only
+    assert replicas == {
+        "podSelector": {"matchLabels": release.one("Deployment")["spec"]["selector"]["matchLabels"]}
+    }
     assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert policy["policyTypes"] == ["Ingress"]
 
@@ -689,6 +695,12 @@ def test_tainter_runs_highly_available(releases: dict[str, Release]) -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     budget = release.one("PodDisruptionBudget")
     assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    # the leader publishes its pod IP on the Lease; a standby hands it the webhooks
+    port = default_values()["tainter"]["port"]
+    assert f"--leader-elect.advertise-url=http://$(POD_IP):{port}" in container["args"]
+    assert "--leader-elect.forward-timeout=5s" in container["args"]
+    (pod_ip,) = [e for e in container["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert not releases["tainter-off"].of_kind("PodDisruptionBudget")
 
 

@@ -138,6 +138,27 @@ def test_leader_election_flags_and_their_rules() -> None:
         cli.settings_from_args(
             parse("taint", "--web.insecure-no-token", "--leader-elect.retry-period=9s")
         )
+    assert (election.advertise_url, election.forward_timeout) == (None, 5.0)
+    handing_over = cli.settings_from_args(
+        parse(
+            "taint",
+            "--web.insecure-no-token",
+            "--leader-elect",
+            "--leader-elect.advertise-url=http://10.0.0.7:9848/",
+            "--leader-elect.forward-timeout=2s",
+        )
+    ).election
+    assert (handing_over.advertise_url, handing_over.forward_timeout) == (
+        "http://10.0.0.7:9848",
+        2.0,
+    )
+    with pytest.raises(SystemExit, match="advertise-url needs --leader-elect"):
+        cli.settings_from_args(
+            parse("taint", "--web.insecure-no-token", "--leader-elect.advertise-url=http://a:1")
+        )
+    for bad in ("--leader-elect.advertise-url=10.0.0.7:9848", "--leader-elect.forward-timeout=2m"):
+        with pytest.raises(SystemExit):
+            parse("taint", "--web.insecure-no-token", "--leader-elect", bad)
 
 
 def test_renamed_listener_flag_keeps_its_old_spelling_for_one_release(

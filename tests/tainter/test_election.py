@@ -6,28 +6,47 @@ is injected on the simulated API.)"""
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
+    LEADER_URL_ANNOTATION,
+    LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
     NotLeader,
 )
+from fleetwatch.tainter.forward import FORWARDED_HEADER, Forwarder
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
+from fleetwatch.tainter.settings import ElectionSettings
 
 from testbed.kube import ADMIN, ApiServer
-from tests.tainter.conftest import Clock, ControllerFactory, alert, candidate, keys, webhook
+from tests.tainter.conftest import (
+    AUTH,
+    Clock,
+    ControllerFactory,
+    alert,
+    candidate,
+    keys,
+    webhook,
+)
 from tests.tainter.realkube import TESTER, RealCluster, wait_for
 
 pytestmark = pytest.mark.integration
+FORWARDS = "fleetwatch_tainter_webhook_forwards_total"
 
 
 @pytest.fixture
@@ -235,3 +254,201 @@ def test_breaker_reset_command_closes_the_breaker_if_rbac_allows(
     assert breaker_reset_command(kubeconfig=tester, namespace="fw", name="lock") == 0
     record = json.loads(lock(cluster)["metadata"]["annotations"][BREAKER_ANNOTATION])
     assert record["open"] is False
+
+
+@dataclass
+class Member:
+    """One replica on the real API server: its elector, app, server and metrics."""
+
+    elector: LeaderElector
+    leadership: Leadership
+    metrics: TainterMetrics
+    server: TestServer
+    url: str
+
+    def counted(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def start_member(
+    identity: str,
+    *,
+    kube: KubeNodeApi,
+    make_controller: ControllerFactory,
+    token_file: Path,
+    session: aiohttp.ClientSession,
+    clock: Clock,
+) -> Member:
+    """A replica serving on loopback that advertises its own URL on the Lease `fw/lock`."""
+    leadership = Leadership(renew_deadline=10.0, clock=clock)
+    metrics = TainterMetrics()
+    app = make_tainter_app(
+        controller=make_controller(
+            api=LeaderOnlyNodeApi(real=kube, leadership=leadership),
+            metrics=metrics,
+            policy=TaintPolicy(declared_reasons=frozenset({"gpu-overheat"})),
+        ),
+        metrics=metrics,
+        auth=TokenFile(token_file, overlap=60.0, metrics=metrics),
+        max_body_bytes=1 << 16,
+        leadership=leadership,
+        forwarder=Forwarder(session=session, identity=identity, timeout=2.0),
+    )
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+
+    async def on_elected() -> None:
+        return None
+
+    elector = LeaderElector(
+        api=kube,
+        settings=ElectionSettings(
+            namespace="fw",
+            name="lock",
+            identity=identity,
+            advertise_url=url,
+        ),
+        leadership=leadership,
+        on_elected=on_elected,
+        on_change=lambda leader: None,
+        clock=clock,
+    )
+    return Member(elector=elector, leadership=leadership, metrics=metrics, server=server, url=url)
+
+
+async def deliver(
+    session: aiohttp.ClientSession, member: Member, body: Any, **headers: str
+) -> tuple[int, Any]:
+    """POST a webhook body to a replica as Alertmanager does: status and JSON answer."""
+    async with session.post(f"{member.url}/alerts", json=body, headers={**AUTH, **headers}) as r:
+        return r.status, await r.json()
+
+
+async def test_a_follower_hands_notifications_to_the_leader_named_by_the_lease(
+    make_controller: ControllerFactory, kube: KubeNodeApi, cluster: RealCluster, token_file: Path
+) -> None:
+    clock = Clock()
+    async with aiohttp.ClientSession() as session:
+        start = functools.partial(
+            start_member,
+            kube=kube,
+            make_controller=make_controller,
+            token_file=token_file,
+            session=session,
+            clock=clock,
+        )
+        leader, follower = await start("a"), await start("b")
+        try:
+            await leader.elector.step()
+            await follower.elector.step()
+            assert (leader.leadership.is_leader, follower.leadership.is_leader) == (True, False)
+            annotations = lock(cluster)["metadata"]["annotations"]
+            assert annotations[LEADER_URL_ANNOTATION] == leader.url
+            assert follower.leadership.leader_url == leader.url
+
+            # Applied by the leader, answered with the leader's answer.
+            status, answer = await deliver(session, follower, webhook(alert("gpu-1")))
+            assert (status, answer) == (200, {"status": "ok", "alerts": 1})
+            assert keys(cluster, "gpu-1") == ["fleetwatch.io/gpu-overheat"]
+            assert leader.counted("fleetwatch_tainter_webhook_requests_total", result="ok") == 1
+            assert follower.counted(FORWARDS, result="delivered") == 1
+            assert follower.counted("fleetwatch_tainter_webhook_requests_total", result="ok") == 0
+
+            # The leader's refusal comes back as it is, with its reasons.
+            status, answer = await deliver(
+                session, follower, webhook(alert("gpu-2", effect="NoExecute"))
+            )
+            assert status == 422
+            assert [r["node"] for r in answer["refused"]] == ["gpu-2"]
+            assert follower.counted(FORWARDS, result="leader_rejected") == 1
+            # A bad token never reaches the leader.
+            status, _ = await deliver(
+                session, follower, webhook(alert("gpu-3")), Authorization="Bearer wrong"
+            )
+            assert status == 401
+            assert leader.counted("fleetwatch_tainter_webhook_requests_total", result="ok") == 1
+
+            # A request handed over already is not handed on again.
+            status, answer = await deliver(
+                session, follower, webhook(alert("gpu-3")), **{FORWARDED_HEADER: "c"}
+            )
+            assert status == 503
+            assert "handed over already" in answer["error"]
+            assert keys(cluster, "gpu-3") == []
+            assert follower.counted("fleetwatch_tainter_standby_webhook_requests_total") == 1
+
+            # The leader's process is gone but its Lease is live: 503, counted, bounded.
+            await leader.server.close()
+            status, answer = await deliver(session, follower, webhook(alert("gpu-3")))
+            assert status == 503
+            assert leader.url in answer["error"]
+            assert follower.counted(FORWARDS, result="unreachable") == 1
+
+            # Its Lease runs out: the follower leads and applies directly.
+            clock.now += 16.0
+            await follower.elector.step()
+            await follower.elector.step()
+            assert follower.leadership.is_leader
+            assert lock(cluster)["metadata"]["annotations"][LEADER_URL_ANNOTATION] == follower.url
+            status, answer = await deliver(session, follower, webhook(alert("gpu-3")))
+            assert (status, answer) == (200, {"status": "ok", "alerts": 1})
+            assert keys(cluster, "gpu-3") == ["fleetwatch.io/gpu-overheat"]
+            assert follower.counted("fleetwatch_tainter_webhook_requests_total", result="ok") == 1
+        finally:
+            await leader.server.close()
+            await follower.server.close()
+
+
+async def test_no_leader_to_hand_it_to_answers_503(
+    make_controller: ControllerFactory, kube: KubeNodeApi, cluster: RealCluster, token_file: Path
+) -> None:
+    clock = Clock()
+    async with aiohttp.ClientSession() as session:
+        start = functools.partial(
+            start_member,
+            kube=kube,
+            make_controller=make_controller,
+            token_file=token_file,
+            session=session,
+            clock=clock,
+        )
+        follower = await start("b")
+        leader: Member | None = None
+        try:
+            # Nothing read yet, then a holder that advertises no URL (an older release
+            # during a rolling update): 503, counted as standby, nothing written.
+            status, answer = await deliver(session, follower, webhook(alert("gpu-1")))
+            assert (status, "no leader is known" in answer["error"]) == (503, True)
+            old, _ = candidate(kube, "old", clock, [])
+            await old.step()
+            await follower.elector.step()
+            assert follower.leadership.leader_url is None
+            status, _ = await deliver(session, follower, webhook(alert("gpu-1")))
+            assert status == 503
+            assert follower.counted("fleetwatch_tainter_standby_webhook_requests_total") == 2
+
+            # A leader that advertises itself; its URL goes when it releases the Lease.
+            await old.release()
+            leader = await start("a")
+            await leader.elector.step()
+            await follower.elector.step()
+            assert follower.leadership.leader_url == leader.url
+            clock.now += 16.0  # unrenewed for a lease duration: no longer trusted as leader
+            assert follower.leadership.leader_url is None
+            await leader.elector.step()
+            await follower.elector.step()
+            assert follower.leadership.leader_url == leader.url
+            await leader.elector.release()
+            assert LEADER_URL_ANNOTATION not in lock(cluster)["metadata"].get("annotations", {})
+            # Before the follower reads the Lease again, the replica it knew answers 503
+            # itself (it no longer leads), and that answer comes back as it is.
+            status, _ = await deliver(session, follower, webhook(alert("gpu-1")))
+            assert status == 503
+            assert follower.counted(FORWARDS, result="leader_error") == 1
+            assert leader.counted("fleetwatch_tainter_standby_webhook_requests_total") == 1
+        finally:
+            await follower.server.close()
+            if leader is not None:
+                await leader.server.close()
+        assert keys(cluster, "gpu-1") == []

@@ -1,9 +1,10 @@
 """High availability with real processes: two `fleetwatch taint --leader-elect` replicas
 against one simulated API, and a real Alertmanager that sends every notification to both.
 
-Exactly one replica leads (ready, `fleetwatch_tainter_leader 1`); the other answers 503
-and writes nothing. The leader opens the breaker, then is killed with SIGKILL (no graceful
-release); the other takes over within 20 s, keeps the breaker open, and taints from an
+Exactly one replica leads (`/readyz` 200, `fleetwatch_tainter_leader 1`); the other
+writes nothing and hands the notifications it receives to the leader, at the URL the
+leader advertises on the Lease. The leader opens the breaker, then is killed with SIGKILL
+(no graceful release); the other takes over within 20 s, keeps the breaker open, and taints from an
 alert sent after the kill; `fleetwatch breaker reset`, run with an operator's kubeconfig,
 closes the breaker. Every node and Event write in the cluster is by whoever led then.
 Shorter Lease timings than the defaults keep the test short (bench/bench_tainter.py
@@ -30,6 +31,7 @@ from fleetwatch.sim.servers import (
     Server,
     alertmanager,
     fleetwatch_command,
+    free_port,
     http_get,
     http_status,
     wait_until,
@@ -110,11 +112,14 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
             kubeconfig = write_kubeconfig(
                 workdir / f"{user}.kubeconfig", server=api, token=token_value
             )
+            port = free_port(0)
             server = stack.enter_context(
                 fleetwatch_command(
                     workdir / user,
                     command="taint",
+                    port=port,
                     args=[
+                        f"--leader-elect.advertise-url=http://127.0.0.1:{port}",
                         f"--web.token-file={token}",
                         f"--kubeconfig={kubeconfig}",
                         "--breaker.max-nodes=1",
@@ -189,6 +194,7 @@ def test_two_replicas_fail_over_with_the_breaker_kept(ha: HaStack) -> None:
     ) == (1.0, 0.0)
     lease = ha.cluster.leases[("fleetwatch", "fleetwatch-tainter")]
     assert lease["spec"]["leaseDurationSeconds"] == 6
+    assert lease["metadata"]["annotations"]["fleetwatch.io/leader-url"] == leader.server.url
 
     send_alert(ha.alertmanager, "gpu-1", "gpu-overheat")
     wait_until(
@@ -196,6 +202,13 @@ def test_two_replicas_fail_over_with_the_breaker_kept(ha: HaStack) -> None:
         timeout=30,
         what="gpu-1 tainted",
     )
+    # Alertmanager sent the notification to both: the follower handed its copy over.
+    wait_until(
+        lambda: follower.metric('fleetwatch_tainter_webhook_forwards_total{result="delivered"}'),
+        timeout=10,
+        what="the follower to hand its copy to the leader",
+    )
+    assert follower.metric("fleetwatch_tainter_standby_webhook_requests_total") == 0.0
     send_alert(ha.alertmanager, "gpu-2", "gpu-overheat")  # past the cap of 1: opens the breaker
     wait_until(
         lambda: leader.metric("fleetwatch_tainter_breaker_open") == 1.0,
