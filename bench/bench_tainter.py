@@ -17,13 +17,18 @@ With --failover it runs two `fleetwatch taint --leader-elect` processes (shipped
 timings: 15 s duration, 10 s renew deadline, 2 s retry), kills the leader with SIGKILL and
 times the first taint written by the new leader (a notification is offered to it every
 100 ms). With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
-prints the tainter's RSS and state sizes as it goes.
+prints the tainter's RSS and state sizes as it goes. With --breaker-cost it times the
+breaker's decision on a 2,000-node fleet: as a function (a take-out allowed, refused, and
+classifying every node out as a reconcile does), and through the controller against the
+fake API (one notification for a new node, allowed and refused; the live count of a
+reconcile).
 
     .venv/bin/python bench/bench_tainter.py [--nodes 2000] [--cap 200] [--senders 200]
     .venv/bin/python bench/bench_tainter.py --replicas 2
     .venv/bin/python bench/bench_tainter.py --latency
     .venv/bin/python bench/bench_tainter.py --failover
     .venv/bin/python bench/bench_tainter.py --missing-nodes 15000
+    .venv/bin/python bench/bench_tainter.py --breaker-cost [--nodes 2000]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import platform
 import re
 import statistics
@@ -41,20 +47,22 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestServer
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.sim.servers import fleetwatch_command, http_status
-from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.breaker import Breaker, BreakerStore, node_out
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
     LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
 )
-from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
 from fleetwatch.tainter.server import Background
 from fleetwatch.tainter.server import make_app as make_tainter_app
@@ -97,7 +105,7 @@ class Replica:
         self.leadership = Leadership(renew_deadline=10.0 if elect else None)
         self.controller = Controller(
             api=LeaderOnlyNodeApi(real=kube, leadership=self.leadership),
-            breaker=Breaker(policy=BreakerPolicy(max_nodes=cap, max_fraction=1.0)),
+            breaker=Breaker(policy=BreakerPolicy(max_new_taints=cap, max_fraction=1.0)),
             evidence=NoEvidence(),
             alerts=None,
             metrics=self.metrics,
@@ -365,6 +373,109 @@ def latency() -> None:
         )
 
 
+def per_call(seconds: float, calls: int) -> str:
+    return f"{seconds / calls * 1e6:.1f} µs"
+
+
+async def breaker_function_cost(nodes: int, rounds: int) -> None:
+    """The breaker alone: `nodes` selected, a tenth of them out (half waiting for a
+    person), a full window of take-outs."""
+    out_views = [
+        NodeView(
+            name=f"gpu-{i:05d}",
+            uid="",
+            resource_version="1",
+            taints=(
+                Taint(
+                    key="fleetwatch.io/" + ("gpu-lost" if i % 2 else "gpu-overheat"),
+                    value="x",
+                    effect="NoSchedule",
+                ),
+            ),
+            labels={},
+            annotations={},
+        )
+        for i in range(nodes // 10)
+    ]
+    manual = frozenset({"gpu-lost"}).__contains__
+    breaker = Breaker(policy=BreakerPolicy(max_new_taints=rounds + 1000, max_fraction=1.0))
+    breaker.set_selected_nodes(nodes)
+    for i in range(1000):  # a window already holding 1,000 take-outs
+        await breaker.reserve(f"old-{i}", shares=True)
+        breaker.commit(f"old-{i}", out=None)
+        breaker.commit(f"old-{i}", out=True)
+    start = time.perf_counter()
+    breaker.observe({n.name: bool(node_out(n, manual=manual)) for n in out_views})
+    observed = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(rounds):
+        assert await breaker.reserve(f"new-{i}", shares=True) is None
+        breaker.release(f"new-{i}")
+    allowed = time.perf_counter() - start
+    capped = Breaker(policy=BreakerPolicy(max_new_taints=0))
+    capped.set_selected_nodes(nodes)
+    start = time.perf_counter()
+    for i in range(rounds):
+        assert await capped.reserve(f"new-{i}", shares=True) is not None
+    refused = time.perf_counter() - start
+    print(
+        f"breaker decision, function, {nodes} selected nodes, {len(out_views)} out, "
+        f"1,000 take-outs in the window ({rounds} decisions each):"
+    )
+    print(f"  take-out allowed (reserve + release): {per_call(allowed, rounds)}")
+    print(f"  take-out refused (reason and how to close it formatted): {per_call(refused, rounds)}")
+    print(f"  classify the {len(out_views)} nodes out and observe them: {observed * 1000:.2f} ms")
+
+
+def wait_for_repair(node: dict[str, Any]) -> None:
+    """What fleetwatch wrote on a node that lost a GPU weeks ago."""
+    node["spec"]["taints"] = [
+        {"key": "fleetwatch.io/gpu-lost", "value": "GPUFallenOffBus", "effect": "NoSchedule"}
+    ]
+    node["metadata"]["labels"]["fleetwatch.io/tainted"] = "true"
+
+
+async def breaker_controller_cost(nodes: int, alerts: int) -> None:
+    """One notification for a node not yet out, through the controller and the real
+    client against the fake API: allowed (node read, breaker, patch, Event) and refused
+    (node read, breaker, Event once); and the live count a reconcile starts with."""
+    async with fake_cluster(nodes) as (cluster, kube):
+        for index in range(nodes // 10):
+            cluster.mutate(f"gpu-{index:05d}", wait_for_repair)
+        results = []
+        for label, cap in (("allowed", 100_000), ("refused", 0)):
+            controller = Controller(
+                api=kube,
+                breaker=Breaker(policy=BreakerPolicy(max_new_taints=cap, max_fraction=1.0)),
+                evidence=NoEvidence(),
+                alerts=None,
+                metrics=TainterMetrics(),
+                settings=ControllerSettings(node_selector="gpu=true"),
+                policy=TaintPolicy(declared_reasons=shipped_reasons()),
+            )
+            start = time.perf_counter()
+            await controller.prepare_to_lead()
+            counted = time.perf_counter() - start
+            latencies = []
+            offset = 1000 if label == "refused" else nodes // 10
+            for index in range(offset, offset + alerts):
+                states = parse_webhook(json.loads(notification(f"gpu-{index:05d}")))
+                sent = time.perf_counter()
+                await controller.handle_alerts(states)
+                latencies.append(time.perf_counter() - sent)
+            results.append((label, latencies, counted))
+        print(
+            f"breaker decision, through the controller, fake API, {nodes} nodes, "
+            f"{nodes // 10} out waiting for a person, {alerts} notifications each:"
+        )
+        for label, latencies, _ in results:
+            print(f"  new node, take-out {label}: {percentiles(latencies)}")
+        print(
+            f"  live count before leading (list {nodes} + {nodes // 10} nodes, classify): "
+            f"{results[0][2] * 1000:.1f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
@@ -374,8 +485,17 @@ def main() -> None:
     parser.add_argument("--latency", action="store_true", help="measure alert-to-taint instead")
     parser.add_argument("--failover", action="store_true", help="measure leader failover")
     parser.add_argument("--missing-nodes", type=int, default=0, help="alerts for missing nodes")
+    parser.add_argument("--breaker-cost", action="store_true", help="time breaker decisions")
     args = parser.parse_args()
-    if args.latency:
+    if args.breaker_cost:
+        logging.getLogger("fleetwatch").setLevel(logging.CRITICAL)  # a refusal a line each
+        print(
+            f"machine: {platform.processor() or platform.machine()}, "
+            f"python {platform.python_version()}"
+        )
+        asyncio.run(breaker_function_cost(args.nodes, rounds=20_000))
+        asyncio.run(breaker_controller_cost(args.nodes, alerts=200))
+    elif args.latency:
         latency()
     elif args.failover:
         failover()
