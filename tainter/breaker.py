@@ -215,8 +215,8 @@ class Breaker:
             return text
         if cap == CAP_SHARE:
             return (
-                f"share cap: {self._sharing_with('')} of {self._selected_nodes or 0} selected nodes "
-                "are out because of fleetwatch taints the tainter may lift itself "
+                f"share cap: {self._sharing_with('')} of {self._selected_nodes or 0} "
+                "selected nodes are out because of fleetwatch taints the tainter may lift itself "
                 f"(--breaker.max-fraction={self._policy.max_fraction:g} allows {self.limit()}; "
                 "nodes waiting for a person do not count); untaint recovered nodes or raise "
                 "--breaker.max-fraction, then `fleetwatch breaker reset` closes the breaker"

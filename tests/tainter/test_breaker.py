@@ -154,8 +154,10 @@ async def test_share_cap_counts_only_what_the_tainter_may_lift(
         "gpu-1", lambda n: n["metadata"]["labels"].update({QUARANTINE_LABEL: "gpu-overheat"})
     )
     outcome = await controller.handle_alerts(
-        parse_webhook(webhook(*(alert(f"gpu-{i}") for i in range(1, 5))))
+        parse_webhook(webhook(*(alert(f"gpu-{i}") for i in range(1, 4))))
     )
+    assert outcome.refused == []
+    outcome = await controller.handle_alerts(parse_webhook(webhook(alert("gpu-4"))))
     assert out_nodes(cluster) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
     assert controller.breaker.sharing == {"gpu-2", "gpu-3"}
     (refusal,) = outcome.refused

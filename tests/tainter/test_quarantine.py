@@ -57,10 +57,10 @@ async def overheat_then_cool(
     controller: Controller, evidence: FakeEvidence, node: str, episode: int
 ) -> None:
     """One episode: the GPU overheats (tainted), then cools while idle (evidence clear)."""
-    starts = {"fp": f"fp-{episode}"}
-    await controller.handle_alerts(parse_webhook(webhook(alert(node, **starts))))
+    fingerprint = f"fp-{episode}"
+    await controller.handle_alerts(parse_webhook(webhook(alert(node, fp=fingerprint))))
     evidence.clear[node] = True
-    await controller.handle_alerts(parse_webhook(webhook(resolved(node, **starts))))
+    await controller.handle_alerts(parse_webhook(webhook(resolved(node, fp=fingerprint))))
 
 
 async def test_third_taint_within_the_window_quarantines_until_untaint(
