@@ -25,7 +25,11 @@ nodes' notifications sent to one replica and odd nodes' to the other, as a Servi
 them: half land on the follower, which hands them to the leader.
 
 With --missing-nodes it sends 15,000 alerts for nodes that do not exist and
-prints the tainter's RSS and state sizes as it goes.
+prints the tainter's RSS and state sizes as it goes. With --breaker-cost it times the
+breaker's decision on a 2,000-node fleet: as a function (a take-out allowed, refused, and
+classifying every node out as a reconcile does), and through the controller against the
+fake API (one notification for a new node, allowed and refused; the live count of a
+reconcile).
 
     .venv/bin/python bench/bench_tainter.py [--nodes 2000] [--cap 200] [--senders 200]
     .venv/bin/python bench/bench_tainter.py --replicas 2
@@ -33,6 +37,7 @@ prints the tainter's RSS and state sizes as it goes.
     .venv/bin/python bench/bench_tainter.py --failover
     .venv/bin/python bench/bench_tainter.py --ha-latency [--replicas 2]
     .venv/bin/python bench/bench_tainter.py --missing-nodes 15000
+    .venv/bin/python bench/bench_tainter.py --breaker-cost [--nodes 2000]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import platform
 import re
 import statistics
@@ -50,6 +56,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -59,15 +66,16 @@ from fleetwatch.rules.config import shipped_text
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.sim.servers import fleetwatch_command, free_port, http_status
 from fleetwatch.sim.stack import ALERTMANAGER_ROUTE
-from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.breaker import Breaker, BreakerStore, node_out
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
     LeaderElector,
     LeaderOnlyNodeApi,
     Leadership,
 )
-from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
 from fleetwatch.tainter.server import Background
 from fleetwatch.tainter.server import make_app as make_tainter_app
@@ -110,7 +118,7 @@ class Replica:
         self.leadership = Leadership(renew_deadline=10.0 if elect else None)
         self.controller = Controller(
             api=LeaderOnlyNodeApi(real=kube, leadership=self.leadership),
-            breaker=Breaker(policy=BreakerPolicy(max_nodes=cap, max_fraction=1.0)),
+            breaker=Breaker(policy=BreakerPolicy(max_new_taints=cap, max_fraction=1.0)),
             evidence=NoEvidence(),
             alerts=None,
             metrics=self.metrics,
@@ -484,7 +492,7 @@ def ha_latency(replicas: int) -> None:
                         args=[
                             f"--web.token-file={token}",
                             f"--kubeconfig={kubeconfig}",
-                            "--breaker.max-nodes=100",
+                            "--breaker.max-new-taints=100",
                             "--breaker.max-fraction=1",
                             *elect,
                         ],
@@ -576,6 +584,109 @@ def _counter(url: str, name: str, labels: str) -> float:
     return 0.0
 
 
+def per_call(seconds: float, calls: int) -> str:
+    return f"{seconds / calls * 1e6:.1f} µs"
+
+
+async def breaker_function_cost(nodes: int, rounds: int) -> None:
+    """The breaker alone: `nodes` selected, a tenth of them out (half waiting for a
+    person), a full window of take-outs."""
+    out_views = [
+        NodeView(
+            name=f"gpu-{i:05d}",
+            uid="",
+            resource_version="1",
+            taints=(
+                Taint(
+                    key="fleetwatch.io/" + ("gpu-lost" if i % 2 else "gpu-overheat"),
+                    value="x",
+                    effect="NoSchedule",
+                ),
+            ),
+            labels={},
+            annotations={},
+        )
+        for i in range(nodes // 10)
+    ]
+    manual = frozenset({"gpu-lost"}).__contains__
+    breaker = Breaker(policy=BreakerPolicy(max_new_taints=rounds + 1000, max_fraction=1.0))
+    breaker.set_selected_nodes(nodes)
+    for i in range(1000):  # a window already holding 1,000 take-outs
+        await breaker.reserve(f"old-{i}", shares=True)
+        breaker.commit(f"old-{i}", out=None)
+        breaker.commit(f"old-{i}", out=True)
+    start = time.perf_counter()
+    breaker.observe({n.name: bool(node_out(n, manual=manual)) for n in out_views})
+    observed = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(rounds):
+        assert await breaker.reserve(f"new-{i}", shares=True) is None
+        breaker.release(f"new-{i}")
+    allowed = time.perf_counter() - start
+    capped = Breaker(policy=BreakerPolicy(max_new_taints=0))
+    capped.set_selected_nodes(nodes)
+    start = time.perf_counter()
+    for i in range(rounds):
+        assert await capped.reserve(f"new-{i}", shares=True) is not None
+    refused = time.perf_counter() - start
+    print(
+        f"breaker decision, function, {nodes} selected nodes, {len(out_views)} out, "
+        f"1,000 take-outs in the window ({rounds} decisions each):"
+    )
+    print(f"  take-out allowed (reserve + release): {per_call(allowed, rounds)}")
+    print(f"  take-out refused (reason and how to close it formatted): {per_call(refused, rounds)}")
+    print(f"  classify the {len(out_views)} nodes out and observe them: {observed * 1000:.2f} ms")
+
+
+def wait_for_repair(node: dict[str, Any]) -> None:
+    """What fleetwatch wrote on a node that lost a GPU weeks ago."""
+    node["spec"]["taints"] = [
+        {"key": "fleetwatch.io/gpu-lost", "value": "GPUFallenOffBus", "effect": "NoSchedule"}
+    ]
+    node["metadata"]["labels"]["fleetwatch.io/tainted"] = "true"
+
+
+async def breaker_controller_cost(nodes: int, alerts: int) -> None:
+    """One notification for a node not yet out, through the controller and the real
+    client against the fake API: allowed (node read, breaker, patch, Event) and refused
+    (node read, breaker, Event once); and the live count a reconcile starts with."""
+    async with fake_cluster(nodes) as (cluster, kube):
+        for index in range(nodes // 10):
+            cluster.mutate(f"gpu-{index:05d}", wait_for_repair)
+        results = []
+        for label, cap in (("allowed", 100_000), ("refused", 0)):
+            controller = Controller(
+                api=kube,
+                breaker=Breaker(policy=BreakerPolicy(max_new_taints=cap, max_fraction=1.0)),
+                evidence=NoEvidence(),
+                alerts=None,
+                metrics=TainterMetrics(),
+                settings=ControllerSettings(node_selector="gpu=true"),
+                policy=TaintPolicy(declared_reasons=shipped_reasons()),
+            )
+            start = time.perf_counter()
+            await controller.prepare_to_lead()
+            counted = time.perf_counter() - start
+            latencies = []
+            offset = 1000 if label == "refused" else nodes // 10
+            for index in range(offset, offset + alerts):
+                states = parse_webhook(json.loads(notification(f"gpu-{index:05d}")))
+                sent = time.perf_counter()
+                await controller.handle_alerts(states)
+                latencies.append(time.perf_counter() - sent)
+            results.append((label, latencies, counted))
+        print(
+            f"breaker decision, through the controller, fake API, {nodes} nodes, "
+            f"{nodes // 10} out waiting for a person, {alerts} notifications each:"
+        )
+        for label, latencies, _ in results:
+            print(f"  new node, take-out {label}: {percentiles(latencies)}")
+        print(
+            f"  live count before leading (list {nodes} + {nodes // 10} nodes, classify): "
+            f"{results[0][2] * 1000:.1f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
@@ -590,8 +701,17 @@ def main() -> None:
         help="alert-to-taint over 24 alerts with --replicas tainters (2: landing on either)",
     )
     parser.add_argument("--missing-nodes", type=int, default=0, help="alerts for missing nodes")
+    parser.add_argument("--breaker-cost", action="store_true", help="time breaker decisions")
     args = parser.parse_args()
-    if args.latency:
+    if args.breaker_cost:
+        logging.getLogger("fleetwatch").setLevel(logging.CRITICAL)  # a refusal a line each
+        print(
+            f"machine: {platform.processor() or platform.machine()}, "
+            f"python {platform.python_version()}"
+        )
+        asyncio.run(breaker_function_cost(args.nodes, rounds=20_000))
+        asyncio.run(breaker_controller_cost(args.nodes, alerts=200))
+    elif args.latency:
         latency()
     elif args.failover:
         failover()

@@ -8,8 +8,10 @@ fingerprint and startsAt, so a late (retried) firing of the same alert instance 
 taint. Each touched node is synced: add missing taints whose set is non-empty (if the
 breaker allows a newly tainted node, and the node stays within the per-node cap), and
 remove taints whose set is empty only when the reason is not manual, the hold time has
-passed since the alert was last seen firing, and Prometheus confirms the condition is
-clear. The periodic `reconcile` does the same from live state: Alertmanager's active
+passed since the alert was last seen firing, Prometheus confirms the condition is
+clear, and the reason is not quarantined on the node (`tainter.quarantine`: the
+`--quarantine.after`-th taint for one reason within the window keeps it until a person
+lifts it). The periodic `reconcile` does the same from live state: Alertmanager's active
 alerts and the nodes' own taints and annotations, which is also how a restarted tainter
 (or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
 What each sync did is logged, counted and recorded as Events by `tainter.events`.
@@ -26,12 +28,20 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
+from fleetwatch.tainter.breaker import (
+    Breaker,
+    BreakerRecord,
+    BreakerRefusal,
+    BreakerStore,
+    counts_toward_share,
+    node_out,
+)
 from fleetwatch.tainter.events import SyncReport
 from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
+from fleetwatch.tainter.quarantine import Marks, Quarantine
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
@@ -70,8 +80,10 @@ class _SyncAttempt:
     """Per-sync bookkeeping that survives re-plans after a conflict."""
 
     reserved: bool = False
+    refusal: BreakerRefusal | None = None  # the breaker's, once it refused this node
     refused: list[Intent] = field(default_factory=list)  # by the breaker
     capped: list[Intent] = field(default_factory=list)  # by the per-node cap
+    marks: Marks = field(default_factory=Marks)  # taint history and quarantine changes
 
 
 class ResolvedMemory:
@@ -158,6 +170,7 @@ class Controller:
         self._told = SyncReport(
             api=api, metrics=metrics, settings=settings, policy=policy, breaker=breaker
         )
+        self._quarantine = Quarantine(settings=settings.quarantine, metrics=metrics)
 
     @property
     def breaker(self) -> Breaker:
@@ -237,11 +250,14 @@ class Controller:
                 },
             )
         await self._ensure_live_counts()
-        capped = await self.sync_nodes(touched)
+        held = await self.sync_nodes(touched)
         await self._store_breaker_change()
         for alert in alerts:
-            if alert.firing and (alert.node, alert.key) in capped:
-                refused.append(self._policy.capped(alert))
+            if alert.firing and (alert.node, alert.key) in held:
+                by_breaker = held[(alert.node, alert.key)]
+                refused.append(
+                    self._policy.capped(alert) if by_breaker is None else by_breaker.of(alert)
+                )
         return Outcome(refused=refused)
 
     async def reconcile(self) -> None:
@@ -291,11 +307,11 @@ class Controller:
         from the API); returns the tainted ones."""
         selected = await self._list_nodes(self._settings.node_selector)
         self._breaker.set_selected_nodes(len(selected))
-        tainted = await self._list_nodes(f"{TAINTED_LABEL}=true")
-        live = {n.name for n in tainted if our_taints(n)}
-        self._breaker.observe(live)
+        tainted = [n for n in await self._list_nodes(f"{TAINTED_LABEL}=true") if our_taints(n)]
+        self._breaker.observe({n.name: bool(node_out(n, manual=self._manual)) for n in tainted})
+        self._quarantine.observe(tainted)
         self._publish_gauges()
-        return live
+        return {n.name for n in tainted}
 
     async def _ensure_live_counts(self) -> None:
         """Before the first write of a new process (or leader), learn the live counts, so
@@ -314,8 +330,12 @@ class Controller:
         )
 
     def reset_breaker(self, *, by: str) -> None:
-        """Close the breaker; the next reconcile (woken now) re-evaluates live state."""
+        """Close the breaker and restart its rate count; the next reconcile (woken now)
+        re-evaluates live state."""
         self._breaker.reset()
+        self._breaker_closed(by=by)
+
+    def _breaker_closed(self, *, by: str) -> None:
         for intent in self._intents.values():
             intent.refused = False
         self._publish_gauges()
@@ -334,31 +354,28 @@ class Controller:
 
     async def sync_breaker(self, *, store: bool = True) -> None:
         """Make the breaker agree with the cluster: adopt a change made there (a reset by
-        `fleetwatch breaker reset`, or the open breaker a previous leader left), or store
-        a change made here (it opened, or auto-closed). A follower passes `store=False`:
-        it only adopts, so its metrics show the cluster's state and it writes nothing.
-        Raises ApiError."""
+        `fleetwatch breaker reset`, or the state a previous leader left: open or not, and
+        its take-outs within the window), or store a change made here (it opened, took a
+        node out, or auto-closed). A follower passes `store=False`: it only adopts, so its
+        metrics show the cluster's state and it writes nothing. Raises ApiError."""
         if self._breaker_store is None:
             return
         _, record = await self._breaker_store.read()
         if record is not None and record != self._stored_breaker:
             self._stored_breaker = record
-            if record.open and not self._breaker.open:
-                self._breaker.trip()
+            was_open = self._breaker.open
+            self._breaker.adopt(record)
+            if record.open and not was_open:
                 log.warning(
                     "circuit breaker open, as stored in the cluster",
-                    extra={"since": record.changed_at, "by": record.changed_by},
+                    extra={"since": record.opened_at, "cap": record.cap, "by": record.changed_by},
                 )
-            elif not record.open and self._breaker.open:
-                self.reset_breaker(by=record.changed_by)
+            elif not record.open and was_open:
+                self._breaker_closed(by=record.changed_by)
             self._publish_gauges()
             return
-        if store and (record is None or record.open != self._breaker.open):
-            new = BreakerRecord(
-                open=self._breaker.open,
-                changed_at=now_rfc3339(),
-                changed_by=self._settings.owner,
-            )
+        if store and (record is None or not self._breaker.matches(record)):
+            new = self._breaker.record(by=self._settings.owner)
             await self._breaker_store.write(new)
             self._stored_breaker = new
             log.info(
@@ -370,9 +387,7 @@ class Controller:
         """Store the breaker's state now if it changed here; a failure is logged and
         left to the breaker loop, so it never fails a webhook."""
         stored = self._stored_breaker
-        if self._breaker_store is None or (
-            stored is not None and stored.open == self._breaker.open
-        ):
+        if self._breaker_store is None or (stored is not None and self._breaker.matches(stored)):
             return
         try:
             await self.sync_breaker()
@@ -382,24 +397,27 @@ class Controller:
                 extra={"error": str(exc)},
             )
 
-    async def sync_nodes(self, nodes: Iterable[str]) -> set[tuple[str, str]]:
+    async def sync_nodes(
+        self, nodes: Iterable[str]
+    ) -> dict[tuple[str, str], BreakerRefusal | None]:
         """Sync each node (concurrently, bounded); raises NodeSyncError listing failures.
-        Returns the (node, key) pairs the per-node cap kept from being added."""
+        Returns the (node, key) pairs kept from being added: by the breaker (its refusal)
+        or by the per-node cap (None)."""
         names = sorted(set(nodes))
         results = await asyncio.gather(*(self._sync_node(n) for n in names), return_exceptions=True)
         failures: dict[str, ApiError] = {}
-        capped: set[tuple[str, str]] = set()
+        held: dict[tuple[str, str], BreakerRefusal | None] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, ApiError):
                 failures[name] = result
             elif isinstance(result, BaseException):
                 raise result
             else:
-                capped.update((name, key) for key in result)
+                held.update(((name, key), why) for key, why in result.items())
         self._publish_gauges()
         if failures:
             raise NodeSyncError(failures)
-        return capped
+        return held
 
     # -- one node ----------------------------------------------------------------------
 
@@ -419,8 +437,8 @@ class Controller:
             else:
                 self._node_locks[name] = (lock, users - 1)
 
-    async def _sync_node(self, name: str) -> list[str]:
-        """Sync one node; returns the keys the per-node cap kept from being added."""
+    async def _sync_node(self, name: str) -> dict[str, BreakerRefusal | None]:
+        """Sync one node; returns the keys kept from being added (`sync_nodes`)."""
         async with self._node_lock(name), self._slots:
             attempt = _SyncAttempt()
 
@@ -446,16 +464,25 @@ class Controller:
                     )
                     for key in [k for n, k in self._intents if n == name]:
                         self._forget(name, key)
-                    return []
+                    return {}
                 log.error("node sync failed", extra={"node": name, "error": str(exc)})
                 raise
-            self._breaker.commit(name, tainted=bool(our_taints(node)))
-            await self._told.sync_done(node, change, capped=attempt.capped, refused=attempt.refused)
-            return [intent.key for intent in attempt.capped]
+            self._breaker.commit(name, out=node_out(node, manual=self._manual))
+            await self._quarantine.report(node, attempt.marks, event=self._told.event)
+            await self._told.sync_done(
+                node,
+                change,
+                capped=attempt.capped,
+                refused=attempt.refused,
+                refusal=attempt.refusal,
+            )
+            held = dict.fromkeys((intent.key for intent in attempt.capped), None)
+            return held | {intent.key: attempt.refusal for intent in attempt.refused}
 
     async def _plan(self, node: NodeView, attempt: _SyncAttempt) -> Change:
         """Decide what to add and remove on `node`, given its current state."""
         current = our_taints(node)
+        history = self._quarantine.history(node)
         requested = frozenset(k for k in untaint_requests(node) or () if k in current)
         for key in requested:
             self._forget(node.name, key)
@@ -475,7 +502,11 @@ class Controller:
                     last_firing=time.time(),
                 )
                 self._intents[(node.name, key)] = intent
-            if not intent.firing and await self._may_untaint(intent):
+            if intent.firing:
+                continue
+            if self._quarantine.holds(node, history, intent.reason):
+                self._metrics.untaint_deferred.labels(why="quarantined").inc()
+            elif await self._may_untaint(intent):
                 remove.add(key)
         wanted = sorted(
             (
@@ -488,9 +519,24 @@ class Controller:
         room = max(0, self._policy.max_per_node - len(current.keys() - remove))
         attempt.capped.extend(wanted[room:])
         wanted = wanted[:room]
-        if wanted and not current.keys() - remove and not await self._reserve(node, attempt):
+        released = [k.removeprefix(KEY_PREFIX) for k in requested]
+        marks = self._quarantine.plan(
+            node, history, added=[i.reason for i in wanted], released=released
+        )
+        shares = counts_toward_share(
+            reasons=[i.reason for i in wanted],
+            labels={**node.labels, **marks.labels},
+            manual=self._manual,
+        )
+        if (
+            wanted
+            and not current.keys() - remove
+            and not await self._reserve(node, attempt, shares)
+        ):
             attempt.refused.extend(wanted)
             wanted = []
+            marks = self._quarantine.plan(node, history, added=[], released=released)
+        attempt.marks = marks
         add = tuple(
             Taint(key=i.key, value=i.value, effect=i.effect, time_added=now_rfc3339())
             for i in wanted
@@ -514,19 +560,26 @@ class Controller:
             new_records=new_records,
             requested=requested,
             clear_untaint_request=UNTAINT_ANNOTATION in node.annotations,
+            labels=marks.labels,
+            annotations=marks.annotations,
         )
 
-    async def _reserve(self, node: NodeView, attempt: _SyncAttempt) -> bool:
-        """Ask the breaker for a slot for a node that has no fleetwatch taint yet."""
-        if not attempt.reserved:
-            attempt.reserved = await self._breaker.reserve(node.name)
+    async def _reserve(self, node: NodeView, attempt: _SyncAttempt, shares: bool) -> bool:
+        """Ask the breaker (once per sync) for a slot for a node that has no fleetwatch
+        taint yet; `shares`: whether it will count toward the share cap."""
+        if not attempt.reserved and attempt.refusal is None:
+            attempt.refusal = await self._breaker.reserve(node.name, shares=shares)
+            attempt.reserved = attempt.refusal is None
         return attempt.reserved
+
+    def _manual(self, reason: str) -> bool:
+        """True when only a person lifts `reason`'s taint: a manual-untaint reason, or one
+        without untaint evidence."""
+        return reason in self._settings.manual_reasons or not self._evidence.has_query(reason)
 
     async def _may_untaint(self, intent: Intent) -> bool:
         """Positive evidence: not manual, hold time passed, Prometheus says clear."""
-        if intent.reason in self._settings.manual_reasons or not self._evidence.has_query(
-            intent.reason
-        ):
+        if self._manual(intent.reason):
             self._metrics.untaint_deferred.labels(why="manual").inc()
             return False
         if time.time() - intent.last_firing < self._settings.hold_seconds:
@@ -546,3 +599,5 @@ class Controller:
         self._metrics.tainted_nodes.set(len(self._breaker.tainted))
         self._metrics.breaker_open.set(1 if self._breaker.open else 0)
         self._metrics.breaker_limit.set(self._breaker.limit())
+        self._metrics.breaker_sharing.set(len(self._breaker.sharing))
+        self._metrics.breaker_new_taints.set(len(self._breaker.taken_out()))

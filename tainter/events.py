@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fleetwatch.tainter.breaker import Breaker
+from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
 from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.policy import TaintPolicy
@@ -49,10 +49,12 @@ class SyncReport:
         *,
         capped: Sequence[Intent],
         refused: Sequence[Intent],
+        refusal: BreakerRefusal | None = None,
     ) -> None:
         """Log, count and record Events for what one sync did to `node`: the taints it
         added and removed, and those the per-node cap (`capped`) or the breaker
-        (`refused`) kept off. A refusal is logged and recorded once per intent."""
+        (`refused`, for `refusal`) kept off. A refusal is logged and recorded once per
+        intent; the breaker's is counted once per sync by the cap that refused."""
         dry = self._settings.dry_run
         for taint in change.add:
             self._metrics.taint_operations.labels(op="add", result="dry_run" if dry else "ok").inc()
@@ -107,9 +109,11 @@ class SyncReport:
                 "fleetwatch taints",
                 warning=True,
             )
+        if refused and refusal is not None:
+            self._metrics.breaker_refusals.labels(cap=refusal.cap).inc()
         for intent in refused:
             self._metrics.taint_operations.labels(op="add", result="refused").inc()
-            if intent.refused:
+            if intent.refused or refusal is None:
                 continue
             intent.refused = True
             log.error(
@@ -117,16 +121,15 @@ class SyncReport:
                 extra={
                     "node": node.name,
                     "key": intent.key,
-                    "limit": self._breaker.limit(),
-                    "tainted": len(self._breaker.tainted),
+                    "cap": refusal.cap,
+                    "detail": refusal.detail,
+                    "new_taints": len(self._breaker.taken_out()),
+                    "share_nodes": len(self._breaker.sharing),
+                    "share_limit": self._breaker.limit(),
                 },
             )
             await self.event(
-                node,
-                "TaintRefused",
-                f"{intent.key} refused: circuit breaker open (at most "
-                f"{self._breaker.limit()} nodes may be tainted by fleetwatch)",
-                warning=True,
+                node, "TaintRefused", f"{intent.key} refused: {refusal.detail}", warning=True
             )
 
     async def event(

@@ -169,6 +169,18 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339(seconds: float) -> str:
+    """A Unix time as Kubernetes writes times (UTC, seconds precision)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: object) -> int:
+    """Unix seconds of a UTC time written as `rfc3339` writes it; ValueError otherwise."""
+    if not isinstance(text, str) or not text.endswith("Z"):
+        raise ValueError(f"{text!r} is not an RFC 3339 UTC time")
+    return int(datetime.fromisoformat(text.removesuffix("Z") + "+00:00").timestamp())
+
+
 def now_micro() -> str:
     """The current UTC time as a Kubernetes MicroTime (Lease acquire and renew times)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

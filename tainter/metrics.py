@@ -68,7 +68,47 @@ class TainterMetrics:
         )
         self.breaker_limit = Gauge(
             "fleetwatch_tainter_breaker_limit_nodes",
-            "The most nodes the breaker lets fleetwatch taint now.",
+            "The share cap in nodes: the most nodes that may be out at once because of "
+            "fleetwatch taints the tainter may lift itself (--breaker.max-fraction).",
+            registry=self.registry,
+        )
+        self.breaker_sharing = Gauge(
+            "fleetwatch_tainter_breaker_share_nodes",
+            "Nodes out because of fleetwatch taints the tainter may lift itself (what the "
+            "share cap counts; nodes waiting for a person are not among them).",
+            registry=self.registry,
+        )
+        self.breaker_new_taints = Gauge(
+            "fleetwatch_tainter_breaker_new_taints",
+            "Nodes taken out (given their first fleetwatch taint) within --breaker.window "
+            "(what the rate cap --breaker.max-new-taints counts).",
+            registry=self.registry,
+        )
+        self.breaker_refusals = Counter(
+            "fleetwatch_tainter_breaker_refusals_total",
+            "Node syncs whose take-out the circuit breaker refused, by the cap that refused "
+            "(new_taints, share).",
+            ["cap"],
+            registry=self.registry,
+        )
+        self.quarantined_nodes = Gauge(
+            "fleetwatch_tainter_quarantined_nodes",
+            "Tainted nodes in quarantine (label fleetwatch.io/quarantined): a reason tainted "
+            "--quarantine.after times within --quarantine.window; only `fleetwatch untaint` "
+            "lifts it.",
+            registry=self.registry,
+        )
+        self.quarantines = Counter(
+            "fleetwatch_tainter_quarantines_total",
+            "Quarantines started, by taint reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.malformed_annotations = Counter(
+            "fleetwatch_tainter_malformed_annotations_total",
+            "Node annotations fleetwatch could not read (edited by hand) and read as empty, "
+            "by annotation.",
+            ["annotation"],
             registry=self.registry,
         )
         self.dry_run_actions = Counter(
@@ -79,7 +119,7 @@ class TainterMetrics:
         )
         self.untaint_deferred = Counter(
             "fleetwatch_tainter_untaint_deferred_total",
-            "Untaint checks that kept the taint, by why (hold, evidence, manual).",
+            "Untaint checks that kept the taint, by why (hold, evidence, manual, quarantined).",
             ["why"],
             registry=self.registry,
         )

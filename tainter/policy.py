@@ -73,6 +73,7 @@ class Refusal:
             "node": self.alert.node,
             "reason": self.alert.reason,
             "fingerprint": self.alert.fingerprint,
+            "why": self.why,
             "refused": self.detail,
         }
 

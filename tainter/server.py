@@ -1,9 +1,10 @@
 """The webhook receiver: `POST /alerts` from Alertmanager, plus health, readiness, metrics.
 
-Answers follow Alertmanager's retry rules: 2xx when the notification was applied (or
-deliberately refused by the breaker), 4xx with a reason for requests that can never
-succeed (wrong token, not JSON, nested too deep, too large, not a version 4 payload, a
-taint alert without a node, an alert the taint policy refuses), 5xx when the Kubernetes
+Answers follow Alertmanager's retry rules: 2xx when the notification was applied, 4xx
+with a reason for requests that a retry cannot change (wrong token, not JSON, nested too
+deep, too large, not a version 4 payload, a taint alert without a node, an alert the taint
+policy or the circuit breaker refuses: 422 naming the cap; the reconcile loop applies it
+once the breaker closes, so Alertmanager need not retry), 5xx when the Kubernetes
 API failed, so Alertmanager retries. A follower hands the notification to the leader
 (`tainter.forward`) and answers with the leader's answer; it answers 503 itself only
 when it has no leader to hand it to, the request was handed over already, or the leader
@@ -123,7 +124,7 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
         first = outcome.refused[0]
         refusal = {
             "status": "error",
-            "error": f"{len(outcome.refused)} alert(s) refused by the taint policy; first: "
+            "error": f"{len(outcome.refused)} alert(s) refused; first: "
             f"{first.alert.alertname} on {first.alert.node}: {first.detail}",
             "refused": [r.to_json() for r in outcome.refused],
             "alerts": len(alerts),

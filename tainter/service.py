@@ -29,6 +29,7 @@ from fleetwatch.tainter.forward import Forwarder, PinnedServingCertificate
 from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
+from fleetwatch.tainter.quarantine import release
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
 from fleetwatch.tainter.settings import RetryPolicy, TaintSettings
 from fleetwatch.tainter.sources import (
@@ -189,7 +190,8 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "dry_run": settings.controller.dry_run,
             "prometheus_url": settings.prometheus_url,
             "alertmanager_url": settings.alertmanager_url,
-            "breaker_max_nodes": settings.breaker.max_nodes,
+            "breaker_max_new_taints": settings.breaker.max_new_taints,
+            "breaker_window_seconds": settings.breaker.window,
             "breaker_max_fraction": settings.breaker.max_fraction,
             "leader_elect": settings.election.enabled,
             "lease": f"{settings.election.namespace}/{settings.election.name}",
@@ -264,14 +266,20 @@ async def manual_untaint(
 ) -> list[str]:
     """Remove fleetwatch taints from `node` now (all of them when `reasons` is None).
 
-    This is how taints with manual reasons (Xid, lost GPU) leave a node once a person has
-    looked at it. Returns the keys removed; raises ApiError when the API fails."""
+    This is how taints with manual reasons (Xid, lost GPU) and quarantined ones leave a
+    node once a person has looked at it; the quarantine and taint history of those reasons
+    go with them. Returns the keys removed; raises ApiError when the API fails."""
     who = who or getpass.getuser()
     keys = None if reasons is None else {taint_key(r) for r in reasons}
 
     async def plan(view: NodeView) -> Change:
         present = set(our_taints(view))
-        return Change(remove=frozenset(present if keys is None else present & keys))
+        marks = release(view, reasons)
+        return Change(
+            remove=frozenset(present if keys is None else present & keys),
+            labels=marks.labels,
+            annotations=marks.annotations,
+        )
 
     view, change = await guarded_update(
         api=api, name=node, plan=plan, retry=RetryPolicy(), metrics=metrics or TainterMetrics()

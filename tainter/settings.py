@@ -53,9 +53,31 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantineSettings:
+    """Repeat offenders (`--quarantine.*`): the `after`-th taint for the same reason within
+    `window` keeps that taint until a person runs `fleetwatch untaint`."""
+
+    after: int = number_setting(
+        3,
+        minimum=2,
+        maximum=100,
+        integer=True,
+        help="quarantine a node tainted this many times for the same reason within "
+        "--quarantine.window: its taint stays until `fleetwatch untaint`",
+    )
+    window: float = duration_setting(
+        86400.0,
+        minimum=60.0,
+        maximum=30 * 86400.0,
+        help="how far back --quarantine.after counts a node's taints",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerSettings:
     """Behaviour knobs of the controller: `--dry-run`, `--node-selector`, `--untaint.hold`,
-    `--untaint.manual-reason` and `--kube.concurrency`."""
+    `--untaint.manual-reason` and `--kube.concurrency`; `quarantine` is built from its own
+    flags."""
 
     dry_run: bool = setting(
         False, flag="dry-run", help="log, count and record Events, but never write nodes"
@@ -90,6 +112,7 @@ class ControllerSettings:
         help="most node writes in flight",
     )
     owner: str = "fleetwatch-tainter"
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # How long, and how many, resolves are remembered against late firings.
     resolved_memory_seconds: float = 3600.0
@@ -98,17 +121,37 @@ class ControllerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerPolicy:
-    """Caps: `max_nodes` absolute, `max_fraction` of `selected_nodes`; how it closes."""
+    """The breaker's two caps and how it closes (`tainter.breaker` says what each counts).
 
-    max_nodes: int = number_setting(
-        10, minimum=0, maximum=100_000, integer=True, help="most nodes fleetwatch may taint at once"
+    The rate cap: at most `max_new_taints` nodes taken out (given their first fleetwatch
+    taint) per sliding `window`, whatever the reason. The share cap: at most `max_fraction`
+    of the selected nodes out at once because of taints the tainter may lift itself; nodes
+    that wait for a person (manual-untaint reasons, quarantine) do not count toward it."""
+
+    max_new_taints: int = number_setting(
+        10,
+        minimum=0,
+        maximum=100_000,
+        integer=True,
+        deprecated=("breaker.max-nodes",),
+        help="most nodes fleetwatch may take out (first taint) per --breaker.window (0: none)",
+    )
+    window: float = duration_setting(
+        3600.0,
+        minimum=60.0,
+        maximum=7 * 86400.0,
+        help="the sliding window --breaker.max-new-taints counts in",
     )
     max_fraction: float = number_setting(
-        0.1, minimum=0.0, maximum=1.0, help="most fraction of selected nodes tainted"
+        0.1,
+        minimum=0.0,
+        maximum=1.0,
+        help="most fraction of selected nodes out at once because of fleetwatch taints the "
+        "tainter may lift itself (nodes waiting for a person do not count)",
     )
     auto_close: bool = setting(
         False,
-        help="close the breaker by itself once below the cap (off: only "
+        help="close the breaker by itself once below both caps (off: only "
         "`fleetwatch breaker reset` closes it)",
     )
 

@@ -72,9 +72,15 @@ class Change:
     new_records: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     requested: frozenset[str] = frozenset()  # removals an operator asked for
     clear_untaint_request: bool = False
+    # Further fleetwatch.io/ labels and annotations to set (None deletes): the taint history
+    # and quarantine label (tainter.quarantine).
+    labels: Mapping[str, str | None] = field(default_factory=dict)
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.add or self.remove or self.clear_untaint_request)
+        return bool(
+            self.add or self.remove or self.clear_untaint_request or self.labels or self.annotations
+        )
 
 
 def apply_change(
@@ -94,8 +100,10 @@ def apply_change(
     }
     if change.clear_untaint_request:
         annotations[UNTAINT_ANNOTATION] = None
+    annotations.update(change.annotations)
     labels: dict[str, str | None] = {
         TAINTED_LABEL: "true" if any(ours(t) for t in taints) else None,
+        **change.labels,
     }
     return taints, labels, annotations
 

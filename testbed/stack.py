@@ -58,7 +58,7 @@ def start_e2e_stack(
         tainter_args=(
             f"--untaint.hold={hold}",
             "--reconcile-interval=2s",
-            "--breaker.max-nodes=10",
+            "--breaker.max-new-taints=10",
             "--breaker.max-fraction=1",
         ),
     )

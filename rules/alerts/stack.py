@@ -82,8 +82,27 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             ),
             summary="fleetwatch taint circuit breaker open",
             description=(
-                "The tainter refuses new taints: too many nodes are tainted already. "
-                "Check for a fleet-wide cause before raising the limit."
+                "The tainter refuses to take more nodes out: too many were taken out within "
+                "the window, or too large a share of the GPU nodes carries taints it may lift. "
+                "fleetwatch_tainter_breaker_refusals_total and the TaintRefused Events name "
+                "the cap; check for a fleet-wide cause before raising it."
+            ),
+        ),
+        Alert(
+            name="FleetwatchNodeQuarantined",
+            # Only the leader counts quarantined nodes; a former leader's gauge is stale.
+            expr=(
+                "max without (instance, pod) (\n"
+                f"  {q.tainter('fleetwatch_tainter_quarantined_nodes')}\n"
+                f"  and on (job, instance) ({q.tainter('fleetwatch_tainter_leader')} == 1)\n"
+                ") > 0"
+            ),
+            summary="{{ $value }} node(s) quarantined by the fleetwatch tainter",
+            description=(
+                "{{ $value }} node(s) were tainted for the same reason --quarantine.after "
+                "times within --quarantine.window (a repeat offender such as a failing cold "
+                "plate): their taint stays until a person runs `fleetwatch untaint`. "
+                "`kubectl get nodes -l fleetwatch.io/quarantined` lists them."
             ),
         ),
         Alert(

@@ -198,6 +198,7 @@ def number_setting(
     integer: bool = False,
     unit: str = "",
     flag: str | None = None,
+    deprecated: Sequence[str] = (),
 ) -> Any:
     """A settings field that is a bounded number flag (whole when `integer`)."""
     return setting(
@@ -206,6 +207,7 @@ def number_setting(
         metavar="N" if integer else "NUMBER",
         help=help,
         flag=flag,
+        deprecated=deprecated,
     )
 
 

@@ -74,6 +74,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "no-gpm-no-podresources": {
         "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
     },
+    "breaker-old-key": {
+        "tainter": {
+            "breaker": {"maxNodes": 0, "window": "30m"},
+            "quarantine": {"after": 5, "window": "2d"},
+        },
+    },
     "own-images": {
         "exporter": {"image": {"repository": "registry.example.com/fw-exporter", "tag": "1.2"}},
         "tainter": {"image": {"repository": "registry.example.com/fw-tainter", "tag": "1.3"}},
@@ -319,6 +325,18 @@ def test_container_args_parse_with_the_real_cli(
         # The untaint evidence threshold comes from the rendered rules config.
         clear = 72 if name == "custom-thresholds" else 75
         assert tainter.evidence_queries["gpu-overheat"].endswith(f" < {clear}")
+        # The breaker's caps and the quarantine; the old maxNodes key still works, 0 too.
+        breaker, quarantine = tainter.breaker, tainter.controller.quarantine
+        if name == "breaker-old-key":
+            assert (breaker.max_new_taints, breaker.window) == (0, 1800.0)
+            assert (quarantine.after, quarantine.window) == (5, 172800.0)
+        else:
+            assert (breaker.max_new_taints, breaker.window, breaker.max_fraction) == (
+                10,
+                3600.0,
+                0.1,
+            )
+            assert (quarantine.after, quarantine.window) == (3, 86400.0)
 
 
 def test_dry_run_is_on_by_default_and_says_so(releases: dict[str, Release]) -> None:

@@ -7,6 +7,7 @@ and `kube` with the real ones, so the builders below use whichever the module ch
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -218,9 +219,11 @@ def make_controller(
     def build(
         *,
         api: NodeApi | None = None,
-        max_nodes: int = 100,
+        max_new_taints: int = 100,
+        window: float = 3600.0,
         max_fraction: float = 1.0,
         auto_close: bool = False,
+        clock: Callable[[], float] = time.time,
         metrics: TainterMetrics | None = None,
         policy: TaintPolicy | None = None,
         breaker_store: BreakerStore | None = None,
@@ -234,8 +237,12 @@ def make_controller(
             api=api or kube,
             breaker=Breaker(
                 policy=BreakerPolicy(
-                    max_nodes=max_nodes, max_fraction=max_fraction, auto_close=auto_close
-                )
+                    max_new_taints=max_new_taints,
+                    window=window,
+                    max_fraction=max_fraction,
+                    auto_close=auto_close,
+                ),
+                clock=clock,
             ),
             evidence=evidence_source or evidence,
             alerts=alert_source or alerts_source,

@@ -1,8 +1,8 @@
 """The chart's ValidatingAdmissionPolicy, evaluated by a real API server: as the tainter's
 ServiceAccount, a patch that adds or removes a fleetwatch.io/ taint passes, and one that
 changes another taint, cordons, or touches labels or annotations outside fleetwatch.io/ is
-denied with the chart's message; the tainter's own guarded writes pass; people are not
-bound by it."""
+denied with the chart's message; the tainter's own guarded writes (a quarantine's label and
+taint history included) pass; people are not bound by it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION as HISTORY
+from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, History
 
 from testbed.kube import ADMIN, ApiServer
 from tests.deploy import fakekube
@@ -87,8 +89,17 @@ def ours(reason: str = "gpu-overheat") -> dict[str, str]:
         {"spec": {"taints": [FOREIGN, ours(), ours("xid")]}},
         {"metadata": {"labels": {"fleetwatch.io/tainted": "true"}}},
         {"metadata": {"annotations": {"fleetwatch.io/taints": "{}"}}},
+        {"metadata": {"labels": {"fleetwatch.io/quarantined": "gpu-overheat"}}},
+        {"metadata": {"annotations": {"fleetwatch.io/taint-history": "{}"}}},
     ],
-    ids=["add-taint", "add-two", "own-label", "own-annotation"],
+    ids=[
+        "add-taint",
+        "add-two",
+        "own-label",
+        "own-annotation",
+        "quarantine-label",
+        "history-annotation",
+    ],
 )
 def test_the_tainter_may_change_what_is_its_own(
     api_server: ApiServer, cluster: RealCluster, body: dict[str, Any]
@@ -163,3 +174,19 @@ async def test_the_tainters_own_writes_pass_on_a_cordoned_node_with_foreign_tain
     record = json.loads(node["metadata"]["annotations"]["fleetwatch.io/taints"])
     assert sorted(record) == ["fleetwatch.io/gpu-overheat", "fleetwatch.io/xid"]
     assert len(cluster.events_for("gpu-1", "TaintAdded")) == 2  # its Role covers Events
+
+
+async def test_the_tainters_quarantine_write_passes(
+    make_controller: ControllerFactory, cluster: RealCluster, kube: KubeNodeApi
+) -> None:
+    now = int(time.time())
+    history = History(taints={"gpu-overheat": (now - 120, now - 60)}).to_annotation()
+    assert history is not None
+    cluster.mutate("gpu-2", lambda n: n["metadata"]["annotations"].update({HISTORY: history}))
+    controller = make_controller()
+    await controller.handle_alerts(parse_webhook(webhook(alert("gpu-2"))))
+    node = cluster.node("gpu-2")
+    assert keys(cluster, "gpu-2") == ["fleetwatch.io/gpu-overheat"]
+    assert node["metadata"]["labels"][QUARANTINE_LABEL] == "gpu-overheat"
+    assert json.loads(node["metadata"]["annotations"][HISTORY])["quarantined"] == ["gpu-overheat"]
+    assert len(cluster.events_for("gpu-2", "NodeQuarantined")) == 1

@@ -63,6 +63,7 @@ def test_defaults_and_overrides() -> None:
         ("--untaint.evidence=nonsense", "expected REASON=PROMQL"),
         ("--untaint.hold=soon", "invalid duration 'soon'"),
         ("--untaint.manual-reason=bad reason", "not a valid taint key name"),
+        ("--breaker.max-new-taints=-1", "invalid whole number '-1': must be in 0..100000"),
         ("--breaker.max-nodes=-1", "invalid whole number '-1': must be in 0..100000"),
         ("--web.max-body-bytes=0", "invalid whole number '0': must be in 1..67108864 bytes"),
         ("--taint.max-per-node=0", "invalid whole number '0': must be in 1..100"),
@@ -78,6 +79,28 @@ def test_bad_flags_name_the_problem(
     with pytest.raises(SystemExit):
         parse("taint", "--web.insecure-no-token", flag)
     assert problem in capsys.readouterr().err
+
+
+def test_breaker_and_quarantine_flags_and_the_old_breaker_spelling() -> None:
+    settings = cli.settings_from_args(parse("taint", "--web.insecure-no-token"))
+    assert (settings.breaker.max_new_taints, settings.breaker.window) == (10, 3600.0)
+    quarantine = settings.controller.quarantine
+    assert (quarantine.after, quarantine.window) == (3, 86400.0)
+    args = parse_args(
+        [
+            "taint",
+            "--web.insecure-no-token",
+            "--breaker.max-nodes=4",
+            "--breaker.window=30m",
+            "--quarantine.after=5",
+            "--quarantine.window=2d",
+        ]
+    )
+    settings = cli.settings_from_args(args)
+    assert (settings.breaker.max_new_taints, settings.breaker.window) == (4, 1800.0)
+    assert deprecated_flags_used(args) == {"--breaker.max-nodes": "--breaker.max-new-taints"}
+    quarantine = settings.controller.quarantine
+    assert (quarantine.after, quarantine.window) == (5, 172800.0)
 
 
 def test_untaint_and_breaker_parse() -> None:
@@ -212,6 +235,12 @@ def test_renamed_listener_flag_keeps_its_old_spelling_for_one_release(
         ("--web.keepalive-timeout=2h", "invalid duration '2h': must be between 1s and 1h"),
         ("--web.read-header-timeout=0s", "invalid duration '0s': must be between 100ms and 5m"),
         ("--breaker.max-fraction=-0.1", "invalid number '-0.1': must be in 0..1"),
+        ("--breaker.window=0s", "invalid duration '0s': must be between 1m and 7d"),
+        ("--quarantine.after=0", "invalid whole number '0': must be in 2..100"),
+        ("--quarantine.after=-3", "invalid whole number '-3': must be in 2..100"),
+        ("--quarantine.after=1000", "invalid whole number '1000': must be in 2..100"),
+        ("--quarantine.window=abc", "invalid duration 'abc'"),
+        ("--quarantine.window=90d", "invalid duration '90d': must be between 1m and 30d"),
     ],
 )
 def test_out_of_bounds_values_exit_2_with_one_line(

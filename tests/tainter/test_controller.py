@@ -23,6 +23,7 @@ from fleetwatch.tainter.writes import DryRunNodeApi
 
 from tests.tainter.conftest import (
     T0,
+    Clock,
     ControllerFactory,
     FakeAlerts,
     FakeEvidence,
@@ -305,15 +306,20 @@ async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
     alerts_source: FakeAlerts,
 ) -> None:
     metrics = TainterMetrics()
-    controller = make_controller(max_nodes=100, max_fraction=0.3, metrics=metrics)  # 3 of 10
+    controller = make_controller(max_new_taints=100, max_fraction=0.3, metrics=metrics)  # 3 of 10
     firing = states(*(alert(f"gpu-{i}") for i in range(6)))
     alerts_source.firing = list(firing)
     await controller.handle_alerts(firing)
     tainted = sorted(n for n in cluster.nodes if keys(cluster, n))
     assert len(tainted) == 3
     assert sample(metrics, "fleetwatch_tainter_breaker_open") == 1
-    assert sum(len(cluster.events_for(f"gpu-{i}", "TaintRefused")) for i in range(6)) == 3
-    # a second reason on an already tainted node is not a new node: allowed
+    refusals = [e for i in range(6) for e in cluster.events_for(f"gpu-{i}", "TaintRefused")]
+    assert len(refusals) == 3
+    assert all("share cap: 3 of 10 selected nodes" in e["message"] for e in refusals)
+    assert "--breaker.max-fraction=0.3 allows 3" in refusals[0]["message"]
+    assert sample(metrics, "fleetwatch_tainter_breaker_refusals_total", cap="share") == 3
+    # a second reason on an already tainted node is not a new node: allowed; xid waits for
+    # a person, so that node no longer counts toward the share
     await controller.handle_alerts(states(alert(tainted[0], reason="xid")))
     assert "fleetwatch.io/xid" in keys(cluster, tainted[0])
     # a recovered node is untainted although the breaker is open
@@ -325,21 +331,30 @@ async def test_breaker_caps_new_nodes_keeps_removing_and_resets(
     assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 2
     controller.reset_breaker(by="tester")
     await controller.reconcile()  # live state re-evaluated, up to the cap again
-    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 3
+    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 4  # 3 sharing + the xid one
+    assert len(controller.breaker.sharing) == 3
     assert controller.breaker.open
 
 
-async def test_breaker_absolute_cap_and_auto_close(
+async def test_breaker_rate_cap_closes_by_itself_once_the_window_passes(
     make_controller: ControllerFactory,
     cluster: RealCluster,
     evidence: FakeEvidence,
 ) -> None:
-    controller = make_controller(max_nodes=1, max_fraction=1.0, auto_close=True)
+    clock = Clock()
+    controller = make_controller(
+        max_new_taints=1, window=600.0, max_fraction=1.0, auto_close=True, clock=clock
+    )
     await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-2")))
     assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 1
     assert controller.breaker.open
+    assert controller.breaker.opened_by == "new_taints"
     evidence.clear = {"gpu-1": True, "gpu-2": True}
     await controller.handle_alerts(states(resolved("gpu-1"), resolved("gpu-2")))
+    assert sum(bool(keys(cluster, n)) for n in cluster.nodes) == 0
+    assert controller.breaker.open  # untainting does not undo a take-out: the rate stands
+    clock.now += 601.0
+    await controller.reconcile()
     assert not controller.breaker.open
 
 
@@ -351,7 +366,7 @@ async def test_dry_run_writes_nothing_but_records_events_and_metrics(
 ) -> None:
     metrics = TainterMetrics()
     controller = make_controller(
-        api=DryRunNodeApi(real=kube), dry_run=True, metrics=metrics, max_nodes=1
+        api=DryRunNodeApi(real=kube), dry_run=True, metrics=metrics, max_new_taints=1
     )
     before = cluster.versions()
     await controller.handle_alerts(states(alert("gpu-1"), alert("gpu-2")))
@@ -415,22 +430,21 @@ async def test_unknown_node_is_forgotten_not_failed(
 
 
 @pytest.mark.parametrize(
-    ("nodes", "fraction", "max_nodes", "expected"),
+    ("nodes", "fraction", "expected"),
     [
-        (5, 0.1, 10, 1),  # 0.5 rounds down to 0: a small cluster still gets one node
-        (10, 0.1, 10, 1),
-        (35, 0.1, 10, 3),
-        (500, 0.1, 10, 10),  # the absolute cap
-        (5, 0.0, 10, 0),  # fraction 0 means none, on purpose
-        (5, 0.5, 0, 0),  # max-nodes 0 means none
-        (0, 0.1, 10, 0),  # no node selected
+        (5, 0.1, 1),  # 0.5 rounds down to 0: a small cluster still gets one node
+        (10, 0.1, 1),
+        (35, 0.1, 3),
+        (500, 0.1, 50),
+        (5, 0.0, 0),  # fraction 0 means none, on purpose
+        (0, 0.1, 0),  # no node selected
     ],
 )
-async def test_breaker_limit(nodes: int, fraction: float, max_nodes: int, expected: int) -> None:
-    breaker = Breaker(policy=BreakerPolicy(max_nodes=max_nodes, max_fraction=fraction))
+async def test_breaker_share_limit(nodes: int, fraction: float, expected: int) -> None:
+    breaker = Breaker(policy=BreakerPolicy(max_new_taints=1000, max_fraction=fraction))
     assert breaker.limit() == 0  # node count not known yet: nothing may be tainted
     breaker.set_selected_nodes(nodes)
     assert breaker.limit() == expected
-    granted = [await breaker.reserve(f"node-{i}") for i in range(expected + 1)]
+    granted = [await breaker.reserve(f"node-{i}", shares=True) is None for i in range(expected + 1)]
     assert granted == [True] * expected + [False]
-    assert breaker.open
+    assert (breaker.open, breaker.opened_by) == (True, "share")

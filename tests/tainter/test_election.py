@@ -151,13 +151,13 @@ async def test_open_breaker_is_inherited_by_a_new_leader_and_reset_by_the_cli(
     cluster: RealCluster,
 ) -> None:
     store = BreakerStore(api=kube, namespace="fw", name="lock")
-    old = make_controller(max_nodes=1, breaker_store=store)
+    old = make_controller(max_new_taints=1, breaker_store=store)
     await old.handle_alerts(parse_webhook(webhook(alert("gpu-1"), alert("gpu-2"))))
     assert old.breaker.open
     stored = json.loads(lock(cluster)["metadata"]["annotations"][BREAKER_ANNOTATION])
     assert stored["open"] is True
 
-    new = make_controller(max_nodes=1, breaker_store=store)  # the next leader
+    new = make_controller(max_new_taints=1, breaker_store=store)  # the next leader
     await new.prepare_to_lead()
     assert new.breaker.open
     await new.handle_alerts(parse_webhook(webhook(alert("gpu-3"))))
@@ -170,12 +170,17 @@ async def test_open_breaker_is_inherited_by_a_new_leader_and_reset_by_the_cli(
     assert not new.breaker.open
     assert new.wake.is_set()  # the reconcile runs now, on live state
 
-    # hitting the cap again opens it again, and that is stored too
+    # the reset restarted the rate count: gpu-3 is taken out; hitting the cap again opens
+    # it again, and that is stored too, with the take-out
     await new.handle_alerts(parse_webhook(webhook(alert("gpu-3"))))
+    assert keys(cluster, "gpu-3") == ["fleetwatch.io/gpu-overheat"]
+    await new.handle_alerts(parse_webhook(webhook(alert("gpu-4"))))
+    assert keys(cluster, "gpu-4") == []
     assert new.breaker.open
     record = (await store.read())[1]
     assert record is not None
-    assert record.open
+    assert (record.open, record.cap) == (True, "new_taints")
+    assert [t.node for t in record.taken_out] == ["gpu-3"]
 
 
 async def test_a_deposed_leader_never_stores_the_breaker(

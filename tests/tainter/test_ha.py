@@ -122,7 +122,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
                         f"--leader-elect.advertise-url=http://127.0.0.1:{port}",
                         f"--web.token-file={token}",
                         f"--kubeconfig={kubeconfig}",
-                        "--breaker.max-nodes=1",
+                        "--breaker.max-new-taints=1",
                         "--breaker.max-fraction=1",
                         "--reconcile-interval=2s",
                         "--taint.declared-reasons=gpu-overheat,gpu-lost",

@@ -27,6 +27,13 @@
 {{- default (printf "%s-token" (include "fleetwatch.tainter.fullname" .)) .Values.tainter.webhookToken.existingSecret }}
 {{- end }}
 
+{{/* The breaker's --breaker.max-new-taints: the deprecated tainter.breaker.maxNodes when
+set (0 included), else tainter.breaker.maxNewTaints. */}}
+{{- define "fleetwatch.tainter.maxNewTaints" -}}
+{{- $breaker := .Values.tainter.breaker }}
+{{- if kindIs "invalid" $breaker.maxNodes }}{{ $breaker.maxNewTaints }}{{ else }}{{ $breaker.maxNodes }}{{ end }}
+{{- end }}
+
 {{/* repository:tag of one component's image: pass (list . .Values.exporter.image). */}}
 {{- define "fleetwatch.image" -}}
 {{- $image := index . 1 }}
