@@ -17,8 +17,10 @@ from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
     ElectionSettings,
+    EvictionSettings,
     EvidenceSettings,
     LeaseSettings,
+    NodeConditionSettings,
     TaintSettings,
     TlsFiles,
 )
@@ -39,6 +41,8 @@ _SETTINGS: tuple[tuple[str, type[Any]], ...] = (
     ("untaint", EvidenceSettings),
     ("breaker", BreakerPolicy),
     ("taint", TaintPolicy),
+    ("evict", EvictionSettings),
+    ("node-condition", NodeConditionSettings),
     (_LEASE, LeaseSettings),
     (_LEASE, ElectionSettings),
 )
@@ -214,6 +218,8 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         election=election,
         evidence_queries=_evidence_queries(args),
         listener=read_settings(args, "web", ListenerSettings),
+        eviction=read_settings(args, "evict", EvictionSettings),
+        node_condition=read_settings(args, "node-condition", NodeConditionSettings),
         tls=tls,
     )
 

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -32,6 +32,7 @@ from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
+from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
@@ -136,8 +137,10 @@ class Controller:
         settings: ControllerSettings,
         policy: TaintPolicy,
         breaker_store: BreakerStore | None = None,
+        after_sync: Sequence[AfterSync] = (),
     ) -> None:
         self._api = api
+        self._after_sync = tuple(after_sync)  # node condition, removal from the run
         self._breaker = breaker
         self._evidence = evidence
         self._alerts = alerts
@@ -451,6 +454,8 @@ class Controller:
                 raise
             self._breaker.commit(name, tainted=bool(our_taints(node)))
             await self._told.sync_done(node, change, capped=attempt.capped, refused=attempt.refused)
+            for step in self._after_sync:
+                await step.node_synced(node)
             return [intent.key for intent in attempt.capped]
 
     async def _plan(self, node: NodeView, attempt: _SyncAttempt) -> Change:
