@@ -7,7 +7,7 @@ and `kube` with the real ones, so the builders below use whichever the module ch
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -226,6 +227,7 @@ def make_controller(
         breaker_store: BreakerStore | None = None,
         evidence_source: EvidenceSource | None = None,
         alert_source: AlertSource | None = None,
+        after_sync: Sequence[AfterSync] = (),
         **settings: Any,
     ) -> Controller:
         settings.setdefault("hold_seconds", 0.0)
@@ -243,6 +245,7 @@ def make_controller(
             settings=ControllerSettings(**settings),
             policy=policy or TaintPolicy(declared_reasons=None),
             breaker_store=breaker_store,
+            after_sync=after_sync,
         )
 
     return build
