@@ -119,7 +119,7 @@ class Evictor:
         self._leadership = leadership
         self._metrics = metrics
         self._settings = settings
-        self._reasons = frozenset(settings.reasons)
+        self._reasons = settings.reasons
         self._job_label_keys = tuple(job_label_keys)
         self._retry = retry
         self._dry_run = dry_run

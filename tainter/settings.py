@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetwatch.tainter.policy import TaintPolicy, reason
+from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER
 
 from fleetwatch.flags import (
@@ -200,13 +200,13 @@ class EvictionSettings:
     """Removal from the run (`--evict.*`): for which taint reasons the pods opted in are
     evicted, how fast, and how patiently a PodDisruptionBudget's refusal is retried."""
 
-    reasons: tuple[str, ...] = setting(
-        (),
-        parse=reason,
-        repeatable=True,
-        metavar="REASON",
-        help="taint reason whose node's opted-in GPU pods are evicted (repeatable; "
-        "default none: eviction is off)",
+    reasons: frozenset[str] = setting(
+        frozenset(),
+        parse=reasons,
+        metavar="REASON,...",
+        shown=listed,
+        help="taint reasons whose node's opted-in GPU pods are evicted (default none: "
+        "eviction is off)",
     )
     max_per_minute: int = number_setting(
         10, minimum=1, maximum=1000, integer=True, help="most pod evictions per minute"

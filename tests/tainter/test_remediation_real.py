@@ -62,7 +62,7 @@ def evictor(
     dry_run: bool = False,
     **settings: Any,
 ) -> Evictor:
-    settings.setdefault("reasons", ("gpu-overheat",))
+    settings.setdefault("reasons", frozenset({"gpu-overheat"}))
     settings.setdefault("pdb_backoff", 0.01)
     return Evictor(
         api=api,
@@ -132,7 +132,7 @@ async def test_a_reason_not_listed_evicts_nothing(
     cluster.run_pod("train", namespace=NS, node="gpu-0", labels=OPT_IN)
     metrics = TainterMetrics()
     controller = make_controller(
-        metrics=metrics, after_sync=[evictor(kube, metrics, reasons=("xid",))]
+        metrics=metrics, after_sync=[evictor(kube, metrics, reasons=frozenset({"xid"}))]
     )
     await taint(controller, "gpu-0")
     assert keys(cluster, "gpu-0") == ["fleetwatch.io/gpu-overheat"]
