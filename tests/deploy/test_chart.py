@@ -296,11 +296,11 @@ def test_feature_rbac_comes_with_the_feature(
     release = install(kubeconfig, {"tainter": values})
     cluster = _grants(release.one("ClusterRole"))
     assert cluster - {("nodes", v) for v in ("get", "list", "patch")} == granted | (
-        {("events", "create")} if EVICTION_CALLS <= granted else set()
+        {("events", "create")} if granted >= EVICTION_CALLS else set()
     )
     args = _container(release.one("Deployment"))["args"]
-    assert ("--evict.reasons=gpu-overheat" in args) == (EVICTION_CALLS <= granted)
-    assert f"--node-condition.type={'GPUHealthy' if CONDITION_CALLS <= granted else ''}" in args
+    assert ("--evict.reasons=gpu-overheat" in args) == (granted >= EVICTION_CALLS)
+    assert f"--node-condition.type={'GPUHealthy' if granted >= CONDITION_CALLS else ''}" in args
 
 
 def _container(obj: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:

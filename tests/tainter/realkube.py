@@ -200,6 +200,8 @@ class RealCluster:
         return found
 
 
+# Chart values with every tainter feature on (removal from the run is off by default).
+ALL_FEATURES = {"tainter": {"evict": {"reasons": ["gpu-overheat"]}}}
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
