@@ -5,6 +5,7 @@ nothing; `GPUHealthy` follows the fleetwatch taints and leaves other conditions 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from fleetwatch.rules.config import load_config
 from fleetwatch.tainter.condition import ConditionKeeper, camel_case
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.evict import EVICT_LABEL, MIRROR_ANNOTATION, Evictor
-from fleetwatch.tainter.kube import KubeNodeApi, PodView
+from fleetwatch.tainter.kube import ApiError, KubeNodeApi, PodView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.settings import EvictionSettings, NodeConditionSettings, RetryPolicy
@@ -313,3 +314,56 @@ def test_pods_are_read_with_what_eviction_decides_on(cluster: RealCluster) -> No
         terminating=False,
         gpu_request=True,
     )
+
+
+class FaultyApi(CountingApi):
+    """The real client whose evictions answer `status` (what a real server cannot be made
+    to answer on demand), after `latency` seconds."""
+
+    def __init__(self, real: KubeNodeApi, *, status: int, latency: float = 0.0) -> None:
+        super().__init__(real)
+        self.status = status
+        self.latency = latency
+
+    async def evict_pod(self, *, namespace: str, name: str) -> None:
+        self.evictions += 1
+        await asyncio.sleep(self.latency)
+        raise ApiError(status=self.status, reason=f"injected {self.status}: admission webhook x")
+
+
+@pytest.mark.parametrize("status", [403, 500])
+async def test_an_eviction_refused_for_another_reason_is_logged_counted_and_left(
+    make_controller: ControllerFactory,
+    cluster: RealCluster,
+    kube: KubeNodeApi,
+    status: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster.run_pod("train", namespace=NS, node="gpu-0", labels=OPT_IN)
+    metrics = TainterMetrics()
+    api = FaultyApi(kube, status=status, latency=0.05)
+    controller = make_controller(metrics=metrics, after_sync=[evictor(api, metrics)])
+
+    await taint(controller, "gpu-0")  # the taint is written; the webhook does not fail
+
+    assert keys(cluster, "gpu-0") == ["fleetwatch.io/gpu-overheat"]
+    assert api.evictions == 1  # not retried as if it were a PDB
+    assert count(metrics, "error") == 1
+    assert cluster.pod_events(NS, "train", "EvictedForTaint") == []
+    assert cluster.pod_events(NS, "train", "EvictionBlocked") == []
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("eviction refused")]
+    assert f"injected {status}: admission webhook x" in record.__dict__["error"]
+
+
+async def test_the_rate_limit_defers_what_is_over_it(
+    make_controller: ControllerFactory, cluster: RealCluster, kube: KubeNodeApi
+) -> None:
+    for index in range(3):
+        cluster.run_pod(f"p-{index}", namespace=NS, node="gpu-0", labels=OPT_IN)
+    metrics = TainterMetrics()
+    controller = make_controller(
+        metrics=metrics, after_sync=[evictor(kube, metrics, max_per_minute=2)]
+    )
+    await taint(controller, "gpu-0")
+    assert len(cluster.terminating(NS)) == 2
+    assert count(metrics, "rate_limited") == 1
