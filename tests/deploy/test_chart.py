@@ -735,16 +735,37 @@ def test_admission_policy_limits_the_tainter_to_its_own_taints(
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert (rule["resources"], rule["operations"]) == (["nodes"], ["UPDATE"])
+    # nodes/status too, where only the GPUHealthy condition may change
+    assert (rule["resources"], rule["operations"]) == (["nodes", "nodes/status"], ["UPDATE"])
     (condition,) = spec["matchConditions"]
     assert condition["expression"] == (
         f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{account}"'
     )
     checks = " ".join(v["expression"] for v in spec["validations"])
-    for subject in ("Taints", "Labels", "Annotations", "unschedulable"):
+    for subject in ("Taints", "Labels", "Annotations", "unschedulable", "Conditions"):
         assert subject in checks
     assert checks.count("startsWith('fleetwatch.io/')") == 6
     assert not releases["tainter-off"].of_kind("ValidatingAdmissionPolicy")
+
+
+def test_admission_policy_follows_the_features(kubeconfig: Path) -> None:
+    """Without the condition the policy sees nodes only; with eviction a second policy
+    sees the tainter's Evictions (tests/tainter/test_admission_real.py evaluates both)."""
+    release = install(
+        kubeconfig,
+        {"tainter": {"nodeCondition": {"type": ""}, "evict": {"reasons": ["gpu-overheat"]}}},
+    )
+    policies = {
+        p["metadata"]["name"].rsplit("-", 1)[-1]: p
+        for p in release.of_kind("ValidatingAdmissionPolicy")
+    }
+    assert sorted(policies) == ["evictions", "nodes"]
+    (nodes,) = policies["nodes"]["spec"]["matchConstraints"]["resourceRules"]
+    assert nodes["resources"] == ["nodes"]
+    assert "conditions" not in json.dumps(policies["nodes"]["spec"])
+    (evictions,) = policies["evictions"]["spec"]["matchConstraints"]["resourceRules"]
+    assert (evictions["resources"], evictions["operations"]) == (["pods/eviction"], ["CREATE"])
+    assert len(release.of_kind("ValidatingAdmissionPolicyBinding")) == 2
 
 
 def test_admission_policy_can_be_switched_off(kubeconfig: Path) -> None:
