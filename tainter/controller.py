@@ -12,7 +12,9 @@ passed since the alert was last seen firing, and Prometheus confirms the conditi
 clear. The periodic `reconcile` does the same from live state: Alertmanager's active
 alerts and the nodes' own taints and annotations, which is also how a restarted tainter
 (or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
-What each sync did is logged, counted and recorded as Events by `tainter.events`.
+What each sync did is logged, counted and recorded as Events by `tainter.events`; then the
+`after_sync` steps (`tainter.remediation`: the node condition, removal from the run) see
+the node as written.
 """
 
 from __future__ import annotations
