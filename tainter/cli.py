@@ -17,8 +17,10 @@ from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
     ElectionSettings,
+    EvictionSettings,
     EvidenceSettings,
     LeaseSettings,
+    NodeConditionSettings,
     QuarantineSettings,
     TaintSettings,
     TlsFiles,
@@ -41,6 +43,8 @@ _SETTINGS: tuple[tuple[str, type[Any]], ...] = (
     ("breaker", BreakerPolicy),
     ("quarantine", QuarantineSettings),
     ("taint", TaintPolicy),
+    ("evict", EvictionSettings),
+    ("node-condition", NodeConditionSettings),
     (_LEASE, LeaseSettings),
     (_LEASE, ElectionSettings),
 )
@@ -221,6 +225,8 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         election=election,
         evidence_queries=_evidence_queries(args),
         listener=read_settings(args, "web", ListenerSettings),
+        eviction=read_settings(args, "evict", EvictionSettings),
+        node_condition=read_settings(args, "node-condition", NodeConditionSettings),
         tls=tls,
     )
 

@@ -14,7 +14,9 @@ clear, and the reason is not quarantined on the node (`tainter.quarantine`: the
 lifts it). The periodic `reconcile` does the same from live state: Alertmanager's active
 alerts and the nodes' own taints and annotations, which is also how a restarted tainter
 (or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
-What each sync did is logged, counted and recorded as Events by `tainter.events`.
+What each sync did is logged, counted and recorded as Events by `tainter.events`; then the
+`after_sync` steps (`tainter.remediation`: the node condition, removal from the run) see
+the node as written.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -42,6 +44,7 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
 from fleetwatch.tainter.quarantine import Marks, Quarantine
+from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (
@@ -148,8 +151,10 @@ class Controller:
         settings: ControllerSettings,
         policy: TaintPolicy,
         breaker_store: BreakerStore | None = None,
+        after_sync: Sequence[AfterSync] = (),
     ) -> None:
         self._api = api
+        self._after_sync = tuple(after_sync)  # node condition, removal from the run
         self._breaker = breaker
         self._evidence = evidence
         self._alerts = alerts
@@ -476,6 +481,8 @@ class Controller:
                 refused=attempt.refused,
                 refusal=attempt.refusal,
             )
+            for step in self._after_sync:
+                await step.node_synced(node)
             held = dict.fromkeys((intent.key for intent in attempt.capped), None)
             return held | {intent.key: attempt.refusal for intent in attempt.refused}
 

@@ -1,11 +1,13 @@
-"""The Kubernetes side of the tainter: a narrow node/event/Lease API and its real client.
+"""The Kubernetes side of the tainter: a narrow node/pod/event/Lease API and its real client.
 
 `NodeApi` is the seam: the controller reads nodes as `NodeView`s and writes taints with
 a merge patch guarded by `metadata.resourceVersion` (a stale one answers 409 and the
 controller re-reads). `LeaseApi` reads and writes the `coordination.k8s.io/v1` Lease that
 leader election and the breaker's state live on. `KubeNodeApi` implements both with
 kubernetes_asyncio, configured from a kubeconfig file or the in-cluster service account
-by the library itself. Every reply is checked for shape before use: a body that is not
+by the library itself. `PodApi` is what removal from the run and the node condition need:
+pods bound to a node, the policy/v1 Eviction subresource, the node's status conditions.
+Every reply is checked for shape before use: a body that is not
 the object asked for raises ApiError, never an AttributeError deep in the controller.
 """
 
@@ -16,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import aiohttp
 from kubernetes_asyncio import client, config
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,31 @@ class Taint:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One entry of `status.conditions` (a list keyed by `type`)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    last_heartbeat_time: str | None = None
+
+    def to_api(self) -> dict[str, str]:
+        """The JSON form the API server takes."""
+        body = {"type": self.type, "status": self.status}
+        for key, value in (
+            ("reason", self.reason),
+            ("message", self.message),
+            ("lastTransitionTime", self.last_transition_time),
+            ("lastHeartbeatTime", self.last_heartbeat_time),
+        ):
+            if value:
+                body[key] = value
+        return body
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """What the tainter reads of a node."""
 
@@ -51,6 +79,23 @@ class NodeView:
     taints: tuple[Taint, ...]
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    conditions: tuple[NodeCondition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What removal from the run reads of a pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    owner_kinds: tuple[str, ...]
+    phase: str
+    terminating: bool  # metadata.deletionTimestamp is set
+    gpu_request: bool  # some container's limits or requests name nvidia.com/gpu
 
 
 class ApiError(Exception):
@@ -140,6 +185,38 @@ class NodeApi(Protocol):
         message: str,
         warning: bool,
     ) -> None: ...
+
+
+class PodApi(Protocol):
+    """The pod, eviction and node-status operations of removal from the run."""
+
+    async def list_pods(
+        self, *, node: str | None = None, namespace: str | None = None, label_selector: str = ""
+    ) -> list[PodView]:
+        """Pods bound to `node` (every namespace), or of `namespace`, matching the selector."""
+        ...
+
+    async def evict_pod(self, *, namespace: str, name: str) -> None:
+        """Create a policy/v1 Eviction: the API server honours PodDisruptionBudgets (429)."""
+        ...
+
+    async def patch_node_conditions(
+        self, name: str, *, resource_version: str, conditions: Sequence[NodeCondition]
+    ) -> NodeView:
+        """Strategic-merge `status.conditions` (merged by type: other conditions stay),
+        only if the node is still at `resource_version` (else Conflict)."""
+        ...
+
+    async def create_pod_event(
+        self, *, pod: PodView, reason: str, message: str, warning: bool
+    ) -> None:
+        """Record an Event on `pod`, in the pod's namespace."""
+        ...
+
+
+class RemediationApi(NodeApi, PodApi, Protocol):
+    """Nodes and pods: what the node condition and removal from the run call (the real
+    client; they check leadership and `--dry-run` themselves)."""
 
 
 class LeaseApi(Protocol):
@@ -233,6 +310,9 @@ def node_from_api(data: Any) -> NodeView:
     name = _text(meta.get("name"), "node name")
     if not name:
         raise Malformed("node without a name")
+    raw_conditions = _object(data.get("status"), "node status").get("conditions") or []
+    if not isinstance(raw_conditions, list):
+        raise Malformed("node status.conditions")
     return NodeView(
         name=name,
         uid=_text(meta.get("uid"), "node uid"),
@@ -240,6 +320,62 @@ def node_from_api(data: Any) -> NodeView:
         taints=tuple(taints),
         labels=_strings(meta.get("labels"), "node labels"),
         annotations=_strings(meta.get("annotations"), "node annotations"),
+        conditions=tuple(_condition(raw) for raw in raw_conditions),
+    )
+
+
+def _condition(raw: Any) -> NodeCondition:
+    condition = _object(raw, "node condition")
+    return NodeCondition(
+        type=_text(condition.get("type"), "condition type"),
+        status=_text(condition.get("status"), "condition status"),
+        reason=_text(condition.get("reason"), "condition reason"),
+        message=_text(condition.get("message"), "condition message"),
+        last_transition_time=_text(condition.get("lastTransitionTime"), "condition time") or None,
+        last_heartbeat_time=_text(condition.get("lastHeartbeatTime"), "condition time") or None,
+    )
+
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+
+def _requests_gpu(spec: Mapping[str, Any]) -> bool:
+    """True when a container (or init container) limits or requests nvidia.com/gpu."""
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group) or []
+        if not isinstance(containers, list):
+            raise Malformed(f"pod spec.{group}")
+        for raw in containers:
+            resources = _object(_object(raw, "container").get("resources"), "resources")
+            for kind in ("limits", "requests"):
+                if GPU_RESOURCE in _object(resources.get(kind), f"resources.{kind}"):
+                    return True
+    return False
+
+
+def pod_from_api(data: Any) -> PodView:
+    """A PodView from a pod's JSON form; Malformed when it is not shaped like a pod."""
+    if not isinstance(data, dict):
+        raise Malformed("pod")
+    meta = _object(data.get("metadata"), "pod metadata")
+    spec = _object(data.get("spec"), "pod spec")
+    owners = meta.get("ownerReferences") or []
+    if not isinstance(owners, list):
+        raise Malformed("pod ownerReferences")
+    name = _text(meta.get("name"), "pod name")
+    if not name:
+        raise Malformed("pod without a name")
+    return PodView(
+        namespace=_text(meta.get("namespace"), "pod namespace"),
+        name=name,
+        uid=_text(meta.get("uid"), "pod uid"),
+        node_name=_text(spec.get("nodeName"), "pod spec.nodeName"),
+        labels=_strings(meta.get("labels"), "pod labels"),
+        annotations=_strings(meta.get("annotations"), "pod annotations"),
+        owner_kinds=tuple(_text(_object(o, "owner").get("kind"), "owner kind") for o in owners),
+        phase=_text(_object(data.get("status"), "pod status").get("phase"), "pod phase"),
+        terminating=meta.get("deletionTimestamp") is not None,
+        gpu_request=_requests_gpu(spec),
     )
 
 
@@ -425,15 +561,31 @@ class KubeNodeApi:
         message: str,
         warning: bool,
     ) -> None:
+        await self._event(
+            namespace=self._event_namespace,
+            involved=client.V1ObjectReference(
+                api_version="v1", kind="Node", name=node.name, uid=node.uid or None
+            ),
+            prefix=node.name,
+            reason=reason,
+            message=message,
+            warning=warning,
+        )
+
+    async def _event(
+        self,
+        *,
+        namespace: str,
+        involved: client.V1ObjectReference,
+        prefix: str,
+        reason: str,
+        message: str,
+        warning: bool,
+    ) -> None:
         now = datetime.now(UTC)
         event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{node.name}.fleetwatch-"),
-            involved_object=client.V1ObjectReference(
-                api_version="v1",
-                kind="Node",
-                name=node.name,
-                uid=node.uid or None,
-            ),
+            metadata=client.V1ObjectMeta(generate_name=f"{prefix}.fleetwatch-"),
+            involved_object=involved,
             reason=reason,
             message=message,
             type="Warning" if warning else "Normal",
@@ -444,7 +596,67 @@ class KubeNodeApi:
             last_timestamp=now,
             count=1,
         )
-        await self._call(self._core.create_namespaced_event, self._event_namespace, event)
+        await self._call(self._core.create_namespaced_event, namespace, event)
+
+    async def list_pods(
+        self, *, node: str | None = None, namespace: str | None = None, label_selector: str = ""
+    ) -> list[PodView]:
+        fields = f"spec.nodeName={node}" if node is not None else ""
+        if namespace is None:
+            data = await self._call(
+                self._core.list_pod_for_all_namespaces,
+                field_selector=fields,
+                label_selector=label_selector,
+            )
+        else:
+            data = await self._call(
+                self._core.list_namespaced_pod,
+                namespace,
+                field_selector=fields,
+                label_selector=label_selector,
+            )
+        items = _object(data, "pod list").get("items") or []
+        if not isinstance(items, list):
+            raise Malformed("pod list items")
+        return [pod_from_api(item) for item in items]
+
+    async def evict_pod(self, *, namespace: str, name: str) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        await self._call(self._core.create_namespaced_pod_eviction, name, namespace, body)
+
+    async def patch_node_conditions(
+        self, name: str, *, resource_version: str, conditions: Sequence[NodeCondition]
+    ) -> NodeView:
+        body = {
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"conditions": [c.to_api() for c in conditions]},
+        }
+        data = await self._call(
+            self._core.patch_node_status, name, body, _content_type=STRATEGIC_MERGE_PATCH
+        )
+        return node_from_api(data)
+
+    async def create_pod_event(
+        self, *, pod: PodView, reason: str, message: str, warning: bool
+    ) -> None:
+        await self._event(
+            namespace=pod.namespace,
+            involved=client.V1ObjectReference(
+                api_version="v1",
+                kind="Pod",
+                namespace=pod.namespace,
+                name=pod.name,
+                uid=pod.uid or None,
+            ),
+            prefix=pod.name,
+            reason=reason,
+            message=message,
+            warning=warning,
+        )
 
 
 def _status_message(body: bytes) -> str:

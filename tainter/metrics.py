@@ -167,6 +167,22 @@ class TainterMetrics:
             registry=self.registry,
         )
 
+        self.evictions = Counter(
+            "fleetwatch_tainter_evictions_total",
+            "Pod evictions for a taint reason (--evict.reasons) by result (evicted, "
+            "blocked_by_pdb, deferred_same_job, rate_limited, skipped_daemonset, "
+            "skipped_mirror, skipped_no_label, dry_run, error).",
+            ["reason", "result"],
+            registry=self.registry,
+        )
+        self.node_condition_writes = Counter(
+            "fleetwatch_tainter_node_condition_writes_total",
+            "Writes of the node condition (--node-condition.type) by status (True, False) "
+            "and result (ok, dry_run, error).",
+            ["status", "result"],
+            registry=self.registry,
+        )
+
     def refused_connection(self, why: str) -> None:
         """The listener closed a connection (`too_many`, `header_timeout`)."""
         self.connections_refused.labels(why=why).inc()

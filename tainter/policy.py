@@ -54,7 +54,8 @@ def reasons(text: str) -> frozenset[str]:
     return frozenset(reason(r.strip()) for r in text.split(",") if r.strip())
 
 
-def _listed(found: frozenset[str]) -> str:
+def listed(found: frozenset[str]) -> str:
+    """A set of reasons as `--help` shows a default."""
     return ",".join(sorted(found)) or "none"
 
 
@@ -93,7 +94,7 @@ class TaintPolicy:
         frozenset(),
         parse=reasons,
         metavar="REASON,...",
-        shown=_listed,
+        shown=listed,
         help="reasons whose alerts may ask for NoExecute (it evicts running pods)",
     )
     allow_undeclared_reasons: bool = setting(False, help="accept any valid reason, declared or not")

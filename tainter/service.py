@@ -30,6 +30,7 @@ from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, no
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.quarantine import release
+from fleetwatch.tainter.remediation import after_sync_steps
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
 from fleetwatch.tainter.settings import RetryPolicy, TaintSettings
 from fleetwatch.tainter.sources import (
@@ -110,6 +111,7 @@ async def build_app(
                 name=settings.election.name,
                 leadership=leadership,
             ),
+            after_sync=after_sync_steps(settings, api=kube, leadership=leadership, metrics=metrics),
         )
         elector = forwarder = None
         if settings.election.enabled:

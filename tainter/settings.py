@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetwatch.tainter.policy import TaintPolicy, reason
+from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER
 
 from fleetwatch.flags import (
@@ -36,6 +37,16 @@ def evidence(text: str) -> tuple[str, str]:
             f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
         )
     return reason(name), query.strip()
+
+
+def condition_type(text: str) -> str:
+    """A node condition type as a flag type: CamelCase letters and digits, or empty."""
+    if text and not re.fullmatch(r"[A-Z][A-Za-z0-9]{0,62}", text):
+        raise argparse.ArgumentTypeError(
+            f"invalid node condition type {text!r}: expected CamelCase letters and digits "
+            "such as GPUHealthy, or empty to set no condition"
+        )
+    return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,6 +257,51 @@ class EvidenceSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EvictionSettings:
+    """Removal from the run (`--evict.*`): for which taint reasons the pods opted in are
+    evicted, how fast, and how patiently a PodDisruptionBudget's refusal is retried."""
+
+    reasons: frozenset[str] = setting(
+        frozenset(),
+        parse=reasons,
+        metavar="REASON,...",
+        shown=listed,
+        help="taint reasons whose node's opted-in GPU pods are evicted (default none: "
+        "eviction is off)",
+    )
+    max_per_minute: int = number_setting(
+        10, minimum=1, maximum=1000, integer=True, help="most pod evictions per minute"
+    )
+    pdb_attempts: int = number_setting(
+        4,
+        minimum=1,
+        maximum=20,
+        integer=True,
+        help="tries of one eviction a PodDisruptionBudget refuses (429) before it is "
+        "reported blocked (the next reconcile tries again)",
+    )
+    pdb_backoff: float = duration_setting(
+        0.5,
+        minimum=0.0,
+        maximum=60.0,
+        help="first wait after a 429; doubled after each further refusal",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConditionSettings:
+    """The node condition fleetwatch keeps while it holds a taint (`--node-condition.type`)."""
+
+    condition_type: str = setting(
+        "GPUHealthy",
+        parse=condition_type,
+        flag="node-condition.type",
+        metavar="TYPE",
+        help="node condition set False while a fleetwatch taint is held, True after (empty: none)",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TlsFiles:
     """Server certificate and key; a client CA turns on mTLS (client certificates required)."""
 
@@ -276,6 +332,8 @@ class TaintSettings:
     election: ElectionSettings
     evidence_queries: Mapping[str, str]
     listener: ListenerSettings = field(default_factory=ListenerSettings)
+    eviction: EvictionSettings = field(default_factory=EvictionSettings)
+    node_condition: NodeConditionSettings = field(default_factory=NodeConditionSettings)
     tls: TlsFiles | None = None
     prometheus_url: str | None = setting(
         None,

@@ -200,6 +200,7 @@ class DryRunNodeApi:
             taints=taints,
             labels=labels,
             annotations=annotations,
+            conditions=node.conditions,
         )
 
     async def get_node(self, name: str) -> NodeView:

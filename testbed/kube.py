@@ -501,3 +501,43 @@ def api_server(
             tokens=tokens,
             startup_seconds=time.monotonic() - started,
         )
+
+
+def bound_pod(
+    name: str,
+    *,
+    namespace: str,
+    node: str,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    gpus: int = 1,
+    owner_kind: str | None = None,
+) -> dict[str, Any]:
+    """A pod manifest already bound to `node` (no scheduler here), requesting `gpus`
+    nvidia.com/gpu (none when 0), owned by a made-up `owner_kind` object when given."""
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels or {}),
+        "annotations": dict(annotations or {}),
+    }
+    if owner_kind is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner_kind,
+                "name": f"{name}-owner",
+                "uid": "00000000-0000-0000-0000-000000000001",
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "trainer", "resources": resources}],
+        },
+    }

@@ -231,11 +231,19 @@ def tainter_api_calls(api: str = "_core") -> set[tuple[str, str]]:
             and node.value.attr == api
         ):
             match = re.fullmatch(
-                r"(read|list|patch|create|replace)_(?:namespaced_)?(\w+)", node.attr
+                r"(read|list|patch|create|replace)_(?:namespaced_)?([a-z]+)(?:_([a-z]+))?"
+                r"(?:_for_all_namespaces)?",
+                node.attr,
             )
             assert match, f"tainter/kube.py calls {node.attr}: map it to RBAC here"
-            calls.add((match.group(2) + "s", _VERBS[match.group(1)]))
+            verb, kind, subresource = match.groups()
+            calls.add((kind + "s" + (f"/{subresource}" if subresource else ""), _VERBS[verb]))
     return calls
+
+
+# The calls of features the chart grants rights for only when they are on.
+EVICTION_CALLS = frozenset({("pods", "list"), ("pods/eviction", "create")})
+CONDITION_CALLS = frozenset({("nodes/status", "patch")})
 
 
 def _grants(role: Mapping[str, Any]) -> set[tuple[str, str]]:
@@ -250,12 +258,13 @@ def _grants(role: Mapping[str, Any]) -> set[tuple[str, str]]:
 def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]) -> None:
     release = releases["defaults"]
     calls = tainter_api_calls()
-    assert ("nodes", "patch") in calls
+    assert {("nodes", "patch")} | EVICTION_CALLS | CONDITION_CALLS <= calls
     roles = {r["metadata"]["name"].rsplit("-", 1)[-1]: r for r in release.of_kind("Role")}
     cluster = _grants(release.one("ClusterRole"))
     namespaced = _grants(roles["events"])
-    assert cluster | namespaced == calls
-    assert all(resource == "nodes" for resource, _ in cluster)
+    # eviction is off by default: no right on pods at all
+    assert cluster | namespaced == calls - EVICTION_CALLS
+    assert all(resource.startswith("nodes") for resource, _ in cluster)
     assert (
         roles["events"]["metadata"]["namespace"] == default_values()["tainter"]["eventsNamespace"]
     )
@@ -277,6 +286,27 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
+
+
+@pytest.mark.parametrize(
+    ("values", "granted"),
+    [
+        ({"evict": {"reasons": ["gpu-overheat"]}}, EVICTION_CALLS | CONDITION_CALLS),
+        ({"nodeCondition": {"type": ""}}, frozenset()),
+    ],
+    ids=["evict-on", "condition-off"],
+)
+def test_feature_rbac_comes_with_the_feature(
+    kubeconfig: Path, values: dict[str, Any], granted: frozenset[tuple[str, str]]
+) -> None:
+    release = install(kubeconfig, {"tainter": values})
+    cluster = _grants(release.one("ClusterRole"))
+    assert cluster - {("nodes", v) for v in ("get", "list", "patch")} == granted | (
+        {("events", "create")} if granted >= EVICTION_CALLS else set()
+    )
+    args = _container(release.one("Deployment"))["args"]
+    assert ("--evict.reasons=gpu-overheat" in args) == (granted >= EVICTION_CALLS)
+    assert f"--node-condition.type={'GPUHealthy' if granted >= CONDITION_CALLS else ''}" in args
 
 
 def _container(obj: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
@@ -736,16 +766,37 @@ def test_admission_policy_limits_the_tainter_to_its_own_taints(
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert (rule["resources"], rule["operations"]) == (["nodes"], ["UPDATE"])
+    # nodes/status too, where only the GPUHealthy condition may change
+    assert (rule["resources"], rule["operations"]) == (["nodes", "nodes/status"], ["UPDATE"])
     (condition,) = spec["matchConditions"]
     assert condition["expression"] == (
         f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{account}"'
     )
     checks = " ".join(v["expression"] for v in spec["validations"])
-    for subject in ("Taints", "Labels", "Annotations", "unschedulable"):
+    for subject in ("Taints", "Labels", "Annotations", "unschedulable", "Conditions"):
         assert subject in checks
     assert checks.count("startsWith('fleetwatch.io/')") == 6
     assert not releases["tainter-off"].of_kind("ValidatingAdmissionPolicy")
+
+
+def test_admission_policy_follows_the_features(kubeconfig: Path) -> None:
+    """Without the condition the policy sees nodes only; with eviction a second policy
+    sees the tainter's Evictions (tests/tainter/test_admission_real.py evaluates both)."""
+    release = install(
+        kubeconfig,
+        {"tainter": {"nodeCondition": {"type": ""}, "evict": {"reasons": ["gpu-overheat"]}}},
+    )
+    policies = {
+        p["metadata"]["name"].rsplit("-", 1)[-1]: p
+        for p in release.of_kind("ValidatingAdmissionPolicy")
+    }
+    assert sorted(policies) == ["evictions", "nodes"]
+    (nodes,) = policies["nodes"]["spec"]["matchConstraints"]["resourceRules"]
+    assert nodes["resources"] == ["nodes"]
+    assert "conditions" not in json.dumps(policies["nodes"]["spec"])
+    (evictions,) = policies["evictions"]["spec"]["matchConstraints"]["resourceRules"]
+    assert (evictions["resources"], evictions["operations"]) == (["pods/eviction"], ["CREATE"])
+    assert len(release.of_kind("ValidatingAdmissionPolicyBinding")) == 2
 
 
 def test_admission_policy_can_be_switched_off(kubeconfig: Path) -> None:

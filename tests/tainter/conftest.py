@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -229,6 +230,7 @@ def make_controller(
         breaker_store: BreakerStore | None = None,
         evidence_source: EvidenceSource | None = None,
         alert_source: AlertSource | None = None,
+        after_sync: Sequence[AfterSync] = (),
         **settings: Any,
     ) -> Controller:
         settings.setdefault("hold_seconds", 0.0)
@@ -250,6 +252,7 @@ def make_controller(
             settings=ControllerSettings(**settings),
             policy=policy or TaintPolicy(declared_reasons=None),
             breaker_store=breaker_store,
+            after_sync=after_sync,
         )
 
     return build

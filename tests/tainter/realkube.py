@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.kube import ApiServer, Identity, service_account
+from testbed.kube import ApiServer, Identity, bound_pod, service_account
 from tests.deploy.chart import NAMESPACE, RELEASE, Release
 
 # The chart's tainter ServiceAccount (release RELEASE in NAMESPACE), as the API server sees
@@ -102,6 +102,92 @@ class RealCluster:
         )["items"]
         return sorted(items, key=lambda e: e["metadata"]["creationTimestamp"])
 
+    def fresh_namespace(self, namespace: str) -> None:
+        """`namespace` with its `default` ServiceAccount (no controller-manager makes it),
+        no pods, no PodDisruptionBudgets and no Events."""
+        self.server.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+        self.server.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": namespace},
+            }
+        )
+        # no kubelet confirms a graceful deletion: remove them at once, as it would
+        self.server.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+        self.server.call("DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
+        self.server.call("DELETE", f"/api/v1/namespaces/{namespace}/events")
+
+    def run_pod(self, name: str, *, namespace: str, node: str, **kwargs: Any) -> dict[str, Any]:
+        """Create a pod bound to `node` and report it Running and Ready, as its kubelet
+        would (`testbed.kube.bound_pod` takes the keyword arguments)."""
+        pod = self.server.call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            bound_pod(name, namespace=namespace, node=node, **kwargs),
+        )
+        pod["status"] = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        found: dict[str, Any] = self.server.call(
+            "PUT", f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod
+        )
+        return found
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """The pod as the server has it now."""
+        found: dict[str, Any] = self.server.call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
+        )
+        return found
+
+    def terminating(self, namespace: str) -> set[str]:
+        """Names of the pods of `namespace` that have a deletionTimestamp (evicted)."""
+        items = self.server.call("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        return {p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")}
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """Finish a graceful deletion as the kubelet would once the containers stopped."""
+        self.server.call(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}?gracePeriodSeconds=0"
+        )
+
+    def pod_events(self, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+        """Events about pod `name` with `reason`."""
+        selector = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
+        items: list[dict[str, Any]] = self.server.call(
+            "GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector={selector}"
+        )["items"]
+        return items
+
+    def budget(self, namespace: str, name: str, *, selector: dict[str, str], allowed: int) -> None:
+        """A PodDisruptionBudget whose status allows `allowed` disruptions (no disruption
+        controller runs here: the status is written as it would compute it)."""
+        path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+        status, current = self.server.request("GET", f"{path}/{name}")
+        if status == 404:
+            current = self.server.call(
+                "POST",
+                path,
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}},
+                },
+            )
+        current["status"] = {
+            "observedGeneration": current["metadata"].get("generation", 1),
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 1 + allowed,
+            "desiredHealthy": 1,
+            "expectedPods": 1 + allowed,
+        }
+        self.server.call("PUT", f"{path}/{name}/status", current)
+
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease, or None when there is none."""
         status, lease = self.server.request(
@@ -114,6 +200,8 @@ class RealCluster:
         return found
 
 
+# Chart values with every tainter feature on (removal from the run is off by default).
+ALL_FEATURES = {"tainter": {"evict": {"reasons": ["gpu-overheat"]}}}
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 

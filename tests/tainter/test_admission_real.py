@@ -1,8 +1,10 @@
 """The chart's ValidatingAdmissionPolicy, evaluated by a real API server: as the tainter's
 ServiceAccount, a patch that adds or removes a fleetwatch.io/ taint passes, and one that
 changes another taint, cordons, or touches labels or annotations outside fleetwatch.io/ is
-denied with the chart's message; the tainter's own guarded writes (a quarantine's label and
-taint history included) pass; people are not bound by it."""
+denied with the chart's message; on nodes/status only the GPUHealthy condition may change;
+an eviction may not shorten the pod's grace period; the tainter's own guarded writes (a
+quarantine's label and taint history included) pass; people are not bound by it. The chart
+is rendered with every feature on."""
 
 from __future__ import annotations
 
@@ -12,16 +14,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from fleetwatch.tainter.condition import ConditionKeeper
+from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION as HISTORY
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, History
+from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy
 
 from testbed.kube import ADMIN, ApiServer
 from tests.deploy import fakekube
 from tests.deploy.chart import Release, install
 from tests.tainter.conftest import ControllerFactory, alert, keys, webhook
 from tests.tainter.realkube import (
+    ALL_FEATURES,
     POLICY_KINDS,
     RBAC_KINDS,
     TAINTER,
@@ -41,7 +48,7 @@ def policy(api_server: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> R
     """The chart's RBAC and admission policy (default values), applied and in effect."""
     path = tmp_path_factory.mktemp("helm") / "kubeconfig.json"
     with fakekube.serve(fakekube.FakeKubeApi(), path) as kubeconfig:
-        release = install(kubeconfig)
+        release = install(kubeconfig, ALL_FEATURES)
     assert release.of_kind("ValidatingAdmissionPolicy"), "the chart renders no policy"
     apply_release(api_server, release, RBAC_KINDS + POLICY_KINDS)
     probe = RealCluster(api_server)
@@ -159,7 +166,16 @@ async def test_the_tainters_own_writes_pass_on_a_cordoned_node_with_foreign_tain
     make_controller: ControllerFactory, cluster: RealCluster, kube: KubeNodeApi
 ) -> None:
     cluster.mutate("gpu-1", lambda n: n["spec"].update(unschedulable=True))
-    controller = make_controller()
+    metrics = TainterMetrics()
+    condition = ConditionKeeper(
+        api=kube,
+        leadership=Leadership(renew_deadline=None),
+        metrics=metrics,
+        settings=NodeConditionSettings(),
+        retry=RetryPolicy(attempts=2, base_delay=0.001),
+        dry_run=False,
+    )
+    controller = make_controller(metrics=metrics, after_sync=[condition])
     await controller.handle_alerts(
         parse_webhook(webhook(alert("gpu-1"), alert("gpu-1", reason="xid")))
     )
@@ -174,6 +190,85 @@ async def test_the_tainters_own_writes_pass_on_a_cordoned_node_with_foreign_tain
     record = json.loads(node["metadata"]["annotations"]["fleetwatch.io/taints"])
     assert sorted(record) == ["fleetwatch.io/gpu-overheat", "fleetwatch.io/xid"]
     assert len(cluster.events_for("gpu-1", "TaintAdded")) == 2  # its Role covers Events
+    (gpu,) = [c for c in node["status"]["conditions"] if c["type"] == "GPUHealthy"]
+    assert (gpu["status"], gpu["reason"]) == ("False", "GpuOverheat")
+
+
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+def patch_status_as_tainter(server: ApiServer, node: str, status: Any) -> tuple[int, Any]:
+    return server.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": status},
+        identity=TAINTER,
+        content_type=STRATEGIC,
+    )
+
+
+def test_the_tainter_may_change_its_node_condition_and_no_other_status(
+    api_server: ApiServer, cluster: RealCluster
+) -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    api_server.call(
+        "PATCH",
+        "/api/v1/nodes/gpu-1/status",
+        {"status": {"conditions": [ready]}},
+        content_type=STRATEGIC,
+    )
+    gpu = {"type": "GPUHealthy", "status": "False", "reason": "GpuOverheat", "message": "hot"}
+    status, answer = patch_status_as_tainter(api_server, "gpu-1", {"conditions": [gpu]})
+    assert status == 200, answer
+    before = cluster.node("gpu-1")
+    for change, message in [
+        ({"conditions": [{**ready, "status": "False"}]}, "only the GPUHealthy node condition"),
+        ({"conditions": [{"type": "DiskPressure", "status": "True"}]}, "only the GPUHealthy"),
+        ({"capacity": {"nvidia.com/gpu": "0"}}, "no node status but the GPUHealthy"),
+    ]:
+        status, answer = patch_status_as_tainter(api_server, "gpu-1", change)
+        assert status in (403, 422), answer
+        assert message in answer["message"]
+    after = cluster.node("gpu-1")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_an_eviction_may_not_shorten_the_grace_period(
+    api_server: ApiServer, cluster: RealCluster
+) -> None:
+    cluster.fresh_namespace("team-a")
+
+    def evict(name: str, **options: Any) -> tuple[int, Any]:
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "team-a"},
+        }
+        if options:
+            body["deleteOptions"] = options
+        return api_server.request(
+            "POST", f"/api/v1/namespaces/team-a/pods/{name}/eviction", body, identity=TAINTER
+        )
+
+    probes = iter(range(1000))
+
+    def denied() -> bool:
+        # a new pod each try: one evicted before the policy is in effect is gone
+        name = f"probe-{next(probes)}"
+        cluster.run_pod(name, namespace="team-a", node="gpu-0")
+        return evict(name, gracePeriodSeconds=0)[0] != 201
+
+    wait_for(denied, what="the eviction policy to take effect")
+    cluster.fresh_namespace("team-a")
+    for name in ("forced", "plain"):
+        cluster.run_pod(name, namespace="team-a", node="gpu-0")
+    status, answer = evict("forced", gracePeriodSeconds=0)
+    assert status in (403, 422), answer
+    assert "never shortens a pod's grace period" in answer["message"]
+    assert cluster.terminating("team-a") == set()
+    status, answer = evict("plain")
+    assert status == 201, answer
+    assert cluster.terminating("team-a") == {"plain"}
 
 
 async def test_the_tainters_quarantine_write_passes(

@@ -1,6 +1,8 @@
 """The chart's rendered RBAC, applied to a real API server and asked, as the tainter's
 ServiceAccount, what it may do (SelfSubjectAccessReview, as `kubectl auth can-i`): every
-call tainter/kube.py makes is allowed, and the neighbours of those calls are not."""
+call tainter/kube.py makes is allowed, and the neighbours of those calls are not. The chart
+is rendered with every feature on (eviction is off by default; tests/deploy/test_chart.py
+checks its rights come only with it)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from testbed.kube import ApiServer
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE, Release, default_values, install
 from tests.deploy.test_chart import tainter_api_calls
-from tests.tainter.realkube import RBAC_KINDS, TAINTER, apply_release, wait_for
+from tests.tainter.realkube import ALL_FEATURES, RBAC_KINDS, TAINTER, apply_release, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +31,10 @@ class Access(NamedTuple):
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """The chart rendered with its default values."""
+    """The chart rendered with its default values and eviction on."""
     path = tmp_path_factory.mktemp("helm") / "kubeconfig.json"
     with fakekube.serve(fakekube.FakeKubeApi(), path) as kubeconfig:
-        yield install(kubeconfig)
+        yield install(kubeconfig, ALL_FEATURES)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +58,9 @@ def used(release: Release) -> list[Access]:
     events = default_values()["tainter"]["eventsNamespace"]
     where = {
         "nodes": Access("", "nodes"),
+        "nodes/status": Access("", "nodes", subresource="status"),
+        "pods": Access("", "pods"),
+        "pods/eviction": Access("", "pods", namespace="team-a", subresource="eviction"),
         "events": Access("", "events", namespace=events),
         "leases": Access(
             "", "leases", group="coordination.k8s.io", namespace=NAMESPACE, name=lease_name(release)
@@ -78,7 +83,9 @@ def test_the_chart_binds_the_service_account_the_tests_impersonate(release: Rele
 
 def test_every_call_the_tainter_makes_is_allowed(rbac: ApiServer, release: Release) -> None:
     accesses = used(release)
-    assert {a.resource for a in accesses} == {"nodes", "events", "leases"}
+    assert {a.resource for a in accesses} == {"nodes", "pods", "events", "leases"}
+    # an evicted pod's Events go to the pod's namespace
+    accesses.append(Access("create", "events", namespace="team-a"))
     refused = [a for a in accesses if not rbac.allowed(TAINTER, **a._asdict())]
     assert refused == []
 
@@ -90,13 +97,17 @@ def test_every_call_the_tainter_makes_is_allowed(rbac: ApiServer, release: Relea
         Access("create", "nodes"),
         Access("update", "nodes"),
         Access("watch", "nodes"),
-        Access("patch", "nodes", subresource="status"),
+        Access("update", "nodes", subresource="status"),
         Access("get", "secrets", namespace=NAMESPACE),
         Access("list", "secrets"),
         Access("delete", "pods", namespace="default"),
-        Access("create", "pods", namespace="default", subresource="eviction"),
+        Access("deletecollection", "pods", namespace="default"),
+        Access("create", "pods", namespace="default"),
+        Access("patch", "pods", namespace="default"),
+        Access("watch", "pods"),
+        Access("update", "pods", namespace="default", subresource="status"),
+        Access("list", "poddisruptionbudgets", group="policy"),
         Access("get", "configmaps", namespace=NAMESPACE),
-        Access("create", "events", namespace=NAMESPACE),  # only in the events namespace
         Access("patch", "events", namespace="default"),
         Access("delete", "leases", group="coordination.k8s.io", namespace=NAMESPACE),
         Access("list", "leases", group="coordination.k8s.io", namespace=NAMESPACE),
