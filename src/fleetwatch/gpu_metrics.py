@@ -1,8 +1,8 @@
-"""Names of the GPU collector's metric families: the metric contract, written once.
+"""Names of the GPU families the report and rules read: the metric contract, written once.
 
-The collector (`fleetwatch.collectors.gpu`) declares its families with these names and the
-report (`fleetwatch.report.dataset`) queries them, so neither keeps its own copy. This is a
-neutral module: the report imports no collector.
+The collectors (`fleetwatch.collectors.gpu`, `fleetwatch.collectors.pci`) declare their
+families with these names and the report (`fleetwatch.report.dataset`) and rules query
+them, so none keeps its own copy. This is a neutral module: the report imports no collector.
 """
 
 from typing import Final
@@ -10,6 +10,8 @@ from typing import Final
 INFO: Final = "fleetwatch_gpu_info"
 COUNT: Final = "fleetwatch_gpus_visible"
 EXPECTED: Final = "fleetwatch_gpus_expected"
+PCI_PRESENT: Final = "fleetwatch_gpus_pci_present"
+PCI_INFO: Final = "fleetwatch_gpu_pci_info"
 TEMPERATURE: Final = "fleetwatch_gpu_temperature_celsius"
 THRESHOLD: Final = "fleetwatch_gpu_temperature_threshold_celsius"
 UTILIZATION: Final = "fleetwatch_gpu_utilization_ratio"
