@@ -5,7 +5,7 @@ initialise after a reboot, is missing there but still a PCI function until it fa
 the bus. `fleetwatch_gpus_pci_present` beside `fleetwatch_gpus_visible` tells the two
 apart with no configured expectation, and keeps reporting when NVML does not start at all
 (this collector never calls it). `fleetwatch_gpu_pci_info` names each GPU by the bus id
-NVML uses, so `fleetwatch_gpu_pci_info unless on(pci_bus_id) fleetwatch_gpu_info` is the
+NVML uses, so `fleetwatch_gpu_pci_info unless on(node, pci_bus_id) fleetwatch_gpu_info` is the
 GPU NVML lost.
 
 A node without PCI sysfs has no series (not a GPU node, not a failure); a node with PCI
@@ -41,7 +41,7 @@ SPECS: Final = (
         PCI_INFO,
         "gauge",
         "An NVIDIA GPU on the PCI bus (value 1): its bus id as NVML writes it (join "
-        "fleetwatch_gpu_info on pci_bus_id) and its PCI device id.",
+        "fleetwatch_gpu_info on node and pci_bus_id) and its PCI device id.",
         ("pci_bus_id", "device_id"),
     ),
     MetricSpec(
