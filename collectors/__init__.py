@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetwatch.collectors import gpm, gpu, infiniband, nvlink, podresources, xid
+from fleetwatch.collectors import gpm, gpu, infiniband, nvlink, pci, podresources, xid
 from fleetwatch.collectors.base import CollectorSpec
 
 COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     gpu.SPEC,
+    pci.SPEC,
     gpm.SPEC,
     nvlink.SPEC,
     xid.SPEC,

@@ -53,8 +53,9 @@ from fleetwatch.collectors.infiniband_layout import (
 )
 from fleetwatch.collectors.infiniband_links import StateChangeCounter, ToolFallbacks
 from fleetwatch.collectors.metrics import LabelCache, SeriesFamily
+from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.ibtools import IbTools
-from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs, ReadProblem
+from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents, open_device_events
 
 from fleetwatch.flags import duration_setting, setting
@@ -98,7 +99,7 @@ class InfinibandCollector:
         self._hw_stats_seconds = hw_stats_seconds
         self._hw_read_at: float | None = None
         self._discovered_at: float | None = None
-        self._read_errors = 0
+        self._read_problems = ReadProblems(self._once, "skipped an InfiniBand sysfs value")
         self._event_counts: dict[tuple[str, str], int] = {}
         self._event_labels: list[dict[str, str]] = []
         self._state_changes = StateChangeCounter()
@@ -128,7 +129,7 @@ class InfinibandCollector:
         if hw:
             self._hw_read_at = now
         if reading.problems:
-            self._report(reading.problems)
+            self._read_problems.report(reading.problems)
         if reading.vanished:
             log.info(
                 "InfiniBand devices vanished while reading",
@@ -152,7 +153,7 @@ class InfinibandCollector:
             now - self._discovered_at >= self._rediscover_seconds
         )
         if events or periodic or self._events.lost:
-            self._report(self._sysfs.discover())
+            self._read_problems.report(self._sysfs.discover())
             self._discovered_at = now
             self._hw_read_at = None  # new descriptors: read everything once
             self._labels.clear()
@@ -179,18 +180,6 @@ class InfinibandCollector:
                     port=port.port,
                     link_layer=port.link_layer,
                 )
-
-    def _report(self, problems: Sequence[ReadProblem]) -> None:
-        """Count every skipped value; log each once per file and reason (a stuck file is
-        not news)."""
-        self._read_errors += len(problems)
-        for problem in problems:
-            self._once.warning(
-                (problem.path, problem.reason),
-                "skipped an InfiniBand sysfs value",
-                path=problem.path,
-                reason=problem.reason,
-            )
 
     # -- mapping ------------------------------------------------------------------------
     # Families are rebuilt only from inputs that changed: traffic moves every cycle, but
@@ -327,10 +316,10 @@ class InfinibandCollector:
 
     def _read_errors_family(self) -> SeriesFamily | None:
         """Skipped sysfs values so far; absent until the first one."""
-        if not self._read_errors:
+        if not self._read_problems.total:
             return None
         return self._family(
-            READ_ERRORS, [self._labels.labels(READ_ERRORS, ())], [self._read_errors]
+            READ_ERRORS, [self._labels.labels(READ_ERRORS, ())], [self._read_problems.total]
         )
 
 

@@ -26,6 +26,8 @@ from typing import Any, Final
 
 import pynvml
 from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
+from fleetwatch.collectors.sources.pci import nvml_bus_id
+from fleetwatch.sim.sysfs_tree import gpu_pci_address
 from fleetwatch.sim.world import (
     GPU_MAX_CELSIUS,
     MEMORY_MAX_CELSIUS,
@@ -34,8 +36,6 @@ from fleetwatch.sim.world import (
     SimulatedNode,
 )
 
-# PCI bus numbers of the eight GPUs of a DGX H100 (`nvidia-smi` order).
-_DGX_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _THRESHOLDS: Final = {
     pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: SHUTDOWN_CELSIUS,
     pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: SLOWDOWN_CELSIUS,
@@ -209,6 +209,7 @@ class FakeNvml:
 
     # -- system ----------------------------------------------------------------------------
     def nvmlInit(self) -> None:
+        self._enter("nvmlInit", None)
         self.init_calls += 1
 
     def nvmlShutdown(self) -> None:
@@ -522,13 +523,14 @@ class FakeNvml:
 
 
 def simulated_pci_bus_id(gpu: int) -> str:
-    """The PCI bus id NVML reports for a simulated GPU (`00000000:18:00.0`)."""
-    bus = _DGX_BUSES[gpu] if gpu < len(_DGX_BUSES) else 0x20 + gpu
-    return f"00000000:{bus:02X}:00.0"
+    """The PCI bus id NVML reports for a simulated GPU (`00000000:18:00.0`): the address
+    it has in the simulated sysfs tree."""
+    return nvml_bus_id(gpu_pci_address(gpu))
 
 
 class SimulatedKernelLog:
-    """The simulated node's kernel log: an NVRM Xid record per scenario Xid, history included.
+    """The simulated node's kernel log: an NVRM Xid record per scenario Xid and a "GPU has
+    fallen off the bus" record per `gpu_off_bus` fault, history included.
 
     Implements `collectors.sources.kmsg.KernelLog`; unlike NVML events, the kernel log
     keeps the Xids raised before the reader started. Records are stamped with scenario
@@ -545,12 +547,21 @@ class SimulatedKernelLog:
         return self._node.now()
 
     def _new_lines(self) -> list[str]:
-        events = self._node.xid_events()
+        # An Xid sorts before a fall off the bus at the same instant, as the driver logs them.
+        events = sorted(
+            [(at, 0, gpu, xid) for at, gpu, xid in self._node.xid_events()]
+            + [(at, 1, gpu, 0) for at, gpu in self._node.off_bus_events()]
+        )
         start, new, self._sent = self._sent, events[self._sent :], len(events)
         return [
-            f"3,{start + i},{round(at * 1e6)},-;NVRM: Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): "
-            f"{xid}, pid='<unknown>', name=<unknown>, simulated"
-            for i, (at, gpu, xid) in enumerate(new)
+            f"{3 if xid else 4},{start + i},{round(at * 1e6)},-;NVRM: "
+            + (
+                f"Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): {xid}, pid='<unknown>', "
+                "name=<unknown>, simulated"
+                if xid
+                else f"GPU {simulated_pci_bus_id(gpu)[4:]}: GPU has fallen off the bus."
+            )
+            for i, (at, _order, gpu, xid) in enumerate(new)
         ]
 
     def read(self, timeout: float) -> list[str]:

@@ -152,6 +152,7 @@ _FAULT_KEYS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "ib_rate": (frozenset({"device", "port", "value"}), frozenset({"seconds"})),
     "xid": (frozenset({"gpu", "xid"}), frozenset()),
     "gpu_lost": (frozenset({"gpu"}), frozenset()),
+    "gpu_off_bus": (frozenset({"gpu"}), frozenset()),
     "hang": (frozenset({"call", "seconds"}), frozenset({"gpu"})),
     "throttle": (frozenset({"gpu", "reason"}), frozenset({"seconds"})),
     "tensor_active": (frozenset({"gpu", "value"}), frozenset({"seconds"})),

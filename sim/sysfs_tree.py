@@ -9,8 +9,13 @@ re-read them with `os.pread` see new values, as they do on real sysfs.
 The layout follows real sysfs: `class/infiniband/<dev>` is a symlink into a DGX-like PCI
 hierarchy (`devices/pci0000:RR/<root port>/<switch>/<downstream port>/<HCA>/infiniband/
 <dev>`), with the GPU of the same rail under the same PCIe switch, and every PCI function
-listed in `bus/pci/devices`. Storage HCAs (beyond the GPU count) hang off their own root
-port. Beside it, `fleetwatch-sim/ibtools.json` carries what the fake `perfquery` and
+listed in `bus/pci/devices`. Each GPU sits at the bus id the fake NVML reports for it.
+Storage HCAs (beyond the GPU count) hang off their own root port. Functions that are not
+GPUs stand beside them as on a real host: the BMC's VGA controller (ASPEED), and on an
+8-GPU baseboard four NVSwitches (NVIDIA vendor, bridge class). A GPU that falls off the
+bus (`gpu_off_bus` fault) leaves `bus/pci/devices` as on a PCIe surprise removal.
+
+Beside the tree, `fleetwatch-sim/ibtools.json` carries what the fake `perfquery` and
 `ibstat` print (LIDs, GUIDs, 64-bit extended counters); they find the tree through the
 `FLEETWATCH_SYSFS_ROOT` environment variable that the tool wrappers set.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -71,6 +77,24 @@ _ROCE_HW_COUNTERS: Final = (
     "roce_slow_restart_trans",
 )
 _DEFAULT_HOSTNAME: Final = "dgx-sim"
+# PCI bus numbers of the eight GPUs of a DGX H100 in NVML order. GPU i and the HCA of
+# rail i share a root port `_GPU_BELOW_ROOT` buses above the GPU.
+_DGX_GPU_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_GPU_BELOW_ROOT: Final = 3
+_SLOTS_PER_DOMAIN: Final = 28
+# (path below devices/, vendor, device, class) of the functions that are not GPUs or HCAs.
+_BMC_VGA: Final = (
+    ("pci0000:00/0000:00:1c.0", "0x8086", "0x1bbc", "0x060400"),
+    ("pci0000:00/0000:00:1c.0/0000:03:00.0", "0x1a03", "0x2000", "0x030000"),
+)
+_NVSWITCHES: Final = tuple(
+    entry
+    for i in range(4)
+    for entry in (
+        (f"pci0000:e0/0000:e0:0{i + 1}.0", "0x8086", "0x1bbc", "0x060400"),
+        (f"pci0000:e0/0000:e0:0{i + 1}.0/0000:e{i + 1}:00.0", "0x10de", "0x22a3", "0x068000"),
+    )
+)
 
 
 def rate_text(rate_gbps: float) -> str:
@@ -91,10 +115,25 @@ class _HcaPlace:
     numa_node: int
 
 
+def _slot_root(slot: int) -> tuple[int, int]:
+    """(PCI domain, root bus) of rail `slot` (GPU `slot` and HCA `slot`): a DGX H100's for
+    the first eight, then 8 buses a slot, 28 slots a domain from domain 1, so addresses
+    stay unique and in NVML order."""
+    if slot < len(_DGX_GPU_BUSES):
+        return 0, _DGX_GPU_BUSES[slot] - _GPU_BELOW_ROOT
+    domain, index = divmod(slot - len(_DGX_GPU_BUSES), _SLOTS_PER_DOMAIN)
+    return domain + 1, 0x10 + 8 * index
+
+
+def gpu_pci_address(gpu: int) -> str:
+    """The sysfs PCI address of simulated GPU `gpu` (`0000:18:00.0`)."""
+    domain, root_bus = _slot_root(gpu)
+    return f"{domain:04x}:{root_bus + _GPU_BELOW_ROOT:02x}:00.0"
+
+
 def _place(index: int, gpus: int, hcas: int) -> _HcaPlace:
     """PCI paths for HCA `index`: rails pair HCA i with GPU i behind one PCIe switch."""
-    domain, slot = divmod(index, 28)
-    root_bus = 0x10 + 8 * slot
+    domain, root_bus = _slot_root(index)
     dom = f"{domain:04x}"
     root = f"pci{dom}:{root_bus:02x}"
     root_port = f"{root}/{dom}:{root_bus:02x}:01.0"
@@ -109,7 +148,7 @@ def _place(index: int, gpus: int, hcas: int) -> _HcaPlace:
     down_hca = f"{switch}/{dom}:{root_bus + 2:02x}:01.0"
     return _HcaPlace(
         hca_path=f"{down_hca}/{hca}",
-        gpu_path=f"{down_gpu}/{dom}:{root_bus + 3:02x}:00.0",
+        gpu_path=f"{down_gpu}/{gpu_pci_address(index)}",
         bridges=(root_port, switch, down_gpu, down_hca),
         numa_node=numa,
     )
@@ -133,6 +172,7 @@ class SimulatedSysfs:
         if not self._created:
             self._create_static()
             self._created = True
+        self._remove_gpus_off_bus(t)
         tools: dict[str, Any] = {}
         for index, hca in enumerate(self.node.scenario.infiniband):
             tools[hca.device] = self._write_hca(index, hca, t)
@@ -168,6 +208,9 @@ class SimulatedSysfs:
             )
             self._numa(place.hca_path, place.numa_node)
             self._create_device(index, hca, place)
+        others = (*_BMC_VGA, *(_NVSWITCHES if scenario.gpus == 8 else ()))
+        for path, vendor, device, pci_class in others:
+            self._pci_function(path, vendor=vendor, device=device, pci_class=pci_class)
         # GPUs without an HCA of their own still appear on the bus.
         for gpu in range(hcas, scenario.gpus):
             place = _place(gpu, scenario.gpus, scenario.gpus)
@@ -187,6 +230,15 @@ class SimulatedSysfs:
         link = self.root / "bus" / "pci" / "devices" / directory.name
         if not link.is_symlink():
             link.symlink_to(os.path.relpath(directory, link.parent))
+
+    def _remove_gpus_off_bus(self, t: float) -> None:
+        """Take each GPU that fell off the bus out of `bus/pci/devices` and `devices/`."""
+        pci = self.root / "bus" / "pci" / "devices"
+        for gpu in range(self.node.scenario.gpus):
+            link = pci / gpu_pci_address(gpu)
+            if not self.node.gpu_on_bus(gpu, t) and link.is_symlink():
+                shutil.rmtree(link.resolve())
+                link.unlink()
 
     def _numa(self, path: str, numa_node: int) -> None:
         (self.root / "devices" / path / "numa_node").write_text(f"{numa_node}\n")

@@ -64,8 +64,20 @@ class SimulatedNode:
 
     # -- GPUs -------------------------------------------------------------------------
     def gpu_lost(self, gpu: int, t: float | None = None) -> bool:
+        """NVML answers `GpuIsLost` for the GPU: lost (still on the bus) or fallen off it."""
         t = self.now() if t is None else t
-        return any(f.gpu == gpu for f in self._faults("gpu_lost", t))
+        lost = (*self._faults("gpu_lost", t), *self._faults("gpu_off_bus", t))
+        return any(f.gpu == gpu for f in lost)
+
+    def gpu_on_bus(self, gpu: int, t: float | None = None) -> bool:
+        """The GPU is a PCI function in sysfs (until a `gpu_off_bus` fault removes it)."""
+        t = self.now() if t is None else t
+        return not any(f.gpu == gpu for f in self._faults("gpu_off_bus", t))
+
+    def off_bus_events(self, t: float | None = None) -> list[tuple[float, int]]:
+        """(time, gpu) for every GPU that has fallen off the bus by `t`, in order."""
+        t = self.now() if t is None else t
+        return [(f.at, f.gpu or 0) for f in self._faults("gpu_off_bus", t)]
 
     def _wave(self, gpu: int, t: float, amplitude: float, period: float) -> float:
         """A small deterministic wobble so graphs look alive and GPUs differ."""

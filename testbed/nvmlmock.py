@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ENVIRONMENT = "FLEETWATCH_NVML_MOCK"
 LIBRARY = Path("lib") / "libnvidia-ml.so.1"
 # Collectors that read no NVML: without hardware they only add noise here.
-NON_NVML = ("--no-collector.infiniband", "--no-collector.podresources")
+NON_NVML = ("--no-collector.infiniband", "--no-collector.podresources", "--no-collector.pci")
 
 
 class MissingNvmlMock(FileNotFoundError):

@@ -4,13 +4,46 @@ A sysfs attribute is a regular file that answers at once. Anything else found in
 place (a FIFO left by a test harness or an attacker with write access to a bind mount,
 a character device, a directory) could block `open` or `read` forever and stall the
 collector; `open_regular` refuses it with `NotRegularFile`, a per-file problem like any
-other read error.
+other read error. `ReadProblem` is how a reader reports such a file (or one holding
+garbage) to its collector, which counts and logs it.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fleetwatch.logs import LogOnce
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadProblem:
+    """A value that was skipped for a reason a person should see (garbage, I/O error)."""
+
+    path: str
+    reason: str
+
+
+class ReadProblems:
+    """Files skipped so far (`total`), each logged once per file and reason with `message`:
+    a stuck file is not news every cycle."""
+
+    def __init__(self, once: LogOnce, message: str) -> None:
+        self._once = once
+        self._message = message
+        self.total = 0
+
+    def report(self, problems: Iterable[ReadProblem]) -> None:
+        for problem in problems:
+            self.total += 1
+            self._once.warning(
+                (problem.path, problem.reason),
+                self._message,
+                path=problem.path,
+                reason=problem.reason,
+            )
 
 
 class NotRegularFile(OSError):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol, cast
 
-from fleetwatch.collectors.sources.files import open_regular
+from fleetwatch.collectors.sources.files import ReadProblem, open_regular
 from fleetwatch.collectors.sources.pci import HcaTopology, find_gpus, hca_topology
 
 # PMA PortCounters error counters: sysfs file -> (error name, width in bits). They
@@ -86,14 +86,6 @@ class OsFiles:
 
     def close(self, fd: int) -> None:
         os.close(fd)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReadProblem:
-    """A value that was skipped for a reason a person should see (garbage, I/O error)."""
-
-    path: str
-    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -293,6 +293,8 @@ def _other_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
             return f"{gpu} reports Xid {fault.xid}"
         case "gpu_lost":
             return f"{gpu} falls off the bus: tainted fleetwatch.io/gpu-lost."
+        case "gpu_off_bus":
+            return f"{gpu} falls off the PCI bus: gone from NVML and from sysfs"
         case "hang":
             return (
                 f"NVML call {fault.call} hangs for {fault.seconds:g}s: the collector reading "

@@ -1,7 +1,8 @@
 """Names of the metric families that more than one part of fleetwatch reads: the metric
 contract, written once.
 
-The collectors declare their families with these names and the report
+The collectors (`fleetwatch.collectors.gpu`, `pci`, `nvlink`, `infiniband`, `xid`,
+`podresources`) declare their families with these names and the report
 (`fleetwatch.report.dataset`) queries them, so neither keeps its own copy. This is a
 neutral module: the report imports no collector.
 """
@@ -11,6 +12,8 @@ from typing import Final
 INFO: Final = "fleetwatch_gpu_info"
 COUNT: Final = "fleetwatch_gpus_visible"
 EXPECTED: Final = "fleetwatch_gpus_expected"
+PCI_PRESENT: Final = "fleetwatch_gpus_pci_present"
+PCI_INFO: Final = "fleetwatch_gpu_pci_info"
 TEMPERATURE: Final = "fleetwatch_gpu_temperature_celsius"
 THRESHOLD: Final = "fleetwatch_gpu_temperature_threshold_celsius"
 UTILIZATION: Final = "fleetwatch_gpu_utilization_ratio"

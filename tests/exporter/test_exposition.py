@@ -1,6 +1,6 @@
 """The whole node's exposition: the collector goldens together, catalog, promtool, Prometheus.
 
-Each collector has its own golden file (tests/golden/gpu, tests/golden/infiniband), and
+Each collector has its own golden file (tests/golden/gpu, pci, infiniband), and
 nothing here restates their values: the whole exposition, collected by the engine on a
 simulated node, must hold exactly the series of those goldens plus the engine's
 self-metrics. The integration tests run promtool on every golden and on a live
@@ -34,7 +34,7 @@ from tests.golden import GOLDEN_DIR
 CATALOG = Path(__file__).parents[2] / "docs" / "metrics.md"
 FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
 # The collector goldens of the dgx-h100 scenario: together, the node's whole exposition.
-DGX_H100_GOLDENS = ("gpu/dgx-h100.txt", "infiniband/dgx-h100.prom")
+DGX_H100_GOLDENS = ("gpu/dgx-h100.txt", "pci/dgx-h100.prom", "infiniband/dgx-h100.prom")
 
 
 def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:

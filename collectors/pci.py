@@ -1,0 +1,93 @@
+"""PCI collector: the NVIDIA GPUs on the PCI bus, counted from sysfs without NVML.
+
+NVML lists the GPUs its driver initialised; a GPU that the driver lost, or that failed to
+initialise after a reboot, is missing there but still a PCI function until it falls off
+the bus. `fleetwatch_gpus_pci_present` beside `fleetwatch_gpus_visible` tells the two
+apart with no configured expectation, and keeps reporting when NVML does not start at all
+(this collector never calls it). `fleetwatch_gpu_pci_info` names each GPU by the bus id
+NVML uses, so `fleetwatch_gpu_pci_info unless on(node, pci_bus_id) fleetwatch_gpu_info` is the
+GPU NVML lost.
+
+A node without PCI sysfs has no series (not a GPU node, not a failure); a node with PCI
+sysfs and no NVIDIA GPU reads 0. The bus is read every cycle: a few hundred small reads
+of values the kernel cached at enumeration (docs/performance.md has the cost).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Final
+
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.sources.files import ReadProblems
+from fleetwatch.collectors.sources.pci import nvml_bus_id, scan_gpus
+
+from fleetwatch.logs import LogOnce
+from fleetwatch.metric_names import PCI_INFO, PCI_PRESENT
+
+log = logging.getLogger(__name__)
+
+READ_ERRORS = "fleetwatch_pci_sysfs_read_errors_total"
+SPECS: Final = (
+    MetricSpec(
+        PCI_PRESENT,
+        "gauge",
+        "NVIDIA GPUs on the PCI bus (vendor 0x10de, VGA or 3D controller; NVSwitches and "
+        "SR-IOV virtual functions excluded), read from sysfs without NVML.",
+    ),
+    MetricSpec(
+        PCI_INFO,
+        "gauge",
+        "An NVIDIA GPU on the PCI bus (value 1): its bus id as NVML writes it (join "
+        "fleetwatch_gpu_info on node and pci_bus_id) and its PCI device id.",
+        ("pci_bus_id", "device_id"),
+    ),
+    MetricSpec(
+        READ_ERRORS,
+        "counter",
+        "PCI sysfs files that could not be read or held garbage (that function was not counted).",
+    ),
+)
+
+
+class PciCollector:
+    """Counts the NVIDIA GPUs under `<sysfs>/bus/pci/devices` each cycle."""
+
+    def __init__(self, *, root: Path) -> None:
+        self._root = root
+        self._labels = LabelCache(SPECS)
+        self._problems = ReadProblems(
+            LogOnce(log),
+            "skipped a PCI sysfs file (a GPU whose vendor or class fails is not counted)",
+        )
+
+    def collect(self) -> list[SeriesFamily]:
+        scan = scan_gpus(self._root)
+        if scan is None:
+            return []
+        self._problems.report(scan.problems)
+        builder = FamilyBuilder(self._labels)
+        builder.add(PCI_PRESENT, (), len(scan.gpus))
+        for gpu in scan.gpus:
+            builder.add(PCI_INFO, (nvml_bus_id(gpu.address), gpu.device_id), 1)
+        if self._problems.total:
+            builder.add(READ_ERRORS, (), self._problems.total)
+        return builder.families()
+
+    def close(self) -> None:
+        """Nothing to release: every file is closed after its read."""
+
+
+def _create(context: CollectorContext, _settings: NoSettings) -> PciCollector:
+    return PciCollector(root=context.sysfs_root)
+
+
+SPEC = CollectorSpec(
+    name="pci",
+    help="NVIDIA GPUs on the PCI bus, from sysfs (independent of NVML)",
+    settings=NoSettings,
+    create=_create,
+    metrics=SPECS,
+)
