@@ -80,6 +80,8 @@ class InfinibandCollector:
         rediscover_seconds: float = 60.0,
         perfquery_seconds: float = 30.0,
         hw_stats_seconds: float = 30.0,
+        hw_stats: bool = True,
+        saturation_zeros: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sysfs = sysfs
@@ -97,6 +99,8 @@ class InfinibandCollector:
         )  # fmt: skip
         self._monotonic = monotonic
         self._hw_stats_seconds = hw_stats_seconds
+        self._hw_stats = hw_stats
+        self._saturation_zeros = saturation_zeros
         self._hw_read_at: float | None = None
         self._discovered_at: float | None = None
         self._read_problems = ReadProblems(self._once, "skipped an InfiniBand sysfs value")
@@ -124,7 +128,9 @@ class InfinibandCollector:
         # (firmware commands on mlx5): read them at most every `hw_stats_seconds`, the
         # port counters every cycle.
         now = self._monotonic()
-        hw = self._hw_read_at is None or now - self._hw_read_at >= self._hw_stats_seconds
+        hw = self._hw_stats and (
+            self._hw_read_at is None or now - self._hw_read_at >= self._hw_stats_seconds
+        )
         reading = self._sysfs.read(hw_counters=hw)
         if hw:
             self._hw_read_at = now
@@ -158,7 +164,9 @@ class InfinibandCollector:
             self._hw_read_at = None  # new descriptors: read everything once
             self._labels.clear()
             self._event_labels = []
-            self._layout = build_layout(self._sysfs.devices(), self._labels, self._expected)
+            self._layout = build_layout(
+                self._sysfs.devices(), self._labels, self._expected, hw_stats=self._hw_stats
+            )
             self._port_memo = self._error_memo = self._hw_memo = None
             self._note_sysfs_only_ports()
             if events:
@@ -265,6 +273,10 @@ class InfinibandCollector:
         if fallbacks is not None and widened:
             pma, saturated = fallbacks.widen(layout, reading, pma, saturated)
         (errors, pick_errors), (wait, pick_wait) = layout.errors, layout.wait
+        if not self._saturation_zeros:
+            # Lean: a flag is exported only while it is set (the alert, the dashboards and
+            # the report read `== 1` or its time at 1, which an absent 0 does not change).
+            saturated = [True if flag else None for flag in saturated]
         families = [
             self._family(ERRORS, errors.labels, pick_errors(pma)),
             self._family(XMIT_WAIT, wait.labels, pick_wait(pma)),
@@ -356,6 +368,17 @@ class InfinibandSettings:
         "them from the device, on mlx5 with firmware commands); the port counters are read "
         "every collection",
     )
+    hw_stats: bool = setting(
+        True,
+        help="export the driver's hw_counters as fleetwatch_infiniband_port_hw_stat_total "
+        "(about 26 series a ConnectX-7 port); off in the lean profile, which keeps the PMA "
+        "port counters every alert reads",
+    )
+    saturation_zeros: bool = setting(
+        True,
+        help="export fleetwatch_infiniband_port_error_saturated at 0 for every counter that "
+        "is not pinned; off (lean profile), a flag is exported only while it is 1",
+    )
     tool_timeout: float = duration_setting(
         2.0,
         minimum=0.01,
@@ -380,6 +403,8 @@ def create(context: CollectorContext, settings: InfinibandSettings) -> Infiniban
         rediscover_seconds=settings.rediscover_interval,
         perfquery_seconds=settings.perfquery_interval,
         hw_stats_seconds=settings.hw_stats_interval,
+        hw_stats=settings.hw_stats,
+        saturation_zeros=settings.saturation_zeros,
     )
 
 

@@ -206,9 +206,14 @@ class Layout:
 
 
 def build_layout(
-    devices: Iterable[IbDevice], labels: LabelCache, expected: Iterable[ExpectedRate]
+    devices: Iterable[IbDevice],
+    labels: LabelCache,
+    expected: Iterable[ExpectedRate],
+    *,
+    hw_stats: bool = True,
 ) -> Layout:
-    """Label lists and slots for every series of the discovered devices."""
+    """Label lists and slots for every series of the discovered devices (without the
+    hw_counters ones unless `hw_stats`)."""
     ports: list[IbPort] = []
     info: list[dict[str, str]] = []
     own: list[dict[str, str]] = []
@@ -248,10 +253,12 @@ def build_layout(
                 limits.append((1 << bits) - 1)
                 pma_ports.append(index)
                 names.append(error)
-            for name, slot in port.hw_counters.items():
-                hw.add(labels.labels(HW_COUNTER, (*ids, name)), slot)
-        for name, slot in device.hw_counters.items():
-            hw.add(labels.labels(HW_COUNTER, (dev.device, "", name)), slot)
+            if hw_stats:
+                for name, slot in port.hw_counters.items():
+                    hw.add(labels.labels(HW_COUNTER, (*ids, name)), slot)
+        if hw_stats:
+            for name, slot in device.hw_counters.items():
+                hw.add(labels.labels(HW_COUNTER, (dev.device, "", name)), slot)
     spans: list[slice] = []
     slots: list[int] = []
     for series in (*traffic.values(), pma, hw):

@@ -9,7 +9,12 @@ too, in one batched field-value call per GPU; a driver without them leaves them 
 
 `--collector.nvlink.per-gpu` aggregates per-link series to per GPU for users who need
 fewer series: `fleetwatch_nvlink_links_up` (links up) replaces `fleetwatch_nvlink_up`, and
-the error counters are summed over links (no `link` label).
+the error counters are summed over links (no `link` label). NVLinkDown reads the per-link
+`fleetwatch_nvlink_up`, so the lean profile keeps per-link series and uses
+`--no-collector.nvlink.zero-errors` instead: an error counter is exported from its first
+error on (and kept from then, so a reset reads as a counter reset, not a vanished series).
+Nearly every link counts no error, so this drops most of the family, and a counter that
+appears at its first error is what the rules' rates already handle (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -64,10 +69,15 @@ PER_GPU_SPECS: Final = (
 class NvLinkCollector:
     """Per-link (or per-GPU aggregated) NVLink state and error counters."""
 
-    def __init__(self, *, source: NvmlSource, nvlink5: bool, per_gpu: bool) -> None:
+    def __init__(
+        self, *, source: NvmlSource, nvlink5: bool, per_gpu: bool, zero_errors: bool = True
+    ) -> None:
         self._source = source
         self._nvlink5 = nvlink5
         self._per_gpu = per_gpu
+        # Without zero_errors: the error series that have counted an error (GPU uuid, link
+        # or None per GPU, error); the others are left out.
+        self._erred: set[tuple[str, int | None, str]] | None = None if zero_errors else set()
         self._failures = NvmlFailures(collector="nvlink", spec=FAILURES)
         self._lost = LostGpus(collector="nvlink")
         self._labels = LabelCache(PER_GPU_SPECS if per_gpu else PER_LINK_SPECS)
@@ -84,9 +94,9 @@ class NvLinkCollector:
             self._lost.seen(gpu.identity)
             self._failures.record(gpu.identity, reading.failures)
             if self._per_gpu:
-                add_per_gpu(builder, gpu.identity, reading)
+                add_per_gpu(builder, gpu.identity, reading, self._erred)
             else:
-                add_per_link(builder, gpu.identity, reading, self._links)
+                add_per_link(builder, gpu.identity, reading, self._links, self._erred)
         self._failures.add_to(builder)
         return builder.families()
 
@@ -121,18 +131,43 @@ class _LinkLabels:
         return found
 
 
+def has_erred(
+    erred: set[tuple[str, int | None, str]] | None,
+    key: tuple[str, int | None, str],
+    count: float | None,
+) -> bool:
+    """Whether the error series `key` is exported: always without an `erred` set, else
+    from its first error on (remembered in `erred`)."""
+    if erred is None or key in erred:
+        return True
+    if count:
+        erred.add(key)
+        return True
+    return False
+
+
 def add_per_link(
-    builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinksReading, links: _LinkLabels
+    builder: FamilyBuilder,
+    identity: GpuIdentity,
+    reading: GpuLinksReading,
+    links: _LinkLabels,
+    erred: set[tuple[str, int | None, str]] | None = None,
 ) -> None:
     put = builder.put
     for link in reading.links:
         up, by_error = links.of(identity, link.link)
         put(UP, up, None if link.up is None else int(link.up))
         for error, count in link.errors.items():
-            put(ERRORS, by_error[error], count)
+            if erred is None or has_erred(erred, (identity.uuid, link.link, error), count):
+                put(ERRORS, by_error[error], count)
 
 
-def add_per_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinksReading) -> None:
+def add_per_gpu(
+    builder: FamilyBuilder,
+    identity: GpuIdentity,
+    reading: GpuLinksReading,
+    erred: set[tuple[str, int | None, str]] | None = None,
+) -> None:
     ids = gpu_labels(identity)
     states = [link.up for link in reading.links if link.up is not None]
     if states:
@@ -143,7 +178,8 @@ def add_per_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuLinks
             if count is not None:
                 totals[error] += count
     for error, total in totals.items():
-        builder.add(ERRORS, (*ids, error), total)
+        if has_erred(erred, (identity.uuid, None, error), total):
+            builder.add(ERRORS, (*ids, error), total)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +188,11 @@ class NvLinkSettings:
 
     per_gpu: bool = setting(
         False, help="aggregate NVLink series per GPU instead of per link (18x fewer series)"
+    )
+    zero_errors: bool = setting(
+        True,
+        help="export every error counter, also those still at 0; off (lean profile), a "
+        "counter is exported from its first error on",
     )
     nvlink5: bool = setting(
         True,
@@ -162,7 +203,10 @@ class NvLinkSettings:
 
 def _create(context: CollectorContext, settings: NvLinkSettings) -> NvLinkCollector:
     return NvLinkCollector(
-        source=context.nvml_source, nvlink5=settings.nvlink5, per_gpu=settings.per_gpu
+        source=context.nvml_source,
+        nvlink5=settings.nvlink5,
+        per_gpu=settings.per_gpu,
+        zero_errors=settings.zero_errors,
     )
 
 

@@ -6,12 +6,21 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from fleetwatch.collectors.base import CollectorSpec
 
 from fleetwatch.flags import read_settings
 from fleetwatch.listener import ListenerSettings
+
+# The lean profile (chart value `exporter.profile: lean`): the flags that drop the detail a
+# large fleet may not want to store, while every alert, dashboard and the report still read
+# what they need (docs/deploy.md, "Lean profile"; the chart renders the same list).
+LEAN_PROFILE_FLAGS: Final = (
+    "--no-collector.infiniband.hw-stats",
+    "--no-collector.infiniband.saturation-zeros",
+    "--no-collector.nvlink.zero-errors",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

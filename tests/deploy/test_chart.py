@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from fleetwatch.collectors import COLLECTORS
+from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
 from fleetwatch.rules.config import load_config
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
@@ -64,6 +65,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         },
     },
     "profiling-open": {"exporter": {"gpuProfilingAdminOnly": False}},
+    "lean": {"exporter": {"profile": "lean"}},
     "kernel-log": {"exporter": {"kernelLog": {"enabled": True}}},
     "kernel-log-perfmon": {
         "exporter": {"kernelLog": {"enabled": True}, "admin": {"profilingCapability": "PERFMON"}},
@@ -551,6 +553,10 @@ def test_chart_collector_names_are_the_exporters() -> None:
     assert collectors["propertyNames"]["enum"] == names
 
 
+def test_helm_lint_rejects_an_unknown_profile(tmp_path: Path) -> None:
+    assert lint(tmp_path, {"exporter": {"profile": "tiny"}}) != []
+
+
 def test_helm_lint_rejects_an_unknown_collector(tmp_path: Path) -> None:
     assert lint(tmp_path, {"exporter": {"collectors": {"gpu-typo": False}}})
 
@@ -805,3 +811,14 @@ def test_admission_policy_can_be_switched_off(kubeconfig: Path) -> None:
     assert not off.of_kind("ValidatingAdmissionPolicyBinding")
     assert not off.of_kind("PodDisruptionBudget")  # one replica: a budget would block drains
     assert off.one("Deployment")["spec"]["replicas"] == 1
+
+
+def test_lean_profile_passes_the_exporters_lean_flags(releases: dict[str, Release]) -> None:
+    """`exporter.profile: lean` adds exactly LEAN_PROFILE_FLAGS to the container running
+    nvlink and infiniband; the default (full) adds none of them."""
+    lean = _exporter_containers(releases["lean"])
+    full = _exporter_containers(releases["defaults"])
+    for name, container in lean.items():
+        added = [a for a in container["args"] if a not in full[name]["args"]]
+        assert added == (list(LEAN_PROFILE_FLAGS) if name == "exporter" else [])
+        assert not set(LEAN_PROFILE_FLAGS) & set(full[name]["args"])

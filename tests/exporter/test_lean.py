@@ -1,0 +1,129 @@
+"""The lean profile (`LEAN_PROFILE_FLAGS`): it drops exactly the series it says, and the
+alerts on what it thins out still fire.
+
+The lean exposition must be the full one less the InfiniBand hw_counters, the saturation
+flags at 0 and the NVLink error counters still at 0, and nothing else. An NVLink error
+counter under lean appears at its first error, so NVLinkErrorsRising is checked with
+promtool on the shipped rules against a series that is absent until then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fleetwatch.collectors.nvlink import has_erred
+from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
+
+from testbed.servers import promtool
+from tests.exporter.test_exposition import collect_node
+
+RULES = Path(__file__).parents[2] / "rules"
+HW_STAT = "fleetwatch_infiniband_port_hw_stat_total{"
+SATURATED = "fleetwatch_infiniband_port_error_saturated{"
+NVLINK_ERRORS = "fleetwatch_nvlink_errors_total{"
+
+
+def samples(text: str) -> dict[str, float]:
+    """Each sample's `name{labels}` and its value."""
+    pairs = (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    return {series: float(value) for series, value in pairs}
+
+
+def dropped_by_lean(series: str, value: float) -> bool:
+    """What the lean profile says it leaves out."""
+    if series.startswith(HW_STAT):
+        return True
+    return series.startswith((SATURATED, NVLINK_ERRORS)) and value == 0
+
+
+# gb200 at 60 s and demo at 56 s: one link has been counting NVLink errors since 30 s.
+@pytest.mark.parametrize(("scenario", "at"), [("dgx-h100", 600.0), ("gb200", 60.0), ("demo", 56.0)])
+def test_lean_drops_exactly_what_it_says(scenario: str, at: float, tmp_path: Path) -> None:
+    full = samples(collect_node(scenario, at, tmp_path / "full"))
+    lean = samples(collect_node(scenario, at, tmp_path / "lean", *LEAN_PROFILE_FLAGS))
+    kept = {s: v for s, v in full.items() if not dropped_by_lean(s, v)}
+    assert lean == kept
+    assert len(lean) < len(full) / 2, "the lean profile should at least halve the series"
+    erring = [s for s, v in lean.items() if s.startswith(NVLINK_ERRORS)]
+    assert all(lean[s] > 0 for s in erring)
+    if scenario != "dgx-h100":
+        assert erring, "the erring link's counter is exported"
+
+
+def test_an_error_series_stays_once_it_has_counted() -> None:
+    """After its first error a counter is exported even at 0 again (a reset), so Prometheus
+    sees a counter reset, not a series that vanished."""
+    erred: set[tuple[str, int | None, str]] = set()
+    key = ("GPU-1", 17, "crc_data")
+    assert [has_erred(erred, key, count) for count in (0, 0, 3, 5, 0)] == [
+        False, False, True, True, True,
+    ]  # fmt: skip
+    assert has_erred(None, key, 0), "full profile: every counter is exported"
+
+
+def promtool_test(series_values: str, eval_time: str, firing: bool) -> dict[str, Any]:
+    """A promtool test of NVLinkErrorsRising on the shipped rules, for one crc_data counter."""
+    ids = {"job": "fleetwatch", "instance": "10.0.0.1:9400", "node": "node-1", "gpu": "1"}
+    ids |= {"uuid": "GPU-1", "link": "17"}
+    selector = ",".join(f'{k}="{v}"' for k, v in ids.items())
+    alert = {
+        "exp_labels": {"severity": "warning", **ids, "error": "crc_data"},
+        "exp_annotations": {
+            "summary": "NVLink crc_data errors rising on node node-1",
+            "description": "NVLink 17 of GPU 1 on node node-1 counts 2.00 crc_data errors "
+            "per second.",
+            "runbook_url": "https://github.com/fleetwatch/fleetwatch/blob/main/rules/runbooks/"
+            "NVLinkErrorsRising.md",
+        },
+    }
+    return {
+        "rule_files": [
+            str(RULES / "fleetwatch.rules.yaml"),
+            str(RULES / "fleetwatch.recording.yaml"),
+        ],
+        "evaluation_interval": "5s",
+        "tests": [
+            {
+                "interval": "5s",
+                "input_series": [
+                    {"series": f"fleetwatch_nvlink_up{{{selector}}}", "values": "1x100"},
+                    {
+                        "series": f'fleetwatch_nvlink_errors_total{{{selector},error="crc_data"}}',
+                        "values": series_values,
+                    },
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": eval_time,
+                        "alertname": "NVLinkErrorsRising",
+                        "exp_alerts": [alert] if firing else [],
+                    }
+                ],
+            }
+        ],
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("values", "eval_time", "firing"),
+    [
+        # Lean: absent for a minute, then the first errors and 2 a second (10 a scrape).
+        ("_x11 4+10x80", "4m", True),
+        # Before `for` has passed since the second sample, it is pending, not firing.
+        ("_x11 4+10x80", "2m", False),
+        # One burst that never grows again fires neither under lean nor under full.
+        ("_x11 400x80", "4m", False),
+        ("0x11 400x80", "4m", False),
+    ],
+)
+def test_nvlink_error_alert_fires_on_a_series_that_appears_at_its_first_error(
+    values: str, eval_time: str, firing: bool, tmp_path: Path
+) -> None:
+    test_file = tmp_path / "lean.test.yaml"
+    test_file.write_text(yaml.safe_dump(promtool_test(values, eval_time, firing)))
+    result = promtool("test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
