@@ -142,6 +142,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="HTTP requests in flight at once (default 4)",
     )
     p.add_argument(
+        "--query.batch-nodes",
+        dest="batch_nodes",
+        type=bounded_number(1, 5000, integer=True),
+        metavar="N",
+        default=200,
+        help="nodes per request of the per-node queries (default 200)",
+    )
+    p.add_argument(
         "--query.retries",
         dest="retries",
         type=bounded_number(0, 20, integer=True),
@@ -189,13 +197,12 @@ def _window(args: argparse.Namespace) -> Window:
 
 
 async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
-    from fleetwatch.report.dataset import fetch, planned_requests
+    from fleetwatch.report.dataset import fetch
     from fleetwatch.report.promapi import PrometheusClient
     from tqdm import tqdm
 
     token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
     with tqdm(
-        total=planned_requests(window),
         desc="querying",
         unit="req",
         file=sys.stderr,
@@ -209,7 +216,9 @@ async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
             timeout_s=args.query_timeout,
             progress=bar,
         ) as client:
-            return await fetch(client, window)
+            dataset = await fetch(client, window, batch_nodes=args.batch_nodes)
+            log.info("read the store", extra={"bytes": client.bytes_fetched})
+            return dataset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -236,6 +245,9 @@ def run(args: argparse.Namespace) -> int:
         save_snapshot(dataset, args.save_snapshot)
     for name, problem in sorted(dataset.problems.items()):
         log.warning("report: %s not computed: %s", name, problem, extra={"query": name})
+    for name, parts in sorted(dataset.missing.items()):
+        for part in parts:
+            log.warning("report: %s missing data: %s", name, part, extra={"query": name})
     report = analyse(dataset)
     render.write(report, args.out)
     log.info("report written", extra={"out": str(args.out), "actions": len(report.actions)})
