@@ -51,7 +51,7 @@ KEYED = {
 }
 
 
-def report(url: str, out: Path) -> pd.DataFrame:
+def report(url: str, out: Path) -> Path:
     status = main(
         [
             "report",
