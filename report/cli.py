@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetwatch.report import render
     from fleetwatch.report.analysis import analyse
     from fleetwatch.report.dataset import load_snapshot, save_snapshot
-    from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable
+    from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable, QueryError
 
     try:
         if args.from_snapshot:
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             started = time.monotonic()
             dataset = asyncio.run(_pull(args, _window(args)))
             log.info("queried Prometheus", extra={"seconds": round(time.monotonic() - started, 2)})
-    except (PrometheusUnreachable, PrometheusAuthError, ValueError) as exc:
+    except (PrometheusUnreachable, PrometheusAuthError, QueryError, ValueError) as exc:
         log.error("report: %s", exc)
         return 1
     if args.save_snapshot:

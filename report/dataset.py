@@ -520,17 +520,21 @@ def batches(nodes: list[str], size: int) -> list[Batch]:
     return out
 
 
-async def fleet_nodes(client: PrometheusClient, window: Window) -> list[str]:
-    """Every node with fleetwatch series (or dcgm-exporter series naming it by `Hostname`)
-    in the window and the selector, sorted."""
+NODE_LISTS = (GPU_COUNT, IB_UP)
+"""Metrics the node list is read from: few series a node (one; one a port), so listing
+10,000 nodes stays under a store's series limit for one lookup (VictoriaMetrics refuses
+more than 300,000 by default, and the whole fleetwatch family is 130 a node)."""
+
+
+async def fleet_nodes(client: PrometheusClient, window: Window, present: set[str]) -> list[str]:
+    """Every node with fleetwatch's GPU count or InfiniBand ports (or dcgm-exporter series
+    naming it by `Hostname`) in the window and the selector, sorted."""
+    lookups = [("node", _sel(window, name)) for name in NODE_LISTS if name in present]
+    dcgm = shipped_config().dcgm_tensor_active_metric
+    if dcgm in present:
+        lookups.append((DCGM_NODE_LABEL, _sel(window, dcgm, 'node=""', scoped=False)))
     found: set[str] = set()
-    for label, match in (
-        ("node", _sel(window, "", '__name__=~"fleetwatch_.+"')),
-        (
-            DCGM_NODE_LABEL,
-            _sel(window, shipped_config().dcgm_tensor_active_metric, 'node=""', scoped=False),
-        ),
-    ):
+    for label, match in lookups:
         found |= await client.label_values(label, start=window.start, end=window.end, match=match)
     return sorted(found - {""})
 
@@ -547,7 +551,7 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
     dataset = Dataset(window=window)
     runnable = [q for q in QUERIES if _runnable(q, present, dataset)]
     groups = (
-        batches(await fleet_nodes(client, window), batch_nodes)
+        batches(await fleet_nodes(client, window, present), batch_nodes)
         if any(q.batched for q in runnable)
         else []
     )
