@@ -1,138 +1,138 @@
-"""Benchmark `fleetwatch report` on a backfilled simulated fleet; prints figures.
+"""Benchmark `fleetwatch report` on a simulated fleet history in VictoriaMetrics; prints figures.
 
-Generates the fleet's history (sim/fleet.py) in a child process, backfills it with
-`promtool tsdb create-blocks-from openmetrics`, starts a real Prometheus on the blocks,
-then times in this process: the query phase (fetch over the HTTP API) and the analysis
-phase (findings + HTML/Markdown/CSV). Peak memory is this process's max RSS, which
-covers both phases (generation runs in a child and is not counted). Backfill time is
-printed but is not part of the report's figure.
+Streams the fleet's history (sim/fleet.py, only the families the report reads, node chunk
+by node chunk) into a real VictoriaMetrics through its `/api/v1/import` API, then runs
+`fleetwatch report` on it as a child process and prints its wall time, its peak RSS (the
+child's `ru_maxrss`, from `os.wait4`) and the bytes it read from the store (its own count,
+logged as "read the store"). Import time is printed but is not part of the report's figure.
+The machine's load average is printed beside the figures: this machine is shared.
 
-    .venv/bin/python bench/bench_report.py --nodes 1000 --hours 24
+    .venv/bin/python bench/bench_report.py --nodes 1000 --hours 24 --step 60
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import resource
+import http.client
+import json
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleetwatch.report import render
-from fleetwatch.report.analysis import analyse
-from fleetwatch.report.dataset import Window, fetch
-from fleetwatch.report.policy import shipped_policy
-from fleetwatch.report.promapi import PrometheusClient
-from fleetwatch.sim.fleet import FleetSpec, write_openmetrics
-from fleetwatch.sim.servers import prometheus
+from fleetwatch.sim.fleet import FleetSpec, write_victoria_import
 
-from testbed.servers import PROMTOOL
+from testbed.victoria import force_flush, victoria_metrics
+
+BLOCK = 1 << 20
 
 
-def spec_from(args: argparse.Namespace) -> FleetSpec:
-    return FleetSpec(
-        nodes=args.nodes,
-        gpus_per_node=8,
-        ib_ports_per_node=args.ib_ports,
-        hours=args.hours,
-        step_seconds=args.step,
-    )
+def stream_import(url: str, spec: FleetSpec) -> int:
+    """POST the fleet's history to VictoriaMetrics' import API as it is generated (a writer
+    thread feeds a pipe the request body is read from); returns the bytes sent."""
+    read_fd, write_fd = os.pipe()
+
+    def produce() -> None:
+        with os.fdopen(write_fd, "wb", buffering=BLOCK) as out:
+            write_victoria_import(spec, out)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    sent = 0
+
+    def body() -> Iterator[bytes]:
+        nonlocal sent
+        with os.fdopen(read_fd, "rb") as source:
+            while block := source.read(BLOCK):
+                sent += len(block)
+                yield block
+
+    target = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(target.netloc, timeout=3600)
+    connection.request("POST", "/api/v1/import", body=body(), encode_chunked=True)
+    response = connection.getresponse()
+    if response.status not in (200, 204):
+        raise SystemExit(f"import failed: HTTP {response.status}: {response.read()[:300]!r}")
+    writer.join()
+    return sent
 
 
-def generate(args: argparse.Namespace) -> None:
-    write_openmetrics(spec_from(args), Path(args.file))
+def run_report(url: str, spec: FleetSpec, out: Path, extra: list[str]) -> tuple[float, int, str]:
+    """`fleetwatch report` as a child: (wall seconds, peak RSS bytes, its stderr)."""
+    command = [
+        str(Path(sys.executable).parent / "fleetwatch"),
+        "report",
+        f"--prometheus-url={url}",
+        f"--since={spec.hours:g}h",
+        f"--until={spec.end}",
+        f"--out={out}",
+        *extra,
+    ]
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
+        err.seek(0)
+        stderr = err.read().decode()
+    if child.returncode:
+        raise SystemExit(f"report exited {child.returncode}:\n{stderr[-2000:]}")
+    return wall, usage.ru_maxrss * 1024, stderr
 
 
-async def pull(url: str, window: Window) -> object:
-    async with PrometheusClient(url=url, concurrency=4, timeout_s=600) as client:
-        return await fetch(client, window)
+def bytes_read(stderr: str) -> int:
+    """The report's own count of response bytes (its JSON log line "read the store")."""
+    for line in stderr.splitlines():
+        if '"read the store"' in line:
+            return int(json.loads(line)["bytes"])
+    raise SystemExit("the report logged no 'read the store' line")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--hours", type=float, default=24.0)
-    parser.add_argument("--step", type=int, default=60)
+    parser.add_argument("--step", type=int, default=60, help="sample interval (s)")
     parser.add_argument("--ib-ports", type=int, default=8)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--generate-only-to", dest="file", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("report_flags", nargs="*", help="extra `fleetwatch report` flags")
     args = parser.parse_args()
-    if args.file:
-        generate(args)
-        return
-    spec = spec_from(args)
+    spec = FleetSpec(
+        nodes=args.nodes,
+        gpus_per_node=8,
+        ib_ports_per_node=args.ib_ports,
+        hours=args.hours,
+        step_seconds=args.step,
+    )
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
-        t0 = time.monotonic()
-        subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                f"--nodes={args.nodes}",
-                f"--hours={args.hours}",
-                f"--step={args.step}",
-                f"--ib-ports={args.ib_ports}",
-                f"--generate-only-to={root / 'fleet.om'}",
-            ],
-            check=True,
-        )
-        size = (root / "fleet.om").stat().st_size
-        t1 = time.monotonic()
-        result = subprocess.run(
-            [
-                PROMTOOL,
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                "--max-block-duration=24h",
-                str(root / "fleet.om"),
-                str(root / "data"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode:
-            raise SystemExit(f"backfill failed: {result.stderr}")
-        (root / "fleet.om").unlink()
-        t2 = time.monotonic()
-        print(
-            f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
-            f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node"
-        )
-        print(
-            f"generate: {t1 - t0:.1f} s ({size / 2**30:.2f} GiB OpenMetrics); "
-            f"backfill: {t2 - t1:.1f} s"
-        )
-        with prometheus(
-            root / "prom",
-            scrape_configs=[],
-            storage=root / "data",
-            extra_args=["--storage.tsdb.retention.time=100y", "--query.timeout=10m"],
-        ) as prom:
-            window = Window(
-                start=spec.end - spec.hours * 3600,
-                end=spec.end,
-                step=spec.step_seconds,
-                bucket=3600,
-                threshold_celsius=shipped_policy().temperature_celsius,
+        with victoria_metrics(root / "vm", extra_args=["-search.maxQueryDuration=10m"]) as vm:
+            t0 = time.monotonic()
+            sent = stream_import(vm.url, spec)
+            force_flush(vm)
+            imported = time.monotonic() - t0
+            print(
+                f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
+                f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node"
             )
-            t3 = time.monotonic()
-            dataset = asyncio.run(pull(prom.url, window))
-            t4 = time.monotonic()
-            report = analyse(dataset)  # type: ignore[arg-type]
-            render.write(report, root / "out")
-            t5 = time.monotonic()
-        points = sum(len(f) for f in report.dataset.frames.values())
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        print(f"query: {t4 - t3:.1f} s ({points} points in {len(report.dataset.frames)} frames)")
-        print(f"analysis+render: {t5 - t4:.1f} s; actions: {len(report.actions)}")
-        print(f"report total: {t5 - t3:.1f} s; peak RSS: {peak:.2f} GiB")
+            print(f"import: {imported:.1f} s ({sent / 2**30:.2f} GiB JSON lines)")
+            load_before = os.getloadavg()[0]
+            wall, rss, stderr = run_report(vm.url, spec, root / "out", args.report_flags)
+            load_after = os.getloadavg()[0]
+        actions = (root / "out" / "tables" / "actions.csv").read_text().count("\n") - 1
+        print(
+            f"report: {wall:.1f} s wall; peak RSS {rss / 2**30:.2f} GiB; "
+            f"{bytes_read(stderr) / 2**20:.1f} MiB read from the store; {actions} actions"
+        )
+        print(f"load average (1 min) before/after the report: {load_before:.1f}/{load_after:.1f}")
 
 
 if __name__ == "__main__":

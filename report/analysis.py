@@ -276,7 +276,7 @@ def reliability(ds: Dataset) -> Section:
         require(section, ds, "gpu_lost_samples", "gpu_samples_max")
     else:
         # A healthy GPU has the fleet's full sample count; the shortfall is time missing.
-        full = float(reference["value"].iloc[0])
+        full = float(reference["value"].max())  # one row per node batch
         lost["minutes_missing"] = (full - lost.pop("samples")) / full * ds.window.seconds / 60
         last_seen = ds.window.end - lost["minutes_missing"] * 60
         lost["last_seen_approx"] = pd.to_datetime(last_seen, unit="s", utc=True).dt.strftime(
@@ -362,6 +362,54 @@ def remediation(ds: Dataset) -> Section:
     return section
 
 
+SECTION_QUERIES: dict[str, tuple[str, ...]] = {
+    "Thermal": (
+        "temp_p99",
+        "temp_max",
+        "temp_median",
+        "power_median",
+        "temp_above_seconds",
+        "thermal_slowdown_seconds",
+    ),
+    "Activity": ("tensor_active", "gpu_utilization", "allocation"),
+    "Training jobs": (
+        "tensor_active",
+        "gpu_utilization",
+        "allocation",
+        "pod_jobs",
+        "sm_clock",
+        "clock_slowed",
+    ),
+    "Fabric": (
+        "ib_errors",
+        "ib_state_changes",
+        "ib_down_seconds",
+        "ib_degraded_seconds",
+        "ib_saturated_seconds",
+        "nvlink_errors",
+    ),
+    "Reliability": (
+        "xid_events",
+        "ecc_errors",
+        "remapped_rows",
+        "remap_failed",
+        "gpu_lost_samples",
+        "gpu_samples_max",
+        "gpu_count_min",
+        "gpu_expected",
+    ),
+    "Remediation": ("taint_alerts", "taint_operations", "tainted_nodes", "breaker_open"),
+}
+"""The queries each section reads: a part of one the store did not return is named in the
+section, so a finding table that looks clean is not taken for a healthy fleet."""
+
+
+def missing_data(ds: Dataset, section: Section) -> None:
+    """Name in `section` every part of its queries the store failed or answered partially."""
+    for name in SECTION_QUERIES[section.title]:
+        section.missing += [f"{name}: {part}" for part in ds.missing.get(name, ())]
+
+
 def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
     """Every section plus the action list; thresholds from the rules config by default.
 
@@ -379,6 +427,8 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
         reliability(ds),
         remediation(ds),
     ]
+    for section in sections:
+        missing_data(ds, section)
     return Report(
         dataset=ds,
         actions=actions({s.title: s for s in sections}, ds.window.threshold_celsius),

@@ -142,6 +142,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="HTTP requests in flight at once (default 4)",
     )
     p.add_argument(
+        "--query.batch-nodes",
+        dest="batch_nodes",
+        type=bounded_number(1, 5000, integer=True),
+        metavar="N",
+        default=200,
+        help="nodes per request of the per-node queries (default 200)",
+    )
+    p.add_argument(
         "--query.retries",
         dest="retries",
         type=bounded_number(0, 20, integer=True),
@@ -167,6 +175,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(run=run)
 
 
+EDGE_OFFSET_SECONDS = 0.001
+
+
 def _window(args: argparse.Namespace) -> Window:
     from fleetwatch.report.dataset import Window
     from fleetwatch.report.policy import shipped_policy
@@ -176,7 +187,11 @@ def _window(args: argparse.Namespace) -> Window:
             f"--since ({format_duration(args.since)}) is shorter than one --bucket "
             f"({format_duration(args.bucket)}): give a longer --since or a shorter --bucket"
         )
-    end = args.until if args.until is not None else time.time()
+    # Prometheus reads a range as (t - d, t], VictoriaMetrics as [t - d, t]: a sample exactly
+    # on a bucket's edge would count on one engine only. Ending 1 ms after the given time
+    # puts no edge on a sample scraped on a whole second (and a sample at the given time
+    # still counts).
+    end = (args.until if args.until is not None else time.time()) + EDGE_OFFSET_SECONDS
     threshold = args.threshold_celsius
     return Window(
         start=end - args.since,
@@ -189,13 +204,12 @@ def _window(args: argparse.Namespace) -> Window:
 
 
 async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
-    from fleetwatch.report.dataset import fetch, planned_requests
+    from fleetwatch.report.dataset import fetch
     from fleetwatch.report.promapi import PrometheusClient
     from tqdm import tqdm
 
     token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
     with tqdm(
-        total=planned_requests(window),
         desc="querying",
         unit="req",
         file=sys.stderr,
@@ -209,7 +223,9 @@ async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
             timeout_s=args.query_timeout,
             progress=bar,
         ) as client:
-            return await fetch(client, window)
+            dataset = await fetch(client, window, batch_nodes=args.batch_nodes)
+            log.info("read the store", extra={"bytes": client.bytes_fetched})
+            return dataset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetwatch.report import render
     from fleetwatch.report.analysis import analyse
     from fleetwatch.report.dataset import load_snapshot, save_snapshot
-    from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable
+    from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable, QueryError
 
     try:
         if args.from_snapshot:
@@ -229,13 +245,16 @@ def run(args: argparse.Namespace) -> int:
             started = time.monotonic()
             dataset = asyncio.run(_pull(args, _window(args)))
             log.info("queried Prometheus", extra={"seconds": round(time.monotonic() - started, 2)})
-    except (PrometheusUnreachable, PrometheusAuthError, ValueError) as exc:
+    except (PrometheusUnreachable, PrometheusAuthError, QueryError, ValueError) as exc:
         log.error("report: %s", exc)
         return 1
     if args.save_snapshot:
         save_snapshot(dataset, args.save_snapshot)
     for name, problem in sorted(dataset.problems.items()):
         log.warning("report: %s not computed: %s", name, problem, extra={"query": name})
+    for name, parts in sorted(dataset.missing.items()):
+        for part in parts:
+            log.warning("report: %s missing data: %s", name, part, extra={"query": name})
     report = analyse(dataset)
     render.write(report, args.out)
     log.info("report written", extra={"out": str(args.out), "actions": len(report.actions)})

@@ -11,19 +11,37 @@ few hundred thousand points instead of tens of millions. Three query shapes:
 Every frame is long-format: the query's label columns (categorical), `timestamp`
 (int64 epoch seconds) and `value` (float64), sorted, so a snapshot written with
 `save_snapshot` and read back with `load_snapshot` yields identical frames.
+
+What crosses the network grows with the nodes and the findings, not with raw samples:
+per-GPU and per-port queries ask for one value per series over the window (or per
+bucket), finding queries keep only the rows above zero (`> 0`), and the store scans the
+samples. A large fleet is read in node batches (`--query.batch-nodes`: the nodes with
+fleetwatch series in the window, listed first, then one request per query and batch, at
+most `--query.concurrency` in flight), so no single answer or store evaluation covers the
+whole fleet. A batch that fails, times out or comes back partial leaves its query's other
+batches standing and is named in `Dataset.missing`, which the report shows per section.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from fleetwatch.report.policy import shipped_config, shipped_policy
-from fleetwatch.report.promapi import PrometheusClient, QueryError, Series
+from fleetwatch.report.promapi import (
+    Answer,
+    PrometheusAuthError,
+    PrometheusClient,
+    PrometheusError,
+    Series,
+    chunks,
+)
 from fleetwatch.rules.definitions import (
     POD_LABELS_METRIC,
     TENSOR_METRIC,
@@ -51,6 +69,8 @@ class Window:
     bucket: float
     threshold_celsius: float
     selector: str = ""
+    nodes: str = ""
+    """A regex of the nodes of one batch (empty: every node the selector matches)."""
 
     @property
     def seconds(self) -> float:
@@ -75,10 +95,17 @@ class Query:
     scoped: bool = True
     any_of: Callable[[], tuple[str, ...]] | None = None
     """Metrics that stand in for each other: at least one must have samples."""
+    batched: bool = True
+    """Read in node batches; False for queries that compare across the fleet or carry no
+    node label (their answers hold findings only, or a handful of series)."""
 
 
-def _sel(window: Window, name: str, matchers: str = "", *, scoped: bool = True) -> str:
-    parts = [m for m in (matchers, window.selector if scoped else "") if m]
+def _sel(
+    window: Window, name: str, matchers: str = "", *, scoped: bool = True, node: str = "node"
+) -> str:
+    """`name{matchers, selector, batch}`; the batch's node regex goes on label `node`."""
+    batch = f'{node}=~"{window.nodes}"' if scoped and window.nodes else ""
+    parts = [m for m in (matchers, window.selector if scoped else "", batch) if m]
     return f"{name}{{{','.join(parts)}}}"
 
 
@@ -90,6 +117,16 @@ def _time_in_state(window: Window, expr: str) -> str:
     """Seconds (at `step` resolution) during which the 0/1 expression was 1."""
     w = window
     return f"sum_over_time(({expr})[{_d(w.seconds)}:{_d(w.step)}]) * {w.step:g}"
+
+
+def _growth(window: Window, selector: str) -> str:
+    """A hardware counter's growth within the window, exactly: its last sample minus its
+    lowest. `increase()` extrapolates to the window's edges in Prometheus and not in
+    VictoriaMetrics, so a count read with it differs between engines (5 flaps read as 5.02);
+    this reads the samples only. After a reset (the exporter restarted) it counts the growth
+    since the reset."""
+    w = _d(window.seconds)
+    return f"(last_over_time({selector}[{w}]) - min_over_time({selector}[{w}]))"
 
 
 def _window_delta(window: Window, selector: str) -> str:
@@ -146,11 +183,15 @@ def _degraded(w: Window) -> str:
 
 
 def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") -> Selector:
-    """A `Selector` reading `fn(metric{matcher, ...}[bucket])` (for the rules' builders)."""
+    """A `Selector` reading `fn(metric{matcher, ...}[bucket])` (for the rules' builders).
+
+    A series without a `node` label (dcgm-exporter's, `node=""`) is batched by the
+    `Hostname` that stands in for it."""
 
     def select(metric: str, matcher: str) -> str:
         matchers = ",".join(m for m in (extra, matcher) if m)
-        return f"{fn}({_sel(w, metric, matchers, scoped=scoped)}[{_d(w.bucket)}])"
+        node = "Hostname" if matcher == 'node=""' else "node"
+        return f"{fn}({_sel(w, metric, matchers, scoped=scoped, node=node)}[{_d(w.bucket)}])"
 
     return select
 
@@ -162,11 +203,26 @@ def _tensor(w: Window) -> str:
     return tensor_active(shipped_config(), own=mean, dcgm=mean)
 
 
+DCGM_NODE_LABEL = "Hostname"
+"""What names the node on dcgm-exporter series that Prometheus gave no `node` label."""
+
+
 def _slowed(w: Window) -> str:
     """Share of each bucket a straggler clock-event reason (thermal, power brake) held, from
     its cumulative time (the rules judge clock events the same way)."""
     reasons = "|".join(shipped_policy().straggler_clock_reasons)
-    events = straggler_clock_events(_over_bucket(w, "rate"), reasons=reasons)
+    # The seconds counted within the bucket, from its own samples: rate() extrapolates to the
+    # bucket's edges in Prometheus and not in VictoriaMetrics, and a GPU near the threshold
+    # would be a straggler on one engine only. A bucket in which the counter reset (the
+    # exporter restarted) is left out rather than read as the counter's whole value.
+    top, bottom = _over_bucket(w, "max_over_time"), _over_bucket(w, "min_over_time")
+    resets = _over_bucket(w, "resets")
+
+    def held(metric: str, matcher: str) -> str:
+        share = f"({top(metric, matcher)} - {bottom(metric, matcher)}) / {w.bucket:g}"
+        return f"({share} unless {resets(metric, matcher)} > 0)"
+
+    events = straggler_clock_events(held, reasons=reasons)
     return f"max by ({','.join(GPU)}) ({events})"
 
 
@@ -225,7 +281,7 @@ QUERIES: tuple[Query, ...] = (
         lambda w: (
             "max by (node,gpu,uuid) ("
             + _time_in_state(w, f"{_temp(w)} > bool {w.threshold_celsius:g}")
-            + ")"
+            + ") > 0"
         ),
     ),
     Query(
@@ -234,9 +290,9 @@ QUERIES: tuple[Query, ...] = (
         GPU,
         (CLOCK_EVENTS,),
         lambda w: (
-            "sum by (node,gpu,uuid) (increase("
-            + _sel(w, CLOCK_EVENTS, 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"')
-            + f"[{_d(w.seconds)}]))"
+            "sum by (node,gpu,uuid) ("
+            + _growth(w, _sel(w, CLOCK_EVENTS, 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'))
+            + ") > 0"
         ),
     ),
     Query(
@@ -269,7 +325,7 @@ QUERIES: tuple[Query, ...] = (
         _bucket("avg_over_time", lambda w: _sel(w, CLOCK, 'clock="sm"'), GPU),
     ),
     Query("clock_slowed", "bucketed", GPU, (CLOCK_EVENTS,), _slowed),
-    Query("pod_jobs", "bucketed", POD_JOB, (POD_LABELS,), _pod_jobs, scoped=False),
+    Query("pod_jobs", "bucketed", POD_JOB, (POD_LABELS,), _pod_jobs, scoped=False, batched=False),
     Query(
         "gpu_utilization",
         "bucketed",
@@ -289,18 +345,14 @@ QUERIES: tuple[Query, ...] = (
         "summary",
         (*PORT, "error"),
         (IB_ERRORS,),
-        lambda w: (
-            f"sum by (node,device,port,error) (increase({_sel(w, IB_ERRORS)}[{_d(w.seconds)}])) > 0"
-        ),
+        lambda w: f"sum by (node,device,port,error) ({_growth(w, _sel(w, IB_ERRORS))}) > 0",
     ),
     Query(
         "ib_state_changes",
         "summary",
         PORT,
         (IB_CHANGES,),
-        lambda w: (
-            f"sum by (node,device,port) (increase({_sel(w, IB_CHANGES)}[{_d(w.seconds)}])) > 0"
-        ),
+        lambda w: f"sum by (node,device,port) ({_window_delta(w, _sel(w, IB_CHANGES))}) > 0",
     ),
     Query(
         "ib_down_seconds",
@@ -309,7 +361,7 @@ QUERIES: tuple[Query, ...] = (
         (IB_UP,),
         lambda w: _time_in_state(w, f"{_sel(w, IB_UP)} == bool 0") + " > 0",
     ),
-    Query("ib_degraded_seconds", "summary", PORT, (IB_RATE,), _degraded),
+    Query("ib_degraded_seconds", "summary", PORT, (IB_RATE,), _degraded, batched=False),
     Query(
         "ib_saturated_seconds",
         "summary",
@@ -322,10 +374,7 @@ QUERIES: tuple[Query, ...] = (
         "summary",
         (*GPU, "link", "error"),
         (NVLINK_ERRORS,),
-        lambda w: (
-            f"sum by (node,gpu,uuid,link,error) "
-            f"(increase({_sel(w, NVLINK_ERRORS)}[{_d(w.seconds)}])) > 0"
-        ),
+        lambda w: f"sum by (node,gpu,uuid,link,error) ({_growth(w, _sel(w, NVLINK_ERRORS))}) > 0",
     ),
     Query(
         "xid_events",
@@ -340,9 +389,7 @@ QUERIES: tuple[Query, ...] = (
         "summary",
         (*GPU, "severity"),
         (ECC,),
-        lambda w: (
-            f"sum by (node,gpu,uuid,severity) (increase({_sel(w, ECC)}[{_d(w.seconds)}])) > 0"
-        ),
+        lambda w: f"sum by (node,gpu,uuid,severity) ({_growth(w, _sel(w, ECC))}) > 0",
     ),
     Query(
         "remapped_rows",
@@ -381,6 +428,7 @@ QUERIES: tuple[Query, ...] = (
         ("node", "alertname", "fleetwatch_taint"),
         (),
         optional=("ALERTS",),
+        batched=False,
         build=lambda w: (
             "max by (node,alertname,fleetwatch_taint) ("
             + _sel(w, "ALERTS", 'alertstate="firing",fleetwatch_taint!=""')
@@ -393,6 +441,7 @@ QUERIES: tuple[Query, ...] = (
         ("op", "result"),
         (TAINT_OPS,),
         scoped=False,
+        batched=False,
         build=lambda w: (
             "sum by (op,result) (" + _window_delta(w, _sel(w, TAINT_OPS, scoped=False)) + ")"
         ),
@@ -403,6 +452,7 @@ QUERIES: tuple[Query, ...] = (
         (),
         (TAINTED_NODES,),
         scoped=False,
+        batched=False,
         build=lambda w: f"max({_sel(w, TAINTED_NODES, scoped=False)})",
     ),
     Query(
@@ -411,6 +461,7 @@ QUERIES: tuple[Query, ...] = (
         (),
         (BREAKER,),
         scoped=False,
+        batched=False,
         build=lambda w: f"max({_sel(w, BREAKER, scoped=False)})",
     ),
 )
@@ -418,19 +469,21 @@ QUERIES: tuple[Query, ...] = (
 
 @dataclass
 class Dataset:
-    """Frames by query name, plus why each absent frame is absent."""
+    """Frames by query name, why each absent frame is absent, and which parts of the
+    present frames are missing (a batch the store failed or answered partially)."""
 
     window: Window
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, list[str]] = field(default_factory=dict)
 
     def frame(self, name: str) -> pd.DataFrame | None:
         """The frame, or None when its query could not run (see `problems`)."""
         return self.frames.get(name)
 
 
-def to_frame(series: list[Series], keys: tuple[str, ...]) -> pd.DataFrame:
-    """Long-format frame: categorical `keys`, int64 `timestamp`, float64 `value`, sorted."""
+def _columns(series: list[Series], keys: tuple[str, ...]) -> pd.DataFrame:
+    """One answer's points as string `keys`, `timestamp` and `value` (not yet sorted)."""
     columns: dict[str, list[object]] = {k: [] for k in (*keys, "timestamp", "value")}
     for s in series:
         n = len(s.values)
@@ -439,7 +492,13 @@ def to_frame(series: list[Series], keys: tuple[str, ...]) -> pd.DataFrame:
         columns["timestamp"].extend(s.timestamps)
         columns["value"].extend(s.values)
     frame = pd.DataFrame(columns)
-    frame = frame.astype(dict.fromkeys(keys, "string") | {"timestamp": "int64", "value": "float64"})
+    return frame.astype(dict.fromkeys(keys, "string") | {"timestamp": "int64", "value": "float64"})
+
+
+def _finish(parts: list[pd.DataFrame], keys: tuple[str, ...]) -> pd.DataFrame:
+    """The batches' points as one long-format frame: categorical keys, int64 `timestamp`,
+    float64 `value`, sorted."""
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     frame = frame.sort_values([*keys, "timestamp"], ignore_index=True)
     return frame.astype(dict.fromkeys(keys, "category"))
 
@@ -452,53 +511,129 @@ def _range_for(query: Query, window: Window) -> tuple[float, float, float]:
     return window.start, window.end, window.step
 
 
-async def fetch(client: PrometheusClient, window: Window) -> Dataset:
-    """Run every query whose required metrics exist in the window; record the rest.
+@dataclass(frozen=True)
+class Batch:
+    """Some nodes of the fleet, as a PromQL regex and as a name a person can read."""
 
-    Raises `PrometheusUnreachable`/`PrometheusAuthError` when nothing can be read at all;
-    a single query's error only marks that query as failed.
+    regex: str
+    label: str
+
+
+def batches(nodes: list[str], size: int) -> list[Batch]:
+    """`nodes` (sorted) in groups of at most `size`; no nodes: one batch of the whole fleet."""
+    if not nodes:
+        return [Batch("", "all nodes")]
+    out = []
+    for i in range(0, len(nodes), size):
+        group = nodes[i : i + size]
+        regex = "|".join(re.escape(n).replace("\\", "\\\\") for n in group)
+        label = group[0] if len(group) == 1 else f"{group[0]} … {group[-1]} ({len(group)} nodes)"
+        out.append(Batch(regex, label))
+    return out
+
+
+NODE_LISTS = (GPU_COUNT, IB_UP)
+"""Metrics the node list is read from: few series a node (one; one a port), so listing
+10,000 nodes stays under a store's series limit for one lookup (VictoriaMetrics refuses
+more than 300,000 by default, and the whole fleetwatch family is 130 a node)."""
+
+
+async def fleet_nodes(client: PrometheusClient, window: Window, present: set[str]) -> list[str]:
+    """Every node with fleetwatch's GPU count or InfiniBand ports (or dcgm-exporter series
+    naming it by `Hostname`) in the window and the selector, sorted."""
+    lookups = [("node", _sel(window, name)) for name in NODE_LISTS if name in present]
+    dcgm = shipped_config().dcgm_tensor_active_metric
+    if dcgm in present:
+        lookups.append((DCGM_NODE_LABEL, _sel(window, dcgm, 'node=""', scoped=False)))
+    found: set[str] = set()
+    for label, match in lookups:
+        found |= await client.label_values(label, start=window.start, end=window.end, match=match)
+    return sorted(found - {""})
+
+
+async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 200) -> Dataset:
+    """Run every query whose required metrics exist in the window, per node batch; record
+    the rest, and every batch that failed or came back partial.
+
+    Raises `PrometheusUnreachable`/`PrometheusAuthError` when nothing can be read at all
+    (the metric names or the node list); a batch's error only marks that batch missing,
+    and a query whose every batch failed is not computed.
     """
     present = await client.metric_names(start=window.start, end=window.end, match=None)
     dataset = Dataset(window=window)
-    runnable: list[Query] = []
-    for query in QUERIES:
-        missing = [m for m in query.required if m not in present]
-        if query.any_of is not None and not present.intersection(query.any_of()):
-            missing.append(" or ".join(query.any_of()))
-        if not present:
-            dataset.problems[query.name] = (
-                "Prometheus has no samples at all in the window: check --since/--until "
-                "and that this is the Prometheus that scrapes the fleet"
-            )
-        elif missing:
-            dataset.problems[query.name] = (
-                f"metric {', '.join(missing)} has no samples in the window "
-                "(is its collector off, or the component not deployed?)"
-            )
-        else:
-            runnable.append(query)
+    runnable = [q for q in QUERIES if _runnable(q, present, dataset)]
+    groups = (
+        batches(await fleet_nodes(client, window, present), batch_nodes)
+        if any(q.batched for q in runnable)
+        else []
+    )
+    work = [(q, b) for q in runnable for b in (groups if q.batched else [Batch("", "")])]
+    client.progress.reset(total=sum(len(chunks(*_range_for(q, window))) for q, _ in work))
+    waiting: list[str] = []
 
-    async def run(query: Query) -> tuple[Query, list[Series] | QueryError]:
+    async def run(query: Query, batch: Batch) -> tuple[Query, Batch, Answer | PrometheusError]:
+        what = f"{query.name} {batch.label}".strip()
+        waiting.append(what)
+        client.progress.set_postfix_str(_waiting(waiting))
         start, end, step = _range_for(query, window)
         try:
-            expr = query.build(window)
-            return query, await client.query_range(expr, start=start, end=end, step=step)
-        except QueryError as exc:
-            return query, exc
+            expr = query.build(dataclasses.replace(window, nodes=batch.regex))
+            return query, batch, await client.query_range(expr, start=start, end=end, step=step)
+        except PrometheusAuthError:
+            raise
+        except PrometheusError as exc:
+            return query, batch, exc
+        finally:
+            waiting.remove(what)
+            client.progress.set_postfix_str(_waiting(waiting))
 
-    for query, result in await asyncio.gather(*(run(q) for q in runnable)):
-        if isinstance(result, QueryError):
-            dataset.problems[query.name] = str(result)
+    parts: dict[str, list[pd.DataFrame]] = {}
+    errors: dict[str, list[str]] = {}
+    for query, batch, result in await asyncio.gather(*(run(q, b) for q, b in work)):
+        part = f"{batch.label}: " if batch.label else ""
+        if isinstance(result, PrometheusError):
+            errors.setdefault(query.name, []).append(str(result))
+            dataset.missing.setdefault(query.name, []).append(f"{part}{result}")
+            continue
+        parts.setdefault(query.name, []).append(_columns(result.series, query.keys))
+        if result.warnings:
+            dataset.missing.setdefault(query.name, []).append(
+                f"{part}the store answered partially: {'; '.join(result.warnings)}"
+            )
+    for query in runnable:
+        if query.name in parts:
+            dataset.frames[query.name] = _finish(parts[query.name], query.keys)
         else:
-            dataset.frames[query.name] = to_frame(result, query.keys)
+            dataset.problems[query.name] = errors[query.name][0]
+            del dataset.missing[query.name]
     return dataset
 
 
-def planned_requests(window: Window) -> int:
-    """How many HTTP range requests `fetch` makes at most (for the progress bar)."""
-    from fleetwatch.report.promapi import chunks
+def _runnable(query: Query, present: set[str], dataset: Dataset) -> bool:
+    """Whether `query`'s metrics have samples; if not, why not goes in `dataset.problems`."""
+    missing = [m for m in query.required if m not in present]
+    if query.any_of is not None and not present.intersection(query.any_of()):
+        missing.append(" or ".join(query.any_of()))
+    if not present:
+        dataset.problems[query.name] = (
+            "Prometheus has no samples at all in the window: check --since/--until "
+            "and that this is the Prometheus that scrapes the fleet"
+        )
+    elif missing:
+        dataset.problems[query.name] = (
+            f"metric {', '.join(missing)} has no samples in the window "
+            "(is its collector off, or the component not deployed?)"
+        )
+    return not missing and bool(present)
 
-    return sum(len(chunks(*_range_for(q, window))) for q in QUERIES)
+
+def _waiting(waiting: list[str]) -> str:
+    """What the progress bar says it waits for: the oldest request in flight, and how many
+    more there are."""
+    if not waiting:
+        return ""
+    more = f" (+{len(waiting) - 1} more)" if len(waiting) > 1 else ""
+    return f"waiting for {waiting[0]}{more}"
 
 
 def save_snapshot(dataset: Dataset, directory: Path) -> None:
@@ -509,6 +644,7 @@ def save_snapshot(dataset: Dataset, directory: Path) -> None:
     manifest = {
         "window": asdict(dataset.window),
         "problems": dataset.problems,
+        "missing": dataset.missing,
         "frames": sorted(dataset.frames),
     }
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -522,6 +658,7 @@ def load_snapshot(directory: Path) -> Dataset:
         window = Window(**manifest["window"])
         names = [str(n) for n in manifest["frames"]]
         problems = {str(k): str(v) for k, v in manifest["problems"].items()}
+        missing = {str(k): [str(p) for p in v] for k, v in manifest.get("missing", {}).items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{manifest_path}: not a fleetwatch report snapshot ({exc})") from exc
     frames = {}
@@ -531,4 +668,4 @@ def load_snapshot(directory: Path) -> Dataset:
             frames[name] = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: cannot read snapshot frame ({exc})") from exc
-    return Dataset(window=window, frames=frames, problems=problems)
+    return Dataset(window=window, frames=frames, problems=problems, missing=missing)

@@ -5,12 +5,16 @@ The report reads only the documented HTTP API (`/api/v1/query_range`,
 or VictoriaMetrics. A long window is split into chunks of at most `MAX_POINTS` steps
 (Prometheus refuses more than 11,000 points per series), chunks run with bounded
 concurrency, and 5xx answers, 429 and timeouts are retried with backoff. Failures are
-typed so the caller can tell "Prometheus is down" from "this one query is wrong".
+typed so the caller can tell "Prometheus is down" from "this one query is wrong". An answer
+the store marks as incomplete (Prometheus `warnings`, VictoriaMetrics `isPartial`) comes back
+with its data and the reason, so the report can say which part is missing. The client counts
+the response bytes it reads (`bytes_fetched`), the figure the benchmark prints.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,14 +50,32 @@ class Series:
     values: list[float]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A query's series, and why the store says they may be incomplete (empty: complete)."""
+
+    series: list[Series]
+    warnings: list[str]
+
+
 class Progress(Protocol):
     """What the client reports progress to (a tqdm bar, or nothing)."""
 
     def update(self, n: int = 1) -> object: ...
 
+    def reset(self, total: int | None = None) -> object: ...
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> object: ...
+
 
 class _NoProgress:
     def update(self, n: int = 1) -> object:
+        return None
+
+    def reset(self, total: int | None = None) -> object:
+        return None
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> object:
         return None
 
 
@@ -93,7 +115,9 @@ class PrometheusClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._backoff_s = backoff_s
         self._session: aiohttp.ClientSession | None = None
-        self.progress: Progress = progress or _NoProgress()
+        self.progress: Progress = _NoProgress() if progress is None else progress
+        self.bytes_fetched = 0
+        """Response bytes read so far (bodies, as received)."""
 
     async def __aenter__(self) -> PrometheusClient:
         self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
@@ -105,42 +129,50 @@ class PrometheusClient:
 
     async def metric_names(self, *, start: float, end: float, match: str | None) -> set[str]:
         """Names of the metrics that have samples in [start, end] (optionally matching)."""
+        return await self.label_values("__name__", start=start, end=end, match=match)
+
+    async def label_values(
+        self, label: str, *, start: float, end: float, match: str | None
+    ) -> set[str]:
+        """Values of `label` on series with samples in [start, end] (optionally matching)."""
         params: list[tuple[str, str]] = [("start", _ts(start)), ("end", _ts(end))]
         if match:
             params.append(("match[]", match))
-        data = await self._get("/api/v1/label/__name__/values", params, what="metric names")
-        return {str(name) for name in data}
+        data, _ = await self._get(f"/api/v1/label/{label}/values", params, what=f"{label} values")
+        return {str(value) for value in data or ()}
 
-    async def query_range(
-        self, expr: str, *, start: float, end: float, step: float
-    ) -> list[Series]:
-        """Evaluate `expr` over [start, end] every `step` seconds; chunks are merged per series."""
-        pieces = await asyncio.gather(
+    async def query_range(self, expr: str, *, start: float, end: float, step: float) -> Answer:
+        """Evaluate `expr` over [start, end] every `step` seconds; chunks are merged per series,
+        and so are their warnings."""
+        answers = await asyncio.gather(
             *(
                 self._query_chunk(expr, start=a, end=b, step=step)
                 for a, b in chunks(start, end, step)
             )
         )
         merged: dict[tuple[tuple[str, str], ...], Series] = {}
-        for piece in pieces:
-            for series in piece:
+        warnings: list[str] = []
+        for answer in answers:
+            warnings += [w for w in answer.warnings if w not in warnings]
+            for series in answer.series:
                 key = tuple(sorted(series.labels.items()))
                 if key in merged:
                     merged[key].timestamps.extend(series.timestamps)
                     merged[key].values.extend(series.values)
                 else:
                     merged[key] = series
-        return list(merged.values())
+        return Answer(list(merged.values()), warnings)
 
-    async def _query_chunk(
-        self, expr: str, *, start: float, end: float, step: float
-    ) -> list[Series]:
+    async def _query_chunk(self, expr: str, *, start: float, end: float, step: float) -> Answer:
         params = [("query", expr), ("start", _ts(start)), ("end", _ts(end)), ("step", _ts(step))]
-        data = await self._get("/api/v1/query_range", params, what=f"query {expr!r}")
+        data, warnings = await self._get("/api/v1/query_range", params, what=f"query {expr!r}")
         self.progress.update(1)
-        return [_series(item) for item in data["result"]]
+        return Answer([_series(item) for item in data["result"]], warnings)
 
-    async def _get(self, path: str, params: Sequence[tuple[str, str]], *, what: str) -> Any:
+    async def _get(
+        self, path: str, params: Sequence[tuple[str, str]], *, what: str
+    ) -> tuple[Any, list[str]]:
+        """The answer's `data` and its incompleteness warnings, after retries."""
         if self._session is None:
             raise RuntimeError("PrometheusClient used outside `async with`")
         url = self._url + path
@@ -158,27 +190,39 @@ class PrometheusClient:
                     if response.status >= 500 or response.status == 429:
                         last = f"HTTP {response.status}: {(await response.text())[:200]}"
                         continue
-                    body = await _json(response, url)
+                    raw = await response.read()
+                    self.bytes_fetched += len(raw)
+                    body = _json(raw, response.status, url)
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
             if body.get("status") != "success":
                 raise QueryError(f"{what} failed: {body.get('errorType')}: {body.get('error')}")
-            return body["data"]
+            return body["data"], _warnings(body)
         raise PrometheusUnreachable(
             f"cannot reach Prometheus at {self._url} ({what}) after {self._retries + 1} "
             f"attempts: {last}"
         )
 
 
-async def _json(response: aiohttp.ClientResponse, url: str) -> dict[str, Any]:
+def _json(raw: bytes, status: int, url: str) -> dict[str, Any]:
     try:
-        body = await response.json(content_type=None)
+        body = json.loads(raw)
     except ValueError as exc:
-        raise QueryError(f"{url}: HTTP {response.status}: not a Prometheus API answer") from exc
+        raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer") from exc
     if not isinstance(body, dict):
-        raise QueryError(f"{url}: HTTP {response.status}: not a Prometheus API answer")
+        raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer")
     return body
+
+
+def _warnings(body: dict[str, Any]) -> list[str]:
+    """Why a successful answer may be incomplete: Prometheus' `warnings` (a store or shard
+    that did not answer, behind Thanos or Mimir) and VictoriaMetrics' `isPartial` (a
+    vmstorage node that did not answer)."""
+    warnings = [str(w) for w in body.get("warnings") or ()]
+    if body.get("isPartial") is True:
+        warnings.append("partial response: some storage nodes did not answer (isPartial)")
+    return warnings
 
 
 def _series(item: dict[str, Any]) -> Series:

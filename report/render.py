@@ -24,7 +24,8 @@ JOB_LINES = 6  # jobs drawn in the job-activity plot
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;
 padding:.2em .5em;text-align:left}th{background:#eee}.note{color:#a40}img{max-width:100%}
-.plots{display:grid;grid-template-columns:1fr 1fr;gap:1em}"""
+.plots{display:grid;grid-template-columns:1fr 1fr;gap:1em}
+.missing{color:#fff;background:#b00;padding:.3em .6em}"""
 
 
 def _png(fig: Figure) -> str:
@@ -257,6 +258,7 @@ def to_html(report: Report) -> str:
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>Fleet report</h1><p>{_when(w.start)} to {_when(w.end)}, step {w.step:g}s, "
         f"buckets {w.bucket:g}s{html.escape(f', nodes {w.selector}' if w.selector else '')}</p>",
+        *_incomplete_html(report),
         "<h2>Actions</h2>",
         _table_html("actions", report.actions),
         "<div class='plots'>",
@@ -268,10 +270,26 @@ def to_html(report: Report) -> str:
         plots = SECTION_PLOTS.get(section.title, ())
         if plots:
             parts += ["<div class='plots'>", *(_img(p, report) for p in plots), "</div>"]
+        parts += [f"<p class='missing'>Missing data: {html.escape(m)}</p>" for m in section.missing]
         parts += [f"<p class='note'>Not computed: {html.escape(n)}</p>" for n in section.notes]
         parts += [_table_html(name, frame) for name, frame in section.tables.items()]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def incomplete(report: Report) -> list[str]:
+    """Titles of the sections whose data the store returned only in part."""
+    return [s.title for s in report.sections if s.missing]
+
+
+def _incomplete_html(report: Report) -> list[str]:
+    titles = incomplete(report)
+    if not titles:
+        return []
+    return [
+        f"<p class='missing'>Incomplete data in {html.escape(', '.join(titles))}: the store "
+        "did not return every part; a finding may be absent (see each section)</p>"
+    ]
 
 
 def _md_cell(value: object) -> str:
@@ -298,6 +316,11 @@ def to_markdown(report: Report) -> str:
         "",
         "## Actions",
         "",
+        *(
+            [f"**Incomplete data** in {', '.join(incomplete(report))}: see below.", ""]
+            if incomplete(report)
+            else []
+        ),
         markdown_table(report.actions),
         "## Findings",
         "",
@@ -305,6 +328,7 @@ def to_markdown(report: Report) -> str:
     for section in report.sections:
         counts = ", ".join(f"{name}: {len(frame)}" for name, frame in section.tables.items())
         lines.append(f"- **{section.title}**: {counts or 'nothing computed'}")
+        lines += [f"  - missing data: {part}" for part in section.missing]
         lines += [f"  - not computed: {note}" for note in section.notes]
     return "\n".join(lines) + "\n"
 

@@ -10,11 +10,13 @@ from fleetwatch.report.dataset import Dataset
 
 @dataclass
 class Section:
-    """One report section: named tables in display order, and what could not be computed."""
+    """One report section: named tables in display order, what could not be computed
+    (`notes`), and what its tables lack because the store did not return it (`missing`)."""
 
     title: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
 
 def frame_values(ds: Dataset, name: str, keys: tuple[str, ...], column: str) -> pd.DataFrame | None:

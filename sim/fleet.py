@@ -25,10 +25,11 @@ kube-state-metrics' `kube_pod_labels` (`label_jobset_sigs_k8s_io_jobset_name`,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
@@ -176,125 +177,173 @@ class _Writer:
             )
 
 
+Rows = Iterator[tuple[str, np.ndarray]]
+"""A family's series: OpenMetrics label text (`node="x",gpu="0"`) and values (NaN: none)."""
+
+
 def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
     """Write the fleet's whole history to `path` (OpenMetrics) and return what was injected."""
     plan = injected(spec)
+    with path.open("w") as out:
+        w = _Writer(out=out, timestamps=spec.timestamps)
+        for name, kind, rows in _families(
+            spec, plan, range(spec.nodes), np.random.default_rng(spec.seed)
+        ):
+            w.family(name, kind, rows)
+        out.write("# EOF\n")
+    return plan
+
+
+def write_victoria_import(spec: FleetSpec, out: BinaryIO, *, chunk_nodes: int = 50) -> Injected:
+    """Write the history as VictoriaMetrics `/api/v1/import` JSON lines, `chunk_nodes` nodes
+    at a time, so a 10,000-node fleet streams in bounded memory.
+
+    The first chunk draws its noise as `write_openmetrics` does, so a fleet of at most
+    `chunk_nodes` nodes is the same history in both formats (the engines' comparison test
+    relies on it); later chunks draw from their own seeds.
+    """
+    plan = injected(spec)
+    for first in range(0, spec.nodes, chunk_nodes):
+        nodes = range(first, min(spec.nodes, first + chunk_nodes))
+        seed = spec.seed if first == 0 else (spec.seed, first)
+        for name, kind, rows in _families(spec, plan, nodes, np.random.default_rng(seed)):
+            sample = f"{name}_total" if kind == "counter" else name
+            for labels, values in rows:
+                out.write(_import_line(sample, labels, values, spec.timestamps))
+    return plan
+
+
+def _import_line(name: str, labels: str, values: np.ndarray, timestamps: np.ndarray) -> bytes:
+    """One series as an import line: labels, values (`%.6g`, as OpenMetrics has them) and
+    millisecond timestamps; NaN points are left out."""
+    present = ~np.isnan(values)
+    metric = re.sub(r'(\w+)="', r'"\1":"', labels)
+    line = (
+        f'{{"metric":{{"__name__":"{name}",{metric}}},'
+        f'"values":[{",".join(np.char.mod("%.6g", values[present]))}],'
+        f'"timestamps":[{",".join(map(str, (timestamps[present] * 1000).tolist()))}]}}\n'
+    )
+    return line.encode()
+
+
+def _families(
+    spec: FleetSpec, plan: Injected, nodes: range, rng: np.random.Generator
+) -> Iterator[tuple[str, str, Rows]]:
+    """Every family's series of `nodes` (fleet-wide series with the chunk of node 0), in
+    the order `write_openmetrics` writes them: (name, OpenMetrics type, rows)."""
     ts = spec.timestamps
     steps = len(ts)
-    rng = np.random.default_rng(spec.seed)
-    n, g = spec.nodes, spec.gpus_per_node
+    n, g = len(nodes), spec.gpus_per_node
+    at = {node: i for i, node in enumerate(nodes)}  # fleet index -> row in the matrices
     hot = (ts >= plan.hot_start) & (ts < plan.hot_end)
     xid_at = spec.start + (steps // 2) * spec.step_seconds
     gone = ts >= xid_at
 
     tensor = np.zeros((n, g, steps))
     util = np.zeros((n, g, steps))
-    for node in range(n):
+    for node in nodes:
         for gpu in range(g):
             owner = allocation(spec, node, gpu)
+            i = at[node]
             if owner is None:
-                tensor[node, gpu] = np.abs(rng.normal(0.0, 0.003, steps))
+                tensor[i, gpu] = np.abs(rng.normal(0.0, 0.003, steps))
             elif owner[0] == "notebooks":
-                tensor[node, gpu] = np.abs(rng.normal(0.005, 0.003, steps))
-                util[node, gpu] = np.clip(rng.normal(0.35, 0.05, steps), 0, 1)
+                tensor[i, gpu] = np.abs(rng.normal(0.005, 0.003, steps))
+                util[i, gpu] = np.clip(rng.normal(0.35, 0.05, steps), 0, 1)
             else:
-                tensor[node, gpu] = np.clip(rng.normal(0.55, 0.03, steps), 0, 1)
-                util[node, gpu] = np.clip(rng.normal(0.97, 0.01, steps), 0, 1)
+                tensor[i, gpu] = np.clip(rng.normal(0.55, 0.03, steps), 0, 1)
+                util[i, gpu] = np.clip(rng.normal(0.97, 0.01, steps), 0, 1)
     # The straggler: throttled, so the job waits for it and it is busy longest.
-    tensor[3, 6] = np.clip(rng.normal(0.58, 0.01, steps), 0, 1)
-    tensor[5, 3] = np.clip(rng.normal(0.15, 0.02, steps), 0, 1)
-    tensor[1, 1:, ts > spec.end - 3600] *= 0.45
+    if 3 in at:
+        tensor[at[3], 6] = np.clip(rng.normal(0.58, 0.01, steps), 0, 1)
+    if 5 in at:
+        tensor[at[5], 3] = np.clip(rng.normal(0.15, 0.02, steps), 0, 1)
+    if 1 in at:
+        tensor[at[1], 1:, ts > spec.end - 3600] *= 0.45
     sm_clock = np.full((n, g, steps), SM_CLOCK_HZ) + rng.normal(0, 5e6, (n, g, steps))
-    sm_clock[3, 6] = THROTTLED_SM_CLOCK_HZ
     throttled = np.zeros((n, g, steps))
-    throttled[3, 6] = 1.0
+    if 3 in at:
+        sm_clock[at[3], 6] = THROTTLED_SM_CLOCK_HZ
+        throttled[at[3], 6] = 1.0
     power = np.clip(90 + 930 * tensor + rng.normal(0, 8, (n, g, steps)), 60, 700)
     temp = np.clip(35 + 0.045 * power + rng.normal(0, 1, (n, g, steps)), 25, 70)
-    temp[0, 5] = np.clip(temp[0, 5] + 12, 25, 76.5)
-    temp[2, 2, hot] = 84 + rng.normal(0, 0.5, int(hot.sum()))
     slowdown = np.zeros((n, g, steps))
-    slowdown[2, 2] = np.cumsum(hot * spec.step_seconds)
-    for matrix in (tensor, util, power, temp, slowdown, sm_clock, throttled):
-        matrix[4, 7, gone] = np.nan
+    if 0 in at:
+        temp[at[0], 5] = np.clip(temp[at[0], 5] + 12, 25, 76.5)
+    if 2 in at:
+        temp[at[2], 2, hot] = 84 + rng.normal(0, 0.5, int(hot.sum()))
+        slowdown[at[2], 2] = np.cumsum(hot * spec.step_seconds)
+    if 4 in at:
+        for matrix in (tensor, util, power, temp, slowdown, sm_clock, throttled):
+            matrix[at[4], 7, gone] = np.nan
 
-    def gpu_rows(
-        matrix: np.ndarray, extra: str = "", nodes: Iterable[int] = range(n)
-    ) -> Iterator[tuple[str, np.ndarray]]:
-        for node in nodes:
+    def gpu_rows(matrix: np.ndarray, extra: str = "", only: Iterable[int] = nodes) -> Rows:
+        for node in only:
             for gpu in range(g):
                 labels = f'node="{node_name(spec, node)}",gpu="{gpu}",uuid="{uuid(node, gpu)}"'
-                yield labels + extra, matrix[node, gpu]
+                yield labels + extra, matrix[at[node], gpu]
 
     def const(value: float) -> np.ndarray:
         return np.full(steps, value)
 
-    with path.open("w") as out:
-        w = _Writer(out=out, timestamps=ts)
-        w.family("fleetwatch_gpu_temperature_celsius", "gauge", gpu_rows(temp, ',sensor="gpu"'))
-        w.family("fleetwatch_gpu_power_watts", "gauge", gpu_rows(power))
-        with_gpm = [node for node in range(n) if node != DCGM_NODE]
-        w.family(
-            "fleetwatch_gpu_tensor_active_ratio",
-            "gauge",
-            gpu_rows(tensor, ',pipe="any"', with_gpm),
-        )
-        w.family("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", _dcgm_rows(spec, tensor))
-        w.family("fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util))
-        w.family("fleetwatch_gpu_clock_hertz", "gauge", gpu_rows(sm_clock, ',clock="sm"'))
-        w.family(
-            "fleetwatch_gpu_clock_event_active",
-            "gauge",
-            gpu_rows(throttled, ',reason="sw_thermal_slowdown"'),
-        )
-        w.family(
-            "fleetwatch_gpu_clock_event_seconds",
-            "counter",
-            gpu_rows(slowdown, ',reason="hw_thermal_slowdown"'),
-        )
-        zeros = np.where(np.isnan(temp), np.nan, 0.0)
-        w.family(
-            "fleetwatch_gpu_ecc_errors",
-            "counter",
-            (
-                row
-                for sev in ("corrected", "uncorrected")
-                for row in gpu_rows(zeros, f',severity="{sev}"')
-            ),
-        )
-        w.family("fleetwatch_gpu_allocation_info", "gauge", _allocation_rows(spec, steps))
-        w.family("kube_pod_labels", "gauge", _pod_label_rows(spec, steps))
-        count = np.full((n, steps), float(g))
-        count[4, gone] = g - 1
-        w.family(
-            "fleetwatch_gpus_visible",
-            "gauge",
-            ((f'node="{node_name(spec, node)}"', count[node]) for node in range(n)),
-        )
-        w.family(
-            "fleetwatch_gpus_expected",
-            "gauge",
-            ((f'node="{node_name(spec, node)}"', const(g)) for node in range(n)),
-        )
-        xid = np.where(gone, 1.0, np.nan)
-        returned = np.where(ts >= spec.start + (steps // 4) * spec.step_seconds, 1.0, np.nan)
-        w.family(
-            "fleetwatch_gpu_xid_errors",
-            "counter",
-            iter(
-                [
-                    (f'node="{node_name(spec, 4)}",gpu="7",uuid="{uuid(4, 7)}",xid="79"', xid),
-                    (f'node="{node_name(spec, 0)}",gpu="3",uuid="{uuid(0, 3)}",xid="79"', returned),
-                ]
-            ),
-        )
-        _write_infiniband(w, spec, plan, steps)
-        _write_remediation(w, spec, plan, ts)
-        out.write("# EOF\n")
-    return plan
+    yield "fleetwatch_gpu_temperature_celsius", "gauge", gpu_rows(temp, ',sensor="gpu"')
+    yield "fleetwatch_gpu_power_watts", "gauge", gpu_rows(power)
+    with_gpm = [node for node in nodes if node != DCGM_NODE]
+    yield "fleetwatch_gpu_tensor_active_ratio", "gauge", gpu_rows(tensor, ',pipe="any"', with_gpm)
+    if DCGM_NODE in at:
+        yield "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", _dcgm_rows(spec, tensor[at[DCGM_NODE]])
+    yield "fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util)
+    yield "fleetwatch_gpu_clock_hertz", "gauge", gpu_rows(sm_clock, ',clock="sm"')
+    yield (
+        "fleetwatch_gpu_clock_event_active",
+        "gauge",
+        gpu_rows(throttled, ',reason="sw_thermal_slowdown"'),
+    )
+    yield (
+        "fleetwatch_gpu_clock_event_seconds",
+        "counter",
+        gpu_rows(slowdown, ',reason="hw_thermal_slowdown"'),
+    )
+    zeros = np.where(np.isnan(temp), np.nan, 0.0)
+    yield (
+        "fleetwatch_gpu_ecc_errors",
+        "counter",
+        (
+            row
+            for sev in ("corrected", "uncorrected")
+            for row in gpu_rows(zeros, f',severity="{sev}"')
+        ),
+    )
+    yield "fleetwatch_gpu_allocation_info", "gauge", _allocation_rows(spec, nodes, steps)
+    yield "kube_pod_labels", "gauge", _pod_label_rows(spec, nodes, steps)
+    count = np.full((n, steps), float(g))
+    if 4 in at:
+        count[at[4], gone] = g - 1
+    yield (
+        "fleetwatch_gpus_visible",
+        "gauge",
+        ((f'node="{node_name(spec, node)}"', count[at[node]]) for node in nodes),
+    )
+    yield (
+        "fleetwatch_gpus_expected",
+        "gauge",
+        ((f'node="{node_name(spec, node)}"', const(g)) for node in nodes),
+    )
+    xid = np.where(gone, 1.0, np.nan)
+    returned = np.where(ts >= spec.start + (steps // 4) * spec.step_seconds, 1.0, np.nan)
+    xids = [
+        (f'node="{node_name(spec, 4)}",gpu="7",uuid="{uuid(4, 7)}",xid="79"', xid),
+        (f'node="{node_name(spec, 0)}",gpu="3",uuid="{uuid(0, 3)}",xid="79"', returned),
+    ]
+    if 0 in at:
+        yield "fleetwatch_gpu_xid_errors", "counter", iter(xids)
+    yield from _infiniband(spec, plan, nodes, steps)
+    if 0 in at:
+        yield from _remediation(plan, ts)
 
 
-def _allocation_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarray]]:
-    for node in range(spec.nodes):
+def _allocation_rows(spec: FleetSpec, nodes: range, steps: int) -> Rows:
+    for node in nodes:
         for gpu in range(spec.gpus_per_node):
             owner = allocation(spec, node, gpu)
             if owner is None:
@@ -311,21 +360,22 @@ def _allocation_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndar
             )
 
 
-def _dcgm_rows(spec: FleetSpec, tensor: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
-    """dcgm-exporter's tensor activity of the node without GPM, labelled as it labels it."""
+def _dcgm_rows(spec: FleetSpec, tensor: np.ndarray) -> Rows:
+    """dcgm-exporter's tensor activity of the node without GPM (`tensor`: its GPUs' rows),
+    labelled as dcgm-exporter labels it."""
     for gpu in range(spec.gpus_per_node):
         labels = (
             f'gpu="{gpu}",UUID="{uuid(DCGM_NODE, gpu)}",Hostname="{node_name(spec, DCGM_NODE)}",'
             'modelName="NVIDIA A100-SXM4-80GB"'
         )
-        yield labels, tensor[DCGM_NODE, gpu]
+        yield labels, tensor[gpu]
 
 
-def _pod_label_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarray]]:
+def _pod_label_rows(spec: FleetSpec, nodes: range, steps: int) -> Rows:
     pods = sorted(
         {
             owner
-            for node in range(spec.nodes)
+            for node in nodes
             for gpu in range(spec.gpus_per_node)
             if (owner := allocation(spec, node, gpu)) is not None
         }
@@ -339,8 +389,10 @@ def _pod_label_rows(spec: FleetSpec, steps: int) -> Iterator[tuple[str, np.ndarr
         yield labels, np.ones(steps)
 
 
-def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -> None:
-    ports = [(node, p) for node in range(spec.nodes) for p in range(spec.ib_ports_per_node)]
+def _infiniband(
+    spec: FleetSpec, plan: Injected, nodes: range, steps: int
+) -> Iterator[tuple[str, str, Rows]]:
+    ports = [(node, p) for node in nodes for p in range(spec.ib_ports_per_node)]
 
     def label(node: int, p: int) -> str:
         return f'node="{node_name(spec, node)}",device="mlx5_{p}",port="1"'
@@ -351,7 +403,7 @@ def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -
     symbol = {key: np.zeros(steps) for key in ports}
     saturated = {key: np.zeros(steps) for key in ports}
     flap = (1, 3)
-    for k in range(plan.flaps):
+    for k in range(plan.flaps if flap in up else 0):
         at = steps // (plan.flaps + 1) * (k + 1)
         up[flap][at : at + 2] = 0
         changes[flap][at:] += 1
@@ -359,25 +411,26 @@ def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -
         downed[flap][at:] += 1
     # A link that drops and retrains between two scrapes: only link_downed sees it.
     blip = (0, 2)
-    for k in range(3):
+    for k in range(3 if blip in up else 0):
         downed[blip][steps // 4 * (k + 1) :] += 1
     sat = (5, 1)
     pin_at = steps * 3 // 8
     climb = np.arange(steps) * (PINNED_SYMBOL_ERRORS / pin_at)
-    symbol[sat] = np.floor(np.minimum(climb, PINNED_SYMBOL_ERRORS))
-    saturated[sat][pin_at:] = 1
-    w.family("fleetwatch_infiniband_port_up", "gauge", ((label(*key), up[key]) for key in ports))
-    w.family(
+    if sat in up:
+        symbol[sat] = np.floor(np.minimum(climb, PINNED_SYMBOL_ERRORS))
+        saturated[sat][pin_at:] = 1
+    yield "fleetwatch_infiniband_port_up", "gauge", ((label(*key), up[key]) for key in ports)
+    yield (
         "fleetwatch_infiniband_port_rate_bytes_per_second",
         "gauge",
         ((label(*key), np.full(steps, IB_RATE_BYTES)) for key in ports),
     )
-    w.family(
+    yield (
         "fleetwatch_infiniband_port_state_changes",
         "counter",
         ((label(*key), changes[key]) for key in ports),
     )
-    w.family(
+    yield (
         "fleetwatch_infiniband_port_errors",
         "counter",
         (
@@ -389,24 +442,24 @@ def _write_infiniband(w: _Writer, spec: FleetSpec, plan: Injected, steps: int) -
             )
         ),
     )
-    w.family(
+    yield (
         "fleetwatch_infiniband_port_error_saturated",
         "gauge",
         ((label(*key) + ',error="symbol"', saturated[key]) for key in ports),
     )
 
 
-def _write_remediation(w: _Writer, spec: FleetSpec, plan: Injected, ts: np.ndarray) -> None:
+def _remediation(plan: Injected, ts: np.ndarray) -> Iterator[tuple[str, str, Rows]]:
     firing = (ts >= plan.hot_start) & (ts < plan.hot_end)
     alert = (
         f'alertname="GPUOverheating",alertstate="firing",fleetwatch_taint="gpu-overheat",'
         f'gpu="2",node="{plan.tainted_node}",severity="critical",uuid="{uuid(2, 2)}"'
     )
-    w.family("ALERTS", "gauge", iter([(alert, np.where(firing, 1.0, np.nan))]))
+    yield "ALERTS", "gauge", iter([(alert, np.where(firing, 1.0, np.nan))])
     tainter = 'job="fleetwatch-tainter"'
     added = (ts >= plan.hot_start).astype(float)
     removed = (ts >= plan.hot_end).astype(float)
-    w.family(
+    yield (
         "fleetwatch_tainter_taint_operations",
         "counter",
         iter(
@@ -416,5 +469,5 @@ def _write_remediation(w: _Writer, spec: FleetSpec, plan: Injected, ts: np.ndarr
             ]
         ),
     )
-    w.family("fleetwatch_tainter_tainted_nodes", "gauge", iter([(tainter, firing.astype(float))]))
-    w.family("fleetwatch_tainter_breaker_open", "gauge", iter([(tainter, np.zeros(len(ts)))]))
+    yield "fleetwatch_tainter_tainted_nodes", "gauge", iter([(tainter, firing.astype(float))])
+    yield "fleetwatch_tainter_breaker_open", "gauge", iter([(tainter, np.zeros(len(ts)))])

@@ -1,18 +1,23 @@
 """The report's Prometheus client and bad input, against an in-process fake API.
 
 The fake speaks the parts of the Prometheus HTTP API the report uses and can be told to
-fail in the ways real deployments fail: 5xx, refused credentials, rejected queries.
+fail in the ways real deployments fail: 5xx, refused credentials, rejected queries, and, for
+one node batch only, an error, a request that never answers, or a partial answer
+(Prometheus `warnings`, VictoriaMetrics `isPartial`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import QUERIES, Window, fetch
 from fleetwatch.report.promapi import (
@@ -37,11 +42,19 @@ class FakePrometheus:
     fail_first: int = 0
     status: int = 200
     reject: str = ""
+    nodes: list[str] = field(default_factory=lambda: ["n1"])
+    faults: dict[str, str] = field(default_factory=dict)
+    """node -> "error" | "hang" | "warnings" | "partial", for the batches naming it."""
     requests: list[dict[str, str]] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def names_handler(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "success", "data": self.names})
+    async def values_handler(self, request: web.Request) -> web.Response:
+        values = {"__name__": self.names, "node": self.nodes}.get(request.match_info["label"], [])
+        return web.json_response({"status": "success", "data": values})
+
+    def fault(self, query: str) -> str:
+        return next((f for node, f in self.faults.items() if f'"{node}"' in query), "")
 
     async def range_handler(self, request: web.Request) -> web.Response:
         q = dict(request.query)
@@ -60,23 +73,32 @@ class FakePrometheus:
                 },
                 status=400,
             )
+        fault = self.fault(q["query"])
+        if fault == "error":
+            return web.Response(status=503, text="vmselect: cannot fetch from vmstorage")
+        if fault == "hang":
+            await self.release.wait()  # set after the client timed out
         start, end, step = float(q["start"]), float(q["end"]), float(q["step"])
         points = int((end - start) // step) + 1
         assert points <= MAX_POINTS
         values = [[start + i * step, "1"] for i in range(points)]
-        return web.json_response(
-            {
-                "status": "success",
-                "data": {
-                    "resultType": "matrix",
-                    "result": [{"metric": {"node": "n1"}, "values": values}],
-                },
-            }
-        )
+        node = re.search(r'node=~"([^"]*)"', q["query"])
+        body: dict[str, object] = {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [{"metric": {"node": node[1] if node else "n1"}, "values": values}],
+            },
+        }
+        if fault == "warnings":
+            body["warnings"] = ["store 10.0.0.7:10901 did not answer"]
+        if fault == "partial":
+            body["isPartial"] = True
+        return web.json_response(body)
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/api/v1/label/__name__/values", self.names_handler)
+        app.router.add_get("/api/v1/label/{label}/values", self.values_handler)
         app.router.add_get("/api/v1/query_range", self.range_handler)
         return app
 
@@ -106,9 +128,12 @@ def test_chunks_respect_the_point_limit_and_cover_the_range() -> None:
 async def test_long_range_is_chunked_and_merged(fake: tuple[FakePrometheus, TestServer]) -> None:
     state, server = fake
     async with PrometheusClient(url=url(server), concurrency=2, bearer_token="s3cret") as c:
-        series = await c.query_range("up", start=0, end=25_000 * 60, step=60)
+        answer = await c.query_range("up", start=0, end=25_000 * 60, step=60)
     assert len(state.requests) == 3
-    assert len(series) == 1
+    assert len(answer.series) == 1
+    assert answer.warnings == []
+    assert c.bytes_fetched > 25_000 * len('[0,"1"]')
+    series = answer.series
     assert series[0].timestamps == [i * 60.0 for i in range(25_001)]
     assert state.tokens == ["Bearer s3cret"] * 3
 
@@ -117,9 +142,9 @@ async def test_5xx_is_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
     state, server = fake
     state.fail_first = 2
     async with PrometheusClient(url=url(server), retries=3, backoff_s=0.01) as c:
-        series = await c.query_range("up", start=0, end=60, step=60)
+        answer = await c.query_range("up", start=0, end=60, step=60)
     assert len(state.requests) == 3
-    assert len(series) == 1
+    assert len(answer.series) == 1
 
 
 async def test_persistent_5xx_names_the_url(fake: tuple[FakePrometheus, TestServer]) -> None:
@@ -149,9 +174,9 @@ async def test_a_rejected_query_fails_only_its_own_tables(
     async with PrometheusClient(url=url(server)) as c:
         dataset = await fetch(c, window)
     assert dataset.problems["temp_p99"] == (
-        "query 'max by (node,gpu,uuid) (quantile_over_time("
-        '0.99, fleetwatch_gpu_temperature_celsius{sensor="gpu"}[7200s]))\' failed: bad_data: '
-        "parse error: unexpected character"
+        "query 'max by (node,gpu,uuid) (quantile_over_time(0.99, "
+        'fleetwatch_gpu_temperature_celsius{sensor="gpu",node=~"n1"}[7200s]))\' failed: '
+        "bad_data: parse error: unexpected character"
     )
     assert "fleetwatch_infiniband_port_errors_total has no samples" in dataset.problems["ib_errors"]
     report = analyse(dataset)
@@ -160,6 +185,64 @@ async def test_a_rejected_query_fails_only_its_own_tables(
     assert "temp_p99: query" in thermal.notes[0]
     assert "tensor_active" not in " ".join(activity.notes)
     assert activity.tables
+
+
+WINDOW = Window(start=0, end=7200, step=60, bucket=3600, threshold_celsius=78)
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("error", "after 1 attempts: HTTP 503: vmselect: cannot fetch from vmstorage"),
+        ("hang", "after 1 attempts: "),
+        ("warnings", "the store answered partially: store 10.0.0.7:10901 did not answer"),
+        ("partial", "the store answered partially: partial response: some storage nodes"),
+    ],
+)
+async def test_a_failed_or_partial_batch_is_named_in_every_section_it_feeds(
+    fake: tuple[FakePrometheus, TestServer], fault: str, reason: str
+) -> None:
+    state, server = fake
+    state.nodes = ["n1", "n2", "n3"]
+    state.faults = {"n2": fault}
+    async with PrometheusClient(url=url(server), retries=0, timeout_s=0.5) as c:
+        dataset = await fetch(c, WINDOW, batch_nodes=1)
+    state.release.set()
+    batched = [q.name for q in QUERIES if q.batched]
+    # Every per-node query keeps the batches that answered, and names the one that did not.
+    assert sorted(dataset.missing) == sorted(batched)
+    for name in batched:
+        assert [part.split(": ", 1)[0] for part in dataset.missing[name]] == ["n2"], name
+        assert reason in dataset.missing[name][0]
+        if "node" not in dataset.frames[name]:
+            continue  # the fleet's full sample count: one row per batch, no node label
+        nodes = set(dataset.frames[name]["node"])
+        assert nodes == ({"n1", "n2", "n3"} if fault in ("warnings", "partial") else {"n1", "n3"})
+    assert dataset.problems == {}
+    report = analyse(dataset)
+    for section in report.sections[:-1]:  # Remediation reads fleet-wide series only
+        assert section.missing, section.title
+        assert all(": n2: " in part for part in section.missing)
+    page = render.to_html(report)
+    assert "Incomplete data in Thermal, Activity, Training jobs, Fabric, Reliability" in page
+    assert page.count("class='missing'>Missing data: ") == sum(
+        len(s.missing) for s in report.sections
+    )
+    assert "**Incomplete data**" in render.to_markdown(report)
+
+
+async def test_batches_cover_every_node_once_and_keep_one_node_per_regex(
+    fake: tuple[FakePrometheus, TestServer],
+) -> None:
+    state, server = fake
+    state.nodes = [f"n{i}.rack" for i in range(5)]
+    async with PrometheusClient(url=url(server), concurrency=2) as c:
+        dataset = await fetch(c, WINDOW, batch_nodes=2)
+    regexes = {m for r in state.requests for m in re.findall(r'node=~"([^"]*)"', r["query"])}
+    # A node name's regex metacharacters are escaped (and the escape itself, for PromQL).
+    assert regexes == {"n0\\\\.rack|n1\\\\.rack", "n2\\\\.rack|n3\\\\.rack", "n4\\\\.rack"}
+    assert set(dataset.frames["temp_max"]["node"]) == regexes
+    assert dataset.missing == {}
 
 
 async def test_unreachable_prometheus() -> None:
