@@ -118,10 +118,6 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
     workdir = tmp_path_factory.mktemp("sharded")
     config = load_config()
     rules = _write_rules(workdir)
-    intervals = {
-        "scrape_interval": config.scrape_interval,
-        "evaluation_interval": config.evaluation_interval,
-    }
     scenarios = {}
     for node, scenario in NODES.items():
         scenarios[node] = workdir / f"{node}.yaml"
@@ -175,7 +171,8 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
                     scrape_configs=scrape(nodes) + ([kube_state_metrics] if name == "a" else []),
                     rule_files=rules["node"],
                     remote_write_urls=[remote_write_endpoint(vm.url)],
-                    **intervals,
+                    scrape_interval=config.scrape_interval,
+                    evaluation_interval=config.evaluation_interval,
                 )
             )
             for name, nodes in SHARDS.items()
@@ -185,7 +182,8 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
                 workdir / "reference",
                 scrape_configs=[*scrape(tuple(NODES)), kube_state_metrics],
                 rule_files=rules["node"] + rules["global"],
-                **intervals,
+                scrape_interval=config.scrape_interval,
+                evaluation_interval=config.evaluation_interval,
             )
         )
         am = stack.enter_context(
