@@ -33,12 +33,20 @@ PACKAGE: Final = "fleetwatch.rules"
 CONFIG_FILE: Final = Path("rules", "config.yaml")
 """Where config.yaml lives in a source checkout, relative to its root."""
 # The generated rule files: package data, and where they live in a source checkout.
+# Node scope (ALERTS_FILE, RECORDING_FILE) runs wherever a node is scraped; global scope
+# (GLOBAL_FILE, its recording and alert groups) needs the whole fleet in one query.
 ALERTS_FILE: Final = Path("rules", "fleetwatch.rules.yaml")
 RECORDING_FILE: Final = Path("rules", "fleetwatch.recording.yaml")
+GLOBAL_FILE: Final = Path("rules", "fleetwatch.global.yaml")
 XID_CATALOG: Final = "catalog"
 """`thresholds.xid_critical: catalog` takes the critical Xids from the shipped Xid catalog."""
 
 SEVERITIES: Final = ("critical", "warning", "info")
+NODE_SCOPE: Final = "node"
+GLOBAL_SCOPE: Final = "global"
+SCOPES: Final = (NODE_SCOPE, GLOBAL_SCOPE)
+Scope = str
+"""Rule scopes: a node rule reads one node's series; a global rule the whole fleet's."""
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute")
 _METRIC_NAME: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
@@ -84,6 +92,8 @@ class Config:
     history_interval: str
     thresholds: Mapping[str, Any]
     alerts: Mapping[str, AlertPolicy]
+    rule_groups: Mapping[str, Scope]
+    """Each rule group's scope (`rule_groups:`): group name -> "node" or "global"."""
 
 
 def _fail(source: str, key: str, reason: str) -> ConfigError:
@@ -209,6 +219,7 @@ def load_config(path: Path | None = None) -> Config:
         "intervals",
         "thresholds",
         "alerts",
+        "rule_groups",
     }
     for missing in sorted(required - set(top)):
         raise _fail(source, missing, "required key is missing")
@@ -240,7 +251,18 @@ def load_config(path: Path | None = None) -> Config:
         history_interval=_duration(source, intervals.get("history"), "intervals.history"),
         thresholds=thresholds,
         alerts={name: _policy(source, name, raw) for name, raw in alerts.items()},
+        rule_groups=_rule_groups(source, top["rule_groups"]),
     )
+
+
+def _rule_groups(source: str, raw: Any) -> dict[str, str]:
+    """The `rule_groups:` section: each group's scope. Which groups exist is the rules'
+    (fleetwatch.rules.groups checks that every one is named here, and no other)."""
+    scopes = _mapping(source, raw, "rule_groups")
+    for name, scope in scopes.items():
+        if scope not in SCOPES:
+            raise _fail(source, f"rule_groups.{name}", f"{scope!r} is not one of {SCOPES}")
+    return {str(name): str(scope) for name, scope in scopes.items()}
 
 
 def _render_value(value: Any) -> str:

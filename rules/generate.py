@@ -3,9 +3,10 @@ tool, not imported at run time).
 
     ./dev.sh generate    # this writer, then the dashboards and the chart (the one step)
 
-It renders rules/fleetwatch.rules.yaml and rules/fleetwatch.recording.yaml
-(`fleetwatch.rules.groups`) and docs/runbooks.md from rules/config.yaml; the rule
-definitions are in rules/alerts/, one module per area.
+It renders the node-scope rules (rules/fleetwatch.rules.yaml, rules/fleetwatch.recording.yaml),
+the global-scope rules (rules/fleetwatch.global.yaml) from `fleetwatch.rules.groups`, and
+docs/runbooks.md, from rules/config.yaml; the rule definitions are in rules/alerts/, one
+module per area.
 """
 
 from __future__ import annotations
@@ -20,12 +21,21 @@ from typing import Final
 from fleetwatch.rules.config import (
     ALERTS_FILE,
     CONFIG_FILE,
+    GLOBAL_FILE,
+    GLOBAL_SCOPE,
+    NODE_SCOPE,
     RECORDING_FILE,
     Config,
     ConfigError,
     load_config,
 )
-from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
+from fleetwatch.rules.groups import (
+    alert_groups,
+    dump_groups,
+    group_scopes,
+    recording_groups,
+    scope_groups,
+)
 
 # Where the generated files live in a source checkout, relative to its root.
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")
@@ -59,9 +69,17 @@ def runbook_index(config: Config) -> str:
         "has existed and Prometheus' by the window, so GPUThermalSlowdown and GPUPowerBrake can",
         "fire sooner on vmalert for a GPU throttled from the exporter's start.",
         "",
+        "Each group has a scope (rules/config.yaml `rule_groups:`): node groups run wherever",
+        "the node is scraped, global groups where the whole fleet is queried (docs/deploy.md).",
+        "",
     ]
+    scopes = group_scopes(config)
     for group in alert_groups(config):
-        lines += [f"## {group['name']}", "", "| alert | severity | for | taint | summary |"]
+        lines += [
+            f"## {group['name']} ({scopes[group['name']]} scope)",
+            "",
+            "| alert | severity | for | taint | summary |",
+        ]
         lines.append("|---|---|---|---|---|")
         for rule in group["rules"]:
             taint = rule["labels"].get("fleetwatch_taint")
@@ -78,8 +96,9 @@ def runbook_index(config: Config) -> str:
 def rendered_files(config: Config, root: Path) -> dict[Path, str]:
     """Every generated file (rule files, the runbook index) under checkout `root`, and its text."""
     return {
-        root / ALERTS_FILE: dump_groups(alert_groups(config)),
-        root / RECORDING_FILE: dump_groups(recording_groups(config)),
+        root / ALERTS_FILE: dump_groups(alert_groups(config, scope=NODE_SCOPE)),
+        root / RECORDING_FILE: dump_groups(recording_groups(config, scope=NODE_SCOPE)),
+        root / GLOBAL_FILE: dump_groups(scope_groups(config, GLOBAL_SCOPE)),
         root / RUNBOOK_INDEX_FILE: runbook_index(config),
     }
 

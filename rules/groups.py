@@ -1,8 +1,9 @@
 """Rule group assembly: every area's alerts and recording rules as Prometheus rule groups.
 
-`alert_groups(config, substitute)` / `recording_groups(config, substitute)` return the
-groups as plain data, each parameter replaced by `substitute(name, default)`;
-`dump_groups` writes them as a rule file. The rule files, the runbook index and the Helm
+`alert_groups(config, substitute, scope)` / `recording_groups(config, substitute, scope)`
+return the groups as plain data, each parameter replaced by `substitute(name, default)`, of
+one scope (rules/config.yaml `rule_groups:`: node or global) or of both; `dump_groups`
+writes them as a rule file. The rule files, the runbook index and the Helm
 chart's PrometheusRule (whose substitute yields `{{ .Values... }}` expressions) are all
 made from these. Annotations carry Prometheus' own Go templates (`{{ $labels.node }}`);
 escaping those for Helm is the chart's job, not this module's.
@@ -20,6 +21,7 @@ from fleetwatch.rules.config import (
     Config,
     ConfigError,
     Params,
+    Scope,
     Substitute,
     keep_defaults,
 )
@@ -32,27 +34,47 @@ _HEADER: Final = (
 )
 
 AreaAlerts = Callable[[Config, Params], list[Alert]]
+AreaRecords = Callable[[Config, Params], list[Record]]
 
-ALERT_GROUPS: Final[tuple[tuple[str, AreaAlerts], ...]] = (
-    (gpu.GROUP, gpu.alerts),
-    (training.GROUP, training.alerts),
-    (fabric.GROUP, fabric.alerts),
-    (stack.GROUP, stack.alerts),
+ALERT_GROUPS: Final[tuple[tuple[str, tuple[AreaAlerts, ...]], ...]] = (
+    ("fleetwatch-gpu", (gpu.alerts,)),
+    ("fleetwatch-training-jobs", (training.alerts,)),
+    ("fleetwatch-fabric", (fabric.alerts,)),
+    ("fleetwatch-stack", (stack.alerts,)),
+    ("fleetwatch-fleet", (gpu.fleet_alerts, stack.fleet_alerts)),
+    ("fleetwatch-tainter", (stack.tainter_alerts,)),
 )
-"""Alert groups in file order."""
+"""Alert groups in file order; each one's scope is rules/config.yaml's `rule_groups:`."""
 
-RECORDS: Final[tuple[Callable[[Config, Params], list[Record]], ...]] = (
-    gpu.records,
-    fabric.records,
-    training.records,
-)
-"""Recording rules in file order: a record comes after the records it reads."""
+HISTORY_GROUP: Final = "fleetwatch-history"
+"""History recording rules, evaluated every `intervals.history`."""
 
-HISTORY_RECORDS: Final[tuple[Callable[[Config, Params], list[Record]], ...]] = (
-    gpu.history,
-    fabric.history,
+RECORDING_GROUPS: Final[tuple[tuple[str, tuple[AreaRecords, ...]], ...]] = (
+    ("fleetwatch-recording", (gpu.records, fabric.records)),
+    (HISTORY_GROUP, (gpu.history, fabric.history)),
+    ("fleetwatch-fleet-recording", (gpu.fleet_records, training.records)),
 )
-"""History recording rules, in a group of their own evaluated every `intervals.history`."""
+"""Recording groups in file order: within a group, a record comes after the records it
+reads (a group evaluates its rules in order; groups evaluate independently, so a record
+read from another group is at most one evaluation behind)."""
+
+
+def group_scopes(config: Config) -> dict[str, Scope]:
+    """Each rule group's scope from config.yaml; every group the rules build is named there,
+    and no other."""
+    built = [name for name, _ in (*ALERT_GROUPS, *RECORDING_GROUPS)]
+    for missing in built:
+        if missing not in config.rule_groups:
+            raise ConfigError(
+                f"{config.source}: rule_groups.{missing}: required key is missing (node or global)"
+            )
+    for extra in sorted(set(config.rule_groups) - set(built)):
+        raise ConfigError(f"{config.source}: rule_groups.{extra}: no such rule group")
+    return {name: config.rule_groups[name] for name in built}
+
+
+def _in_scope(config: Config, name: str, scope: Scope | None) -> bool:
+    return scope is None or group_scopes(config)[name] == scope
 
 
 def _alert_rule(alert: Alert, policy: AlertPolicy, config: Config, p: Params) -> dict[str, Any]:
@@ -77,45 +99,58 @@ def _alert_rule(alert: Alert, policy: AlertPolicy, config: Config, p: Params) ->
     return rule
 
 
-def alert_groups(config: Config, substitute: Substitute = keep_defaults) -> list[dict[str, Any]]:
-    """The alerting rule groups as data, every parameter passed through `substitute`."""
+def alert_groups(
+    config: Config, substitute: Substitute = keep_defaults, scope: Scope | None = None
+) -> list[dict[str, Any]]:
+    """The alerting rule groups of `scope` (all when None) as data, every parameter passed
+    through `substitute`."""
     p = Params(config=config, substitute=substitute)
     groups: list[dict[str, Any]] = []
     defined: set[str] = set()
-    for group_name, build in ALERT_GROUPS:
+    for group_name, builders in ALERT_GROUPS:
         rules = []
-        for alert in build(config, p):
+        for alert in (alert for build in builders for alert in build(config, p)):
             policy = config.alerts.get(alert.name)
             if policy is None:
                 raise ConfigError(f"{config.source}: alerts.{alert.name}: required key is missing")
             defined.add(alert.name)
             rules.append(_alert_rule(alert, policy, config, p))
-        groups.append({"name": group_name, "interval": config.evaluation_interval, "rules": rules})
+        if _in_scope(config, group_name, scope):
+            groups.append(
+                {"name": group_name, "interval": config.evaluation_interval, "rules": rules}
+            )
     for extra in sorted(set(config.alerts) - defined):
         raise ConfigError(f"{config.source}: alerts.{extra}: no such alert")
     return groups
 
 
 def recording_groups(
-    config: Config, substitute: Substitute = keep_defaults
+    config: Config, substitute: Substitute = keep_defaults, scope: Scope | None = None
 ) -> list[dict[str, Any]]:
-    """The recording rule groups as data, thresholds passed through `substitute`."""
+    """The recording rule groups of `scope` (all when None) as data, thresholds passed
+    through `substitute`."""
     p = Params(config=config, substitute=substitute)
-
-    def rules(builders: tuple[Callable[[Config, Params], list[Record]], ...]) -> list[Any]:
-        return [{"record": r.record, "expr": r.expr} for b in builders for r in b(config, p)]
-
     return [
         {
-            "name": "fleetwatch-recording",
-            "interval": config.evaluation_interval,
-            "rules": rules(RECORDS),
-        },
-        {
-            "name": "fleetwatch-history",
-            "interval": config.history_interval,
-            "rules": rules(HISTORY_RECORDS),
-        },
+            "name": name,
+            "interval": config.history_interval
+            if name == HISTORY_GROUP
+            else config.evaluation_interval,
+            "rules": [{"record": r.record, "expr": r.expr} for b in builders for r in b(config, p)],
+        }
+        for name, builders in RECORDING_GROUPS
+        if _in_scope(config, name, scope)
+    ]
+
+
+def scope_groups(
+    config: Config, scope: Scope, substitute: Substitute = keep_defaults
+) -> list[dict[str, Any]]:
+    """Every group of `scope`, alert groups then recording groups: one scope's rules in one
+    list (the global rule file, a scope's PrometheusRule)."""
+    return [
+        *alert_groups(config, substitute, scope),
+        *recording_groups(config, substitute, scope),
     ]
 
 

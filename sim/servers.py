@@ -184,8 +184,11 @@ def prometheus(
     extra_args: Sequence[str] = (),
     storage: Path | None = None,
     port: int = 0,
+    remote_write_urls: Sequence[str] = (),
 ) -> Iterator[Server]:
-    """A real Prometheus with the given scrape configs and rules, on `port` when free."""
+    """A real Prometheus with the given scrape configs and rules, on `port` when free,
+    remote-writing every sample and rule result to `remote_write_urls` (flushed each
+    second: a shard feeding a global store)."""
     require_binary(PROMETHEUS)
     port = free_port(port)
     config: dict[str, Any] = {
@@ -196,6 +199,10 @@ def prometheus(
     if alertmanager_urls:
         targets = [u.removeprefix("http://") for u in alertmanager_urls]
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
+    if remote_write_urls:
+        config["remote_write"] = [
+            {"url": url, "queue_config": {"batch_send_deadline": "1s"}} for url in remote_write_urls
+        ]
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))

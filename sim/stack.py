@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from fleetwatch.rules.config import ALERTS_FILE, RECORDING_FILE, shipped_text
+from fleetwatch.rules.config import ALERTS_FILE, GLOBAL_FILE, RECORDING_FILE, shipped_text
 from fleetwatch.sim.servers import (
     Server,
     alertmanager,
@@ -104,9 +104,10 @@ def alertmanager_config(*, tainter_url: str, token_file: Path) -> dict[str, Any]
 
 
 def shipped_rules(workdir: Path) -> list[Path]:
-    """The alert and recording rules the package ships, written to `workdir`."""
+    """The alert and recording rules the package ships, both scopes (one Prometheus runs
+    them all), written to `workdir`."""
     paths = []
-    for name in (ALERTS_FILE.name, RECORDING_FILE.name):
+    for name in (ALERTS_FILE.name, RECORDING_FILE.name, GLOBAL_FILE.name):
         path = workdir / name
         path.write_text(shipped_text(name), encoding="utf-8")
         paths.append(path)

@@ -10,7 +10,7 @@ import contextlib
 from pathlib import Path
 
 import yaml
-from fleetwatch.rules.config import ALERTS_FILE, RECORDING_FILE, shipped_text
+from fleetwatch.rules.config import ALERTS_FILE, GLOBAL_FILE, RECORDING_FILE, shipped_text
 from fleetwatch.sim.stack import Plan, Stack, start_stack
 
 NODE = "e2e-node"
@@ -29,15 +29,17 @@ SCENARIO = {
 
 
 def fast_rules(workdir: Path) -> list[Path]:
-    """The shipped rule files, with GPUOverheating's keep_firing_for shortened to 5s."""
+    """The shipped rule files (both scopes), with GPUOverheating's keep_firing_for shortened
+    to 5s."""
     rules = yaml.safe_load(shipped_text(ALERTS_FILE.name))
     for group in rules["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") == "GPUOverheating":
                 rule["keep_firing_for"] = "5s"
-    paths = [workdir / ALERTS_FILE.name, workdir / RECORDING_FILE.name]
+    paths = [workdir / ALERTS_FILE.name, workdir / RECORDING_FILE.name, workdir / GLOBAL_FILE.name]
     paths[0].write_text(yaml.safe_dump(rules, allow_unicode=True))
-    paths[1].write_text(shipped_text(RECORDING_FILE.name))
+    for path in paths[1:]:
+        path.write_text(shipped_text(path.name))
     return paths
 
 

@@ -25,6 +25,7 @@ def test_the_step_covers_rules_dashboards_and_chart() -> None:
     assert {
         "rules/fleetwatch.rules.yaml",
         "rules/fleetwatch.recording.yaml",
+        "rules/fleetwatch.global.yaml",
         "docs/runbooks.md",
         "helm/fleetwatch/dashboards/fleet-overview.json",
         "helm/fleetwatch/templates/prometheusrule.yaml",

@@ -139,6 +139,7 @@ def test_simulated_exporter_runs_from_the_base_install(tmp_path: Path) -> None:
         ("fleetwatch.rules", "config.yaml"),
         ("fleetwatch.rules", "fleetwatch.rules.yaml"),
         ("fleetwatch.rules", "fleetwatch.recording.yaml"),
+        ("fleetwatch.rules", "fleetwatch.global.yaml"),
         ("fleetwatch.rules", "alertmanager.yml"),
         ("fleetwatch.rules", "xid_catalog.yaml"),
         ("fleetwatch.sim.scenarios", "dgx-h100.yaml"),

@@ -22,8 +22,6 @@ from fleetwatch.rules.promql import (
     union,
 )
 
-GROUP = "fleetwatch-fabric"
-
 # NVML's GPU fabric registration states (`nvmlGpuFabricState_t`, exported as
 # fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
 FABRIC_NOT_STARTED = 1

@@ -21,16 +21,20 @@ from fleetwatch.rules.promql import (
     union,
 )
 
-GROUP = "fleetwatch-gpu"
+
+def _over_threshold(q: Promql, p: Params) -> str:
+    """1 for each GPU above the temperature threshold, 0 for the others."""
+    temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
+    return f"{temp} > bool {p('gpu_temperature_celsius')}"
 
 
 def records(config: Config, p: Params) -> list[Record]:
-    """Tensor activity per GPU from either source, and node and fleet views of activity,
-    utilization and heat (`level:metric:operation`)."""
+    """Tensor activity per GPU from either source, and node views of activity, utilization
+    and heat (`level:metric:operation`): node scope."""
     q = Promql(config)
     util = q.exporter("fleetwatch_gpu_utilization_ratio")
     temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
-    above = f"{temp} > bool {p('gpu_temperature_celsius')}"
+    above = _over_threshold(q, p)
     activity = tensor_active(
         config, own=q.exporter, dcgm=lambda metric, matcher: f"{metric}{{{matcher}}}"
     )
@@ -39,9 +43,7 @@ def records(config: Config, p: Params) -> list[Record]:
         Record(
             record="node:fleetwatch_gpu_tensor_active_ratio:avg", expr=f"avg by (node) ({TENSOR})"
         ),
-        Record(record="fleet:fleetwatch_gpu_tensor_active_ratio:avg", expr=f"avg({TENSOR})"),
         Record(record="node:fleetwatch_gpu_utilization_ratio:avg", expr=f"avg by (node) ({util})"),
-        Record(record="fleet:fleetwatch_gpu_utilization_ratio:avg", expr=f"avg({util})"),
         Record(
             record="node:fleetwatch_gpu_temperature_celsius:max", expr=f"max by (node) ({temp})"
         ),
@@ -49,8 +51,20 @@ def records(config: Config, p: Params) -> list[Record]:
             record="node:fleetwatch_gpu_over_temperature_threshold:count",
             expr=f"sum by (node) ({above})",
         ),
+    ]
+
+
+def fleet_records(config: Config, p: Params) -> list[Record]:
+    """Fleet views of activity, utilization and heat: global scope (they average and count
+    over every node)."""
+    q = Promql(config)
+    util = q.exporter("fleetwatch_gpu_utilization_ratio")
+    return [
+        Record(record="fleet:fleetwatch_gpu_tensor_active_ratio:avg", expr=f"avg({TENSOR})"),
+        Record(record="fleet:fleetwatch_gpu_utilization_ratio:avg", expr=f"avg({util})"),
         Record(
-            record="fleet:fleetwatch_gpu_over_temperature_threshold:count", expr=f"sum({above})"
+            record="fleet:fleetwatch_gpu_over_temperature_threshold:count",
+            expr=f"sum({_over_threshold(q, p)})",
         ),
     ]
 
@@ -89,7 +103,8 @@ def _gpus_missing(q: Promql, p: Params) -> str:
 
 
 def alerts(config: Config, p: Params) -> list[Alert]:
-    """Heat (now and soon), throttling, Xid, memory health and lost GPUs."""
+    """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
+    (node scope)."""
     q = Promql(config)
     temp = "fleetwatch_gpu_temperature_celsius"
     xid = "fleetwatch_gpu_xid_errors_total"
@@ -121,23 +136,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=(
                 f"{GPU} is at {VALUE1} °C, above the fleet limit of "
                 f"{p('gpu_temperature_celsius')} °C."
-            ),
-        ),
-        Alert(
-            name="GPUOverheatingFleetWide",
-            expr=(
-                "count(node:fleetwatch_gpu_over_temperature_threshold:count > 0)\n"
-                f"> {p('fleet_overheating_nodes')}"
-            ),
-            summary=(
-                f"GPUs above {p('gpu_temperature_celsius')} °C on {{{{ $value }}}} nodes at once"
-            ),
-            description=(
-                "{{ $value }} nodes have a GPU above "
-                f"{p('gpu_temperature_celsius')} °C, more than "
-                f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
-                "that tainting nodes one by one does not fix, and the tainter's breaker "
-                "caps how many it takes out."
             ),
         ),
         Alert(
@@ -234,5 +232,29 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=f"{recovery} == 1",
             summary="GPU asks for a recovery action on node {{ $labels.node }}",
             description=f"{GPU} requests the recovery action {{{{ $labels.action }}}}.",
+        ),
+    ]
+
+
+def fleet_alerts(config: Config, p: Params) -> list[Alert]:
+    """Many nodes hot at once (global scope: it counts nodes)."""
+    del config
+    return [
+        Alert(
+            name="GPUOverheatingFleetWide",
+            expr=(
+                "count(node:fleetwatch_gpu_over_temperature_threshold:count > 0)\n"
+                f"> {p('fleet_overheating_nodes')}"
+            ),
+            summary=(
+                f"GPUs above {p('gpu_temperature_celsius')} °C on {{{{ $value }}}} nodes at once"
+            ),
+            description=(
+                "{{ $value }} nodes have a GPU above "
+                f"{p('gpu_temperature_celsius')} °C, more than "
+                f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
+                "that tainting nodes one by one does not fix, and the tainter's breaker "
+                "caps how many it takes out."
+            ),
         ),
     ]

@@ -1,5 +1,7 @@
 """Alerts on fleetwatch itself: the exporter, its collectors and the taint controller.
 
+The exporter's alerts are node scope, the tainter's and the fleet-wide absence global.
+
 Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")`; each
 alert's severity and `for` are `alerts.<AlertName>` there.
 """
@@ -9,11 +11,55 @@ from __future__ import annotations
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.promql import Alert, Promql, events, match, union
 
-GROUP = "fleetwatch-stack"
-
 
 def alerts(config: Config, p: Params) -> list[Alert]:
-    """fleetwatch itself: exporter, collectors and the taint controller."""
+    """The exporter and its collectors on one node (node scope)."""
+    del p
+    q = Promql(config)
+    return [
+        Alert(
+            name="FleetwatchExporterDown",
+            expr=f"{q.exporter('up')} == 0",
+            summary="fleetwatch exporter down on node {{ $labels.node }}",
+            description=(
+                "Prometheus cannot scrape the fleetwatch exporter {{ $labels.instance }}"
+                " on node {{ $labels.node }}: its GPUs are not watched."
+            ),
+        ),
+        Alert(
+            name="FleetwatchCollectorFailing",
+            expr=f"{q.exporter('fleetwatch_collector_up')} == 0",
+            summary="fleetwatch collector {{ $labels.collector }} failing on node "
+            "{{ $labels.node }}",
+            description=(
+                "The {{ $labels.collector }} collector of the exporter on node "
+                "{{ $labels.node }} fails or misses its deadline; its series are stale "
+                "or gone."
+            ),
+        ),
+    ]
+
+
+def fleet_alerts(config: Config, p: Params) -> list[Alert]:
+    """No exporter scraped anywhere (global scope: absent() looks across every node)."""
+    del p
+    q = Promql(config)
+    return [
+        Alert(
+            name="FleetwatchExporterAbsent",
+            expr=f"absent({q.exporter('up')})",
+            summary="No fleetwatch exporter is scraped",
+            description=(
+                "Prometheus has no fleetwatch scrape target at all: no GPU is watched "
+                "and no node can be tainted."
+            ),
+        ),
+    ]
+
+
+def tainter_alerts(config: Config, p: Params) -> list[Alert]:
+    """The taint controller (global scope: they aggregate its replicas, wherever each is
+    scraped, and read the ALERTS of every node)."""
     q = Promql(config)
     requests = "fleetwatch_tainter_webhook_requests_total"
     forwards = "fleetwatch_tainter_webhook_forwards_total"
@@ -31,35 +77,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     # Alerts that ask for a taint, firing now (Prometheus' own ALERTS series).
     taint_requested = 'count(ALERTS{alertstate="firing", fleetwatch_taint=~".+"}) > 0'
     return [
-        Alert(
-            name="FleetwatchExporterDown",
-            expr=f"{q.exporter('up')} == 0",
-            summary="fleetwatch exporter down on node {{ $labels.node }}",
-            description=(
-                "Prometheus cannot scrape the fleetwatch exporter {{ $labels.instance }}"
-                " on node {{ $labels.node }}: its GPUs are not watched."
-            ),
-        ),
-        Alert(
-            name="FleetwatchExporterAbsent",
-            expr=f"absent({q.exporter('up')})",
-            summary="No fleetwatch exporter is scraped",
-            description=(
-                "Prometheus has no fleetwatch scrape target at all: no GPU is watched "
-                "and no node can be tainted."
-            ),
-        ),
-        Alert(
-            name="FleetwatchCollectorFailing",
-            expr=f"{q.exporter('fleetwatch_collector_up')} == 0",
-            summary="fleetwatch collector {{ $labels.collector }} failing on node "
-            "{{ $labels.node }}",
-            description=(
-                "The {{ $labels.collector }} collector of the exporter on node "
-                "{{ $labels.node }} fails or misses its deadline; its series are stale "
-                "or gone."
-            ),
-        ),
         Alert(
             name="FleetwatchTainterWebhookFailing",
             expr=(

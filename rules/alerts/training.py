@@ -34,7 +34,6 @@ from fleetwatch.rules.definitions import (
 )
 from fleetwatch.rules.promql import GPU, VALUE2, Alert, Promql, Record, lookup, match, union
 
-GROUP = "fleetwatch-training-jobs"
 JOB_NAME: Final = "{{ $labels.namespace }}/{{ $labels.training_job }}"
 
 

@@ -35,6 +35,8 @@ from tests.deploy.chart import (
     lint,
 )
 
+SCOPE_LABEL = chart_generator().SCOPE_LABEL
+
 OVERRIDES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "tainter-off": {"tainter": {"enabled": False}},
@@ -82,6 +84,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "quarantine": {"after": 5, "window": "2d"},
         },
     },
+    "sharded-rules": {
+        "prometheusRule": {
+            "additionalLabels": {"release": "kps", "team": "gpu"},
+            "node": {"additionalLabels": {"prometheus": "shard"}},
+            "global": {"additionalLabels": {"release": "global-ruler"}},
+        },
+    },
+    "global-rules-off": {"prometheusRule": {"global": {"enabled": False}}},
     "own-images": {
         "exporter": {"image": {"repository": "registry.example.com/fw-exporter", "tag": "1.2"}},
         "tainter": {"image": {"repository": "registry.example.com/fw-tainter", "tag": "1.3"}},
@@ -161,11 +171,51 @@ def test_overrides_switch_components(releases: dict[str, Release]) -> None:
 def test_prometheus_rule_with_default_values_equals_the_rule_files(
     releases: dict[str, Release],
 ) -> None:
-    rule = releases["defaults"].one("PrometheusRule")
-    expected = []
-    for name in ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml"):
-        expected += yaml.safe_load((ROOT / "rules" / name).read_text())["groups"]
-    assert rule["spec"]["groups"] == expected
+    files = {
+        "node": ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml"),
+        "global": ("fleetwatch.global.yaml",),
+    }
+    for scope, names in files.items():
+        expected = []
+        for name in names:
+            expected += yaml.safe_load((ROOT / "rules" / name).read_text())["groups"]
+        assert _rule_of_scope(releases["defaults"], scope)["spec"]["groups"] == expected
+
+
+def _rule_of_scope(release: Release, scope: str) -> dict[str, Any]:
+    (rule,) = [
+        r
+        for r in release.of_kind("PrometheusRule")
+        if r["metadata"]["labels"].get(SCOPE_LABEL) == scope
+    ]
+    return rule
+
+
+def test_one_prometheus_rule_per_scope_with_the_same_labels_by_default(
+    releases: dict[str, Release],
+) -> None:
+    rules = releases["defaults"].of_kind("PrometheusRule")
+    assert sorted(r["metadata"]["name"] for r in rules) == [
+        f"{RELEASE}-fleetwatch-global",
+        f"{RELEASE}-fleetwatch-node",
+    ]
+    labels = [{k: v for k, v in r["metadata"]["labels"].items() if k != SCOPE_LABEL} for r in rules]
+    assert labels[0] == labels[1]
+    assert not releases["no-operator-no-nvidia-runtime"].of_kind("PrometheusRule")
+
+
+def test_each_scope_gets_the_labels_its_ruler_selects(releases: dict[str, Release]) -> None:
+    node = _rule_of_scope(releases["sharded-rules"], "node")["metadata"]["labels"]
+    global_ = _rule_of_scope(releases["sharded-rules"], "global")["metadata"]["labels"]
+    assert (node["release"], node["team"], node["prometheus"]) == ("kps", "gpu", "shard")
+    assert (global_["release"], global_["team"]) == ("global-ruler", "gpu")
+    assert "prometheus" not in global_
+    names = {
+        g["name"] for g in _rule_of_scope(releases["sharded-rules"], "global")["spec"]["groups"]
+    }
+    assert "fleetwatch-training-jobs" in names
+    (only,) = releases["global-rules-off"].of_kind("PrometheusRule")
+    assert only["metadata"]["labels"][SCOPE_LABEL] == "node"
 
 
 def test_prometheus_rule_thresholds_equal_the_values(releases: dict[str, Release]) -> None:
@@ -178,12 +228,13 @@ def test_prometheus_rule_thresholds_equal_the_values(releases: dict[str, Release
         "alerts.GPUOverheating.for": overrides["alerts"]["GPUOverheating"]["for"],
         "alerts.GPUOverheating.keep_firing_for": "5m",
     }
-    expected = chart_generator().rule_groups(rules_config(), parameters.get)
-    rule = releases["custom-thresholds"].one("PrometheusRule")
-    assert rule["spec"]["groups"] == expected
-    overheating = next(
-        r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "GPUOverheating"
-    )
+    groups = []
+    for scope in ("node", "global"):
+        expected = chart_generator().rule_groups(rules_config(), parameters.get, scope)
+        rule = _rule_of_scope(releases["custom-thresholds"], scope)
+        assert rule["spec"]["groups"] == expected
+        groups += rule["spec"]["groups"]
+    overheating = next(r for g in groups for r in g["rules"] if r.get("alert") == "GPUOverheating")
     assert overheating["expr"].endswith("> 81.5")
     assert overheating["for"] == "15s"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]

@@ -53,9 +53,12 @@ def catalog_names() -> set[str]:
 
 
 def recorded_names() -> set[str]:
-    """Names the committed recording rules produce."""
-    data = yaml.safe_load((RULES_DIR / "fleetwatch.recording.yaml").read_text())
-    return {rule["record"] for group in data["groups"] for rule in group["rules"]}
+    """Names the committed recording rules (of both scopes) produce."""
+    names = set()
+    for name in ("fleetwatch.recording.yaml", "fleetwatch.global.yaml"):
+        for group in yaml.safe_load((RULES_DIR / name).read_text())["groups"]:
+            names |= {rule["record"] for rule in group["rules"] if "record" in rule}
+    return names
 
 
 def check_exprs_parse(exprs: dict[str, str], workdir: Path) -> str:

@@ -49,8 +49,12 @@ def receivers(labels: dict[str, str]) -> set[str]:
 
 
 def shipped_alerts() -> list[dict[str, Any]]:
-    data = yaml.safe_load((RULES_DIR / "fleetwatch.rules.yaml").read_text())
-    return [rule for group in data["groups"] for rule in group["rules"]]
+    groups = [
+        group
+        for name in ("fleetwatch.rules.yaml", "fleetwatch.global.yaml")
+        for group in yaml.safe_load((RULES_DIR / name).read_text())["groups"]
+    ]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
 def alert_labels(name: str) -> dict[str, str]:

@@ -224,7 +224,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
 def test_shipped_rules_load_in_vmalert(tmp_path: Path) -> None:
     shipped = importlib.resources.files("fleetwatch.rules")
     paths = []
-    for name in ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml"):
+    for name in ("fleetwatch.rules.yaml", "fleetwatch.recording.yaml", "fleetwatch.global.yaml"):
         path = tmp_path / name
         path.write_text(shipped.joinpath(name).read_text())
         paths.append(rules_for_vmalert(path, tmp_path / "vmalert"))

@@ -24,13 +24,17 @@ from tests.rules.promql import (
     recorded_names,
 )
 
-RULE_FILES = [RULES_DIR / "fleetwatch.rules.yaml", RULES_DIR / "fleetwatch.recording.yaml"]
+RULE_FILES = [
+    RULES_DIR / "fleetwatch.rules.yaml",
+    RULES_DIR / "fleetwatch.recording.yaml",
+    RULES_DIR / "fleetwatch.global.yaml",
+]
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yaml"))
 
 
 def committed_alerts() -> list[dict[str, Any]]:
-    data = yaml.safe_load(RULE_FILES[0].read_text())
-    return [rule for group in data["groups"] for rule in group["rules"]]
+    groups = [g for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
 def test_check_mode_reports_drift(tmp_path: Path) -> None:
@@ -195,6 +199,5 @@ def test_job_label_keys_become_kube_state_metrics_label_names() -> None:
         "label_batch_kubernetes_io_job_name",
         "label_app_kubernetes_io_instance",
     ]
-    recording = (RULES_DIR / "fleetwatch.recording.yaml").read_text()
-    assert 'label_jobset_sigs_k8s_io_jobset_name!=""' in recording
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in recording
+    assert 'label_jobset_sigs_k8s_io_jobset_name!=""' in RULE_FILES[2].read_text()
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in RULE_FILES[1].read_text()
