@@ -39,7 +39,8 @@ from fleetwatch.tainter.breaker import (
     node_out,
 )
 from fleetwatch.tainter.events import SyncReport
-from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
+from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
-from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView
+from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import ControllerSettings
