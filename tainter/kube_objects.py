@@ -306,20 +306,22 @@ def lease_from_api(data: Any) -> Lease:
     )
 
 
+def _items(data: Any, what: str) -> list[Any]:
+    """The `items` of a list's JSON form (absent counts as empty), else Malformed."""
+    items = _object(data, what).get("items") or []
+    if not isinstance(items, list):
+        raise Malformed(f"{what} items")
+    return items
+
+
 def nodes_from_api(data: Any) -> list[NodeView]:
     """The NodeViews of a node list's JSON form; Malformed when it is not a node list."""
-    items = _object(data, "node list").get("items") or []
-    if not isinstance(items, list):
-        raise Malformed("node list items")
-    return [node_from_api(item) for item in items]
+    return [node_from_api(item) for item in _items(data, "node list")]
 
 
 def pods_from_api(data: Any) -> list[PodView]:
     """The PodViews of a pod list's JSON form; Malformed when it is not a pod list."""
-    items = _object(data, "pod list").get("items") or []
-    if not isinstance(items, list):
-        raise Malformed("pod list items")
-    return [pod_from_api(item) for item in items]
+    return [pod_from_api(item) for item in _items(data, "pod list")]
 
 
 def merge_patch_body(
