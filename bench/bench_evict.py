@@ -29,7 +29,8 @@ from fleetwatch.tainter.condition import ConditionKeeper
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.evict import EVICT_LABEL, Evictor
-from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy

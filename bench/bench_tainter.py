@@ -73,7 +73,8 @@ from fleetwatch.tainter.election import (
     LeaderOnlyNodeApi,
     Leadership,
 )
-from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons

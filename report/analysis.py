@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from fleetwatch.report.actions import actions
-from fleetwatch.report.dataset import GPU, PORT, Dataset
+from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.jobs import training_jobs
 from fleetwatch.report.policy import (
     OUTLIER_MIN_EXCESS_CELSIUS,
@@ -21,6 +21,7 @@ from fleetwatch.report.policy import (
     Policy,
     shipped_policy,
 )
+from fleetwatch.report.queries import GPU, PORT
 from fleetwatch.report.section import Section, frame_values, ranked, require
 
 

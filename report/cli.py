@@ -29,7 +29,8 @@ from fleetwatch.flags import (
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
 if TYPE_CHECKING:
-    from fleetwatch.report.dataset import Dataset, Window
+    from fleetwatch.report.dataset import Dataset
+    from fleetwatch.report.queries import Window
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +180,8 @@ EDGE_OFFSET_SECONDS = 0.001
 
 
 def _window(args: argparse.Namespace) -> Window:
-    from fleetwatch.report.dataset import Window
     from fleetwatch.report.policy import shipped_policy
+    from fleetwatch.report.queries import Window
 
     if args.since < args.bucket:
         raise ValueError(

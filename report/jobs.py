@@ -9,8 +9,9 @@ on the bucketed frames.
 from __future__ import annotations
 
 import pandas as pd
-from fleetwatch.report.dataset import GPU, Dataset
+from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.policy import Policy
+from fleetwatch.report.queries import GPU
 from fleetwatch.report.section import Section, ranked
 from fleetwatch.rules.definitions import (
     is_idle_in_job,

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fleetwatch.tainter.election import Leadership, NotLeader
-from fleetwatch.tainter.kube import (
+from fleetwatch.tainter.kube import LeaseApi
+from fleetwatch.tainter.kube_objects import (
     ApiError,
     Lease,
-    LeaseApi,
     Malformed,
     NodeView,
     parse_rfc3339,

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 
 from fleetwatch.tainter.election import Leadership
-from fleetwatch.tainter.kube import ApiError, NodeCondition, NodeView, RemediationApi, now_rfc3339
+from fleetwatch.tainter.kube import RemediationApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeCondition, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy

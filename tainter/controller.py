@@ -1,20 +1,20 @@
 """The reconcile loop: desired taints per (node, key) from alerts, applied to nodes safely.
 
-Desired state is kept per alert, not per notification: for each (node, taint key) the set
-of firing alert fingerprints that want it. The taint policy first refuses what an alert
-may never ask for (NoExecute without the operator's leave, undeclared reasons). A
-notification then only updates those sets: a resolve is remembered for a bounded time by
-fingerprint and startsAt, so a late (retried) firing of the same alert instance does not
-taint. Each touched node is synced: add missing taints whose set is non-empty (if the
-breaker allows a newly tainted node, and the node stays within the per-node cap), and
-remove taints whose set is empty only when the reason is not manual, the hold time has
-passed since the alert was last seen firing, Prometheus confirms the condition is
-clear, and the reason is not quarantined on the node (`tainter.quarantine`: the
-`--quarantine.after`-th taint for one reason within the window keeps it until a person
+Desired state (`tainter.desired`) is kept per alert, not per notification: for each (node,
+taint key) the set of firing alert fingerprints that want it. The taint policy first
+refuses what an alert may never ask for (NoExecute without the operator's leave, undeclared
+reasons). A notification then only updates those sets: a resolve is remembered for a
+bounded time by fingerprint and startsAt, so a late (retried) firing of the same alert
+instance does not taint. Each touched node is synced: add missing taints whose set is
+non-empty (if the breaker allows a newly tainted node, and the node stays within the
+per-node cap), and remove taints whose set is empty only when the reason is not manual, the
+hold time has passed since the alert was last seen firing, Prometheus confirms the
+condition is clear, and the reason is not quarantined on the node (`tainter.quarantine`:
+the `--quarantine.after`-th taint for one reason within the window keeps it until a person
 lifts it). The periodic `reconcile` does the same from live state: Alertmanager's active
-alerts and the nodes' own taints and annotations, which is also how a restarted tainter
-(or a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster.
-What each sync did is logged, counted and recorded as Events by `tainter.events`; then the
+alerts and the nodes' own taints and annotations, which is also how a restarted tainter (or
+a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster. What
+each sync did is logged, counted and recorded as Events by `tainter.events`; then the
 `after_sync` steps (`tainter.remediation`: the node condition, removal from the run) see
 the node as written.
 """
@@ -25,10 +25,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from fleetwatch.tainter.breaker import (
     Breaker,
@@ -38,8 +36,10 @@ from fleetwatch.tainter.breaker import (
     counts_toward_share,
     node_out,
 )
+from fleetwatch.tainter.desired import Intent, ResolvedMemory
 from fleetwatch.tainter.events import SyncReport
-from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView, Taint, now_rfc3339
+from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
@@ -62,23 +62,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Intent:
-    """Why (node, key) should be tainted: the alerts that want it, and when last seen."""
-
-    node: str
-    key: str
-    effect: str
-    value: str
-    firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
-    last_firing: float = 0.0  # time.time() when an alert was last seen firing
-    refused: bool = False  # a TaintRefused Event was already sent for this episode
-
-    @property
-    def reason(self) -> str:
-        return self.key.removeprefix(KEY_PREFIX)
-
-
-@dataclass
 class _SyncAttempt:
     """Per-sync bookkeeping that survives re-plans after a conflict."""
 
@@ -87,35 +70,6 @@ class _SyncAttempt:
     refused: list[Intent] = field(default_factory=list)  # by the breaker
     capped: list[Intent] = field(default_factory=list)  # by the per-node cap
     marks: Marks = field(default_factory=Marks)  # taint history and quarantine changes
-
-
-class ResolvedMemory:
-    """Alert instances (fingerprint, startsAt) resolved recently, bounded in time and size.
-
-    Alertmanager retries a failed delivery, so a `firing` can arrive after the `resolved`
-    of the same instance; without this it would taint a healthy node for good."""
-
-    def __init__(self, *, seconds: float, size: int) -> None:
-        self._seconds = seconds
-        self._size = size
-        self._until: OrderedDict[tuple[str, datetime], float] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._until)
-
-    def remember(self, fingerprint: str, starts_at: datetime, *, now: float) -> None:
-        """Note that this instance resolved; the oldest entries go first when full."""
-        key = (fingerprint, starts_at)
-        self._until.pop(key, None)
-        self._until[key] = now + self._seconds
-        while len(self._until) > self._size:
-            self._until.popitem(last=False)
-
-    def resolved(self, fingerprint: str, starts_at: datetime, *, now: float) -> bool:
-        """True when this instance resolved within the memory time."""
-        while self._until and next(iter(self._until.values())) <= now:
-            self._until.popitem(last=False)
-        return (fingerprint, starts_at) in self._until
 
 
 @dataclass

@@ -28,16 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from fleetwatch.tainter.kube import (
-    ApiError,
-    Conflict,
-    Lease,
-    LeaseApi,
-    NodeApi,
-    NodeView,
-    Taint,
-    now_micro,
-)
+from fleetwatch.tainter.kube import LeaseApi, NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, Conflict, Lease, NodeView, Taint, now_micro
 from fleetwatch.tainter.settings import ElectionSettings
 
 log = logging.getLogger(__name__)

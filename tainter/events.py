@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
-from fleetwatch.tainter.kube import ApiError, NodeApi, NodeView
+from fleetwatch.tainter.desired import Intent
+from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.writes import UNTAINT_ANNOTATION, Change
-
-if TYPE_CHECKING:
-    from fleetwatch.tainter.controller import Intent
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from fleetwatch.tainter.election import Leadership
-from fleetwatch.tainter.kube import ApiError, NodeView, PodView, RemediationApi
+from fleetwatch.tainter.kube import RemediationApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView, PodView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import EvictionSettings, RetryPolicy

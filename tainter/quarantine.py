@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from fleetwatch.tainter.kube import NodeView, parse_rfc3339, rfc3339
+from fleetwatch.tainter.kube_objects import NodeView, parse_rfc3339, rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import QuarantineSettings

@@ -11,7 +11,8 @@ from typing import Protocol
 from fleetwatch.tainter.condition import ConditionKeeper
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.evict import Evictor
-from fleetwatch.tainter.kube import NodeView, RemediationApi
+from fleetwatch.tainter.kube import RemediationApi
+from fleetwatch.tainter.kube_objects import NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.settings import TaintSettings
 

@@ -34,7 +34,7 @@ from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, Leadership
 from fleetwatch.tainter.forward import FORWARDED_HEADER, Forwarder, ForwardFailed
-from fleetwatch.tainter.kube import ApiError
+from fleetwatch.tainter.kube_objects import ApiError
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import PayloadError, parse_webhook
 from fleetwatch.tainter.supervise import Supervisor

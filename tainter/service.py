@@ -26,7 +26,8 @@ from fleetwatch.tainter.election import (
     Leadership,
 )
 from fleetwatch.tainter.forward import Forwarder, PinnedServingCertificate
-from fleetwatch.tainter.kube import ApiError, KubeNodeApi, NodeApi, NodeView, now_rfc3339
+from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.quarantine import release

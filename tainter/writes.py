@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from fleetwatch.tainter.kube import ApiError, Conflict, NodeApi, NodeView, Taint, now_rfc3339
+from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.kube_objects import ApiError, Conflict, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import RetryPolicy

@@ -3,7 +3,7 @@ contract, written once.
 
 The collectors (`fleetwatch.collectors.gpu`, `pci`, `nvlink`, `infiniband`, `xid`,
 `podresources`) declare their families with these names and the report
-(`fleetwatch.report.dataset`) queries them, so neither keeps its own copy. This is a
+(`fleetwatch.report.queries`) queries them, so neither keeps its own copy. This is a
 neutral module: the report imports no collector.
 """
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
-from fleetwatch.report.dataset import QUERIES, Window, fetch
+from fleetwatch.report.dataset import fetch
 from fleetwatch.report.promapi import (
     MAX_POINTS,
     PrometheusAuthError,
@@ -27,6 +27,7 @@ from fleetwatch.report.promapi import (
     PrometheusUnreachable,
     chunks,
 )
+from fleetwatch.report.queries import QUERIES, Window
 from fleetwatch.sim.servers import free_port
 
 from fleetwatch.cli import main

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from fleetwatch.tainter.breaker import Breaker
-from fleetwatch.tainter.kube import KubeNodeApi, NodeView, Taint
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.service import manual_untaint

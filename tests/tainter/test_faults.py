@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from fleetwatch.sim.kubeapi import FakeCluster
-from fleetwatch.tainter.kube import ApiError, KubeNodeApi
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import ApiError
 from fleetwatch.tainter.payload import parse_webhook
 
 from tests.tainter.conftest import (

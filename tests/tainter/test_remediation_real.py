@@ -13,7 +13,8 @@ from fleetwatch.rules.config import load_config
 from fleetwatch.tainter.condition import ConditionKeeper, camel_case
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.evict import EVICT_LABEL, MIRROR_ANNOTATION, Evictor
-from fleetwatch.tainter.kube import ApiError, KubeNodeApi, PodView
+from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import ApiError, PodView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.settings import EvictionSettings, NodeConditionSettings, RetryPolicy
@@ -297,7 +298,7 @@ async def test_transition_time_moves_only_when_the_status_changes(
 
 
 def test_pods_are_read_with_what_eviction_decides_on(cluster: RealCluster) -> None:
-    from fleetwatch.tainter.kube import pod_from_api
+    from fleetwatch.tainter.kube_objects import pod_from_api
 
     pod = pod_from_api(
         cluster.run_pod("ds", namespace=NS, node="gpu-0", labels=OPT_IN, owner_kind="DaemonSet")

@@ -1,0 +1,464 @@
+"""The report's PromQL: the `Query` table and the expressions each query builds.
+
+Aggregation that Prometheus does well (quantiles over time, increases, time spent in a
+state at `--step` resolution) is pushed into PromQL, so a 1,000-node day arrives as a
+few hundred thousand points instead of tens of millions. Three query shapes:
+
+- `summary`: one value per series over the whole window (evaluated once, at `until`);
+- `bucketed`: one value per series per `--bucket` (e.g. hourly mean tensor activity);
+- `timeline`: a few low-cardinality series at full `--step` (alerts, tainter state).
+
+Per-GPU and per-port queries ask for one value per series over the window (or per
+bucket) and finding queries keep only the rows above zero (`> 0`), so what crosses the
+network grows with the nodes and the findings, not with raw samples. Each expression
+takes a `Window`, whose `nodes` regex scopes it to one node batch. The training-job,
+straggler and idle definitions come from the rules (`fleetwatch.rules.definitions`).
+Running the queries is `fleetwatch.report.dataset`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fleetwatch.report.policy import shipped_config, shipped_policy
+from fleetwatch.rules.definitions import (
+    POD_LABELS_METRIC,
+    TENSOR_METRIC,
+    Selector,
+    pod_training_job,
+    straggler_clock_events,
+    tensor_active,
+)
+
+from fleetwatch import metric_names as names
+
+GPU = ("node", "gpu", "uuid")
+PORT = ("node", "device", "port")
+POD_JOB = ("namespace", "pod", "training_job")
+LOST_AFTER_SECONDS = 600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """The time range analysed and the resolutions used (all in seconds)."""
+
+    start: float
+    end: float
+    step: float
+    bucket: float
+    threshold_celsius: float
+    selector: str = ""
+    nodes: str = ""
+    """A regex of the nodes of one batch (empty: every node the selector matches)."""
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query: the metrics it needs and the label columns it yields.
+
+    `required` metrics missing from the window mean a collector is off; `optional` ones
+    are counters that only exist once something happened (an Xid, a taint); of `any_of`
+    (two sources of one value) one is enough.
+    """
+
+    name: str
+    shape: str
+    keys: tuple[str, ...]
+    required: tuple[str, ...]
+    build: Callable[[Window], str]
+    optional: tuple[str, ...] = ()
+    scoped: bool = True
+    any_of: Callable[[], tuple[str, ...]] | None = None
+    """Metrics that stand in for each other: at least one must have samples."""
+    batched: bool = True
+    """Read in node batches; False for queries that compare across the fleet or carry no
+    node label (their answers hold findings only, or a handful of series)."""
+
+
+def _sel(
+    window: Window, name: str, matchers: str = "", *, scoped: bool = True, node: str = "node"
+) -> str:
+    """`name{matchers, selector, batch}`; the batch's node regex goes on label `node`."""
+    batch = f'{node}=~"{window.nodes}"' if scoped and window.nodes else ""
+    parts = [m for m in (matchers, window.selector if scoped else "", batch) if m]
+    return f"{name}{{{','.join(parts)}}}"
+
+
+def _d(seconds: float) -> str:
+    return f"{round(seconds)}s"
+
+
+def _time_in_state(window: Window, expr: str) -> str:
+    """Seconds (at `step` resolution) during which the 0/1 expression was 1."""
+    w = window
+    return f"sum_over_time(({expr})[{_d(w.seconds)}:{_d(w.step)}]) * {w.step:g}"
+
+
+def _growth(window: Window, selector: str) -> str:
+    """A hardware counter's growth within the window, exactly: its last sample minus its
+    lowest. `increase()` extrapolates to the window's edges in Prometheus and not in
+    VictoriaMetrics, so a count read with it differs between engines (5 flaps read as 5.02);
+    this reads the samples only. After a reset (the exporter restarted) it counts the growth
+    since the reset."""
+    w = _d(window.seconds)
+    return f"(last_over_time({selector}[{w}]) - min_over_time({selector}[{w}]))"
+
+
+def _window_delta(window: Window, selector: str) -> str:
+    """Counter growth in the window, counting series that first appeared inside it."""
+    w = _d(window.seconds)
+    last = f"last_over_time({selector}[{w}])"
+    return f"{last} - (last_over_time({selector}[{w}] offset {w}) or {last} * 0)"
+
+
+TEMP = names.TEMPERATURE
+POWER = names.POWER
+TENSOR = TENSOR_METRIC
+UTIL = names.UTILIZATION
+CLOCK = names.CLOCK
+CLOCK_EVENTS = names.CLOCK_EVENT_SECONDS
+POD_LABELS = POD_LABELS_METRIC
+ALLOC = names.ALLOCATION_INFO
+IB_ERRORS = names.IB_PORT_ERRORS
+IB_CHANGES = names.IB_PORT_STATE_CHANGES
+IB_UP = names.IB_PORT_UP
+IB_RATE = names.IB_PORT_RATE
+IB_SATURATED = names.IB_PORT_ERROR_SATURATED
+NVLINK_ERRORS = names.NVLINK_ERRORS
+XID = names.XID_ERRORS
+ECC = names.ECC_ERRORS
+REMAPPED = names.REMAPPED_ROWS
+REMAP_FAILED = names.ROW_REMAP_FAILED
+GPU_COUNT = names.COUNT
+GPU_EXPECTED = names.EXPECTED
+TAINT_OPS = "fleetwatch_tainter_taint_operations_total"
+TAINTED_NODES = "fleetwatch_tainter_tainted_nodes"
+BREAKER = "fleetwatch_tainter_breaker_open"
+
+
+def _temp(w: Window) -> str:
+    return _sel(w, TEMP, 'sensor="gpu"')
+
+
+def _over(fn: str, metric: str) -> Callable[[Window], str]:
+    """`fn(metric{selector}[window])`."""
+    return lambda w: f"{fn}({_sel(w, metric)}[{_d(w.seconds)}])"
+
+
+def _bucket(
+    fn: str, selector: Callable[[Window], str], by: tuple[str, ...]
+) -> Callable[[Window], str]:
+    return lambda w: f"max by ({','.join(by)}) ({fn}({selector(w)}[{_d(w.bucket)}]))"
+
+
+def _degraded(w: Window) -> str:
+    """Time a port ran below the fleet's fastest port (scalar comparison: cheap per step)."""
+    rate = _sel(w, IB_RATE)
+    return _time_in_state(w, f"{rate} < bool scalar(max({rate}))") + " > 0"
+
+
+def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") -> Selector:
+    """A `Selector` reading `fn(metric{matcher, ...}[bucket])` (for the rules' builders).
+
+    A series without a `node` label (dcgm-exporter's, `node=""`) is batched by the
+    `Hostname` that stands in for it."""
+
+    def select(metric: str, matcher: str) -> str:
+        matchers = ",".join(m for m in (extra, matcher) if m)
+        node = "Hostname" if matcher == 'node=""' else "node"
+        return f"{fn}({_sel(w, metric, matchers, scoped=scoped, node=node)}[{_d(w.bucket)}])"
+
+    return select
+
+
+def _tensor(w: Window) -> str:
+    """Tensor activity per bucket, fleetwatch's GPM else dcgm-exporter's: the rules'
+    definition (`fleetwatch:gpu_tensor_active:ratio`) over bucket means."""
+    mean = _over_bucket(w, "avg_over_time")
+    return tensor_active(shipped_config(), own=mean, dcgm=mean)
+
+
+DCGM_NODE_LABEL = "Hostname"
+"""What names the node on dcgm-exporter series that Prometheus gave no `node` label."""
+
+
+def _slowed(w: Window) -> str:
+    """Share of each bucket a straggler clock-event reason (thermal, power brake) held, from
+    its cumulative time (the rules judge clock events the same way)."""
+    reasons = "|".join(shipped_policy().straggler_clock_reasons)
+    # The seconds counted within the bucket, from its own samples: rate() extrapolates to the
+    # bucket's edges in Prometheus and not in VictoriaMetrics, and a GPU near the threshold
+    # would be a straggler on one engine only. A bucket in which the counter reset (the
+    # exporter restarted) is left out rather than read as the counter's whole value.
+    top, bottom = _over_bucket(w, "max_over_time"), _over_bucket(w, "min_over_time")
+    resets = _over_bucket(w, "resets")
+
+    def held(metric: str, matcher: str) -> str:
+        share = f"({top(metric, matcher)} - {bottom(metric, matcher)}) / {w.bucket:g}"
+        return f"({share} unless {resets(metric, matcher)} > 0)"
+
+    events = straggler_clock_events(held, reasons=reasons)
+    return f"max by ({','.join(GPU)}) ({events})"
+
+
+def _pod_jobs(w: Window) -> str:
+    """Each pod's training job as the rules define it: the first configured kube_pod_labels
+    label present, else the pod name (of every pod kube-state-metrics lists)."""
+    config = shipped_config()
+    pods = _over_bucket(w, "max_over_time", scoped=False, extra=config.kube_state_metrics_selector)
+    return pod_training_job(config, pods, fallback=pods(POD_LABELS, ""))
+
+
+def _lost(w: Window) -> str:
+    """GPUs with samples in the window but none in the last LOST_AFTER_SECONDS."""
+    return (
+        f"max by (node,gpu,uuid) (count_over_time({_temp(w)}[{_d(w.seconds)}]) "
+        f"unless on(node,gpu,uuid) count_over_time({_temp(w)}[{_d(LOST_AFTER_SECONDS)}]))"
+    )
+
+
+QUERIES: tuple[Query, ...] = (
+    Query(
+        "temp_p99",
+        "summary",
+        GPU,
+        (TEMP,),
+        lambda w: f"max by (node,gpu,uuid) (quantile_over_time(0.99, {_temp(w)}[{_d(w.seconds)}]))",
+    ),
+    Query(
+        "temp_max",
+        "summary",
+        GPU,
+        (TEMP,),
+        lambda w: f"max by (node,gpu,uuid) (max_over_time({_temp(w)}[{_d(w.seconds)}]))",
+    ),
+    Query(
+        "temp_median",
+        "summary",
+        GPU,
+        (TEMP,),
+        lambda w: f"max by (node,gpu,uuid) (quantile_over_time(0.5, {_temp(w)}[{_d(w.seconds)}]))",
+    ),
+    Query(
+        "power_median",
+        "summary",
+        GPU,
+        (POWER,),
+        lambda w: (
+            f"max by (node,gpu,uuid) (quantile_over_time(0.5, {_sel(w, POWER)}[{_d(w.seconds)}]))"
+        ),
+    ),
+    Query(
+        "temp_above_seconds",
+        "summary",
+        GPU,
+        (TEMP,),
+        lambda w: (
+            "max by (node,gpu,uuid) ("
+            + _time_in_state(w, f"{_temp(w)} > bool {w.threshold_celsius:g}")
+            + ") > 0"
+        ),
+    ),
+    Query(
+        "thermal_slowdown_seconds",
+        "summary",
+        GPU,
+        (CLOCK_EVENTS,),
+        lambda w: (
+            "sum by (node,gpu,uuid) ("
+            + _growth(w, _sel(w, CLOCK_EVENTS, 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'))
+            + ") > 0"
+        ),
+    ),
+    Query(
+        "gpu_lost_samples",
+        "summary",
+        GPU,
+        (TEMP,),
+        _lost,
+    ),
+    Query(
+        "gpu_samples_max",
+        "summary",
+        (),
+        (TEMP,),
+        lambda w: f"max(count_over_time({_temp(w)}[{_d(w.seconds)}]))",
+    ),
+    Query(
+        "tensor_active",
+        "bucketed",
+        GPU,
+        (),
+        _tensor,
+        any_of=lambda: (TENSOR, shipped_config().dcgm_tensor_active_metric),
+    ),
+    Query(
+        "sm_clock",
+        "bucketed",
+        GPU,
+        (CLOCK,),
+        _bucket("avg_over_time", lambda w: _sel(w, CLOCK, 'clock="sm"'), GPU),
+    ),
+    Query("clock_slowed", "bucketed", GPU, (CLOCK_EVENTS,), _slowed),
+    Query("pod_jobs", "bucketed", POD_JOB, (POD_LABELS,), _pod_jobs, scoped=False, batched=False),
+    Query(
+        "gpu_utilization",
+        "bucketed",
+        GPU,
+        (UTIL,),
+        _bucket("avg_over_time", lambda w: _sel(w, UTIL), GPU),
+    ),
+    Query(
+        "allocation",
+        "bucketed",
+        (*GPU, "namespace", "pod"),
+        (ALLOC,),
+        _bucket("max_over_time", lambda w: _sel(w, ALLOC), (*GPU, "namespace", "pod")),
+    ),
+    Query(
+        "ib_errors",
+        "summary",
+        (*PORT, "error"),
+        (IB_ERRORS,),
+        lambda w: f"sum by (node,device,port,error) ({_growth(w, _sel(w, IB_ERRORS))}) > 0",
+    ),
+    Query(
+        "ib_state_changes",
+        "summary",
+        PORT,
+        (IB_CHANGES,),
+        lambda w: f"sum by (node,device,port) ({_window_delta(w, _sel(w, IB_CHANGES))}) > 0",
+    ),
+    Query(
+        "ib_down_seconds",
+        "summary",
+        PORT,
+        (IB_UP,),
+        lambda w: _time_in_state(w, f"{_sel(w, IB_UP)} == bool 0") + " > 0",
+    ),
+    Query("ib_degraded_seconds", "summary", PORT, (IB_RATE,), _degraded, batched=False),
+    Query(
+        "ib_saturated_seconds",
+        "summary",
+        (*PORT, "error"),
+        (IB_SATURATED,),
+        lambda w: _time_in_state(w, _sel(w, IB_SATURATED)) + " > 0",
+    ),
+    Query(
+        "nvlink_errors",
+        "summary",
+        (*GPU, "link", "error"),
+        (NVLINK_ERRORS,),
+        lambda w: f"sum by (node,gpu,uuid,link,error) ({_growth(w, _sel(w, NVLINK_ERRORS))}) > 0",
+    ),
+    Query(
+        "xid_events",
+        "summary",
+        (*GPU, "xid"),
+        (),
+        optional=(XID,),
+        build=lambda w: f"max by (node,gpu,uuid,xid) ({_window_delta(w, _sel(w, XID))}) > 0",
+    ),
+    Query(
+        "ecc_errors",
+        "summary",
+        (*GPU, "severity"),
+        (ECC,),
+        lambda w: f"sum by (node,gpu,uuid,severity) ({_growth(w, _sel(w, ECC))}) > 0",
+    ),
+    Query(
+        "remapped_rows",
+        "summary",
+        (*GPU, "cause"),
+        (REMAPPED,),
+        lambda w: (
+            f"max by (node,gpu,uuid,cause) ({_over('max_over_time', REMAPPED)(w)}"
+            f" - {_over('min_over_time', REMAPPED)(w)}) > 0"
+        ),
+    ),
+    Query(
+        "remap_failed",
+        "summary",
+        GPU,
+        (REMAP_FAILED,),
+        lambda w: f"max by (node,gpu,uuid) ({_over('max_over_time', REMAP_FAILED)(w)}) > 0",
+    ),
+    Query(
+        "gpu_count_min",
+        "summary",
+        ("node",),
+        (GPU_COUNT,),
+        lambda w: f"min by (node) ({_over('min_over_time', GPU_COUNT)(w)})",
+    ),
+    Query(
+        "gpu_expected",
+        "summary",
+        ("node",),
+        (GPU_EXPECTED,),
+        lambda w: f"max by (node) ({_over('max_over_time', GPU_EXPECTED)(w)})",
+    ),
+    Query(
+        "taint_alerts",
+        "timeline",
+        ("node", "alertname", "fleetwatch_taint"),
+        (),
+        optional=("ALERTS",),
+        batched=False,
+        build=lambda w: (
+            "max by (node,alertname,fleetwatch_taint) ("
+            + _sel(w, "ALERTS", 'alertstate="firing",fleetwatch_taint!=""')
+            + ")"
+        ),
+    ),
+    Query(
+        "taint_operations",
+        "summary",
+        ("op", "result"),
+        (TAINT_OPS,),
+        scoped=False,
+        batched=False,
+        build=lambda w: (
+            "sum by (op,result) (" + _window_delta(w, _sel(w, TAINT_OPS, scoped=False)) + ")"
+        ),
+    ),
+    Query(
+        "tainted_nodes",
+        "timeline",
+        (),
+        (TAINTED_NODES,),
+        scoped=False,
+        batched=False,
+        build=lambda w: f"max({_sel(w, TAINTED_NODES, scoped=False)})",
+    ),
+    Query(
+        "breaker_open",
+        "timeline",
+        (),
+        (BREAKER,),
+        scoped=False,
+        batched=False,
+        build=lambda w: f"max({_sel(w, BREAKER, scoped=False)})",
+    ),
+)
+
+
+NODE_LISTS = (GPU_COUNT, IB_UP)
+"""Metrics the node list is read from: few series a node (one; one a port), so listing
+10,000 nodes stays under a store's series limit for one lookup (VictoriaMetrics refuses
+more than 300,000 by default, and the whole fleetwatch family is 130 a node)."""
+
+
+def node_list_lookups(window: Window, present: set[str]) -> list[tuple[str, str]]:
+    """The (label, series selector) pairs the fleet's node list is read from: the
+    `NODE_LISTS` metrics with samples in the window (label `node`), and dcgm-exporter's
+    series naming the node by `Hostname` where only dcgm-exporter runs on it."""
+    lookups = [("node", _sel(window, name)) for name in NODE_LISTS if name in present]
+    dcgm = shipped_config().dcgm_tensor_active_metric
+    if dcgm in present:
+        lookups.append((DCGM_NODE_LABEL, _sel(window, dcgm, 'node=""', scoped=False)))
+    return lookups
