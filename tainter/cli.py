@@ -208,7 +208,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
-    return read_settings(
+    settings = read_settings(
         args,
         "service",
         TaintSettings,
@@ -229,6 +229,18 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         node_condition=read_settings(args, "node-condition", NodeConditionSettings),
         tls=tls,
     )
+    if settings.event_namespace != NODE_EVENT_NAMESPACE:
+        # A real API server refuses (422) an Event about a cluster-scoped object in any other
+        # namespace: every node Event would be lost, so refuse at start instead.
+        raise _fail(
+            f"--events.namespace={settings.event_namespace}: Events about nodes (cluster-scoped) "
+            f"are accepted only in {NODE_EVENT_NAMESPACE!r}"
+        )
+    return settings
+
+
+NODE_EVENT_NAMESPACE = "default"
+"""Where the API server accepts Events about a node (a cluster-scoped object)."""
 
 
 def _run_taint(args: argparse.Namespace) -> int:

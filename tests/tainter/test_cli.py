@@ -19,6 +19,16 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def test_node_events_go_where_the_api_server_accepts_them() -> None:
+    assert cli.settings_from_args(parse("taint", "--web.insecure-no-token")).event_namespace == (
+        "default"
+    )
+    with pytest.raises(SystemExit, match=r"accepted only in 'default'"):
+        cli.settings_from_args(
+            parse("taint", "--web.insecure-no-token", "--events.namespace=monitoring")
+        )
+
+
 def test_token_or_explicit_insecure_flag_is_required(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"--web\.token-file is required"):
         cli.settings_from_args(parse("taint"))
