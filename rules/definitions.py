@@ -14,7 +14,7 @@ predicates take numbers from an object with the same names (`JobThresholds`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from fleetwatch.rules.config import Config
@@ -74,6 +74,18 @@ def pod_training_job(config: Config, pod_labels: Selector, *, fallback: str) -> 
     steps.append(f'label_replace({fallback}, "training_job", "$1", "pod", "(.+)")')
     chain = "\n  or on (namespace, pod)\n  ".join(steps)
     return f"max by (namespace, pod, training_job) (\n  {chain}\n)"
+
+
+def job_of_pod(
+    labels: Mapping[str, str], pod: str, job_label_keys: Sequence[str]
+) -> tuple[str | None, str]:
+    """`pod_training_job` for one pod, element-wise (the tainter's eviction reads it): the
+    first of `job_label_keys` the pod carries non-empty and its value, else (None, the pod
+    name)."""
+    for key in job_label_keys:
+        if labels.get(key):
+            return key, labels[key]
+    return None, pod
 
 
 def tensor_active(config: Config, *, own: Selector, dcgm: Selector) -> str:

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
+from fleetwatch.rules.definitions import job_of_pod
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.kube import RemediationApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, PodView
@@ -56,10 +57,8 @@ class Job(NamedTuple):
 def training_job(pod: PodView, job_label_keys: Sequence[str]) -> Job:
     """The pod's training job, as the rules define it: the first of `job_label_keys` the
     pod carries (non-empty), else its own name."""
-    for key in job_label_keys:
-        if pod.labels.get(key):
-            return Job(pod.namespace, key, pod.labels[key])
-    return Job(pod.namespace, None, pod.name)
+    key, name = job_of_pod(pod.labels, pod.name, job_label_keys)
+    return Job(pod.namespace, key, name)
 
 
 def skip_reason(pod: PodView) -> str | None:
