@@ -1,9 +1,11 @@
-"""The one generate step: every generated file of the checkout, from rules/config.yaml.
+"""The one generate step: every generated file of the checkout, from rules/config.yaml
+and the metric catalog.
 
 `./dev.sh generate` reinstalls fleetwatch from the tree, then runs this: the rules writer
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
-*.json) and the chart generator (the chart's PrometheusRule, values and schema), in that
-order, each reading the checkout's rules/config.yaml. `--check` writes nothing and exits 1
+*.json), the chart generator (the chart's PrometheusRule, values and schema), each reading
+the checkout's rules/config.yaml, and the metrics page (docs/metrics.md, from
+`fleetwatch.catalog`), in that order. `--check` writes nothing and exits 1
 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
@@ -28,6 +30,7 @@ from fleetwatch.rules import generate as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
 
 from dashboards import generate as dashboards_generator
+from fleetwatch.catalog import doc as metrics_page
 from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
@@ -43,11 +46,12 @@ def checkout_config(path: Path | None = None) -> Config:
 
 
 def rendered_files(config: Config) -> dict[Path, str]:
-    """Every generated file and its text: rules, then dashboards, then the chart."""
+    """Every generated file and its text: rules, dashboards, the chart, the metrics page."""
     return {
         **rules_writer.rendered_files(config, ROOT),
         **dashboards_generator.rendered_files(config),
         **chart_generator.rendered_files(config),
+        ROOT / metrics_page.PATH: metrics_page.render(),
     }
 
 
