@@ -20,48 +20,34 @@ from typing import Any, Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.gpu_common import (
-    GPU_ID,
     LostGpus,
     gpu_labels,
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 
+from fleetwatch.catalog.gpu import (
+    GPU_DRAM_ACTIVE_RATIO,
+    GPU_SM_ACTIVE_RATIO,
+    GPU_SM_OCCUPANCY_RATIO,
+    GPU_TENSOR_ACTIVE_RATIO,
+)
+from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
+
 log = logging.getLogger(__name__)
 
-TENSOR = "fleetwatch_gpu_tensor_active_ratio"
-THROUGHPUT = "fleetwatch_nvlink_throughput_bytes_per_second"
+TENSOR = GPU_TENSOR_ACTIVE_RATIO.name
+THROUGHPUT = NVLINK_THROUGHPUT_BYTES_PER_SECOND.name
 
 SPECS: Final = (
-    MetricSpec(
-        TENSOR,
-        "gauge",
-        "Fraction of time tensor cores were active (pipe=any, or one of hmma, imma, dfma, "
-        "dmma) since the last cycle: the figure that says whether training is busy.",
-        (*GPU_ID, "pipe"),
-    ),
-    MetricSpec("fleetwatch_gpu_sm_active_ratio", "gauge", "Fraction of SMs busy.", GPU_ID),
-    MetricSpec(
-        "fleetwatch_gpu_sm_occupancy_ratio",
-        "gauge",
-        "Resident warps as a fraction of the SMs' maximum.",
-        GPU_ID,
-    ),
-    MetricSpec(
-        "fleetwatch_gpu_dram_active_ratio",
-        "gauge",
-        "DRAM bandwidth used as a fraction of the maximum.",
-        GPU_ID,
-    ),
-    MetricSpec(
-        THROUGHPUT,
-        "gauge",
-        "NVLink traffic of the GPU over all links, by direction.",
-        (*GPU_ID, "direction"),
-    ),
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_SM_ACTIVE_RATIO,
+    GPU_SM_OCCUPANCY_RATIO,
+    GPU_DRAM_ACTIVE_RATIO,
+    NVLINK_THROUGHPUT_BYTES_PER_SECOND,
 )
 
 # (GPM metric, family, extra label values, NVML units → base units)
@@ -71,9 +57,9 @@ _METRICS: Final = (
     (GPM_METRICS["tensor_imma"], TENSOR, ("imma",), percent_to_ratio),
     (GPM_METRICS["tensor_dfma"], TENSOR, ("dfma",), percent_to_ratio),
     (GPM_METRICS["tensor_dmma"], TENSOR, ("dmma",), percent_to_ratio),
-    (GPM_METRICS["sm_active"], "fleetwatch_gpu_sm_active_ratio", (), percent_to_ratio),
-    (GPM_METRICS["sm_occupancy"], "fleetwatch_gpu_sm_occupancy_ratio", (), percent_to_ratio),
-    (GPM_METRICS["dram_active"], "fleetwatch_gpu_dram_active_ratio", (), percent_to_ratio),
+    (GPM_METRICS["sm_active"], GPU_SM_ACTIVE_RATIO.name, (), percent_to_ratio),
+    (GPM_METRICS["sm_occupancy"], GPU_SM_OCCUPANCY_RATIO.name, (), percent_to_ratio),
+    (GPM_METRICS["dram_active"], GPU_DRAM_ACTIVE_RATIO.name, (), percent_to_ratio),
     (GPM_METRICS["nvlink_rx"], THROUGHPUT, ("rx",), mebibytes_to_bytes),
     (GPM_METRICS["nvlink_tx"], THROUGHPUT, ("tx",), mebibytes_to_bytes),
 )

@@ -63,17 +63,6 @@ def gpu_labels(identity: GpuIdentity) -> tuple[str, str]:
     return (str(identity.index), identity.uuid)
 
 
-def nvml_errors_spec(area: str) -> MetricSpec:
-    """The failed-call counter of one collector (each collector has its own family)."""
-    return MetricSpec(
-        f"fleetwatch_{area}_nvml_errors_total",
-        "counter",
-        "NVML calls that failed (timeout, unknown error) by GPU, call and error; the values "
-        "those calls would have given are absent while the rest keeps reporting.",
-        (*GPU_ID, "call", "error"),
-    )
-
-
 class NvmlFailures:
     """Counts NVML call failures per GPU/call/error across cycles, logging each new kind."""
 

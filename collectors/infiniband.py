@@ -58,6 +58,10 @@ from fleetwatch.collectors.sources.ibtools import IbTools
 from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents, open_device_events
 
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_HW_STAT_TOTAL,
+)
 from fleetwatch.flags import duration_setting, setting
 from fleetwatch.logs import LogOnce
 
@@ -370,13 +374,13 @@ class InfinibandSettings:
     )
     hw_stats: bool = setting(
         True,
-        help="export the driver's hw_counters as fleetwatch_infiniband_port_hw_stat_total "
+        help=f"export the driver's hw_counters as {INFINIBAND_PORT_HW_STAT_TOTAL} "
         "(about 26 series a ConnectX-7 port); off in the lean profile, which keeps the PMA "
         "port counters every alert reads",
     )
     saturation_zeros: bool = setting(
         True,
-        help="export fleetwatch_infiniband_port_error_saturated at 0 for every counter that "
+        help=f"export {INFINIBAND_PORT_ERROR_SATURATED} at 0 for every counter that "
         "is not pinned; off (lean profile), a flag is exported only while it is 1",
     )
     tool_timeout: float = duration_setting(

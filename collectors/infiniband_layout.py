@@ -17,10 +17,28 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from fleetwatch.collectors.metrics import LabelCache, MetricSpec
+from fleetwatch.collectors.metrics import LabelCache
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
 
-from fleetwatch import metric_names as names
+from fleetwatch.catalog.infiniband import (
+    DEVICE_EVENTS_TOTAL,
+    INFINIBAND_PORT_DATA_BYTES_TOTAL,
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_HW_STAT_TOTAL,
+    INFINIBAND_PORT_INFO,
+    INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL,
+    INFINIBAND_PORT_PACKETS_TOTAL,
+    INFINIBAND_PORT_PHYSICAL_STATE_ID,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_STATE_ID,
+    INFINIBAND_PORT_UNICAST_PACKETS_TOTAL,
+    INFINIBAND_PORT_UP,
+    INFINIBAND_PORT_XMIT_WAIT_TOTAL,
+    INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
+)
 
 BYTES_PER_GBIT: Final = 125_000_000
 MAX_RATE_GBPS: Final = 10_000.0
@@ -37,58 +55,42 @@ _INFO_LABELS: Final = (
     "numa_node",
     "gpus",
 )
-INFO = "fleetwatch_infiniband_port_info"
-UP = names.IB_PORT_UP
-STATE = "fleetwatch_infiniband_port_state_id"
-PHYS_STATE = "fleetwatch_infiniband_port_physical_state_id"
-RATE = names.IB_PORT_RATE
-EXPECTED_RATE = "fleetwatch_infiniband_port_expected_rate_bytes_per_second"
-DATA = "fleetwatch_infiniband_port_data_bytes_total"
-PACKETS = "fleetwatch_infiniband_port_packets_total"
-UNICAST = "fleetwatch_infiniband_port_unicast_packets_total"
-MULTICAST = "fleetwatch_infiniband_port_multicast_packets_total"
-ERRORS = names.IB_PORT_ERRORS
-XMIT_WAIT = "fleetwatch_infiniband_port_xmit_wait_total"
-SATURATED = names.IB_PORT_ERROR_SATURATED
-STATE_CHANGES = names.IB_PORT_STATE_CHANGES
-HW_COUNTER = "fleetwatch_infiniband_port_hw_stat_total"
-DEVICE_EVENTS = "fleetwatch_device_events_total"
-READ_ERRORS = "fleetwatch_infiniband_sysfs_read_errors_total"
+INFO = INFINIBAND_PORT_INFO.name
+UP = INFINIBAND_PORT_UP.name
+STATE = INFINIBAND_PORT_STATE_ID.name
+PHYS_STATE = INFINIBAND_PORT_PHYSICAL_STATE_ID.name
+RATE = INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name
+EXPECTED_RATE = INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND.name
+DATA = INFINIBAND_PORT_DATA_BYTES_TOTAL.name
+PACKETS = INFINIBAND_PORT_PACKETS_TOTAL.name
+UNICAST = INFINIBAND_PORT_UNICAST_PACKETS_TOTAL.name
+MULTICAST = INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL.name
+ERRORS = INFINIBAND_PORT_ERRORS_TOTAL.name
+XMIT_WAIT = INFINIBAND_PORT_XMIT_WAIT_TOTAL.name
+SATURATED = INFINIBAND_PORT_ERROR_SATURATED.name
+STATE_CHANGES = INFINIBAND_PORT_STATE_CHANGES_TOTAL.name
+HW_COUNTER = INFINIBAND_PORT_HW_STAT_TOTAL.name
+DEVICE_EVENTS = DEVICE_EVENTS_TOTAL.name
+READ_ERRORS = INFINIBAND_SYSFS_READ_ERRORS_TOTAL.name
 
 SPECS: Final = (
-    MetricSpec(INFO, "gauge", "InfiniBand port attributes and PCI topology (value 1).",
-               _INFO_LABELS),
-    MetricSpec(UP, "gauge", "1 when the port state is ACTIVE and the physical state LinkUp.",
-               _PORT),
-    MetricSpec(STATE, "gauge", "Port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
-               _PORT),
-    MetricSpec(PHYS_STATE, "gauge",
-               "Physical port state: 1 Sleep, 2 Polling, 3 Disabled, 4 Training, 5 LinkUp, "
-               "6 LinkErrorRecovery, 7 Phy Test.", _PORT),
-    MetricSpec(RATE, "gauge", "Trained link rate of an active port in bytes per second.", _PORT),
-    MetricSpec(EXPECTED_RATE, "gauge",
-               "Configured expected link rate in bytes per second (--collector.infiniband."
-               "expected-rate).", _PORT),
-    MetricSpec(DATA, "counter", "Data octets transferred (sysfs 4-octet words x 4).",
-               (*_PORT, "direction")),
-    MetricSpec(PACKETS, "counter", "Packets transferred.", (*_PORT, "direction")),
-    MetricSpec(UNICAST, "counter", "Unicast packets transferred.", (*_PORT, "direction")),
-    MetricSpec(MULTICAST, "counter", "Multicast packets transferred.", (*_PORT, "direction")),
-    MetricSpec(ERRORS, "counter",
-               "PMA port error counters (64-bit extended values where perfquery can read them).",
-               (*_PORT, "error")),
-    MetricSpec(XMIT_WAIT, "counter", "Ticks the port had data to send but no flow-control "
-               "credits (congestion).", _PORT),
-    MetricSpec(SATURATED, "gauge", "1 while the exported counter is pinned at its all-ones "
-               "maximum, so its rate reads 0 however bad the link is.", (*_PORT, "error")),
-    MetricSpec(STATE_CHANGES, "counter", "Port state transitions seen between collections, "
-               "plus those implied by link_downed (flaps shorter than an interval).", _PORT),
-    MetricSpec(HW_COUNTER, "counter", "Driver hw_counters by raw name (port \"\" for "
-               "device-level counters).", (*_PORT, "stat")),
-    MetricSpec(DEVICE_EVENTS, "counter", "udev events seen for the watched subsystems.",
-               ("subsystem", "action")),
-    MetricSpec(READ_ERRORS, "counter", "InfiniBand sysfs values skipped for a reason a person "
-               "should see (garbage, an I/O error, not a regular file); each logged once."),
+    INFINIBAND_PORT_INFO,
+    INFINIBAND_PORT_UP,
+    INFINIBAND_PORT_STATE_ID,
+    INFINIBAND_PORT_PHYSICAL_STATE_ID,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_DATA_BYTES_TOTAL,
+    INFINIBAND_PORT_PACKETS_TOTAL,
+    INFINIBAND_PORT_UNICAST_PACKETS_TOTAL,
+    INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_XMIT_WAIT_TOTAL,
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_HW_STAT_TOTAL,
+    DEVICE_EVENTS_TOTAL,
+    INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
 )  # fmt: skip
 
 # counters/ files mapped to (family, direction) for the traffic families.

@@ -20,7 +20,7 @@ appears at its first error is what the rules' rates already handle (docs/deploy.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
@@ -29,9 +29,8 @@ from fleetwatch.collectors.gpu_common import (
     LostGpus,
     NvmlFailures,
     gpu_labels,
-    nvml_errors_spec,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,
@@ -41,27 +40,32 @@ from fleetwatch.collectors.sources.nvml import (
 )
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 
-from fleetwatch import metric_names as names
+from fleetwatch.catalog.nvlink import (
+    NVLINK_ERRORS_TOTAL,
+    NVLINK_LINKS_UP,
+    NVLINK_NVML_ERRORS_TOTAL,
+    NVLINK_UP,
+)
 from fleetwatch.flags import setting
 
-UP = "fleetwatch_nvlink_up"
-LINKS_UP = "fleetwatch_nvlink_links_up"
-ERRORS = names.NVLINK_ERRORS
-FAILURES = nvml_errors_spec("nvlink")
-_ERROR_HELP: Final = (
-    "NVLink errors by kind: replay, recovery, crc_flit, crc_data, ecc_data (per-link "
-    "counters), and the NVLink5 counters symbol, effective, recovery_failed, "
-    "malformed_packet, buffer_overrun where the driver has them."
-)
+UP = NVLINK_UP.name
+LINKS_UP = NVLINK_LINKS_UP.name
+ERRORS = NVLINK_ERRORS_TOTAL.name
+FAILURES = NVLINK_NVML_ERRORS_TOTAL
 
 PER_LINK_SPECS: Final = (
-    MetricSpec(UP, "gauge", "1 when the NVLink is active, 0 when it is down.", (*GPU_ID, "link")),
-    MetricSpec(ERRORS, "counter", _ERROR_HELP, (*GPU_ID, "link", "error")),
+    NVLINK_UP,
+    NVLINK_ERRORS_TOTAL,
     FAILURES,
 )
 PER_GPU_SPECS: Final = (
-    MetricSpec(LINKS_UP, "gauge", "NVLinks of the GPU that are active.", GPU_ID),
-    MetricSpec(ERRORS, "counter", _ERROR_HELP + " Summed over links.", (*GPU_ID, "error")),
+    NVLINK_LINKS_UP,
+    # --collector.nvlink.per-gpu: the catalog's family, summed over links (no `link` label).
+    replace(
+        NVLINK_ERRORS_TOTAL,
+        help=NVLINK_ERRORS_TOTAL.help + " Summed over links.",
+        labels=(*GPU_ID, "error"),
+    ),
     FAILURES,
 )
 

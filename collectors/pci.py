@@ -20,35 +20,20 @@ from pathlib import Path
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.pci import nvml_bus_id, scan_gpus
 
+from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT, PCI_SYSFS_READ_ERRORS_TOTAL
 from fleetwatch.logs import LogOnce
-from fleetwatch.metric_names import PCI_INFO, PCI_PRESENT
 
 log = logging.getLogger(__name__)
 
-READ_ERRORS = "fleetwatch_pci_sysfs_read_errors_total"
+READ_ERRORS = PCI_SYSFS_READ_ERRORS_TOTAL.name
 SPECS: Final = (
-    MetricSpec(
-        PCI_PRESENT,
-        "gauge",
-        "NVIDIA GPUs on the PCI bus (vendor 0x10de, VGA or 3D controller; NVSwitches and "
-        "SR-IOV virtual functions excluded), read from sysfs without NVML.",
-    ),
-    MetricSpec(
-        PCI_INFO,
-        "gauge",
-        "An NVIDIA GPU on the PCI bus (value 1): its bus id as NVML writes it (join "
-        "fleetwatch_gpu_info on node and pci_bus_id) and its PCI device id.",
-        ("pci_bus_id", "device_id"),
-    ),
-    MetricSpec(
-        READ_ERRORS,
-        "counter",
-        "PCI sysfs files that could not be read or held garbage (that function was not counted).",
-    ),
+    GPUS_PCI_PRESENT,
+    GPU_PCI_INFO,
+    PCI_SYSFS_READ_ERRORS_TOTAL,
 )
 
 
@@ -69,9 +54,9 @@ class PciCollector:
             return []
         self._problems.report(scan.problems)
         builder = FamilyBuilder(self._labels)
-        builder.add(PCI_PRESENT, (), len(scan.gpus))
+        builder.add(GPUS_PCI_PRESENT.name, (), len(scan.gpus))
         for gpu in scan.gpus:
-            builder.add(PCI_INFO, (nvml_bus_id(gpu.address), gpu.device_id), 1)
+            builder.add(GPU_PCI_INFO.name, (nvml_bus_id(gpu.address), gpu.device_id), 1)
         if self._problems.total:
             builder.add(READ_ERRORS, (), self._problems.total)
         return builder.families()

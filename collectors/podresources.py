@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,
@@ -32,20 +32,13 @@ from fleetwatch.collectors.sources.podresources import (
     PodResourcesError,
 )
 
-from fleetwatch import metric_names as names
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
-ALLOCATION = names.ALLOCATION_INFO
-SPECS: Final = (
-    MetricSpec(
-        ALLOCATION,
-        "gauge",
-        "GPU allocated to a pod's container (value 1), from the kubelet PodResources API.",
-        ("gpu", "uuid", "namespace", "pod", "container"),
-    ),
-)
+ALLOCATION = GPU_ALLOCATION_INFO.name
+SPECS: Final = (GPU_ALLOCATION_INFO,)
 
 
 class PodResourcesCollector:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     FallenOffBus,
@@ -54,50 +54,29 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
 
-from fleetwatch import metric_names as names
+from fleetwatch.catalog.xid import (
+    GPU_FALLEN_OFF_BUS_TOTAL,
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_HISTORY_ERRORS,
+    KMSG_UNREADABLE_RECORDS_TOTAL,
+    NVSWITCH_SXID_ERRORS_TOTAL,
+)
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
 
-XID = names.XID_ERRORS
-XID_HISTORY = "fleetwatch_gpu_xid_history_errors"
-FALLEN_OFF_BUS = "fleetwatch_gpu_fallen_off_bus_total"
-SXID = "fleetwatch_nvswitch_sxid_errors_total"
-UNREADABLE = "fleetwatch_kmsg_unreadable_records_total"
+XID = GPU_XID_ERRORS_TOTAL.name
+XID_HISTORY = GPU_XID_HISTORY_ERRORS.name
+FALLEN_OFF_BUS = GPU_FALLEN_OFF_BUS_TOTAL.name
+SXID = NVSWITCH_SXID_ERRORS_TOTAL.name
+UNREADABLE = KMSG_UNREADABLE_RECORDS_TOTAL.name
 UNREADABLE_REASONS: Final = ("no_timestamp", "malformed")
 SPECS: Final = (
-    MetricSpec(
-        XID,
-        "counter",
-        "Xid errors raised by the GPU, by Xid (from NVML events and, when enabled, the "
-        "kernel log, counted once). Stays after the GPU is lost.",
-        ("gpu", "uuid", "xid"),
-    ),
-    MetricSpec(
-        XID_HISTORY,
-        "gauge",
-        "Xids the kernel log held from before the exporter started, by Xid (history, not "
-        "new errors).",
-        ("gpu", "uuid", "xid"),
-    ),
-    MetricSpec(
-        FALLEN_OFF_BUS,
-        "counter",
-        "Kernel-log 'GPU has fallen off the bus' messages since the exporter started.",
-        ("gpu", "uuid", "pci_bus_id"),
-    ),
-    MetricSpec(
-        SXID,
-        "counter",
-        "NVSwitch SXid errors in the kernel log since the exporter started.",
-        ("device", "sxid", "severity"),
-    ),
-    MetricSpec(
-        UNREADABLE,
-        "counter",
-        "Kernel-log lines that are not timestamped records, or Xid/SXid records that do not parse.",
-        ("reason",),
-    ),
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_HISTORY_ERRORS,
+    GPU_FALLEN_OFF_BUS_TOTAL,
+    NVSWITCH_SXID_ERRORS_TOTAL,
+    KMSG_UNREADABLE_RECORDS_TOTAL,
 )
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")

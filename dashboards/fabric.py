@@ -8,13 +8,21 @@ from grafanalib.core import Dashboard, Panel
 
 from dashboards.panels import NODE, Layout, dashboard, table, timeseries, variables
 from dashboards.queries import Queries
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_UP,
+)
 
 
 def build(q: Queries) -> Dashboard:
     """InfiniBand and NVLink health across the chosen nodes."""
     lay = Layout()
-    state_changes = q.exporter("fleetwatch_infiniband_port_state_changes_total", NODE)
-    link_downed = q.exporter("fleetwatch_infiniband_port_errors_total", 'error="link_downed"', NODE)
+    state_changes = q.exporter(INFINIBAND_PORT_STATE_CHANGES_TOTAL.name, NODE)
+    link_downed = q.exporter(INFINIBAND_PORT_ERRORS_TOTAL.name, 'error="link_downed"', NODE)
     panels: list[Panel] = [
         lay.row("InfiniBand"),
         timeseries(
@@ -37,11 +45,11 @@ def build(q: Queries) -> Dashboard:
             lay,
             "Trained rate vs expected",
             (
-                q.exporter("fleetwatch_infiniband_port_rate_bytes_per_second", NODE),
+                q.exporter(INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name, NODE),
                 "{{node}} {{device}}/{{port}}",
             ),
             (
-                q.exporter("fleetwatch_infiniband_port_expected_rate_bytes_per_second", NODE),
+                q.exporter(INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND.name, NODE),
                 "{{node}} {{device}}/{{port}} expected",
             ),
             unit="Bps",
@@ -50,13 +58,13 @@ def build(q: Queries) -> Dashboard:
         table(
             lay,
             "Ports down",
-            (f"{q.exporter('fleetwatch_infiniband_port_up', NODE)} == 0", ""),
+            (f"{q.exporter(INFINIBAND_PORT_UP.name, NODE)} == 0", ""),
             description="Ports not ACTIVE/LinkUp (empty when all are up).",
         ),
         table(
             lay,
             "Saturated counters",
-            (f"{q.exporter('fleetwatch_infiniband_port_error_saturated', NODE)} == 1", ""),
+            (f"{q.exporter(INFINIBAND_PORT_ERROR_SATURATED.name, NODE)} == 1", ""),
             description="PMA counters pinned at their maximum: their rate reads 0.",
         ),
         timeseries(

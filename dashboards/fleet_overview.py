@@ -21,6 +21,12 @@ from dashboards.panels import (
 )
 from dashboards.queries import Queries
 from dashboards.training_job import TRAINING_JOB_UID
+from fleetwatch.catalog.gpu import (
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+)
+from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 
 TRAINING_JOB_URL: Final = (
     f"/d/{TRAINING_JOB_UID}?var-namespace=${{__data.fields.namespace}}"
@@ -31,27 +37,25 @@ TRAINING_JOB_URL: Final = (
 def build(q: Queries) -> Dashboard:
     """The fleet at a glance, each training job linking to its Training job dashboard."""
     lay = Layout()
-    temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"', NODE)
+    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', NODE)
     panels: list[Panel] = [
         lay.row("Work: tensor cores, not 'utilization'"),
         Heatmap(
             title="Tensor-core activity by node",
             description="Mean share of time any tensor pipe was active, per node (recorded "
-            "as node:fleetwatch_gpu_tensor_active_ratio:avg).",
+            f"as node:{GPU_TENSOR_ACTIVE_RATIO}:avg).",
             dataSource=DS,
             dataFormat="tsbuckets",
             gridPos=lay.place(12, 9),
-            targets=targets(
-                ('node:fleetwatch_gpu_tensor_active_ratio:avg{node=~"$node"}', "{{node}}")
-            ),
+            targets=targets((f'node:{GPU_TENSOR_ACTIVE_RATIO}:avg{{node=~"$node"}}', "{{node}}")),
             yBucketBound="middle",
             hideZeroBuckets=False,
         ),
         timeseries(
             lay,
             "Fleet: tensor activity vs GPU utilization",
-            ("fleet:fleetwatch_gpu_tensor_active_ratio:avg", "tensor-core activity"),
-            ("fleet:fleetwatch_gpu_utilization_ratio:avg", "GPU utilization (NVML)"),
+            (f"fleet:{GPU_TENSOR_ACTIVE_RATIO}:avg", "tensor-core activity"),
+            (f"fleet:{GPU_UTILIZATION_RATIO}:avg", "GPU utilization (NVML)"),
             unit="percentunit",
             max_value=1,
             height=9,
@@ -91,7 +95,7 @@ def build(q: Queries) -> Dashboard:
             "Xid events",
             (
                 "sum by (node, gpu, xid) (increase("
-                f"{q.exporter('fleetwatch_gpu_xid_errors_total', NODE)}[$__rate_interval]))",
+                f"{q.exporter(GPU_XID_ERRORS_TOTAL.name, NODE)}[$__rate_interval]))",
                 "{{node}} GPU {{gpu}} Xid {{xid}}",
             ),
             description="Xid errors per interval, by GPU and Xid.",

@@ -8,6 +8,21 @@ from grafanalib.core import Dashboard, Panel
 
 from dashboards.panels import GPU, NODE, Layout, dashboard, table, timeseries, variables
 from dashboards.queries import Queries
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_ACTIVE,
+    GPU_CLOCK_HERTZ,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+)
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_INFO,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_UP,
+)
+from fleetwatch.catalog.nvlink import NVLINK_UP
 
 
 def build(q: Queries) -> Dashboard:
@@ -20,7 +35,7 @@ def build(q: Queries) -> Dashboard:
             lay,
             "GPU temperature",
             (
-                q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"', *gpu_sel),
+                q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', *gpu_sel),
                 "{{node}} GPU {{gpu}}",
             ),
             unit="celsius",
@@ -31,7 +46,7 @@ def build(q: Queries) -> Dashboard:
             lay,
             "HBM temperature",
             (
-                q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="memory"', *gpu_sel),
+                q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="memory"', *gpu_sel),
                 "{{node}} GPU {{gpu}}",
             ),
             unit="celsius",
@@ -41,7 +56,7 @@ def build(q: Queries) -> Dashboard:
             lay,
             "SM clock",
             (
-                q.exporter("fleetwatch_gpu_clock_hertz", 'clock="sm"', *gpu_sel),
+                q.exporter(GPU_CLOCK_HERTZ.name, 'clock="sm"', *gpu_sel),
                 "{{node}} GPU {{gpu}}",
             ),
             unit="hertz",
@@ -50,7 +65,7 @@ def build(q: Queries) -> Dashboard:
             lay,
             "Clock-event reasons active",
             (
-                q.exporter("fleetwatch_gpu_clock_event_active", *gpu_sel),
+                q.exporter(GPU_CLOCK_EVENT_ACTIVE.name, *gpu_sel),
                 "{{node}} GPU {{gpu}} {{reason}}",
             ),
             unit="bool",
@@ -60,9 +75,9 @@ def build(q: Queries) -> Dashboard:
         timeseries(
             lay,
             "Power draw and limit",
-            (q.exporter("fleetwatch_gpu_power_watts", *gpu_sel), "{{node}} GPU {{gpu}}"),
+            (q.exporter(GPU_POWER_WATTS.name, *gpu_sel), "{{node}} GPU {{gpu}}"),
             (
-                q.exporter("fleetwatch_gpu_power_limit_watts", *gpu_sel),
+                q.exporter(GPU_POWER_LIMIT_WATTS.name, *gpu_sel),
                 "{{node}} GPU {{gpu}} limit",
             ),
             unit="watt",
@@ -71,11 +86,11 @@ def build(q: Queries) -> Dashboard:
             lay,
             "Tensor-core activity and utilization",
             (
-                q.exporter("fleetwatch_gpu_tensor_active_ratio", 'pipe="any"', *gpu_sel),
+                q.exporter(GPU_TENSOR_ACTIVE_RATIO.name, 'pipe="any"', *gpu_sel),
                 "{{node}} GPU {{gpu}} tensor",
             ),
             (
-                q.exporter("fleetwatch_gpu_utilization_ratio", *gpu_sel),
+                q.exporter(GPU_UTILIZATION_RATIO.name, *gpu_sel),
                 "{{node}} GPU {{gpu}} utilization",
             ),
             unit="percentunit",
@@ -91,15 +106,15 @@ def build(q: Queries) -> Dashboard:
         table(
             lay,
             "NVLinks down",
-            (f"{q.exporter('fleetwatch_nvlink_up', *gpu_sel)} == 0", ""),
+            (f"{q.exporter(NVLINK_UP.name, *gpu_sel)} == 0", ""),
             description="Links whose state is not up (empty when all links are up).",
         ),
         table(
             lay,
             "InfiniBand ports and the GPUs they serve",
-            (q.exporter("fleetwatch_infiniband_port_info", NODE), ""),
-            (q.exporter("fleetwatch_infiniband_port_up", NODE), ""),
-            (q.exporter("fleetwatch_infiniband_port_rate_bytes_per_second", NODE), ""),
+            (q.exporter(INFINIBAND_PORT_INFO.name, NODE), ""),
+            (q.exporter(INFINIBAND_PORT_UP.name, NODE), ""),
+            (q.exporter(INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name, NODE), ""),
             width=24,
             description="Each HCA port with its NUMA node and the GPUs under the same "
             "PCIe switch, its state and trained rate.",

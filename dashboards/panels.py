@@ -25,6 +25,9 @@ from grafanalib.core import (
     TimeSeries,
 )
 
+from fleetwatch.catalog.exporter import BUILD_INFO
+from fleetwatch.catalog.gpu import GPU_INFO
+
 DS: Final = "${datasource}"
 NODE: Final = 'node=~"$node"'
 GPU: Final = 'gpu=~"$gpu"'
@@ -202,12 +205,10 @@ def variables(job: str, *, gpu: bool) -> Templating:
     """datasource, node (multi, all) and optionally gpu (multi, all) variables."""
     items = [
         datasource_variable(),
-        query_variable(
-            "node", "Node", f"label_values(fleetwatch_build_info{{{job}}}, node)", every=True
-        ),
+        query_variable("node", "Node", f"label_values({BUILD_INFO}{{{job}}}, node)", every=True),
     ]
     if gpu:
-        query = f"label_values(fleetwatch_gpu_info{{{job}, {NODE}}}, gpu)"
+        query = f"label_values({GPU_INFO}{{{job}, {NODE}}}, gpu)"
         items.append(query_variable("gpu", "GPU", query, sort=3, every=True))
     return Templating(list=items)
 

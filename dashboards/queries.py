@@ -9,6 +9,12 @@ from __future__ import annotations
 from fleetwatch.rules import definitions, promql
 from fleetwatch.rules.config import Config, parameters
 
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_DATA_BYTES_TOTAL,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+)
+from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+
 
 class Queries:
     """PromQL for the dashboards, built with the alert rules' own selectors and names."""
@@ -19,12 +25,10 @@ class Queries:
         params = parameters(config)
         self.gpu_limit = float(params["thresholds.gpu_temperature_celsius"])
         self.memory_limit = float(params["thresholds.memory_temperature_celsius"])
-        self.nvlink_rate = self._q.rate_name("node_gpu_link", "fleetwatch_nvlink_errors_total")
-        self.ib_rate = self._q.rate_name(
-            "node_device_port", "fleetwatch_infiniband_port_errors_total"
-        )
+        self.nvlink_rate = self._q.rate_name("node_gpu_link", NVLINK_ERRORS_TOTAL.name)
+        self.ib_rate = self._q.rate_name("node_device_port", INFINIBAND_PORT_ERRORS_TOTAL.name)
         self.ib_data_rate = self._q.rate_name(
-            "node_device_port", "fleetwatch_infiniband_port_data_bytes_total"
+            "node_device_port", INFINIBAND_PORT_DATA_BYTES_TOTAL.name
         )
         self.fabric_errors = definitions.fabric_errors_record(config)
         # The training-job recording rules (fleetwatch:gpu_job:info and the per-job records).

@@ -8,6 +8,17 @@ from grafanalib.core import Dashboard, Panel
 
 from dashboards.panels import NODE, Layout, dashboard, stat, timeseries, variables
 from dashboards.queries import Queries
+from fleetwatch.catalog.exporter import (
+    COLLECTOR_DURATION_SECONDS,
+    COLLECTOR_ERRORS_TOTAL,
+    COLLECTOR_UP,
+)
+from fleetwatch.catalog.tainter import (
+    TAINTER_BREAKER_OPEN,
+    TAINTER_TAINT_OPERATIONS_TOTAL,
+    TAINTER_TAINTED_NODES,
+    TAINTER_WEBHOOK_REQUESTS_TOTAL,
+)
 
 
 def build(q: Queries) -> Dashboard:
@@ -18,20 +29,20 @@ def build(q: Queries) -> Dashboard:
         timeseries(
             lay,
             "Collectors up",
-            (q.exporter("fleetwatch_collector_up", NODE), "{{node}} {{collector}}"),
+            (q.exporter(COLLECTOR_UP.name, NODE), "{{node}} {{collector}}"),
             unit="bool",
         ),
         timeseries(
             lay,
             "Collector duration",
-            (q.exporter("fleetwatch_collector_duration_seconds", NODE), "{{node}} {{collector}}"),
+            (q.exporter(COLLECTOR_DURATION_SECONDS.name, NODE), "{{node}} {{collector}}"),
             unit="s",
         ),
         timeseries(
             lay,
             "Collector errors",
             (
-                f"rate({q.exporter('fleetwatch_collector_errors_total', NODE)}[$__rate_interval])",
+                f"rate({q.exporter(COLLECTOR_ERRORS_TOTAL.name, NODE)}[$__rate_interval])",
                 "{{node}} {{collector}}",
             ),
         ),
@@ -47,7 +58,7 @@ def build(q: Queries) -> Dashboard:
             "Taint operations",
             (
                 "sum by (op, result) (rate("
-                f"{q.tainter('fleetwatch_tainter_taint_operations_total')}[$__rate_interval]))",
+                f"{q.tainter(TAINTER_TAINT_OPERATIONS_TOTAL.name)}[$__rate_interval]))",
                 "{{op}} {{result}}",
             ),
         ),
@@ -56,15 +67,15 @@ def build(q: Queries) -> Dashboard:
             "Webhook requests",
             (
                 "sum by (result) (rate("
-                f"{q.tainter('fleetwatch_tainter_webhook_requests_total')}[$__rate_interval]))",
+                f"{q.tainter(TAINTER_WEBHOOK_REQUESTS_TOTAL.name)}[$__rate_interval]))",
                 "{{result}}",
             ),
         ),
-        stat(lay, "Tainted nodes", f"max({q.tainter('fleetwatch_tainter_tainted_nodes')})"),
+        stat(lay, "Tainted nodes", f"max({q.tainter(TAINTER_TAINTED_NODES.name)})"),
         stat(
             lay,
             "Circuit breaker open",
-            f"max({q.tainter('fleetwatch_tainter_breaker_open')})",
+            f"max({q.tainter(TAINTER_BREAKER_OPEN.name)})",
             limits=[(1, "red")],
         ),
     ]

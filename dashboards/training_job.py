@@ -19,6 +19,7 @@ from dashboards.panels import (
     timeseries,
 )
 from dashboards.queries import Queries
+from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
 
 TRAINING_JOB_UID: Final = "fleetwatch-training-job"
 JOB_SEL: Final = 'namespace="$namespace", training_job="$training_job"'
@@ -43,7 +44,7 @@ def build(q: Queries) -> Dashboard:
     """One training job (namespace/training_job) across its nodes."""
     lay = Layout()
     on_job_nodes = f"and on (node) {q.job_info}{{{JOB_SEL}}}"
-    gpu_temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
+    gpu_temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
     panels: list[Panel] = [
         lay.row("Work: which GPU does the job wait for?"),
         Heatmap(

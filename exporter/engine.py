@@ -32,56 +32,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.metrics import FamilyBuilder, MetricSpec, SeriesFamily, series_count
+from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
+
+from fleetwatch.catalog.exporter import (
+    BUILD_INFO,
+    COLLECTOR_DURATION_SECONDS,
+    COLLECTOR_ERRORS_TOTAL,
+    COLLECTOR_HUNG,
+    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    COLLECTOR_SKIPPED_RUNS_TOTAL,
+    COLLECTOR_UP,
+)
 
 log = logging.getLogger(__name__)
 
-_BY_COLLECTOR = ("collector",)
 SELF_METRICS = (
-    MetricSpec(
-        "fleetwatch_build_info",
-        "gauge",
-        "fleetwatch build; value 1.",
-        ("version", "python_version"),
-    ),
-    MetricSpec(
-        "fleetwatch_collector_up",
-        "gauge",
-        "1 when the collector's last run succeeded within its deadline.",
-        _BY_COLLECTOR,
-    ),
-    MetricSpec(
-        "fleetwatch_collector_duration_seconds",
-        "gauge",
-        "Wall time of the collector's last completed run.",
-        _BY_COLLECTOR,
-    ),
-    MetricSpec(
-        "fleetwatch_collector_last_success_timestamp_seconds",
-        "gauge",
-        "Unix time at which the collector's last successful run ended.",
-        _BY_COLLECTOR,
-    ),
-    MetricSpec(
-        "fleetwatch_collector_errors_total",
-        "counter",
-        "Collector runs that raised or missed their deadline.",
-        _BY_COLLECTOR,
-    ),
-    MetricSpec(
-        "fleetwatch_collector_hung",
-        "gauge",
-        "1 while a collector run has been blocked longer than --collector.hang-timeout "
-        "(the liveness probe fails then).",
-        _BY_COLLECTOR,
-    ),
-    MetricSpec(
-        "fleetwatch_collector_skipped_runs_total",
-        "counter",
-        "Runs not started because the collector's previous run was still blocked.",
-        _BY_COLLECTOR,
-    ),
+    BUILD_INFO,
+    COLLECTOR_UP,
+    COLLECTOR_DURATION_SECONDS,
+    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    COLLECTOR_ERRORS_TOTAL,
+    COLLECTOR_HUNG,
+    COLLECTOR_SKIPPED_RUNS_TOTAL,
 )
 
 
@@ -422,18 +395,18 @@ class Engine:
     def _self_families(self) -> list[SeriesFamily]:
         now = self._clock()
         out = FamilyBuilder(SELF_METRICS)
-        out.add("fleetwatch_build_info", (self._version, platform.python_version()), 1.0)
+        out.add(BUILD_INFO.name, (self._version, platform.python_version()), 1.0)
         for state in self._states:
             name = (state.name,)
             hung = self._blocked_for(state, now) is not None
-            out.add("fleetwatch_collector_up", name, 1.0 if state.up else 0.0)
-            out.add("fleetwatch_collector_duration_seconds", name, state.duration)
+            out.add(COLLECTOR_UP.name, name, 1.0 if state.up else 0.0)
+            out.add(COLLECTOR_DURATION_SECONDS.name, name, state.duration)
             out.add(
-                "fleetwatch_collector_last_success_timestamp_seconds",
+                COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS.name,
                 name,
                 state.last_success_wall,
             )
-            out.add("fleetwatch_collector_errors_total", name, state.errors)
-            out.add("fleetwatch_collector_hung", name, 1.0 if hung else 0.0)
-            out.add("fleetwatch_collector_skipped_runs_total", name, state.skipped)
+            out.add(COLLECTOR_ERRORS_TOTAL.name, name, state.errors)
+            out.add(COLLECTOR_HUNG.name, name, 1.0 if hung else 0.0)
+            out.add(COLLECTOR_SKIPPED_RUNS_TOTAL.name, name, state.skipped)
         return out.families()

@@ -24,14 +24,40 @@ from dataclasses import dataclass
 from fleetwatch.report.policy import shipped_config, shipped_policy
 from fleetwatch.rules.definitions import (
     POD_LABELS_METRIC,
-    TENSOR_METRIC,
     Selector,
     pod_training_job,
     straggler_clock_events,
     tensor_active,
 )
 
-from fleetwatch import metric_names as names
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_SECONDS_TOTAL,
+    GPU_CLOCK_HERTZ,
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_POWER_WATTS,
+    GPU_REMAPPED_ROWS,
+    GPU_ROW_REMAP_FAILED,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+    GPUS_EXPECTED,
+    GPUS_VISIBLE,
+)
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_UP,
+)
+from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+from fleetwatch.catalog.tainter import (
+    TAINTER_BREAKER_OPEN,
+    TAINTER_TAINT_OPERATIONS_TOTAL,
+    TAINTER_TAINTED_NODES,
+)
+from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
@@ -116,29 +142,29 @@ def _window_delta(window: Window, selector: str) -> str:
     return f"{last} - (last_over_time({selector}[{w}] offset {w}) or {last} * 0)"
 
 
-TEMP = names.TEMPERATURE
-POWER = names.POWER
-TENSOR = TENSOR_METRIC
-UTIL = names.UTILIZATION
-CLOCK = names.CLOCK
-CLOCK_EVENTS = names.CLOCK_EVENT_SECONDS
+TEMP = GPU_TEMPERATURE_CELSIUS.name
+POWER = GPU_POWER_WATTS.name
+TENSOR = GPU_TENSOR_ACTIVE_RATIO.name
+UTIL = GPU_UTILIZATION_RATIO.name
+CLOCK = GPU_CLOCK_HERTZ.name
+CLOCK_EVENTS = GPU_CLOCK_EVENT_SECONDS_TOTAL.name
 POD_LABELS = POD_LABELS_METRIC
-ALLOC = names.ALLOCATION_INFO
-IB_ERRORS = names.IB_PORT_ERRORS
-IB_CHANGES = names.IB_PORT_STATE_CHANGES
-IB_UP = names.IB_PORT_UP
-IB_RATE = names.IB_PORT_RATE
-IB_SATURATED = names.IB_PORT_ERROR_SATURATED
-NVLINK_ERRORS = names.NVLINK_ERRORS
-XID = names.XID_ERRORS
-ECC = names.ECC_ERRORS
-REMAPPED = names.REMAPPED_ROWS
-REMAP_FAILED = names.ROW_REMAP_FAILED
-GPU_COUNT = names.COUNT
-GPU_EXPECTED = names.EXPECTED
-TAINT_OPS = "fleetwatch_tainter_taint_operations_total"
-TAINTED_NODES = "fleetwatch_tainter_tainted_nodes"
-BREAKER = "fleetwatch_tainter_breaker_open"
+ALLOC = GPU_ALLOCATION_INFO.name
+IB_ERRORS = INFINIBAND_PORT_ERRORS_TOTAL.name
+IB_CHANGES = INFINIBAND_PORT_STATE_CHANGES_TOTAL.name
+IB_UP = INFINIBAND_PORT_UP.name
+IB_RATE = INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name
+IB_SATURATED = INFINIBAND_PORT_ERROR_SATURATED.name
+NVLINK_ERRORS = NVLINK_ERRORS_TOTAL.name
+XID = GPU_XID_ERRORS_TOTAL.name
+ECC = GPU_ECC_ERRORS_TOTAL.name
+REMAPPED = GPU_REMAPPED_ROWS.name
+REMAP_FAILED = GPU_ROW_REMAP_FAILED.name
+GPU_COUNT = GPUS_VISIBLE.name
+GPU_EXPECTED = GPUS_EXPECTED.name
+TAINT_OPS = TAINTER_TAINT_OPERATIONS_TOTAL.name
+TAINTED_NODES = TAINTER_TAINTED_NODES.name
+BREAKER = TAINTER_BREAKER_OPEN.name
 
 
 def _temp(w: Window) -> str:

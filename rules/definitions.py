@@ -20,17 +20,16 @@ from typing import Any, Final, Protocol
 from fleetwatch.rules.config import Config
 from fleetwatch.rules.promql import match
 
+from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_TENSOR_ACTIVE_RATIO
+
 Selector = Callable[[str, str], str]
 """(metric, one label matcher) -> PromQL reading that metric; it may wrap the selector (for
 example in avg_over_time) and add matchers of its own (the scrape job, a node scope)."""
 
-TENSOR_METRIC: Final = "fleetwatch_gpu_tensor_active_ratio"
-CLOCK_EVENT_SECONDS_METRIC: Final = "fleetwatch_gpu_clock_event_seconds_total"
-"""Cumulative time each clock-event reason held the clocks: how clock events are judged."""
 POD_LABELS_METRIC: Final = "kube_pod_labels"
 
 # Recording rules (`level:metric:operation`), the names dashboards and alerts read.
-TENSOR: Final = "fleetwatch:gpu_tensor_active:ratio"
+TENSOR_ACTIVE_RECORD: Final = "fleetwatch:gpu_tensor_active:ratio"
 """Tensor activity per GPU {node, gpu, uuid}: fleetwatch's GPM, else dcgm-exporter's."""
 JOB_INFO: Final = "fleetwatch:gpu_job:info"
 """One series per allocated GPU: {node, gpu, uuid, namespace, pod, training_job}."""
@@ -96,8 +95,9 @@ def tensor_active(config: Config, *, own: Selector, dcgm: Selector) -> str:
     without_node = (
         f'label_replace({dcgm(metric, match("node", "=", ""))}, "node", "$1", "Hostname", "(.+)")'
     )
+    any_pipe = own(GPU_TENSOR_ACTIVE_RATIO.name, match("pipe", "=", "any"))
     return (
-        f"max by (node, gpu, uuid) ({own(TENSOR_METRIC, match('pipe', '=', 'any'))})\n"
+        f"max by (node, gpu, uuid) ({any_pipe})\n"
         "or on (uuid)\n"
         "max by (node, gpu, uuid) (\n"
         f'  label_replace({without_node}, "uuid", "$1", "UUID", "(.+)")\n'
@@ -111,7 +111,7 @@ def straggler_clock_events(select: Selector, *, reasons: str) -> str:
     """The clock-event time of the reasons (`thresholds.straggler_clock_reasons`, regex
     alternatives) that make a GPU at or above its job's median a straggler; `select` turns
     the seconds counter into the share of time they held (rate over a window)."""
-    return select(CLOCK_EVENT_SECONDS_METRIC, match("reason", "=~", reasons))
+    return select(GPU_CLOCK_EVENT_SECONDS_TOTAL.name, match("reason", "=~", reasons))
 
 
 class JobThresholds(Protocol):

@@ -33,7 +33,33 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
-THRESHOLD_CELSIUS = 78.0
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_ACTIVE,
+    GPU_CLOCK_EVENT_SECONDS_TOTAL,
+    GPU_CLOCK_HERTZ,
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+    GPUS_EXPECTED,
+    GPUS_VISIBLE,
+)
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_UP,
+)
+from fleetwatch.catalog.tainter import (
+    TAINTER_BREAKER_OPEN,
+    TAINTER_TAINT_OPERATIONS_TOTAL,
+    TAINTER_TAINTED_NODES,
+)
+from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
+
 IB_RATE_BYTES = 400e9 / 8
 PINNED_SYMBOL_ERRORS = 65535
 SM_CLOCK_HZ = 1980e6
@@ -145,15 +171,6 @@ def pod_labels(pod: str) -> str:
     if pod.startswith("job-"):
         return f'label_batch_kubernetes_io_job_name="{pod.rsplit("-worker-", 1)[0]}"'
     return ""
-
-
-@dataclass
-class _Family:
-    """One metric family being written: name, OpenMetrics type, and its series."""
-
-    name: str
-    kind: str
-    series: list[tuple[str, np.ndarray]]
 
 
 class _Writer:
@@ -286,27 +303,27 @@ def _families(
     def const(value: float) -> np.ndarray:
         return np.full(steps, value)
 
-    yield "fleetwatch_gpu_temperature_celsius", "gauge", gpu_rows(temp, ',sensor="gpu"')
-    yield "fleetwatch_gpu_power_watts", "gauge", gpu_rows(power)
+    yield GPU_TEMPERATURE_CELSIUS.name, "gauge", gpu_rows(temp, ',sensor="gpu"')
+    yield GPU_POWER_WATTS.name, "gauge", gpu_rows(power)
     with_gpm = [node for node in nodes if node != DCGM_NODE]
-    yield "fleetwatch_gpu_tensor_active_ratio", "gauge", gpu_rows(tensor, ',pipe="any"', with_gpm)
+    yield GPU_TENSOR_ACTIVE_RATIO.name, "gauge", gpu_rows(tensor, ',pipe="any"', with_gpm)
     if DCGM_NODE in at:
         yield "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", _dcgm_rows(spec, tensor[at[DCGM_NODE]])
-    yield "fleetwatch_gpu_utilization_ratio", "gauge", gpu_rows(util)
-    yield "fleetwatch_gpu_clock_hertz", "gauge", gpu_rows(sm_clock, ',clock="sm"')
+    yield GPU_UTILIZATION_RATIO.name, "gauge", gpu_rows(util)
+    yield GPU_CLOCK_HERTZ.name, "gauge", gpu_rows(sm_clock, ',clock="sm"')
     yield (
-        "fleetwatch_gpu_clock_event_active",
+        GPU_CLOCK_EVENT_ACTIVE.name,
         "gauge",
         gpu_rows(throttled, ',reason="sw_thermal_slowdown"'),
     )
     yield (
-        "fleetwatch_gpu_clock_event_seconds",
+        GPU_CLOCK_EVENT_SECONDS_TOTAL.family_name,
         "counter",
         gpu_rows(slowdown, ',reason="hw_thermal_slowdown"'),
     )
     zeros = np.where(np.isnan(temp), np.nan, 0.0)
     yield (
-        "fleetwatch_gpu_ecc_errors",
+        GPU_ECC_ERRORS_TOTAL.family_name,
         "counter",
         (
             row
@@ -314,18 +331,18 @@ def _families(
             for row in gpu_rows(zeros, f',severity="{sev}"')
         ),
     )
-    yield "fleetwatch_gpu_allocation_info", "gauge", _allocation_rows(spec, nodes, steps)
+    yield GPU_ALLOCATION_INFO.name, "gauge", _allocation_rows(spec, nodes, steps)
     yield "kube_pod_labels", "gauge", _pod_label_rows(spec, nodes, steps)
     count = np.full((n, steps), float(g))
     if 4 in at:
         count[at[4], gone] = g - 1
     yield (
-        "fleetwatch_gpus_visible",
+        GPUS_VISIBLE.name,
         "gauge",
         ((f'node="{node_name(spec, node)}"', count[at[node]]) for node in nodes),
     )
     yield (
-        "fleetwatch_gpus_expected",
+        GPUS_EXPECTED.name,
         "gauge",
         ((f'node="{node_name(spec, node)}"', const(g)) for node in nodes),
     )
@@ -336,7 +353,7 @@ def _families(
         (f'node="{node_name(spec, 0)}",gpu="3",uuid="{uuid(0, 3)}",xid="79"', returned),
     ]
     if 0 in at:
-        yield "fleetwatch_gpu_xid_errors", "counter", iter(xids)
+        yield GPU_XID_ERRORS_TOTAL.family_name, "counter", iter(xids)
     yield from _infiniband(spec, plan, nodes, steps)
     if 0 in at:
         yield from _remediation(plan, ts)
@@ -419,19 +436,19 @@ def _infiniband(
     if sat in up:
         symbol[sat] = np.floor(np.minimum(climb, PINNED_SYMBOL_ERRORS))
         saturated[sat][pin_at:] = 1
-    yield "fleetwatch_infiniband_port_up", "gauge", ((label(*key), up[key]) for key in ports)
+    yield INFINIBAND_PORT_UP.name, "gauge", ((label(*key), up[key]) for key in ports)
     yield (
-        "fleetwatch_infiniband_port_rate_bytes_per_second",
+        INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name,
         "gauge",
         ((label(*key), np.full(steps, IB_RATE_BYTES)) for key in ports),
     )
     yield (
-        "fleetwatch_infiniband_port_state_changes",
+        INFINIBAND_PORT_STATE_CHANGES_TOTAL.family_name,
         "counter",
         ((label(*key), changes[key]) for key in ports),
     )
     yield (
-        "fleetwatch_infiniband_port_errors",
+        INFINIBAND_PORT_ERRORS_TOTAL.family_name,
         "counter",
         (
             row
@@ -443,7 +460,7 @@ def _infiniband(
         ),
     )
     yield (
-        "fleetwatch_infiniband_port_error_saturated",
+        INFINIBAND_PORT_ERROR_SATURATED.name,
         "gauge",
         ((label(*key) + ',error="symbol"', saturated[key]) for key in ports),
     )
@@ -460,7 +477,7 @@ def _remediation(plan: Injected, ts: np.ndarray) -> Iterator[tuple[str, str, Row
     added = (ts >= plan.hot_start).astype(float)
     removed = (ts >= plan.hot_end).astype(float)
     yield (
-        "fleetwatch_tainter_taint_operations",
+        TAINTER_TAINT_OPERATIONS_TOTAL.family_name,
         "counter",
         iter(
             [
@@ -469,5 +486,5 @@ def _remediation(plan: Injected, ts: np.ndarray) -> Iterator[tuple[str, str, Row
             ]
         ),
     )
-    yield "fleetwatch_tainter_tainted_nodes", "gauge", iter([(tainter, firing.astype(float))])
-    yield "fleetwatch_tainter_breaker_open", "gauge", iter([(tainter, np.zeros(len(ts)))])
+    yield TAINTER_TAINTED_NODES.name, "gauge", iter([(tainter, firing.astype(float))])
+    yield TAINTER_BREAKER_OPEN.name, "gauge", iter([(tainter, np.zeros(len(ts)))])

@@ -22,6 +22,19 @@ from fleetwatch.rules.promql import (
     union,
 )
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
+from fleetwatch.catalog.gpu import GPU_FABRIC_DEGRADED, GPU_FABRIC_STATE_ID
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_DATA_BYTES_TOTAL,
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_UP,
+)
+from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
+
 # NVML's GPU fabric registration states (`nvmlGpuFabricState_t`, exported as
 # fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
 FABRIC_NOT_STARTED = 1
@@ -32,9 +45,9 @@ def records(config: Config, p: Params) -> list[Record]:
     """Error and data rates per link and port, and each node's fabric errors per second."""
     del p  # no thresholds: rates only
     q = Promql(config)
-    nvlink = "fleetwatch_nvlink_errors_total"
-    ib = "fleetwatch_infiniband_port_errors_total"
-    ib_data = "fleetwatch_infiniband_port_data_bytes_total"
+    nvlink = NVLINK_ERRORS_TOTAL.name
+    ib = INFINIBAND_PORT_ERRORS_TOTAL.name
+    ib_data = INFINIBAND_PORT_DATA_BYTES_TOTAL.name
     nvlink_rate = q.rate_name("node_gpu_link", nvlink)
     ib_rate = q.rate_name("node_device_port", ib)
     return [
@@ -56,8 +69,8 @@ def records(config: Config, p: Params) -> list[Record]:
     ]
 
 
-PORT_UP = "fleetwatch_infiniband_port_up"
-PORT_RATE = "fleetwatch_infiniband_port_rate_bytes_per_second"
+PORT_UP = INFINIBAND_PORT_UP.name
+PORT_RATE = INFINIBAND_PORT_RATE_BYTES_PER_SECOND.name
 PORT_LEVEL = "job_node_device_port"
 
 
@@ -75,25 +88,25 @@ def history(config: Config, p: Params) -> list[Record]:
 def alerts(config: Config, p: Params) -> list[Alert]:
     """NVLink and InfiniBand: links down, flapping, erroring, degraded or saturated."""
     q = Promql(config)
-    nvlink_rate = q.rate_name("node_gpu_link", "fleetwatch_nvlink_errors_total")
-    ib_errors = "fleetwatch_infiniband_port_errors_total"
+    nvlink_rate = q.rate_name("node_gpu_link", NVLINK_ERRORS_TOTAL.name)
+    ib_errors = INFINIBAND_PORT_ERRORS_TOTAL.name
     ib_rate = q.rate_name("node_device_port", ib_errors)
     flap_window = p("infiniband_flap_window")
     flaps = p("infiniband_flaps")
     port_up = q.exporter(PORT_UP)
     link_downed = q.exporter(ib_errors, match("error", "=", "link_downed"))
-    recoveries = q.exporter("fleetwatch_nvlink_errors_total", match("error", "=", "recovery"))
-    state_changes = q.exporter("fleetwatch_infiniband_port_state_changes_total")
-    fabric_state = q.exporter("fleetwatch_gpu_fabric_state_id")
+    recoveries = q.exporter(NVLINK_ERRORS_TOTAL.name, match("error", "=", "recovery"))
+    state_changes = q.exporter(INFINIBAND_PORT_STATE_CHANGES_TOTAL.name)
+    fabric_state = q.exporter(GPU_FABRIC_STATE_ID.name)
     window, grace, history = p("event_window"), p("presence_grace"), p("presence_history")
     port = "node, device, port"
     rate = q.exporter(PORT_RATE)
-    expected_rate = q.exporter("fleetwatch_infiniband_port_expected_rate_bytes_per_second")
-    ib_collector = q.exporter("fleetwatch_collector_up", match("collector", "=", "infiniband"))
+    expected_rate = q.exporter(INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND.name)
+    ib_collector = q.exporter(COLLECTOR_UP.name, match("collector", "=", "infiniband"))
     return [
         Alert(
             name="NVLinkDown",
-            expr=f"{q.exporter('fleetwatch_nvlink_up')} == 0",
+            expr=f"{q.exporter(NVLINK_UP.name)} == 0",
             summary="NVLink down on node {{ $labels.node }}",
             description=f"{LINK} is down.",
         ),
@@ -123,7 +136,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUFabricDegraded",
-            expr=f"{q.exporter('fleetwatch_gpu_fabric_degraded')} == 1",
+            expr=f"{q.exporter(GPU_FABRIC_DEGRADED.name)} == 1",
             summary="GPU NVLink fabric degraded on node {{ $labels.node }}",
             description=(
                 f"{GPU} reports its NVLink fabric registration failed or its fabric "
@@ -222,7 +235,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         Alert(
             name="InfiniBandCounterSaturated",
             expr=(
-                f"{q.exporter('fleetwatch_infiniband_port_error_saturated', match('error', '!~', p('infiniband_saturated_ignore')))}"  # noqa: E501
+                f"{q.exporter(INFINIBAND_PORT_ERROR_SATURATED.name, match('error', '!~', p('infiniband_saturated_ignore')))}"  # noqa: E501
                 " == 1"
             ),
             summary="InfiniBand {{ $labels.error }} counter saturated on node {{ $labels.node }}",

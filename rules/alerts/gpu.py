@@ -8,7 +8,7 @@ alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` th
 from __future__ import annotations
 
 from fleetwatch.rules.config import Config, Params
-from fleetwatch.rules.definitions import CLOCK_EVENT_SECONDS_METRIC, TENSOR, tensor_active
+from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
 from fleetwatch.rules.promql import (
     GPU,
     PERCENT,
@@ -21,10 +21,26 @@ from fleetwatch.rules.promql import (
     union,
 )
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_SECONDS_TOTAL,
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_RECOVERY_ACTION,
+    GPU_ROW_REMAP_FAILED,
+    GPU_ROW_REMAP_PENDING,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+    GPUS_EXPECTED,
+    GPUS_VISIBLE,
+)
+from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
+from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
+
 
 def _over_threshold(q: Promql, p: Params) -> str:
     """1 for each GPU above the temperature threshold, 0 for the others."""
-    temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
+    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
     return f"{temp} > bool {p('gpu_temperature_celsius')}"
 
 
@@ -32,21 +48,20 @@ def records(config: Config, p: Params) -> list[Record]:
     """Tensor activity per GPU from either source, and node views of activity, utilization
     and heat (`level:metric:operation`): node scope."""
     q = Promql(config)
-    util = q.exporter("fleetwatch_gpu_utilization_ratio")
-    temp = q.exporter("fleetwatch_gpu_temperature_celsius", 'sensor="gpu"')
+    util = q.exporter(GPU_UTILIZATION_RATIO.name)
+    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
     above = _over_threshold(q, p)
     activity = tensor_active(
         config, own=q.exporter, dcgm=lambda metric, matcher: f"{metric}{{{matcher}}}"
     )
     return [
-        Record(record=TENSOR, expr=activity),
+        Record(record=TENSOR_ACTIVE_RECORD, expr=activity),
         Record(
-            record="node:fleetwatch_gpu_tensor_active_ratio:avg", expr=f"avg by (node) ({TENSOR})"
+            record=f"node:{GPU_TENSOR_ACTIVE_RATIO}:avg",
+            expr=f"avg by (node) ({TENSOR_ACTIVE_RECORD})",
         ),
-        Record(record="node:fleetwatch_gpu_utilization_ratio:avg", expr=f"avg by (node) ({util})"),
-        Record(
-            record="node:fleetwatch_gpu_temperature_celsius:max", expr=f"max by (node) ({temp})"
-        ),
+        Record(record=f"node:{GPU_UTILIZATION_RATIO}:avg", expr=f"avg by (node) ({util})"),
+        Record(record=f"node:{GPU_TEMPERATURE_CELSIUS}:max", expr=f"max by (node) ({temp})"),
         Record(
             record="node:fleetwatch_gpu_over_temperature_threshold:count",
             expr=f"sum by (node) ({above})",
@@ -58,10 +73,10 @@ def fleet_records(config: Config, p: Params) -> list[Record]:
     """Fleet views of activity, utilization and heat: global scope (they average and count
     over every node)."""
     q = Promql(config)
-    util = q.exporter("fleetwatch_gpu_utilization_ratio")
+    util = q.exporter(GPU_UTILIZATION_RATIO.name)
     return [
-        Record(record="fleet:fleetwatch_gpu_tensor_active_ratio:avg", expr=f"avg({TENSOR})"),
-        Record(record="fleet:fleetwatch_gpu_utilization_ratio:avg", expr=f"avg({util})"),
+        Record(record=f"fleet:{GPU_TENSOR_ACTIVE_RATIO}:avg", expr=f"avg({TENSOR_ACTIVE_RECORD})"),
+        Record(record=f"fleet:{GPU_UTILIZATION_RATIO}:avg", expr=f"avg({util})"),
         Record(
             record="fleet:fleetwatch_gpu_over_temperature_threshold:count",
             expr=f"sum({_over_threshold(q, p)})",
@@ -69,7 +84,7 @@ def fleet_records(config: Config, p: Params) -> list[Record]:
     ]
 
 
-VISIBLE = "fleetwatch_gpus_visible"
+VISIBLE = GPUS_VISIBLE.name
 
 
 def history(config: Config, p: Params) -> list[Record]:
@@ -87,11 +102,11 @@ def _gpus_missing(q: Promql, p: Params) -> str:
     own history."""
     grace = p("presence_grace")
     visible, by_node = q.exporter(VISIBLE), "max by (job, node)"
-    expected = f"{by_node} ({q.exporter('fleetwatch_gpus_expected')})"
+    expected = f"{by_node} ({q.exporter(GPUS_EXPECTED.name)})"
     seen = f"{by_node} (max_over_time({visible}[{grace}]))"
-    on_bus = q.exporter("fleetwatch_gpus_pci_present")
+    on_bus = q.exporter(GPUS_PCI_PRESENT.name)
     # A GPU collector that runs but lists no GPU (no driver loaded) exports no count: 0.
-    collector = q.exporter("fleetwatch_collector_up", match("collector", "=", "gpu"))
+    collector = q.exporter(COLLECTOR_UP.name, match("collector", "=", "gpu"))
     none_listed = f"0 * {by_node} ({collector} == 1)"
     return union(
         [
@@ -106,14 +121,14 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
     (node scope)."""
     q = Promql(config)
-    temp = "fleetwatch_gpu_temperature_celsius"
-    xid = "fleetwatch_gpu_xid_errors_total"
+    temp = GPU_TEMPERATURE_CELSIUS.name
+    xid = GPU_XID_ERRORS_TOTAL.name
     window = p("event_window")
     critical_xid = q.exporter(xid, f'xid=~"{p("xid_critical")}"')
     xid79 = q.exporter(xid, 'xid="79"')
-    ecc = q.exporter("fleetwatch_gpu_ecc_errors_total", 'severity="uncorrected"')
+    ecc = q.exporter(GPU_ECC_ERRORS_TOTAL.name, 'severity="uncorrected"')
     # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
-    recovery = q.exporter("fleetwatch_gpu_recovery_action", match("action", "!=", "none"))
+    recovery = q.exporter(GPU_RECOVERY_ACTION.name, match("action", "!=", "none"))
     gpu_temp = q.exporter(temp, match("sensor", "=", "gpu"))
     memory_temp = q.exporter(temp, match("sensor", "=", "memory"))
     clock_window, clock_fraction = p("clock_event_window"), p("clock_event_fraction")
@@ -121,7 +136,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     def clock_time(reasons: str) -> str:
         """Share of `clock_event_window` the reasons slowed the clocks, where above the
         fraction (a 0/1 bit sampled every few seconds misses intermittent throttling)."""
-        held = q.exporter(CLOCK_EVENT_SECONDS_METRIC, match("reason", "=~", reasons))
+        held = q.exporter(GPU_CLOCK_EVENT_SECONDS_TOTAL.name, match("reason", "=~", reasons))
         return f"rate({held}[{clock_window}]) > {clock_fraction}"
 
     throttled = (
@@ -214,7 +229,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPURowRemapFailed",
-            expr=f"{q.exporter('fleetwatch_gpu_row_remap_failed')} > 0",
+            expr=f"{q.exporter(GPU_ROW_REMAP_FAILED.name)} > 0",
             summary="GPU row remapping failed on node {{ $labels.node }}",
             description=(
                 f"{GPU} could not remap a failing memory row: its memory can no "
@@ -223,7 +238,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPURowRemapPending",
-            expr=f"{q.exporter('fleetwatch_gpu_row_remap_pending')} > 0",
+            expr=f"{q.exporter(GPU_ROW_REMAP_PENDING.name)} > 0",
             summary="GPU row remap pending on node {{ $labels.node }}",
             description=f"{GPU} has a row remap that takes effect at the next GPU reset.",
         ),

@@ -11,6 +11,17 @@ from __future__ import annotations
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.promql import Alert, Promql, events, match, union
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
+from fleetwatch.catalog.tainter import (
+    TAINTER_BREAKER_OPEN,
+    TAINTER_BREAKER_REFUSALS_TOTAL,
+    TAINTER_LEADER,
+    TAINTER_POLICY_REFUSALS_TOTAL,
+    TAINTER_QUARANTINED_NODES,
+    TAINTER_WEBHOOK_FORWARDS_TOTAL,
+    TAINTER_WEBHOOK_REQUESTS_TOTAL,
+)
+
 
 def alerts(config: Config, p: Params) -> list[Alert]:
     """The exporter and its collectors on one node (node scope)."""
@@ -28,7 +39,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="FleetwatchCollectorFailing",
-            expr=f"{q.exporter('fleetwatch_collector_up')} == 0",
+            expr=f"{q.exporter(COLLECTOR_UP.name)} == 0",
             summary="fleetwatch collector {{ $labels.collector }} failing on node "
             "{{ $labels.node }}",
             description=(
@@ -61,8 +72,8 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
     """The taint controller (global scope: they aggregate its replicas, wherever each is
     scraped, and read the ALERTS of every node)."""
     q = Promql(config)
-    requests = "fleetwatch_tainter_webhook_requests_total"
-    forwards = "fleetwatch_tainter_webhook_forwards_total"
+    requests = TAINTER_WEBHOOK_REQUESTS_TOTAL.name
+    forwards = TAINTER_WEBHOOK_FORWARDS_TOTAL.name
     # What each replica received: handled itself, or handed to the leader (which counts
     # what it did with it). A failure is one it handled badly, or one it could not hand
     # over at all; the two families' `result` values never coincide, so `or` adds them.
@@ -72,7 +83,7 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
         f" or rate({q.tainter(forwards, match('result', '=', 'unreachable'))}[5m])"
     )
     window = p("event_window")
-    refusals = q.tainter("fleetwatch_tainter_policy_refusals_total")
+    refusals = q.tainter(TAINTER_POLICY_REFUSALS_TOTAL.name)
     tainter_up = q.tainter("up")
     # Alerts that ask for a taint, firing now (Prometheus' own ALERTS series).
     taint_requested = 'count(ALERTS{alertstate="firing", fleetwatch_taint=~".+"}) > 0'
@@ -94,14 +105,12 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
             name="FleetwatchTaintBreakerOpen",
             # One breaker for every replica (its state lives on the Lease, and standbys
             # mirror it): one alert, not one per replica.
-            expr=(
-                f"max without (instance, pod) ({q.tainter('fleetwatch_tainter_breaker_open')}) == 1"
-            ),
+            expr=(f"max without (instance, pod) ({q.tainter(TAINTER_BREAKER_OPEN.name)}) == 1"),
             summary="fleetwatch taint circuit breaker open",
             description=(
                 "The tainter refuses to take more nodes out: too many were taken out within "
                 "the window, or too large a share of the GPU nodes carries taints it may lift. "
-                "fleetwatch_tainter_breaker_refusals_total and the TaintRefused Events name "
+                f"{TAINTER_BREAKER_REFUSALS_TOTAL} and the TaintRefused Events name "
                 "the cap; check for a fleet-wide cause before raising it."
             ),
         ),
@@ -110,8 +119,8 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
             # Only the leader counts quarantined nodes; a former leader's gauge is stale.
             expr=(
                 "max without (instance, pod) (\n"
-                f"  {q.tainter('fleetwatch_tainter_quarantined_nodes')}\n"
-                f"  and on (job, instance) ({q.tainter('fleetwatch_tainter_leader')} == 1)\n"
+                f"  {q.tainter(TAINTER_QUARANTINED_NODES.name)}\n"
+                f"  and on (job, instance) ({q.tainter(TAINTER_LEADER.name)} == 1)\n"
                 ") > 0"
             ),
             summary="{{ $value }} node(s) quarantined by the fleetwatch tainter",
@@ -143,7 +152,7 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
             expr=union(
                 [
                     f"max by (job) ({tainter_up}) == 0",
-                    f"max by (job) ({q.tainter('fleetwatch_tainter_leader')}) == 0",
+                    f"max by (job) ({q.tainter(TAINTER_LEADER.name)}) == 0",
                     f"absent({tainter_up})\nand on ()\n{taint_requested}",
                 ]
             ),

@@ -14,7 +14,6 @@ from typing import Final
 
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import (
-    CLOCK_EVENT_SECONDS_METRIC,
     JOB_INFO,
     JOB_LABELS,
     JOB_SM_CLOCK,
@@ -22,7 +21,7 @@ from fleetwatch.rules.definitions import (
     JOB_TENSOR,
     JOB_TENSOR_MEDIAN,
     JOB_TENSOR_RECENT_MAX,
-    TENSOR,
+    TENSOR_ACTIVE_RECORD,
     fabric_errors_record,
     idle_in_job,
     job_recent_max,
@@ -33,6 +32,9 @@ from fleetwatch.rules.definitions import (
     straggler_clock_events,
 )
 from fleetwatch.rules.promql import GPU, VALUE2, Alert, Promql, Record, lookup, match, union
+
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
+from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_CLOCK_HERTZ
 
 JOB_NAME: Final = "{{ $labels.namespace }}/{{ $labels.training_job }}"
 
@@ -46,11 +48,11 @@ def records(config: Config, p: Params) -> list[Record]:
     """Each allocated GPU's training job, per-job tensor activity and SM clocks, and
     whether the job was training recently."""
     q = Promql(config)
-    allocated = q.exporter("fleetwatch_gpu_allocation_info")
+    allocated = q.exporter(GPU_ALLOCATION_INFO.name)
     pods = pod_training_job(
         config, q.kube_state_metrics, fallback=f"max by (namespace, pod) ({allocated})"
     )
-    sm_clock = q.exporter("fleetwatch_gpu_clock_hertz", 'clock="sm"')
+    sm_clock = q.exporter(GPU_CLOCK_HERTZ.name, 'clock="sm"')
     return [
         Record(
             record=JOB_INFO,
@@ -61,7 +63,7 @@ def records(config: Config, p: Params) -> list[Record]:
                 f"{pods}\n)"
             ),
         ),
-        Record(record=JOB_TENSOR, expr=_per_job(TENSOR)),
+        Record(record=JOB_TENSOR, expr=_per_job(TENSOR_ACTIVE_RECORD)),
         Record(record=JOB_TENSOR_MEDIAN, expr=f"quantile by ({JOB_LABELS}) (0.5, {JOB_TENSOR})"),
         Record(
             record=JOB_TENSOR_RECENT_MAX,
@@ -83,7 +85,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         lambda metric, matcher: f"rate({q.exporter(metric, matcher)}[{clock_window}])",
         reasons=p("straggler_clock_reasons"),
     )
-    allocated = q.exporter("fleetwatch_gpu_allocation_info")
+    allocated = q.exporter(GPU_ALLOCATION_INFO.name)
     labelled = union(
         [
             q.kube_state_metrics("kube_pod_labels", match(kube_state_metrics_label(k), "!=", ""))
@@ -121,7 +123,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 )
                 + f"); clock events in the last {clock_window}: "
                 + lookup(
-                    f"rate({CLOCK_EVENT_SECONDS_METRIC}{{uuid=%q}}[{clock_window}]) > 0",
+                    f"rate({GPU_CLOCK_EVENT_SECONDS_TOTAL}{{uuid=%q}}[{clock_window}]) > 0",
                     "uuid",
                     then="{{ .Labels.reason }} {{ .Value | humanizePercentage }}",
                     otherwise="none",

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
 from fleetwatch.flags import bounded_duration, existing_dir, listen_address
 from fleetwatch.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, MissingBinary, ServerError, prom_alerts
@@ -169,7 +170,7 @@ def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> 
         lines.append(f"  ({scenario.description})")
     lines.append(f"  exporter      {urls['exporter']}/            (landing page, /metrics)")
     if "prometheus" in urls:
-        query = "fleetwatch_gpu_temperature_celsius%7Bsensor%3D%22gpu%22%7D"
+        query = f"{GPU_TEMPERATURE_CELSIUS}%7Bsensor%3D%22gpu%22%7D"
         lines += [
             f"  prometheus    {urls['prometheus']}/graph?g0.expr={query}",
             f"                {urls['prometheus']}/alerts",

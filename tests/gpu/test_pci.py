@@ -24,8 +24,9 @@ from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.scenario import Fault
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 
+from fleetwatch.catalog.gpu import GPUS_VISIBLE
+from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT
 from fleetwatch.cli import build_parser
-from fleetwatch.metric_names import COUNT, PCI_INFO, PCI_PRESENT
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text
 
@@ -49,7 +50,7 @@ def collect(root: Path, collector: PciCollector | None = None) -> dict[str, dict
     families = (collector or PciCollector(root=root)).collect()
     return {
         name: {",".join(f"{k}={v}" for k, v in labels): value for labels, value in found.items()}
-        for name in (PCI_PRESENT, PCI_INFO, READ_ERRORS)
+        for name in (GPUS_PCI_PRESENT.name, GPU_PCI_INFO.name, READ_ERRORS)
         if (found := samples(families, name))
     }
 
@@ -68,8 +69,8 @@ def test_counts_gpus_by_vendor_and_display_class_only(tmp_path: Path) -> None:
     vf = function(tmp_path, "0000:18:00.4", H100)
     (vf / "physfn").symlink_to("../0000:18:00.0")
     assert collect(tmp_path) == {
-        PCI_PRESENT: {"": 2.0},
-        PCI_INFO: {
+        GPUS_PCI_PRESENT.name: {"": 2.0},
+        GPU_PCI_INFO.name: {
             "device_id=0x2330,pci_bus_id=00000000:18:00.0": 1.0,
             "device_id=0x20b0,pci_bus_id=00000000:2A:00.0": 1.0,
         },
@@ -79,7 +80,7 @@ def test_counts_gpus_by_vendor_and_display_class_only(tmp_path: Path) -> None:
 def test_no_pci_sysfs_is_no_series_and_an_empty_bus_is_zero(tmp_path: Path) -> None:
     assert PciCollector(root=tmp_path).collect() == []
     (tmp_path / "bus" / "pci" / "devices").mkdir(parents=True)
-    assert collect(tmp_path) == {PCI_PRESENT: {"": 0.0}}
+    assert collect(tmp_path) == {GPUS_PCI_PRESENT.name: {"": 0.0}}
 
 
 def test_unreadable_files_are_counted_and_logged_once(
@@ -95,8 +96,8 @@ def test_unreadable_files_are_counted_and_logged_once(
         first = collect(tmp_path, collector)
         second = collect(tmp_path, collector)
     # The GPU without a `device` file still counts: vendor and class say what it is.
-    assert first[PCI_PRESENT] == {"": 2.0}
-    assert set(first[PCI_INFO]) == {
+    assert first[GPUS_PCI_PRESENT.name] == {"": 2.0}
+    assert set(first[GPU_PCI_INFO.name]) == {
         "device_id=0x2330,pci_bus_id=00000000:18:00.0",
         "device_id=,pci_bus_id=00000000:5D:00.0",
     }
@@ -119,8 +120,8 @@ def test_a_function_removed_while_read_is_gone_not_an_error(tmp_path: Path) -> N
         (gone / name).unlink()
     gone.rmdir()  # bus/pci/devices still links to it, as in the middle of a hot removal
     assert collect(tmp_path) == {
-        PCI_PRESENT: {"": 1.0},
-        PCI_INFO: {"device_id=0x2330,pci_bus_id=00000000:18:00.0": 1.0},
+        GPUS_PCI_PRESENT.name: {"": 1.0},
+        GPU_PCI_INFO.name: {"device_id=0x2330,pci_bus_id=00000000:18:00.0": 1.0},
     }
 
 
@@ -156,7 +157,7 @@ def test_golden_exposition(tmp_path: Path) -> None:
 def test_simulated_gpus_sit_at_the_bus_ids_nvml_reports(tmp_path: Path) -> None:
     source = simulated_tree(tmp_path)
     nvml_ids = {gpu.identity.pci_bus_id for gpu in source.gpus()}
-    assert set(collect(tmp_path)[PCI_INFO]) == {
+    assert set(collect(tmp_path)[GPU_PCI_INFO.name]) == {
         f"device_id=0x2330,pci_bus_id={bus_id}" for bus_id in nvml_ids
     }
     assert len(nvml_ids) == 8
@@ -175,10 +176,10 @@ def test_a_lost_gpu_stays_on_the_bus_until_it_falls_off(
 ) -> None:
     source = simulated_tree(tmp_path, Fault(at=50.0, kind=kind, gpu=3))
     gpu = GpuCollector(source=source, expected_count=None).collect()
-    assert samples(gpu, COUNT) == {(): visible}
+    assert samples(gpu, GPUS_VISIBLE.name) == {(): visible}
     pci = collect(tmp_path)
-    assert pci[PCI_PRESENT] == {"": on_bus}
-    assert (f"device_id=0x2330,pci_bus_id={simulated_pci_bus_id(3)}" in pci[PCI_INFO]) == (
+    assert pci[GPUS_PCI_PRESENT.name] == {"": on_bus}
+    assert (f"device_id=0x2330,pci_bus_id={simulated_pci_bus_id(3)}" in pci[GPU_PCI_INFO.name]) == (
         on_bus == 8.0
     )
 
@@ -223,6 +224,6 @@ def test_the_count_survives_an_nvml_that_does_not_start(
         except NvmlError:
             gpu = []
         assert gpu == []
-        assert samples(collectors["pci"].collect(), PCI_PRESENT) == {(): 8.0}
+        assert samples(collectors["pci"].collect(), GPUS_PCI_PRESENT.name) == {(): 8.0}
     finally:
         close_collectors(collectors)

@@ -13,17 +13,16 @@ from types import ModuleType
 
 import yaml
 
+from fleetwatch.catalog import ALL
 from testbed.servers import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"
-CATALOG = ROOT / "docs" / "metrics.md"
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 _OUR_NAME = re.compile(r"(?<![\w:])((?:[a-z_]+:)?fleetwatch_[a-z0-9_]+(?::[a-z0-9_]+)?)(?![\w:])")
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_CATALOG_ROW = re.compile(r"^\|\s*`(fleetwatch_[a-z0-9_]+)`\s*\|")
 
 
 def dashboards_generator() -> ModuleType:
@@ -41,15 +40,8 @@ def metric_names(expr: str) -> set[str]:
 
 
 def catalog_names() -> set[str]:
-    """Metric names in docs/metrics.md: table rows whose first cell is `fleetwatch_...`."""
-    if not CATALOG.exists():
-        return set()
-    names = set()
-    for line in CATALOG.read_text().splitlines():
-        match = _CATALOG_ROW.match(line)
-        if match:
-            names.add(match.group(1))
-    return names
+    """Metric names the metric catalog declares (docs/metrics.md is generated from it)."""
+    return {spec.name for spec in ALL}
 
 
 def recorded_names() -> set[str]:
