@@ -103,7 +103,7 @@ def spelled_names(source: str) -> list[tuple[int, str, str]]:
     `source` (f-string parts included, docstrings not)."""
     tree = ast.parse(source)
     prose = _documentation(tree)
-    found = []
+    found: list[tuple[int, str, str]] = []
     for node, function in _functions(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
             found.extend((node.lineno, token, function) for token in TOKEN.findall(node.value))
