@@ -141,7 +141,8 @@ def test_emitted_families_are_catalogued(scenario: str, at: float, tmp_path: Pat
     text = collect_node(scenario, at, tmp_path)
     emitted = dict(FAMILY.findall(text))
     assert emitted, "nothing emitted"
-    catalog = {spec.family_name: spec.kind for spec in ALL}
+    # A TYPE line names a counter with or without `_total` (OpenMetrics or 0.0.4 text).
+    catalog = {name: spec.kind for spec in ALL for name in (spec.name, spec.family_name)}
     assert sorted(set(emitted) - set(catalog)) == [], "emitted but not in fleetwatch.catalog"
     assert {name: catalog[name] for name in emitted} == emitted
 
