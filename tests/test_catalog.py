@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -241,3 +243,16 @@ def test_spec_refuses_a_description_of_a_label_it_lacks() -> None:
         MetricSpec(
             "fleetwatch_example_celsius", "gauge", "Example.", ("gpu",), label_values={"sensor": ""}
         )
+
+
+def test_catalog_imports_only_the_standard_library() -> None:
+    """The tainter and the report read the catalog without the exporter's dependencies."""
+    probe = (
+        "import sys, fleetwatch.catalog, fleetwatch.catalog.doc\n"
+        "heavy = {'prometheus_client', 'pynvml', 'pyudev', 'aiohttp', 'grpc', 'yaml'}\n"
+        "print(sorted(heavy & {name.split('.')[0] for name in sys.modules}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
