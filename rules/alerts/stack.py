@@ -105,7 +105,7 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
             name="FleetwatchTaintBreakerOpen",
             # One breaker for every replica (its state lives on the Lease, and standbys
             # mirror it): one alert, not one per replica.
-            expr=(f"max without (instance, pod) ({q.tainter(TAINTER_BREAKER_OPEN.name)}) == 1"),
+            expr=f"max without (instance, pod) ({q.tainter(TAINTER_BREAKER_OPEN.name)}) == 1",
             summary="fleetwatch taint circuit breaker open",
             description=(
                 "The tainter refuses to take more nodes out: too many were taken out within "
