@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import math
 import os
 import re
@@ -32,8 +31,6 @@ from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from fleetwatch.durations import DurationError, format_duration, parse_duration
-
-log = logging.getLogger(__name__)
 
 
 def duration(text: str) -> float:
