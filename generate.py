@@ -16,21 +16,23 @@ fleetwatch.rules is not the checkout's rules/ (a reinstall was missed).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Final
 
-# The rules writer: its entry points (load_config, rendered_files, sync_files) are called
-# from here only.
 from fleetwatch.rules import generate as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
 
 from dashboards import generate as dashboards_generator
 from fleetwatch.catalog import doc as metrics_page
+
+# The rules writer: its entry points (load_config, rendered_files, sync_files) are called
+# from here only.
+from fleetwatch.flags import parse_tool_settings, setting
 from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
@@ -89,16 +91,26 @@ def stale_install(root: Path = ROOT) -> list[str]:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class GenerateSettings:
+    """The flags of the generate step."""
+
+    check: bool = setting(
+        False, negatable=False, help="write nothing; exit 1 when a file is out of date"
+    )
+    config: Path | None = setting(
+        None, parse=Path, metavar="FILE", help="config.yaml to read (default: rules/config.yaml)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite every generated file, or with --check report which are out of date."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when a file is out of date"
+    args = parse_tool_settings(
+        GenerateSettings,
+        argv,
+        prog=COMMAND,
+        description=__doc__.splitlines()[0] if __doc__ else "",
     )
-    parser.add_argument(
-        "--config", type=Path, help="config.yaml to read (default: rules/config.yaml)"
-    )
-    args = parser.parse_args(argv)
     stale = stale_install()
     if stale:
         print(

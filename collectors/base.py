@@ -25,7 +25,7 @@ from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
 from fleetwatch.collectors.sources.nvml import NvmlSource
 
 from fleetwatch.catalog.spec import MetricSpec
-from fleetwatch.flags import add_setting_flags, read_settings
+from fleetwatch.flags import Flags
 
 
 class Collector(Protocol):
@@ -103,10 +103,17 @@ class CollectorSpec(Generic[SettingsT]):
         """`collector.NAME`: every flag of this collector starts with it."""
         return f"collector.{self.name}"
 
-    def add_flags(self, group: argparse._ArgumentGroup) -> None:
-        """Add this collector's `--collector.NAME.*` settings flags."""
-        add_setting_flags(group, self.flag_prefix, self.settings)
+    @property
+    def flags(self) -> Flags:
+        """This collector's `--collector.NAME.*` settings flags, grouped under its name."""
+        return Flags(
+            settings=self.settings,
+            prefix=self.flag_prefix,
+            title=f"collector {self.name}",
+            description=self.help,
+        )
 
     def read_settings(self, args: argparse.Namespace) -> SettingsT:
-        """This collector's settings, from the flags `add_flags` added."""
-        return read_settings(args, self.flag_prefix, self.settings)
+        """This collector's settings, from the flags `flags` declares."""
+        settings: SettingsT = self.flags.read(args)
+        return settings

@@ -15,127 +15,39 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import Refresh, hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
-from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
 
 from fleetwatch import __version__
-from fleetwatch.flags import add_setting_flags, bounded_duration, listen_address
-from fleetwatch.listener import ListenerSettings, listen
+from fleetwatch.flags import Subcommand
+from fleetwatch.listener import listen
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = ":9842"
-# Bounds of the engine's durations: below them a collector would spin, above them a
-# failure would go unseen for longer than anyone would wait.
-interval_duration = bounded_duration(0.1, 3600.0)
-timeout_duration = bounded_duration(0.01, 3600.0)
-age_duration = bounded_duration(1.0, 86400.0)
 
-
-def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register `fleetwatch export`."""
-    parser = subparsers.add_parser(
-        "export",
-        help="run the exporter (serves /metrics)",
-        description="Collect GPU and fabric telemetry and serve it to Prometheus.",
-        allow_abbrev=False,
+def subcommands() -> tuple[Subcommand, ...]:
+    """`fleetwatch export`, with every collector's flags."""
+    return (
+        Subcommand(
+            name="export",
+            help="run the exporter (serves /metrics)",
+            description="Collect GPU and fabric telemetry and serve it to Prometheus.",
+            flags=flags_of(COLLECTORS),
+            run=run_export,
+        ),
     )
-    parser.add_argument(
-        "--web.listen-address",
-        dest="web_listen_address",
-        type=listen_address,
-        default=listen_address(DEFAULT_LISTEN),
-        metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default {DEFAULT_LISTEN})",
-    )
-    add_setting_flags(parser, "web", ListenerSettings)
-    parser.add_argument(
-        "--shutdown-timeout",
-        dest="shutdown_timeout",
-        type=bounded_duration(1.0, 300.0),
-        default=10.0,
-        metavar="DURATION",
-        help="on SIGTERM, exit with status 3 if stopping takes longer (default 10s)",
-    )
-    parser.add_argument(
-        "--simulate",
-        metavar="SCENARIO",
-        help="simulate the hardware: a built-in scenario name or a scenario file "
-        "('list' prints the built-ins)",
-    )
-    parser.add_argument(
-        "--path.sysfs",
-        dest="path_sysfs",
-        type=Path,
-        default=Path("/sys"),
-        metavar="DIR",
-        help="sysfs mount point (default /sys; ignored under --simulate)",
-    )
-    parser.add_argument(
-        "--collection-interval",
-        type=interval_duration,
-        default=5.0,
-        metavar="DURATION",
-        help="how often each collector runs (default 5s)",
-    )
-    parser.add_argument(
-        "--collector.timeout",
-        dest="collector_timeout",
-        type=timeout_duration,
-        default=None,
-        metavar="DURATION",
-        help="deadline of one collector run (default 80%% of its interval)",
-    )
-    parser.add_argument(
-        "--collector.max-staleness",
-        dest="collector_max_staleness",
-        type=age_duration,
-        default=30.0,
-        metavar="DURATION",
-        help="drop a failing collector's last good series after this age (default 30s)",
-    )
-    parser.add_argument(
-        "--collector.hang-timeout",
-        dest="collector_hang_timeout",
-        type=age_duration,
-        default=120.0,
-        metavar="DURATION",
-        help="/healthz fails when a collector run has been blocked this long (default 2m)",
-    )
-    for spec in COLLECTORS:
-        group = parser.add_argument_group(f"collector {spec.name}", spec.help)
-        default = "on" if spec.enabled_by_default else "off"
-        group.add_argument(
-            f"--collector.{spec.name}",
-            dest=f"collector_{spec.name}",
-            action=argparse.BooleanOptionalAction,
-            default=spec.enabled_by_default,
-            help=f"enable the {spec.name} collector (default {default})",
-        )
-        group.add_argument(
-            f"--collector.{spec.name}.interval",
-            dest=f"collector_{spec.name}_interval",
-            type=interval_duration,
-            default=None,
-            metavar="DURATION",
-            help="collection interval of this collector (default --collection-interval)",
-        )
-        spec.add_flags(group)
-    parser.set_defaults(run=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch export`."""
-    if args.simulate == "list":
+    if EXPORT_FLAGS.read(args).simulate == "list":
         for name in builtin_names():
             print(f"{name}\t{load_scenario(name).description}")
         return 0

@@ -13,17 +13,22 @@ import logging
 import re
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
 from fleetwatch.durations import format_duration
 from fleetwatch.flags import (
-    bounded_duration,
-    bounded_number,
+    REQUIRED,
+    Flags,
+    Subcommand,
+    duration_setting,
     existing_dir,
     http_url,
+    number_setting,
     readable_file,
+    setting,
 )
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
@@ -33,14 +38,6 @@ if TYPE_CHECKING:
     from fleetwatch.report.queries import Window
 
 log = logging.getLogger(__name__)
-
-# Bounds of the report's flags: a window of at most a year at a step of one second to a
-# day, and query settings no Prometheus needs more of.
-_window_duration = bounded_duration(60.0, 366 * 86400.0)
-_step_duration = bounded_duration(1.0, 86400.0)
-_bucket_duration = bounded_duration(60.0, 31 * 86400.0)
-_timeout_duration = bounded_duration(1.0, 3600.0)
-
 
 _MATCHER = r'\s*[A-Za-z_]\w*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*")
@@ -79,137 +76,144 @@ def selector(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register `fleetwatch report`."""
-    p = subparsers.add_parser("report", help="ranked fleet report from Prometheus history")
-    p.add_argument(
-        "--prometheus-url",
-        type=http_url,
+@dataclass(frozen=True, kw_only=True)
+class ReportSettings:
+    """Everything `fleetwatch report` runs with: where the history is, which window, how to
+    query it, where the report goes. The bounds: a window of at most a year at a step of one
+    second to a day, and query settings no Prometheus needs more of."""
+
+    prometheus_url: str | None = setting(
+        None,
+        parse=http_url,
+        metavar="URL",
         help="Prometheus-compatible API base URL (Prometheus, Thanos, Mimir, ...)",
     )
-    p.add_argument(
-        "--prometheus.bearer-token-file",
-        dest="bearer_token_file",
-        type=readable_file,
+    bearer_token_file: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="prometheus.bearer-token-file",
         help="file holding a bearer token for the API",
     )
-    p.add_argument(
-        "--since",
-        type=_window_duration,
-        metavar="DURATION",
-        default=86400.0,
-        help="window length before --until (default 24h)",
+    since: float = duration_setting(
+        86400.0, minimum=60.0, maximum=366 * 86400.0, help="window length before --until"
     )
-    p.add_argument(
-        "--until",
-        type=timestamp,
-        default=None,
+    until: float | None = setting(
+        None,
+        parse=timestamp,
+        metavar="TIME",
         help="window end, epoch seconds or RFC 3339 (default now)",
     )
-    p.add_argument(
-        "--step",
-        type=_step_duration,
-        metavar="DURATION",
-        default=60.0,
-        help="resolution Prometheus evaluates at (default 60s)",
+    step: float = duration_setting(
+        60.0, minimum=1.0, maximum=86400.0, help="resolution Prometheus evaluates at"
     )
-    p.add_argument(
-        "--bucket",
-        type=_bucket_duration,
-        metavar="DURATION",
-        default=3600.0,
-        help="width of activity buckets (default 1h)",
+    bucket: float = duration_setting(
+        3600.0, minimum=60.0, maximum=31 * 86400.0, help="width of activity buckets"
     )
-    p.add_argument(
-        "--node-selector",
-        type=selector,
-        default="",
+    node_selector: str = setting(
+        "",
+        parse=selector,
+        metavar="SELECTOR",
         help='PromQL label matchers limiting the nodes, e.g. node=~"rack1-.*"',
     )
-    p.add_argument(
-        "--thermal.threshold-celsius",
-        dest="threshold_celsius",
-        type=bounded_number(1.0, 150.0, unit="°C"),
-        metavar="NUMBER",
-        default=None,
+    threshold_celsius: float | None = number_setting(
+        None,
+        minimum=1.0,
+        maximum=150.0,
+        unit="°C",
+        flag="thermal.threshold-celsius",
         help="the taint threshold (default: the rules config's gpu_temperature_celsius)",
     )
-    p.add_argument(
-        "--query.concurrency",
-        dest="concurrency",
-        type=bounded_number(1, 64, integer=True),
-        metavar="N",
-        default=4,
-        help="HTTP requests in flight at once (default 4)",
+    concurrency: int = number_setting(
+        4,
+        minimum=1,
+        maximum=64,
+        integer=True,
+        flag="query.concurrency",
+        help="HTTP requests in flight at once",
     )
-    p.add_argument(
-        "--query.batch-nodes",
-        dest="batch_nodes",
-        type=bounded_number(1, 5000, integer=True),
-        metavar="N",
-        default=200,
-        help="nodes per request of the per-node queries (default 200)",
+    batch_nodes: int = number_setting(
+        200,
+        minimum=1,
+        maximum=5000,
+        integer=True,
+        flag="query.batch-nodes",
+        help="nodes per request of the per-node queries",
     )
-    p.add_argument(
-        "--query.retries",
-        dest="retries",
-        type=bounded_number(0, 20, integer=True),
-        metavar="N",
-        default=3,
-        help="retries on 5xx, 429 and timeouts (default 3)",
+    retries: int = number_setting(
+        3,
+        minimum=0,
+        maximum=20,
+        integer=True,
+        flag="query.retries",
+        help="retries on 5xx, 429 and timeouts",
     )
-    p.add_argument(
-        "--query.timeout",
-        dest="query_timeout",
-        type=_timeout_duration,
-        metavar="DURATION",
-        default=120.0,
-        help="per-request timeout (default 120s)",
+    query_timeout: float = duration_setting(
+        120.0, minimum=1.0, maximum=3600.0, flag="query.timeout", help="per-request timeout"
     )
-    p.add_argument("--save-snapshot", type=Path, help="also write the pulled data (Parquet)")
-    p.add_argument(
-        "--from-snapshot",
-        type=existing_dir,
+    save_snapshot: Path | None = setting(
+        None, parse=Path, metavar="DIR", help="also write the pulled data (Parquet)"
+    )
+    from_snapshot: Path | None = setting(
+        None,
+        parse=existing_dir,
+        metavar="DIR",
         help="analyse a saved snapshot instead of querying Prometheus",
     )
-    p.add_argument("--out", type=Path, required=True, help="directory the report is written to")
-    p.set_defaults(run=run)
+    out: Path = setting(
+        REQUIRED, parse=Path, metavar="DIR", help="directory the report is written to"
+    )
+
+
+REPORT_FLAGS: Final = Flags(settings=ReportSettings)
+
+
+def subcommands() -> tuple[Subcommand, ...]:
+    """`fleetwatch report`."""
+    return (
+        Subcommand(
+            name="report",
+            help="ranked fleet report from Prometheus history",
+            flags=(REPORT_FLAGS,),
+            run=run,
+        ),
+    )
 
 
 EDGE_OFFSET_SECONDS = 0.001
 
 
-def _window(args: argparse.Namespace) -> Window:
+def _window(settings: ReportSettings) -> Window:
     from fleetwatch.report.policy import shipped_policy
     from fleetwatch.report.queries import Window
 
-    if args.since < args.bucket:
+    if settings.since < settings.bucket:
         raise ValueError(
-            f"--since ({format_duration(args.since)}) is shorter than one --bucket "
-            f"({format_duration(args.bucket)}): give a longer --since or a shorter --bucket"
+            f"--since ({format_duration(settings.since)}) is shorter than one --bucket "
+            f"({format_duration(settings.bucket)}): give a longer --since or a shorter --bucket"
         )
     # Prometheus reads a range as (t - d, t], VictoriaMetrics as [t - d, t]: a sample exactly
     # on a bucket's edge would count on one engine only. Ending 1 ms after the given time
     # puts no edge on a sample scraped on a whole second (and a sample at the given time
     # still counts).
-    end = (args.until if args.until is not None else time.time()) + EDGE_OFFSET_SECONDS
-    threshold = args.threshold_celsius
+    end = (settings.until if settings.until is not None else time.time()) + EDGE_OFFSET_SECONDS
+    threshold = settings.threshold_celsius
     return Window(
-        start=end - args.since,
+        start=end - settings.since,
         end=end,
-        step=args.step,
-        bucket=args.bucket,
+        step=settings.step,
+        bucket=settings.bucket,
         threshold_celsius=shipped_policy().temperature_celsius if threshold is None else threshold,
-        selector=args.node_selector,
+        selector=settings.node_selector,
     )
 
 
-async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
+async def _pull(settings: ReportSettings, url: str, window: Window) -> Dataset:
     from fleetwatch.report.dataset import fetch
     from fleetwatch.report.promapi import PrometheusClient
     from tqdm import tqdm
 
-    token = args.bearer_token_file.read_text().strip() if args.bearer_token_file else None
+    token = settings.bearer_token_file.read_text().strip() if settings.bearer_token_file else None
     with tqdm(
         desc="querying",
         unit="req",
@@ -217,14 +221,14 @@ async def _pull(args: argparse.Namespace, window: Window) -> Dataset:
         disable=not sys.stderr.isatty(),
     ) as bar:
         async with PrometheusClient(
-            url=args.prometheus_url,
+            url=url,
             bearer_token=token,
-            concurrency=args.concurrency,
-            retries=args.retries,
-            timeout_s=args.query_timeout,
+            concurrency=settings.concurrency,
+            retries=settings.retries,
+            timeout_s=settings.query_timeout,
             progress=bar,
         ) as client:
-            dataset = await fetch(client, window, batch_nodes=args.batch_nodes)
+            dataset = await fetch(client, window, batch_nodes=settings.batch_nodes)
             log.info("read the store", extra={"bytes": client.bytes_fetched})
             return dataset
 
@@ -236,29 +240,30 @@ def run(args: argparse.Namespace) -> int:
     from fleetwatch.report.dataset import load_snapshot, save_snapshot
     from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable, QueryError
 
+    settings: ReportSettings = REPORT_FLAGS.read(args)
     try:
-        if args.from_snapshot:
-            dataset = load_snapshot(args.from_snapshot)
-        elif not args.prometheus_url:
+        if settings.from_snapshot:
+            dataset = load_snapshot(settings.from_snapshot)
+        elif not settings.prometheus_url:
             log.error("report: give --prometheus-url or --from-snapshot")
             return 1
         else:
             started = time.monotonic()
-            dataset = asyncio.run(_pull(args, _window(args)))
+            dataset = asyncio.run(_pull(settings, settings.prometheus_url, _window(settings)))
             log.info("queried Prometheus", extra={"seconds": round(time.monotonic() - started, 2)})
     except (PrometheusUnreachable, PrometheusAuthError, QueryError, ValueError) as exc:
         log.error("report: %s", exc)
         return 1
-    if args.save_snapshot:
-        save_snapshot(dataset, args.save_snapshot)
+    if settings.save_snapshot:
+        save_snapshot(dataset, settings.save_snapshot)
     for name, problem in sorted(dataset.problems.items()):
         log.warning("report: %s not computed: %s", name, problem, extra={"query": name})
     for name, parts in sorted(dataset.missing.items()):
         for part in parts:
             log.warning("report: %s missing data: %s", name, part, extra={"query": name})
     report = analyse(dataset)
-    render.write(report, args.out)
-    log.info("report written", extra={"out": str(args.out), "actions": len(report.actions)})
+    render.write(report, settings.out)
+    log.info("report written", extra={"out": str(settings.out), "actions": len(report.actions)})
     if not dataset.frames:
         log.error("report: nothing could be computed for the window; see the report's notes")
         return 1

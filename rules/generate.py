@@ -11,10 +11,10 @@ module per area.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -36,6 +36,8 @@ from fleetwatch.rules.groups import (
     recording_groups,
     scope_groups,
 )
+
+from fleetwatch.flags import parse_tool_settings, setting
 
 # Where the generated files live in a source checkout, relative to its root.
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")
@@ -103,21 +105,29 @@ def rendered_files(config: Config, root: Path) -> dict[Path, str]:
     }
 
 
+@dataclass(frozen=True, kw_only=True)
+class GenerateSettings:
+    """The flags of `python -m fleetwatch.rules.generate`."""
+
+    root: Path = setting(
+        Path(), parse=Path, metavar="ROOT", help="the source checkout to write into"
+    )
+    config: Path | None = setting(
+        None,
+        parse=Path,
+        metavar="FILE",
+        help="config.yaml to read (default ROOT/rules/config.yaml)",
+    )
+    check: bool = setting(
+        False, negatable=False, help="write nothing; exit 1 when a generated file is out of date"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the rule files, or with --check report which ones differ from config.yaml."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--root", type=Path, default=Path(), help="the source checkout to write into (default .)"
+    args = parse_tool_settings(
+        GenerateSettings, argv, prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else ""
     )
-    parser.add_argument(
-        "--config", type=Path, help="config.yaml to read (default ROOT/rules/config.yaml)"
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 when a generated file is out of date",
-    )
-    args = parser.parse_args(argv)
     try:
         config = load_config(args.config or args.root / CONFIG_FILE)
         files = rendered_files(config, args.root)

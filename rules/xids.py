@@ -11,7 +11,6 @@ reports drift instead).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+
+from fleetwatch.flags import REQUIRED, parse_tool_settings, setting
 
 CATALOG: Final = "xid_catalog.yaml"
 ACTIONS: Final = ("none", "restart_application", "reset_gpu", "reboot_node", "contact_support")
@@ -160,12 +161,24 @@ def markdown(catalog: XidCatalog) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True, kw_only=True)
+class MarkdownSettings:
+    """The arguments of `python -m fleetwatch.rules.xids`."""
+
+    output: Path = setting(
+        REQUIRED, parse=Path, positional=True, help="the Markdown file (docs/xid.md)"
+    )
+    check: bool = setting(False, negatable=False, help="report drift, write nothing")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Write (or `--check`) the Markdown table of the shipped catalog; 1 on drift."""
-    parser = argparse.ArgumentParser(description="Write docs/xid.md from the Xid catalog.")
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--check", action="store_true", help="report drift, write nothing")
-    args = parser.parse_args(argv)
+    args = parse_tool_settings(
+        MarkdownSettings,
+        argv,
+        prog="python -m fleetwatch.rules.xids",
+        description="Write docs/xid.md from the Xid catalog.",
+    )
     text = markdown(shipped_catalog())
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""

@@ -1,8 +1,8 @@
 """`fleetwatch taint`, `untaint` and `breaker reset`.
 
 The flags are the fields of the settings dataclasses in `tainter.settings` (and the
-listener's `fleetwatch.listener.ListenerSettings`); this module adds the few that are
-checked together (token, TLS) and builds `TaintSettings` once from them.
+listener's `fleetwatch.listener.ListenerSettings`); this module checks those that go
+together (token, TLS, leader election) and builds `TaintSettings` once from them.
 """
 
 from __future__ import annotations
@@ -10,24 +10,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-from typing import Any
+from typing import Final
 
-from fleetwatch.tainter.policy import TaintPolicy, reason
+from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import (
+    BreakerCommand,
     BreakerPolicy,
     ControllerSettings,
     ElectionSettings,
     EvictionSettings,
     EvidenceSettings,
+    KubeAccess,
     LeaseSettings,
     NodeConditionSettings,
     QuarantineSettings,
     TaintSettings,
     TlsFiles,
+    UntaintCommand,
+    WebhookSecurity,
 )
 
-from fleetwatch.flags import add_setting_flags, listen_address, read_settings, readable_file
-from fleetwatch.k8snames import is_node_name
+from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
 
 log = logging.getLogger(__name__)
@@ -35,125 +38,85 @@ log = logging.getLogger(__name__)
 # Each settings dataclass and the prefix of its flags (`--PREFIX.FIELD-NAME`, unless a
 # field names its own flag).
 _LEASE = "leader-elect"
-_SETTINGS: tuple[tuple[str, type[Any]], ...] = (
-    ("web", ListenerSettings),
-    ("service", TaintSettings),
-    ("controller", ControllerSettings),
-    ("untaint", EvidenceSettings),
-    ("breaker", BreakerPolicy),
-    ("quarantine", QuarantineSettings),
-    ("taint", TaintPolicy),
-    ("evict", EvictionSettings),
-    ("node-condition", NodeConditionSettings),
-    (_LEASE, LeaseSettings),
-    (_LEASE, ElectionSettings),
-)
+WEBHOOK: Final = Flags(settings=WebhookSecurity, prefix="web")
+KUBE: Final = Flags(settings=KubeAccess)
+LISTENER: Final = Flags(settings=ListenerSettings, prefix="web")
+SERVICE: Final = Flags(settings=TaintSettings, prefix="service")
+CONTROLLER: Final = Flags(settings=ControllerSettings, prefix="controller")
+EVIDENCE: Final = Flags(settings=EvidenceSettings, prefix="untaint")
+BREAKER: Final = Flags(settings=BreakerPolicy, prefix="breaker")
+QUARANTINE: Final = Flags(settings=QuarantineSettings, prefix="quarantine")
+POLICY: Final = Flags(settings=TaintPolicy, prefix="taint")
+EVICTION: Final = Flags(settings=EvictionSettings, prefix="evict")
+NODE_CONDITION: Final = Flags(settings=NodeConditionSettings, prefix="node-condition")
+LEASE: Final = Flags(settings=LeaseSettings, prefix=_LEASE)
+ELECTION: Final = Flags(settings=ElectionSettings, prefix=_LEASE)
+UNTAINT: Final = Flags(settings=UntaintCommand)
+BREAKER_COMMAND: Final = Flags(settings=BreakerCommand)
 
 
-def _node(text: str) -> str:
-    if not is_node_name(text):
-        raise argparse.ArgumentTypeError(f"invalid node name {text!r}")
-    return text
-
-
-def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        type=readable_file,
-        default=None,
-        help="kubeconfig file; without it the pod's in-cluster service account is used",
+def subcommands() -> tuple[Subcommand, ...]:
+    """The tainter's subcommands: `taint`, `untaint`, `breaker reset`."""
+    return (
+        Subcommand(
+            name="taint",
+            help="Alertmanager webhook receiver that taints and untaints nodes",
+            description="Taint the node of every alert labelled fleetwatch_taint; untaint on "
+            "positive evidence from Prometheus.",
+            flags=(
+                WEBHOOK,
+                KUBE,
+                LISTENER,
+                SERVICE,
+                CONTROLLER,
+                EVIDENCE,
+                BREAKER,
+                QUARANTINE,
+                POLICY,
+                EVICTION,
+                NODE_CONDITION,
+                LEASE,
+                ELECTION,
+            ),
+            run=_run_taint,
+        ),
+        Subcommand(
+            name="untaint",
+            help="remove fleetwatch taints from a node now",
+            flags=(UNTAINT, KUBE),
+            run=_run_untaint,
+        ),
+        Subcommand(
+            name="breaker",
+            help="control the tainter's circuit breaker",
+            description="Close the breaker stored on the tainter's Lease, with your own "
+            "Kubernetes credentials (RBAC on the Lease decides who may).",
+            flags=(BREAKER_COMMAND, KUBE, LEASE),
+            run=_run_breaker,
+        ),
     )
-
-
-def _add_webhook_security(parser: argparse.ArgumentParser) -> None:
-    """The listen address, token and TLS flags (checked together in `settings_from_args`)."""
-    parser.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=listen_address(":9848"),
-        help="HOST:PORT to serve (default :9848)",
-    )
-    parser.add_argument(
-        "--web.token-file",
-        dest="token_file",
-        type=readable_file,
-        help="file holding the bearer token Alertmanager must send",
-    )
-    parser.add_argument(
-        "--web.insecure-no-token",
-        dest="insecure",
-        action="store_true",
-        help="accept webhooks without a token (never in production)",
-    )
-    parser.add_argument("--web.tls-cert-file", dest="tls_cert", type=readable_file)
-    parser.add_argument("--web.tls-key-file", dest="tls_key", type=readable_file)
-    parser.add_argument(
-        "--web.tls-client-ca-file",
-        dest="tls_client_ca",
-        type=readable_file,
-        help="require client certificates signed by this CA (mTLS)",
-    )
-
-
-def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register the tainter's subcommands."""
-    taint = subparsers.add_parser(
-        "taint",
-        help="Alertmanager webhook receiver that taints and untaints nodes",
-        description="Taint the node of every alert labelled fleetwatch_taint; untaint on "
-        "positive evidence from Prometheus.",
-    )
-    _add_webhook_security(taint)
-    _add_kubeconfig(taint)
-    for prefix, settings in _SETTINGS:
-        add_setting_flags(taint, prefix, settings)
-    taint.set_defaults(run=_run_taint)
-
-    untaint = subparsers.add_parser("untaint", help="remove fleetwatch taints from a node now")
-    untaint.add_argument("node", type=_node)
-    untaint.add_argument(
-        "--reason",
-        type=reason,
-        action="append",
-        default=None,
-        help="only this reason's taint (repeatable; default all fleetwatch taints)",
-    )
-    _add_kubeconfig(untaint)
-    untaint.set_defaults(run=_run_untaint)
-
-    breaker = subparsers.add_parser(
-        "breaker",
-        help="control the tainter's circuit breaker",
-        description="Close the breaker stored on the tainter's Lease, with your own "
-        "Kubernetes credentials (RBAC on the Lease decides who may).",
-    )
-    breaker.add_argument("action", choices=("reset",))
-    _add_kubeconfig(breaker)
-    add_setting_flags(breaker, _LEASE, LeaseSettings)
-    breaker.set_defaults(run=_run_breaker)
 
 
 def _fail(problem: str) -> SystemExit:
     return SystemExit(f"fleetwatch taint: error: {problem}")
 
 
-def _tls(args: argparse.Namespace) -> TlsFiles | None:
+def _tls(web: WebhookSecurity) -> TlsFiles | None:
     """The TLS files, when given; SystemExit when they are given halfway."""
-    if (args.tls_cert is None) != (args.tls_key is None):
+    if (web.tls_cert_file is None) != (web.tls_key_file is None):
         raise _fail("--web.tls-cert-file and --web.tls-key-file go together")
-    if args.tls_client_ca is not None and args.tls_cert is None:
+    if web.tls_client_ca_file is not None and web.tls_cert_file is None:
         raise _fail("--web.tls-client-ca-file needs --web.tls-cert-file and --web.tls-key-file")
-    if args.tls_cert is None:
+    if web.tls_cert_file is None or web.tls_key_file is None:
         return None
-    return TlsFiles(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+    return TlsFiles(cert=web.tls_cert_file, key=web.tls_key_file, client_ca=web.tls_client_ca_file)
 
 
 def _policy(args: argparse.Namespace) -> TaintPolicy:
     """The taint policy; declared reasons default to the installed rules config's."""
     from fleetwatch.tainter.policy import shipped_reasons
 
-    policy = read_settings(args, "taint", TaintPolicy)
+    policy: TaintPolicy = POLICY.read(args)
     if policy.allow_undeclared_reasons:
         if policy.declared_reasons is not None:
             raise _fail(
@@ -171,7 +134,7 @@ def _evidence_queries(args: argparse.Namespace) -> dict[str, str]:
     from fleetwatch.tainter.policy import shipped_clear_celsius
     from fleetwatch.tainter.sources import default_evidence_queries
 
-    evidence = read_settings(args, "untaint", EvidenceSettings)
+    evidence: EvidenceSettings = EVIDENCE.read(args)
     celsius = evidence.clear_celsius
     queries = default_evidence_queries(
         clear_celsius=shipped_clear_celsius() if celsius is None else celsius
@@ -185,22 +148,21 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     from fleetwatch.tainter.auth import TokenError, read_token
     from fleetwatch.tainter.service import default_identity
 
-    if args.token_file is None and not args.insecure:
+    web: WebhookSecurity = WEBHOOK.read(args)
+    if web.token_file is None and not web.insecure_no_token:
         raise _fail(
             "--web.token-file is required "
             "(or --web.insecure-no-token to accept unauthenticated webhooks)"
         )
-    tls = _tls(args)
-    if args.token_file is not None:
+    tls = _tls(web)
+    if web.token_file is not None:
         try:
-            read_token(args.token_file)
+            read_token(web.token_file)
         except TokenError as exc:
             raise _fail(str(exc)) from exc
-    lease = read_settings(args, _LEASE, LeaseSettings)
-    election = read_settings(
+    lease: LeaseSettings = LEASE.read(args)
+    election: ElectionSettings = ELECTION.read(
         args,
-        _LEASE,
-        ElectionSettings,
         namespace=lease.namespace,
         name=lease.name,
         identity=default_identity(),
@@ -208,25 +170,18 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
-    settings = read_settings(
+    settings: TaintSettings = SERVICE.read(
         args,
-        "service",
-        TaintSettings,
-        token_file=args.token_file,
-        kubeconfig=args.kubeconfig,
-        controller=read_settings(
-            args,
-            "controller",
-            ControllerSettings,
-            quarantine=read_settings(args, "quarantine", QuarantineSettings),
-        ),
-        breaker=read_settings(args, "breaker", BreakerPolicy),
+        token_file=web.token_file,
+        kubeconfig=KUBE.read(args).kubeconfig,
+        controller=CONTROLLER.read(args, quarantine=QUARANTINE.read(args)),
+        breaker=BREAKER.read(args),
         policy=_policy(args),
         election=election,
         evidence_queries=_evidence_queries(args),
-        listener=read_settings(args, "web", ListenerSettings),
-        eviction=read_settings(args, "evict", EvictionSettings),
-        node_condition=read_settings(args, "node-condition", NodeConditionSettings),
+        listener=LISTENER.read(args),
+        eviction=EVICTION.read(args),
+        node_condition=NODE_CONDITION.read(args),
         tls=tls,
     )
     if settings.event_namespace != NODE_EVENT_NAMESPACE:
@@ -247,7 +202,7 @@ def _run_taint(args: argparse.Namespace) -> int:
     from fleetwatch.tainter.service import run_tainter
 
     settings = settings_from_args(args)
-    host, port = args.listen
+    host, port = WEBHOOK.read(args).listen_address
     if settings.token_file is None:
         log.warning("webhook authentication is OFF (--web.insecure-no-token)")
     return run_tainter(settings, host=host, port=port)
@@ -256,14 +211,17 @@ def _run_taint(args: argparse.Namespace) -> int:
 def _run_untaint(args: argparse.Namespace) -> int:
     from fleetwatch.tainter.service import untaint_command
 
-    reasons = None if args.reason is None else frozenset(args.reason)
-    return untaint_command(kubeconfig=args.kubeconfig, node=args.node, reasons=reasons)
+    command: UntaintCommand = UNTAINT.read(args)
+    reasons = frozenset(command.reason) or None
+    return untaint_command(
+        kubeconfig=KUBE.read(args).kubeconfig, node=command.node, reasons=reasons
+    )
 
 
 def _run_breaker(args: argparse.Namespace) -> int:
     from fleetwatch.tainter.service import breaker_reset_command
 
-    lease = read_settings(args, _LEASE, LeaseSettings)
+    lease: LeaseSettings = LEASE.read(args)
     return breaker_reset_command(
-        kubeconfig=args.kubeconfig, namespace=lease.namespace, name=lease.name
+        kubeconfig=KUBE.read(args).kubeconfig, namespace=lease.namespace, name=lease.name
     )

@@ -1,9 +1,10 @@
 """The tainter's settings: frozen dataclasses whose fields are its flags.
 
 Each dataclass is declared the way the exporter's are (`fleetwatch.flags.setting`: default,
-bounds and help in one place) and built once from the parsed flags by `tainter.cli`. This
-module imports neither the Kubernetes client nor the controller: every `fleetwatch`
-process, the exporter's included, builds the tainter's parser from it.
+bounds and help in one place) and built once from the parsed flags by `tainter.cli`; so are
+the flags of `untaint` and `breaker reset`. This module imports neither the Kubernetes
+client nor the controller: every `fleetwatch` process, the exporter's included, builds the
+tainter's parser from it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 from fleetwatch.tainter.sources import NODE_PLACEHOLDER
 
 from fleetwatch.flags import (
+    REQUIRED,
     duration_setting,
     http_url,
+    listen_address,
     number_setting,
+    readable_file,
     setting,
+    shown_address,
 )
+from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
 
 
@@ -39,6 +45,13 @@ def evidence(text: str) -> tuple[str, str]:
     return reason(name), query.strip()
 
 
+def node_name(text: str) -> str:
+    """A Kubernetes node name as a flag type."""
+    if not is_node_name(text):
+        raise argparse.ArgumentTypeError(f"invalid node name {text!r}")
+    return text
+
+
 def condition_type(text: str) -> str:
     """A node condition type as a flag type: CamelCase letters and digits, or empty."""
     if text and not re.fullmatch(r"[A-Z][A-Za-z0-9]{0,62}", text):
@@ -47,6 +60,77 @@ def condition_type(text: str) -> str:
             "such as GPUHealthy, or empty to set no condition"
         )
     return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeAccess:
+    """How a command reaches the Kubernetes API (`--kubeconfig`)."""
+
+    kubeconfig: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="kubeconfig",
+        help="kubeconfig file; without it the pod's in-cluster service account is used",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSecurity:
+    """Where the webhook listens, and how callers prove who they are (`--web.*`): checked
+    together when `fleetwatch taint` starts (`tainter.cli.settings_from_args`)."""
+
+    listen_address: tuple[str, int] = setting(
+        listen_address(":9848"),
+        parse=listen_address,
+        shown=shown_address,
+        metavar="HOST:PORT",
+        help="HOST:PORT to serve",
+    )
+    token_file: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        help="file holding the bearer token Alertmanager must send",
+    )
+    insecure_no_token: bool = setting(
+        False,
+        negatable=False,
+        help="accept webhooks without a token (never in production)",
+    )
+    tls_cert_file: Path | None = setting(
+        None, parse=readable_file, metavar="FILE", help="server certificate (PEM)"
+    )
+    tls_key_file: Path | None = setting(
+        None, parse=readable_file, metavar="FILE", help="server certificate's key (PEM)"
+    )
+    tls_client_ca_file: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        help="require client certificates signed by this CA (mTLS)",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UntaintCommand:
+    """`fleetwatch untaint NODE [--reason REASON]...`."""
+
+    node: str = setting(REQUIRED, parse=node_name, positional=True, help="the node to untaint")
+    reason: tuple[str, ...] = setting(
+        (),
+        parse=reason,
+        repeatable=True,
+        metavar="REASON",
+        help="only this reason's taint (repeatable; default all fleetwatch taints)",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerCommand:
+    """`fleetwatch breaker reset`: what to do with the breaker."""
+
+    action: str = setting(REQUIRED, choices=("reset",), positional=True, help=None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,7 +328,7 @@ class EvidenceSettings:
         minimum=1.0,
         maximum=150.0,
         help="gpu-overheat clears below this many °C (default: the rules config's "
-        "thresholds.untaint_gpu_temperature_celsius, 75)",
+        "thresholds.untaint_gpu_temperature_celsius)",
     )
     evidence: tuple[tuple[str, str], ...] = setting(
         (),

@@ -24,11 +24,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
-from fleetwatch.flags import bounded_duration, existing_dir, listen_address
+from fleetwatch.flags import (
+    REQUIRED,
+    Flags,
+    Subcommand,
+    bounded_duration,
+    existing_dir,
+    listen_address,
+    setting,
+    shown_address,
+)
 from fleetwatch.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, MissingBinary, ServerError, prom_alerts
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
@@ -50,49 +60,6 @@ demo_duration = bounded_duration(1.0, 366 * 86400.0)
 """`--duration`: from a second (the stack must start) to the longest duration flag's bound."""
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Register `fleetwatch demo` and the hidden `fleetwatch simulate-cluster`."""
-    parser = subparsers.add_parser(
-        "demo",
-        help="run the whole stack locally on simulated hardware",
-        description="Exporter, Prometheus, Alertmanager and the tainter on a simulated node.",
-        allow_abbrev=False,
-    )
-    parser.add_argument(
-        "--scenario", default="demo", help="built-in scenario name or file (default demo)"
-    )
-    parser.add_argument(
-        "--duration",
-        type=demo_duration,
-        default=None,
-        metavar="DURATION",
-        help="stop after this long, e.g. 90s or 10m (default: run until Ctrl-C)",
-    )
-    parser.set_defaults(run=run_demo)
-
-    simulate = subparsers.add_parser("simulate-cluster")  # no help: hidden, for the demo
-    simulate.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=listen_address("127.0.0.1:0"),
-    )
-    simulate.add_argument("--node", dest="nodes", action="append", default=[])
-    simulate.add_argument(
-        "--node-scenario",
-        dest="node_scenarios",
-        action="append",
-        type=node_scenario,
-        default=[],
-        metavar="NODE=SCENARIO",
-        help="a node whose scenario's pods the cluster shows: its kubelet's PodResources "
-        "socket KUBELET_DIR/NODE.sock and kube_pod_labels at /metrics",
-    )
-    simulate.add_argument("--kubelet-dir", type=existing_dir, default=None)
-    simulate.add_argument("--kubeconfig-out", type=Path, required=True)
-    simulate.set_defaults(run=_run_simulate)
-
-
 def node_scenario(text: str) -> tuple[str, Scenario]:
     """`NODE=SCENARIO` (a built-in name or a file) for `simulate-cluster --node-scenario`."""
     node, sep, spec = text.partition("=")
@@ -104,8 +71,75 @@ def node_scenario(text: str) -> tuple[str, Scenario]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings:
+    """`fleetwatch demo`: which scenario, for how long."""
+
+    scenario: str = setting("demo", metavar="SCENARIO", help="built-in scenario name or file")
+    duration: float | None = setting(
+        None,
+        parse=demo_duration,
+        metavar="DURATION",
+        help="stop after this long, e.g. 90s or 10m (default: run until Ctrl-C)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulateClusterSettings:
+    """The hidden `fleetwatch simulate-cluster` (the demo starts it): the simulated cluster's
+    address, nodes and kubelets, and where it writes the kubeconfig that reaches it."""
+
+    listen_address: tuple[str, int] = setting(
+        listen_address("127.0.0.1:0"),
+        parse=listen_address,
+        shown=shown_address,
+        metavar="HOST:PORT",
+        flag="web.listen-address",
+        help="address the simulated API serves on",
+    )
+    node: tuple[str, ...] = setting(
+        (), repeatable=True, metavar="NODE", help="a node of the cluster (repeatable)"
+    )
+    node_scenario: tuple[tuple[str, Scenario], ...] = setting(
+        (),
+        parse=node_scenario,
+        repeatable=True,
+        metavar="NODE=SCENARIO",
+        help="a node whose scenario's pods the cluster shows: its kubelet's PodResources "
+        "socket KUBELET_DIR/NODE.sock and kube_pod_labels at /metrics",
+    )
+    kubelet_dir: Path | None = setting(
+        None,
+        parse=existing_dir,
+        metavar="KUBELET_DIR",
+        help="where the kubelets' sockets go (default: beside --kubeconfig-out)",
+    )
+    kubeconfig_out: Path = setting(
+        REQUIRED, parse=Path, metavar="FILE", help="the kubeconfig written for the cluster"
+    )
+
+
+DEMO_FLAGS: Final = Flags(settings=DemoSettings)
+SIMULATE_FLAGS: Final = Flags(settings=SimulateClusterSettings)
+
+
+def subcommands() -> tuple[Subcommand, ...]:
+    """`fleetwatch demo` and the hidden `fleetwatch simulate-cluster`."""
+    return (
+        Subcommand(
+            name="demo",
+            help="run the whole stack locally on simulated hardware",
+            description="Exporter, Prometheus, Alertmanager and the tainter on a simulated node.",
+            flags=(DEMO_FLAGS,),
+            run=run_demo,
+        ),
+        Subcommand(name="simulate-cluster", flags=(SIMULATE_FLAGS,), run=_run_simulate),
+    )
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch demo`."""
+    settings: DemoSettings = DEMO_FLAGS.read(args)
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -115,7 +149,7 @@ def run_demo(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        scenario = load_scenario(args.scenario)
+        scenario = load_scenario(settings.scenario)
     except ScenarioError as exc:
         print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
         return 2
@@ -123,11 +157,13 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         with contextlib.ExitStack() as servers:
             try:
-                stack = start_stack(workdir, servers, demo_plan(args.scenario))
+                stack = start_stack(workdir, servers, demo_plan(settings.scenario))
                 print_banner(stack.urls(), workdir, scenario)
                 follow_story(
                     stack,
-                    deadline=None if args.duration is None else time.monotonic() + args.duration,
+                    deadline=None
+                    if settings.duration is None
+                    else time.monotonic() + settings.duration,
                     stopping=lambda: stopping,
                 )
             finally:
@@ -349,7 +385,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
     from fleetwatch.sim.kubelet import kube_pod_labels, serve_kubelet
 
-    nodes = [*args.nodes, *(node for node, _ in args.node_scenarios)]
+    settings: SimulateClusterSettings = SIMULATE_FLAGS.read(args)
+    nodes = [*settings.node, *(node for node, _ in settings.node_scenario)]
     if not nodes:
         print("fleetwatch simulate-cluster: error: give --node or --node-scenario", file=sys.stderr)
         return 2
@@ -357,9 +394,9 @@ def _run_simulate(args: argparse.Namespace) -> int:
     cluster = FakeCluster(token=None)
     for name in nodes:
         cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
-    host, port = args.listen
-    pod_labels = kube_pod_labels(scenario for _, scenario in args.node_scenarios)
-    kubelet_dir: Path = args.kubelet_dir or args.kubeconfig_out.parent
+    host, port = settings.listen_address
+    pod_labels = kube_pod_labels(scenario for _, scenario in settings.node_scenario)
+    kubelet_dir: Path = settings.kubelet_dir or settings.kubeconfig_out.parent
 
     async def metrics(_request: web.Request) -> web.Response:
         """kube-state-metrics' kube_pod_labels for the scenarios' pods."""
@@ -374,13 +411,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
         await site.start()
         bound = runner.addresses[0][1]
         server = f"http://{host}:{bound}"
-        write_kubeconfig(args.kubeconfig_out, server=server, token=None)
+        write_kubeconfig(settings.kubeconfig_out, server=server, token=None)
         log.warning(
             "SIMULATED Kubernetes cluster (not a real API server) serving nodes",
             extra={
                 "server": server,
                 "nodes": nodes,
-                "kubeconfig": str(args.kubeconfig_out),
+                "kubeconfig": str(settings.kubeconfig_out),
                 "see_taints": f"{server}/api/v1/nodes/{nodes[0]}",
             },
         )
@@ -390,7 +427,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
             await runner.cleanup()
 
     with contextlib.ExitStack() as kubelets:
-        for node, scenario in args.node_scenarios:
+        for node, scenario in settings.node_scenario:
             kubelets.enter_context(serve_kubelet(scenario, kubelet_dir / f"{node}.sock"))
         try:
             asyncio.run(serve())

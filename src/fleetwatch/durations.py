@@ -51,15 +51,6 @@ def parse_duration(text: str) -> float:
     )
 
 
-def is_duration(text: str) -> bool:
-    """True when `text` is a Prometheus duration (what a rules config may hold)."""
-    try:
-        parse_duration(text)
-    except DurationError:
-        return False
-    return True
-
-
 def format_duration(seconds: float) -> str:
     """Seconds as the shortest duration text `parse_duration` reads back: 90 → `1m30s`.
 

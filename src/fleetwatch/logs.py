@@ -7,7 +7,10 @@ import logging
 import sys
 import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any, Final
+
+from fleetwatch.flags import setting
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
 _STANDARD_ATTRS: Final = frozenset(
@@ -60,6 +63,20 @@ class TextFormatter(logging.Formatter):
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSettings:
+    """How a command logs (`--log.*`, every subcommand has them)."""
+
+    format: str = setting(
+        "json",
+        choices=("json", "text"),
+        help="log line format: one JSON object per line, or text for people",
+    )
+    level: str = setting(
+        "info", choices=("debug", "info", "warning", "error"), help="minimum level logged"
+    )
 
 
 def configure_logging(*, fmt: str, level: str) -> None:

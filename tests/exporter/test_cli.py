@@ -13,9 +13,16 @@ from fleetwatch.collectors.podresources import PodResourcesSettings
 from fleetwatch.collectors.xid import XidSettings
 from fleetwatch.exporter.settings import ExportSettings
 
-from fleetwatch.cli import build_parser, env_name, main, parse_args
+from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.durations import format_duration
-from fleetwatch.flags import bounded_number, duration, listen_address
+from fleetwatch.flags import (
+    bounded_number,
+    duration,
+    env_arguments,
+    env_name,
+    listen_address,
+    subparsers,
+)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -195,9 +202,7 @@ def test_environment_fills_flags_and_command_line_wins(monkeypatch: pytest.Monke
     parser = build_parser()
     monkeypatch.setenv("FLEETWATCH_COLLECTION_INTERVAL", "7s")
     monkeypatch.setenv("FLEETWATCH_COLLECTOR_GPU", "false")
-    from fleetwatch import cli
-
-    words = cli._env_arguments(cli._subparsers(parser)["export"])
+    words = env_arguments(subparsers(parser)["export"])
     assert "--collection-interval=7s" in words
     assert "--no-collector.gpu" in words
     args = parser.parse_args(["export", *words, "--collection-interval=3s"])

@@ -14,9 +14,8 @@ from fleetwatch.flags import deprecated_flags_used
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="fleetwatch")
-    cli.add_subcommands(parser.add_subparsers(dest="command"))
-    return parser.parse_args(list(argv))
+    """The command line alone, without FLEETWATCH_* variables."""
+    return build_parser().parse_args(list(argv))
 
 
 def test_node_events_go_where_the_api_server_accepts_them() -> None:
