@@ -101,12 +101,13 @@ class ControllerSettings:
         help="least time after the alert was last firing before untaint (0s: none)",
     )
     manual_reasons: tuple[str, ...] = setting(
-        ("gpu-lost", "xid", "xid-critical", "row-remap-failed"),
+        (),
         parse=reason,
         repeatable=True,
         metavar="REASON",
         flag="untaint.manual-reason",
-        help="reason whose taint stays until `fleetwatch untaint` (repeatable)",
+        help="reason whose taint stays until `fleetwatch untaint`, besides those the rules' "
+        "remediation contract declares manual (repeatable)",
     )
     node_selector: str = setting(
         "",
@@ -234,25 +235,27 @@ class ElectionSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceSettings:
-    """What counts as positive evidence that a taint's condition is clear (`--untaint.*`).
+    """What counts as positive evidence that a taint's condition is clear (`--untaint.*`):
+    the rules' remediation contract, with `evidence` overriding a reason's clear condition.
 
-    `clear_celsius` None means the rules config's `thresholds.untaint_gpu_temperature_celsius`
-    (`tainter.policy.shipped_clear_celsius`), the one home of that number."""
+    `clear_celsius` is deprecated and refused when given: gpu-overheat's clear condition is
+    the contract's, built from the rules config's `thresholds.untaint_gpu_temperature_celsius`
+    (the chart passes it rendered from its values)."""
 
     clear_celsius: float | None = number_setting(
         None,
         minimum=1.0,
         maximum=150.0,
-        help="gpu-overheat clears below this many °C (default: the rules config's "
-        "thresholds.untaint_gpu_temperature_celsius, 75)",
+        help="deprecated, refused: set thresholds.untaint_gpu_temperature_celsius in the rules "
+        "config, or give gpu-overheat's query with --untaint.evidence",
     )
     evidence: tuple[tuple[str, str], ...] = setting(
         (),
         parse=evidence,
         repeatable=True,
         metavar="REASON=PROMQL",
-        help="a non-empty result means the reason's condition is clear; "
-        f"{NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
+        help="replaces the rules' clear condition of REASON: a non-empty result means its "
+        f"condition is clear; {NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
     )
 
 

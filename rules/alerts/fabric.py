@@ -15,17 +15,28 @@ from fleetwatch.rules.promql import (
     PORT,
     VALUE2,
     Alert,
+    Healthy,
     Promql,
     Record,
+    Remediation,
+    clear_condition,
     events,
     match,
     union,
 )
 
+from fleetwatch.metric_names import FABRIC_DEGRADED, FABRIC_STATE
+
 # NVML's GPU fabric registration states (`nvmlGpuFabricState_t`, exported as
 # fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
 FABRIC_NOT_STARTED = 1
 FABRIC_IN_PROGRESS = 2
+FABRIC_COMPLETED = 3
+NVLINK_UP = "fleetwatch_nvlink_up"
+# The exporter's collectors whose success the clear conditions require.
+GPU_COLLECTOR = "gpu"
+NVLINK_COLLECTOR = "nvlink"
+INFINIBAND_COLLECTOR = "infiniband"
 
 
 def records(config: Config, p: Params) -> list[Record]:
@@ -90,12 +101,21 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     rate = q.exporter(PORT_RATE)
     expected_rate = q.exporter("fleetwatch_infiniband_port_expected_rate_bytes_per_second")
     ib_collector = q.exporter("fleetwatch_collector_up", match("collector", "=", "infiniband"))
+    hold_down = p("untaint_hold_down")
+
+    def cleared(collector: str, *healthy: Healthy) -> str:
+        return clear_condition(q, collector=collector, hold_down=hold_down, healthy=healthy)
+
     return [
         Alert(
             name="NVLinkDown",
             expr=f"{q.exporter('fleetwatch_nvlink_up')} == 0",
             summary="NVLink down on node {{ $labels.node }}",
             description=f"{LINK} is down.",
+            remediation=Remediation(
+                reason="nvlink-down",
+                clear=cleared(NVLINK_COLLECTOR, Healthy(NVLINK_UP, "min", "== 1")),
+            ),
         ),
         Alert(
             name="NVLinkErrorsRising",
@@ -129,6 +149,10 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} reports its NVLink fabric registration failed or its fabric "
                 "bandwidth degraded: every job in its NVLink domain slows down or fails."
             ),
+            remediation=Remediation(
+                reason="gpu-fabric",
+                clear=cleared(GPU_COLLECTOR, Healthy(FABRIC_DEGRADED, "max", "== 0")),
+            ),
         ),
         Alert(
             name="GPUFabricNotRegistered",
@@ -142,12 +166,23 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "NVIDIA Fabric Manager or NVLink switch is not serving it, and CUDA jobs on "
                 "it fail (error 802, system not yet initialized)."
             ),
+            # Registered again: every GPU of the node reports COMPLETED.
+            remediation=Remediation(
+                reason="gpu-fabric",
+                clear=cleared(
+                    GPU_COLLECTOR, Healthy(FABRIC_STATE, "min", f"== {FABRIC_COMPLETED}")
+                ),
+            ),
         ),
         Alert(
             name="InfiniBandPortDown",
             expr=f"{port_up} == 0",
             summary="InfiniBand port down on node {{ $labels.node }}",
             description=f"{PORT} is not ACTIVE/LinkUp.",
+            remediation=Remediation(
+                reason="infiniband-port-down",
+                clear=cleared(INFINIBAND_COLLECTOR, Healthy(PORT_UP, "min", "== 1")),
+            ),
         ),
         Alert(
             name="InfiniBandLinkFlapping",

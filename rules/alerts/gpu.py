@@ -14,12 +14,20 @@ from fleetwatch.rules.promql import (
     PERCENT,
     VALUE1,
     Alert,
+    Healthy,
     Promql,
     Record,
+    Remediation,
+    clear_condition,
     events,
     match,
     union,
 )
+
+from fleetwatch.metric_names import TEMPERATURE
+
+GPU_COLLECTOR = "gpu"
+"""The exporter's collector that reads temperatures, Xids, row remaps and fabric state."""
 
 
 def _over_threshold(q: Promql, p: Params) -> str:
@@ -137,6 +145,25 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} is at {VALUE1} °C, above the fleet limit of "
                 f"{p('gpu_temperature_celsius')} °C."
             ),
+            # Lifted once the node's hottest GPU has read below the (lower) untaint
+            # threshold for the hold-down, so a GPU hovering at the limit is not untainted
+            # and tainted again.
+            remediation=Remediation(
+                reason="gpu-overheat",
+                clear=clear_condition(
+                    q,
+                    collector=GPU_COLLECTOR,
+                    hold_down=p("untaint_hold_down"),
+                    healthy=[
+                        Healthy(
+                            TEMPERATURE,
+                            "max",
+                            f"< {p('untaint_gpu_temperature_celsius')}",
+                            (match("sensor", "=", "gpu"),),
+                        )
+                    ],
+                ),
+            ),
         ),
         Alert(
             name="GPUOverheatingSoon",
@@ -187,6 +214,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
                 f"{window}; NVIDIA's catalog asks for a GPU reset, a node reboot or NVIDIA support."
             ),
+            remediation=Remediation(
+                reason="xid-critical",
+                manual="the GPU needs a reset, a reboot or NVIDIA support; no series shows "
+                "that it was done",
+            ),
         ),
         Alert(
             name="GPUFallenOffBus",
@@ -202,6 +234,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "{{ else }}Node {{ $labels.node }} sees only {{ $value }} GPUs in NVML, fewer "
                 "than expected (the configured count, the GPUs on its PCI bus, or the most it "
                 f"showed in the last {p('presence_history')}).{{{{ end }}}}"
+            ),
+            remediation=Remediation(
+                reason="gpu-lost",
+                manual="a GPU that fell off the bus needs a reboot or a repair, and a GPU "
+                "that is gone exports nothing to judge",
             ),
         ),
         Alert(
@@ -219,6 +256,10 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=(
                 f"{GPU} could not remap a failing memory row: its memory can no "
                 "longer be repaired in the field."
+            ),
+            remediation=Remediation(
+                reason="row-remap-failed",
+                manual="the GPU's memory cannot be repaired in the field: it goes to RMA",
             ),
         ),
         Alert(
