@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleetwatch.rules.config import Config
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 
 COLLECTOR_UP: Final = "fleetwatch_collector_up"
 """Whether a collector's last run succeeded (the exporter's self-metric), per `collector`."""
-
-
-NODE_PLACEHOLDER: Final = "$node"
-"""Where a clear condition names its node: the tainter puts the node's name in its place."""
 
 
 @dataclass(frozen=True, kw_only=True)

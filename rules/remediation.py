@@ -18,6 +18,8 @@ from typing import Any, Final
 import yaml
 from fleetwatch.rules.config import PACKAGE, ConfigError, shipped_text
 
+NODE_PLACEHOLDER: Final = "$node"
+"""Where a clear condition names its node: the tainter puts the node's name in its place."""
 CONTRACT_FILE: Final = "fleetwatch.remediation.yaml"
 """The contract's file name in this package (rules/ in a source checkout)."""
 CLEAR: Final = "clear"

@@ -169,6 +169,7 @@ def _policy(args: argparse.Namespace) -> TaintPolicy:
 def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]:
     """Untaint evidence per reason and the manual reasons: the rules' remediation contract,
     then `--untaint.evidence`'s queries and `--untaint.manual-reason`'s reasons."""
+    from fleetwatch.rules.config import ConfigError
     from fleetwatch.tainter.policy import shipped_contract
 
     evidence = read_settings(args, "untaint", EvidenceSettings)
@@ -178,7 +179,10 @@ def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]
             "from the rules' remediation contract (thresholds.untaint_gpu_temperature_celsius "
             "of the rules config); to override it, pass --untaint.evidence=gpu-overheat=PROMQL"
         )
-    contract = shipped_contract()
+    try:
+        contract = shipped_contract()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
     queries = {**contract.clear, **dict(evidence.evidence)}
     return queries, tuple(sorted(contract.manual))
 

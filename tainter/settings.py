@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
-from fleetwatch.tainter.sources import NODE_PLACEHOLDER
 
 from fleetwatch.flags import (
     duration_setting,
@@ -33,8 +33,8 @@ def evidence(text: str) -> tuple[str, str]:
     name, sep, query = text.partition("=")
     if not sep or not query.strip():
         raise argparse.ArgumentTypeError(
-            f"invalid evidence {text!r}: expected REASON=PROMQL, e.g. gpu-overheat="
-            f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
+            f"invalid evidence {text!r}: expected REASON=PROMQL, a query that returns a "
+            f"non-empty result when the node ({NODE_PLACEHOLDER} in the query) is clear"
         )
     return reason(name), query.strip()
 

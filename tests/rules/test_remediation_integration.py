@@ -30,8 +30,7 @@ import aiohttp
 import pytest
 from fleetwatch.rules.config import Config, load_config
 from fleetwatch.rules.groups import remediation_contract
-from fleetwatch.rules.promql import NODE_PLACEHOLDER
-from fleetwatch.rules.remediation import CLEAR
+from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.sim.servers import Server, prometheus
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.sources import PrometheusEvidence, promql_string
