@@ -16,6 +16,11 @@ from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 
 COLLECTOR_UP: Final = "fleetwatch_collector_up"
 """Whether a collector's last run succeeded (the exporter's self-metric), per `collector`."""
+# The exporter's collectors (the `collector` label of COLLECTOR_UP) whose success the clear
+# conditions require.
+GPU_COLLECTOR: Final = "gpu"
+NVLINK_COLLECTOR: Final = "nvlink"
+INFINIBAND_COLLECTOR: Final = "infiniband"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,10 @@ from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import fabric_errors_record
 from fleetwatch.rules.promql import (
     GPU,
+    GPU_COLLECTOR,
+    INFINIBAND_COLLECTOR,
     LINK,
+    NVLINK_COLLECTOR,
     PORT,
     VALUE2,
     Alert,
@@ -33,10 +36,6 @@ FABRIC_NOT_STARTED = 1
 FABRIC_IN_PROGRESS = 2
 FABRIC_COMPLETED = 3
 NVLINK_UP = "fleetwatch_nvlink_up"
-# The exporter's collectors whose success the clear conditions require.
-GPU_COLLECTOR = "gpu"
-NVLINK_COLLECTOR = "nvlink"
-INFINIBAND_COLLECTOR = "infiniband"
 
 
 def records(config: Config, p: Params) -> list[Record]:

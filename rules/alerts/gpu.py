@@ -11,6 +11,7 @@ from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import CLOCK_EVENT_SECONDS_METRIC, TENSOR, tensor_active
 from fleetwatch.rules.promql import (
     GPU,
+    GPU_COLLECTOR,
     PERCENT,
     VALUE1,
     Alert,
@@ -25,9 +26,6 @@ from fleetwatch.rules.promql import (
 )
 
 from fleetwatch.metric_names import TEMPERATURE
-
-GPU_COLLECTOR = "gpu"
-"""The exporter's collector that reads temperatures, Xids, row remaps and fabric state."""
 
 
 def _over_threshold(q: Promql, p: Params) -> str:
