@@ -2,7 +2,8 @@
 degraded or saturated, and the GPU's NVLink fabric (NVL72) registration.
 
 Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")` (error
-tables with `p.table`); each alert's severity, `for` and taint are `alerts.<AlertName>`.
+tables with `p.table`); each alert's severity, `for` and taint are `alerts.<AlertName>`;
+how a taint lifts (its `Remediation`) is beside the alert's expression.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     hold_down = p("untaint_hold_down")
 
     def cleared(collector: str, *healthy: Healthy) -> str:
+        """A clear condition of this area, with the configured hold-down."""
         return clear_condition(q, collector=collector, hold_down=hold_down, healthy=healthy)
 
     return [

@@ -2,7 +2,8 @@
 health, lost GPUs; tensor activity, utilization and temperature per node and fleet.
 
 Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")`; each
-alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` there.
+alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` there; how
+a taint lifts (its `Remediation`) is beside the alert's expression.
 """
 
 from __future__ import annotations

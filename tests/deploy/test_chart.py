@@ -79,6 +79,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "no-gpm-no-podresources": {
         "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
     },
+    # The deprecated value that held the untaint temperature still overrides it.
+    "clear-celsius-old-key": {"tainter": {"clearCelsius": 70}},
     "breaker-old-key": {
         "tainter": {
             "breaker": {"maxNodes": 0, "window": "30m"},
@@ -410,8 +412,9 @@ def test_container_args_parse_with_the_real_cli(
         # from the values as the PrometheusRule's are.
         contract = load_contract()
         expected = dict(contract.clear)
-        if name == "custom-thresholds":
-            expected["gpu-overheat"] = expected["gpu-overheat"].replace(" < 75", " < 72")
+        clear = {"custom-thresholds": " < 72", "clear-celsius-old-key": " < 70"}.get(name)
+        if clear is not None:
+            expected["gpu-overheat"] = expected["gpu-overheat"].replace(" < 75", clear)
         assert tainter.evidence_queries == expected
         assert set(tainter.controller.manual_reasons) == set(contract.manual)
         # The breaker's caps and the quarantine; the old maxNodes key still works, 0 too.
