@@ -1,11 +1,11 @@
-"""Write the generated rule files and runbook index in a source checkout (a contributor
-tool, not imported at run time).
-
-    ./dev.sh generate    # this writer, then the dashboards and the chart (the one step)
+"""The rule files, remediation contract and runbook index of a source checkout (a
+contributor tool, not imported at run time; generate.py at the top, `./dev.sh generate`,
+is the one step that runs it, then the dashboards and the chart).
 
 It renders the node-scope rules (rules/fleetwatch.rules.yaml, rules/fleetwatch.recording.yaml),
-the global-scope rules (rules/fleetwatch.global.yaml) from `fleetwatch.rules.groups`, and
-docs/runbooks.md, from rules/config.yaml; the rule definitions are in rules/alerts/, one
+the global-scope rules (rules/fleetwatch.global.yaml) and the remediation contract
+(rules/fleetwatch.remediation.yaml) from `fleetwatch.rules.groups`, and docs/runbooks.md,
+from rules/config.yaml; the rule definitions are in rules/alerts/, one
 module per area.
 """
 
@@ -13,36 +13,33 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from fleetwatch.rules.config import (
     ALERTS_FILE,
-    CONFIG_FILE,
     GLOBAL_FILE,
     GLOBAL_SCOPE,
     NODE_SCOPE,
     RECORDING_FILE,
     Config,
-    ConfigError,
-    load_config,
 )
 from fleetwatch.rules.groups import (
     alert_groups,
+    dump_contract,
     dump_groups,
     group_scopes,
     recording_groups,
+    remediation_contract,
     scope_groups,
 )
+from fleetwatch.rules.remediation import CONTRACT_FILE
 
-from fleetwatch.flags import parse_tool_settings, setting
 
 # Where the generated files live in a source checkout, relative to its root.
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")
-
-COMMAND: Final = "python -m fleetwatch.rules.generate"
+REMEDIATION_FILE: Final = Path("rules", CONTRACT_FILE)
 
 
 def _plain(template: str) -> str:
@@ -96,45 +93,15 @@ def runbook_index(config: Config) -> str:
 
 
 def rendered_files(config: Config, root: Path) -> dict[Path, str]:
-    """Every generated file (rule files, the runbook index) under checkout `root`, and its text."""
+    """Every generated file (rule files, the remediation contract, the runbook index) under
+    checkout `root`, and its text."""
     return {
         root / ALERTS_FILE: dump_groups(alert_groups(config, scope=NODE_SCOPE)),
         root / RECORDING_FILE: dump_groups(recording_groups(config, scope=NODE_SCOPE)),
         root / GLOBAL_FILE: dump_groups(scope_groups(config, GLOBAL_SCOPE)),
+        root / REMEDIATION_FILE: dump_contract(remediation_contract(config)),
         root / RUNBOOK_INDEX_FILE: runbook_index(config),
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class GenerateSettings:
-    """The flags of `python -m fleetwatch.rules.generate`."""
-
-    root: Path = setting(
-        Path(), parse=Path, metavar="ROOT", help="the source checkout to write into"
-    )
-    config: Path | None = setting(
-        None,
-        parse=Path,
-        metavar="FILE",
-        help="config.yaml to read (default ROOT/rules/config.yaml)",
-    )
-    check: bool = setting(
-        False, negatable=False, help="write nothing; exit 1 when a generated file is out of date"
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite the rule files, or with --check report which ones differ from config.yaml."""
-    args = parse_tool_settings(
-        GenerateSettings, argv, prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else ""
-    )
-    try:
-        config = load_config(args.config or args.root / CONFIG_FILE)
-        files = rendered_files(config, args.root)
-    except ConfigError as exc:
-        print(f"{COMMAND}: {exc}", file=sys.stderr)
-        return 2
-    return sync_files(files, check=args.check, command=COMMAND)
 
 
 def sync_files(files: Mapping[Path, str], *, check: bool, command: str) -> int:
@@ -148,7 +115,3 @@ def sync_files(files: Mapping[Path, str], *, check: bool, command: str) -> int:
         path.write_text(files[path])
         print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

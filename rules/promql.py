@@ -11,12 +11,41 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.rules.config import Config
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+
+# The exporter's collectors (the `collector` label of COLLECTOR_UP) whose success the clear
+# conditions require.
+GPU_COLLECTOR: Final = "gpu"
+NVLINK_COLLECTOR: Final = "nvlink"
+INFINIBAND_COLLECTOR: Final = "infiniband"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remediation:
+    """How the taint an alert requests is lifted: the undo, read beside the action.
+
+    `reason` is the taint reason (`fleetwatch.io/<reason>`); the alert asks for it when
+    config.yaml's `alerts.<name>.taint` names it. Exactly one of: `clear`, a PromQL query for
+    one node (`$node`) that returns a non-empty result only when positive evidence says
+    the condition is gone (see `clear_condition`); or `manual`, why only a person may lift
+    it.
+    """
+
+    reason: str
+    clear: str | None = None
+    manual: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.clear is None) == (self.manual is None):
+            raise ValueError(f"remediation of {self.reason!r}: give exactly one of clear, manual")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Alert:
-    """One alert's definition: what it matches and what it says.
+    """One alert's definition: what it matches and what it says, and for an alert that
+    may taint, how its taint is lifted (`remediation`).
 
     Its severity, `for`, hysteresis and taint come from the `alerts:` section of
     config.yaml under the same name.
@@ -26,6 +55,7 @@ class Alert:
     expr: str
     summary: str
     description: str
+    remediation: Remediation | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +120,48 @@ class Promql:
                 expr=f"max_over_time({tile}[{history}])",
             ),
         ]
+
+
+@dataclass(frozen=True)
+class Healthy:
+    """One part of a clear condition: the node's worst series of `metric` (with
+    `matchers`), "max" or "min" over its GPUs, links or ports, passes `test` (`< 75`)."""
+
+    metric: str
+    worst: str
+    test: str
+    matchers: tuple[str, ...] = ()
+
+
+def clear_condition(
+    q: Promql, *, collector: str, hold_down: str, healthy: Sequence[Healthy]
+) -> str:
+    """A taint's clear condition for node `$node`: positive evidence, never an absence.
+
+    Non-empty only when, now and at every sample of the last `hold_down`, the node's
+    exporter is scraped (`up` under the exporter selector is 1), its `collector` reports
+    success, and each `healthy` part holds. Every term is an aggregation of present
+    series joined `on (node)`, so a node whose series vanished (exporter gone, collector
+    dropped its series) reads as not clear; and the exporter must have been up already
+    `hold_down` ago, so a node that just reappeared waits out the whole hold-down.
+    """
+    node = match("node", "=", NODE_PLACEHOLDER)
+    up = q.exporter("up", node)
+    collector_up = q.exporter(COLLECTOR_UP.name, match("collector", "=", collector), node)
+    terms = [
+        f"min by (node) ({up} offset {hold_down}) == 1",
+        f"min by (node) (min_over_time({up}[{hold_down}])) == 1",
+        f"min by (node) (min_over_time({collector_up}[{hold_down}])) == 1",
+    ]
+    for part in healthy:
+        series = q.exporter(part.metric, *part.matchers, node)
+        worst = part.worst
+        terms += [
+            f"{worst} by (node) ({worst}_over_time({series}[{hold_down}])) {part.test}",
+            f"{worst} by (node) ({series}) {part.test}",
+        ]
+    terms += [f"min by (node) ({up}) == 1", f"min by (node) ({collector_up}) == 1"]
+    return "\nand on (node)\n".join(terms)
 
 
 def union(parts: Sequence[str]) -> str:

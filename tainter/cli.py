@@ -129,18 +129,25 @@ def _policy(args: argparse.Namespace) -> TaintPolicy:
     return policy
 
 
-def _evidence_queries(args: argparse.Namespace) -> dict[str, str]:
-    """Untaint evidence per reason: the built-in ones, then `--untaint.evidence`'s."""
-    from fleetwatch.tainter.policy import shipped_clear_celsius
-    from fleetwatch.tainter.sources import default_evidence_queries
+def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Untaint evidence per reason and the manual reasons: the rules' remediation contract,
+    then `--untaint.evidence`'s queries and `--untaint.manual-reason`'s reasons."""
+    from fleetwatch.rules.config import ConfigError
+    from fleetwatch.tainter.policy import shipped_contract
 
     evidence: EvidenceSettings = EVIDENCE.read(args)
-    celsius = evidence.clear_celsius
-    queries = default_evidence_queries(
-        clear_celsius=shipped_clear_celsius() if celsius is None else celsius
-    )
-    queries.update(dict(evidence.evidence))
-    return queries
+    if evidence.clear_celsius is not None:
+        raise _fail(
+            "--untaint.clear-celsius is no longer read: gpu-overheat's clear condition comes "
+            "from the rules' remediation contract (thresholds.untaint_gpu_temperature_celsius "
+            "of the rules config); to override it, pass --untaint.evidence=gpu-overheat=PROMQL"
+        )
+    try:
+        contract = shipped_contract()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+    queries = {**contract.clear, **dict(evidence.evidence)}
+    return queries, tuple(sorted(contract.manual))
 
 
 def settings_from_args(args: argparse.Namespace) -> TaintSettings:
@@ -170,15 +177,19 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
+    queries, manual = _untaint(args)
+    controller = CONTROLLER.read(args, quarantine=QUARANTINE.read(args))
     settings: TaintSettings = SERVICE.read(
         args,
         token_file=web.token_file,
         kubeconfig=KUBE.read(args).kubeconfig,
-        controller=CONTROLLER.read(args, quarantine=QUARANTINE.read(args)),
+        controller=dataclasses.replace(
+            controller, manual_reasons=(*manual, *controller.manual_reasons)
+        ),
         breaker=BREAKER.read(args),
         policy=_policy(args),
         election=election,
-        evidence_queries=_evidence_queries(args),
+        evidence_queries=queries,
         listener=LISTENER.read(args),
         eviction=EVICTION.read(args),
         node_condition=NODE_CONDITION.read(args),

@@ -7,23 +7,24 @@ GPUs with one label. So: `NoSchedule` (the default) and `PreferNoSchedule` are a
 config declares (the chart passes the list it rendered) unless undeclared reasons are
 allowed; and a node carries at most `max_per_node` fleetwatch taints, which keeps the
 node object (taints and the audit annotation) far below what the API server accepts.
-`TaintPolicy`'s fields are the `--taint.*` flags. The gpu-overheat untaint threshold also
-comes from the rules config (`shipped_clear_celsius`).
+`TaintPolicy`'s fields are the `--taint.*` flags. How each reason's taint is lifted also
+comes from the rules package: its remediation contract (`shipped_contract`).
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
 
 from fleetwatch.flags import number_setting, setting
 
+if TYPE_CHECKING:
+    from fleetwatch.rules.remediation import Contract
+
 NO_EXECUTE: Final = "NoExecute"
-UNTAINT_CELSIUS_THRESHOLD: Final = "untaint_gpu_temperature_celsius"
-"""The rules config's `thresholds.` key under which gpu-overheat's taint clears."""
 
 
 def shipped_reasons() -> frozenset[str]:
@@ -33,11 +34,12 @@ def shipped_reasons() -> frozenset[str]:
     return frozenset(a.taint for a in load_config().alerts.values() if a.taint)
 
 
-def shipped_clear_celsius() -> float:
-    """The installed rules config's untaint evidence threshold for gpu-overheat (°C)."""
-    from fleetwatch.rules.config import load_config
+def shipped_contract() -> Contract:
+    """The installed rules' remediation contract: each reason's clear condition, or why a
+    person must lift it."""
+    from fleetwatch.rules.remediation import load_contract
 
-    return float(load_config().thresholds[UNTAINT_CELSIUS_THRESHOLD])
+    return load_contract()
 
 
 def reason(text: str) -> str:

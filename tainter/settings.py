@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
-from fleetwatch.tainter.sources import NODE_PLACEHOLDER
 
 from fleetwatch.flags import (
     REQUIRED,
@@ -39,8 +39,8 @@ def evidence(text: str) -> tuple[str, str]:
     name, sep, query = text.partition("=")
     if not sep or not query.strip():
         raise argparse.ArgumentTypeError(
-            f"invalid evidence {text!r}: expected REASON=PROMQL, e.g. gpu-overheat="
-            f'max(fleetwatch_gpu_temperature_celsius{{node="{NODE_PLACEHOLDER}"}}) < 75'
+            f"invalid evidence {text!r}: expected REASON=PROMQL, a query that returns a "
+            f"non-empty result when the node ({NODE_PLACEHOLDER} in the query) is clear"
         )
     return reason(name), query.strip()
 
@@ -185,12 +185,13 @@ class ControllerSettings:
         help="least time after the alert was last firing before untaint (0s: none)",
     )
     manual_reasons: tuple[str, ...] = setting(
-        ("gpu-lost", "xid", "xid-critical", "row-remap-failed"),
+        (),
         parse=reason,
         repeatable=True,
         metavar="REASON",
         flag="untaint.manual-reason",
-        help="reason whose taint stays until `fleetwatch untaint` (repeatable)",
+        help="reason whose taint stays until `fleetwatch untaint`, besides those the rules' "
+        "remediation contract declares manual (repeatable)",
     )
     node_selector: str = setting(
         "",
@@ -318,25 +319,27 @@ class ElectionSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceSettings:
-    """What counts as positive evidence that a taint's condition is clear (`--untaint.*`).
+    """What counts as positive evidence that a taint's condition is clear (`--untaint.*`):
+    the rules' remediation contract, with `evidence` overriding a reason's clear condition.
 
-    `clear_celsius` None means the rules config's `thresholds.untaint_gpu_temperature_celsius`
-    (`tainter.policy.shipped_clear_celsius`), the one home of that number."""
+    `clear_celsius` is deprecated and refused when given: gpu-overheat's clear condition is
+    the contract's, built from the rules config's `thresholds.untaint_gpu_temperature_celsius`
+    (the chart passes it rendered from its values)."""
 
     clear_celsius: float | None = number_setting(
         None,
         minimum=1.0,
         maximum=150.0,
-        help="gpu-overheat clears below this many °C (default: the rules config's "
-        "thresholds.untaint_gpu_temperature_celsius)",
+        help="deprecated, refused: set thresholds.untaint_gpu_temperature_celsius in the rules "
+        "config, or give gpu-overheat's query with --untaint.evidence",
     )
     evidence: tuple[tuple[str, str], ...] = setting(
         (),
         parse=evidence,
         repeatable=True,
         metavar="REASON=PROMQL",
-        help="a non-empty result means the reason's condition is clear; "
-        f"{NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
+        help="replaces the rules' clear condition of REASON: a non-empty result means its "
+        f"condition is clear; {NODE_PLACEHOLDER} is replaced by the node name (repeatable)",
     )
 
 

@@ -3,7 +3,9 @@
 A resolved alert is not evidence that a node is healthy (it also resolves when the
 exporter dies and the series vanish), so untainting asks Prometheus a per-reason PromQL
 "condition clear" question that returns a non-empty vector only when the node's exporter
-is up and the condition is gone. Alertmanager's `GET /api/v2/alerts` is the live list of
+is up and the condition is gone. The questions are the rules' remediation contract
+(`fleetwatch.rules.remediation`, generated beside the alerts), never PromQL of the
+tainter's own. Alertmanager's `GET /api/v2/alerts` is the live list of
 firing alerts the periodic reconcile compares against, to restore missed taints and to
 notice resolves that were never delivered.
 """
@@ -17,27 +19,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
 
 log = logging.getLogger(__name__)
-
-NODE_PLACEHOLDER = "$node"
-
-
-def default_evidence_queries(*, clear_celsius: float) -> dict[str, str]:
-    """The built-in "condition clear" queries: gpu-overheat clears when the node's exporter
-    and GPU collector are up and its hottest GPU reads below `clear_celsius`."""
-    return {
-        "gpu-overheat": (
-            'max by (node) (up{node="$node"}) == 1'
-            " and on (node) max by (node) "
-            '(fleetwatch_collector_up{collector="gpu", node="$node"}) == 1'
-            " and on (node) max by (node) "
-            '(fleetwatch_gpu_temperature_celsius{sensor="gpu", node="$node"})'
-            f" < {clear_celsius:g}"
-        ),
-    }
 
 
 def promql_string(value: str) -> str:

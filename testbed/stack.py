@@ -1,7 +1,7 @@
 """The whole alerting path (`fleetwatch.sim.stack`) as the end-to-end test and the
 alert-to-taint bench run it: a node whose GPU 3 heats past 78 °C and cools again, the
-shipped rules with GPUOverheating's `keep_firing_for` shortened, and the tainter's timings
-given by the caller.
+shipped rules with GPUOverheating's `keep_firing_for` shortened, gpu-overheat's clear
+condition with its hold-down shortened, and the tainter's timings given by the caller.
 """
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ import contextlib
 from pathlib import Path
 
 import yaml
-from fleetwatch.rules.config import ALERTS_FILE, GLOBAL_FILE, RECORDING_FILE, shipped_text
+from fleetwatch.rules.config import (
+    ALERTS_FILE,
+    GLOBAL_FILE,
+    RECORDING_FILE,
+    load_config,
+    shipped_text,
+)
+from fleetwatch.rules.groups import remediation_contract
+from fleetwatch.rules.remediation import CLEAR
 from fleetwatch.sim.stack import Plan, Stack, start_stack
 
 NODE = "e2e-node"
@@ -43,6 +51,20 @@ def fast_rules(workdir: Path) -> list[Path]:
     return paths
 
 
+HOLD_DOWN_PARAMETER = "thresholds.untaint_hold_down"
+FAST_HOLD_DOWN = "5s"
+
+
+def fast_clear_condition() -> str:
+    """gpu-overheat's clear condition from the rules, its hold-down shortened to 5s."""
+    contract = remediation_contract(
+        load_config(),
+        lambda name, default: FAST_HOLD_DOWN if name == HOLD_DOWN_PARAMETER else default,
+    )
+    query: str = contract["gpu-overheat"][CLEAR]
+    return query
+
+
 def start_e2e_stack(
     workdir: Path, servers: contextlib.ExitStack, *, interval: str, hold: str
 ) -> Stack:
@@ -59,6 +81,7 @@ def start_e2e_stack(
         rule_files=fast_rules(workdir),
         tainter_args=(
             f"--untaint.hold={hold}",
+            f"--untaint.evidence=gpu-overheat={fast_clear_condition()}",
             "--reconcile-interval=2s",
             "--breaker.max-new-taints=10",
             "--breaker.max-fraction=1",

@@ -26,9 +26,11 @@ def test_the_step_covers_rules_dashboards_and_chart() -> None:
         "rules/fleetwatch.rules.yaml",
         "rules/fleetwatch.recording.yaml",
         "rules/fleetwatch.global.yaml",
+        "rules/fleetwatch.remediation.yaml",
         "docs/runbooks.md",
         "helm/fleetwatch/dashboards/fleet-overview.json",
         "helm/fleetwatch/templates/prometheusrule.yaml",
+        "helm/fleetwatch/templates/_remediation.tpl",
         "helm/fleetwatch/values.yaml",
         "helm/fleetwatch/values.schema.json",
     } <= names

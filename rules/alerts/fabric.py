@@ -2,7 +2,8 @@
 degraded or saturated, and the GPU's NVLink fabric (NVL72) registration.
 
 Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")` (error
-tables with `p.table`); each alert's severity, `for` and taint are `alerts.<AlertName>`.
+tables with `p.table`); each alert's severity, `for` and taint are `alerts.<AlertName>`;
+how a taint lifts (its `Remediation`) is beside the alert's expression.
 """
 
 from __future__ import annotations
@@ -11,12 +12,18 @@ from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import fabric_errors_record
 from fleetwatch.rules.promql import (
     GPU,
+    GPU_COLLECTOR,
+    INFINIBAND_COLLECTOR,
     LINK,
+    NVLINK_COLLECTOR,
     PORT,
     VALUE2,
     Alert,
+    Healthy,
     Promql,
     Record,
+    Remediation,
+    clear_condition,
     events,
     match,
     union,
@@ -39,6 +46,7 @@ from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 # fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
 FABRIC_NOT_STARTED = 1
 FABRIC_IN_PROGRESS = 2
+FABRIC_COMPLETED = 3
 
 
 def records(config: Config, p: Params) -> list[Record]:
@@ -103,12 +111,22 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     rate = q.exporter(PORT_RATE)
     expected_rate = q.exporter(INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND.name)
     ib_collector = q.exporter(COLLECTOR_UP.name, match("collector", "=", "infiniband"))
+    hold_down = p("untaint_hold_down")
+
+    def cleared(collector: str, *healthy: Healthy) -> str:
+        """A clear condition of this area, with the configured hold-down."""
+        return clear_condition(q, collector=collector, hold_down=hold_down, healthy=healthy)
+
     return [
         Alert(
             name="NVLinkDown",
             expr=f"{q.exporter(NVLINK_UP.name)} == 0",
             summary="NVLink down on node {{ $labels.node }}",
             description=f"{LINK} is down.",
+            remediation=Remediation(
+                reason="nvlink-down",
+                clear=cleared(NVLINK_COLLECTOR, Healthy(NVLINK_UP.name, "min", "== 1")),
+            ),
         ),
         Alert(
             name="NVLinkErrorsRising",
@@ -142,6 +160,10 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} reports its NVLink fabric registration failed or its fabric "
                 "bandwidth degraded: every job in its NVLink domain slows down or fails."
             ),
+            remediation=Remediation(
+                reason="gpu-fabric",
+                clear=cleared(GPU_COLLECTOR, Healthy(GPU_FABRIC_DEGRADED.name, "max", "== 0")),
+            ),
         ),
         Alert(
             name="GPUFabricNotRegistered",
@@ -155,12 +177,23 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "NVIDIA Fabric Manager or NVLink switch is not serving it, and CUDA jobs on "
                 "it fail (error 802, system not yet initialized)."
             ),
+            # Registered again: every GPU of the node reports COMPLETED.
+            remediation=Remediation(
+                reason="gpu-fabric",
+                clear=cleared(
+                    GPU_COLLECTOR, Healthy(GPU_FABRIC_STATE_ID.name, "min", f"== {FABRIC_COMPLETED}")
+                ),
+            ),
         ),
         Alert(
             name="InfiniBandPortDown",
             expr=f"{port_up} == 0",
             summary="InfiniBand port down on node {{ $labels.node }}",
             description=f"{PORT} is not ACTIVE/LinkUp.",
+            remediation=Remediation(
+                reason="infiniband-port-down",
+                clear=cleared(INFINIBAND_COLLECTOR, Healthy(PORT_UP, "min", "== 1")),
+            ),
         ),
         Alert(
             name="InfiniBandLinkFlapping",

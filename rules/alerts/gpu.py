@@ -2,7 +2,8 @@
 health, lost GPUs; tensor activity, utilization and temperature per node and fleet.
 
 Thresholds are `thresholds.<name>` in rules/config.yaml, read here as `p("<name>")`; each
-alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` there.
+alert's severity, `for`, `keep_firing_for` and taint are `alerts.<AlertName>` there; how
+a taint lifts (its `Remediation`) is beside the alert's expression.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
 from fleetwatch.rules.promql import (
     GPU,
+    GPU_COLLECTOR,
     PERCENT,
     VALUE1,
     Alert,
+    Healthy,
     Promql,
     Record,
+    Remediation,
+    clear_condition,
     events,
     match,
     union,
@@ -152,6 +157,25 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} is at {VALUE1} °C, above the fleet limit of "
                 f"{p('gpu_temperature_celsius')} °C."
             ),
+            # Lifted once the node's hottest GPU has read below the (lower) untaint
+            # threshold for the hold-down, so a GPU hovering at the limit is not untainted
+            # and tainted again.
+            remediation=Remediation(
+                reason="gpu-overheat",
+                clear=clear_condition(
+                    q,
+                    collector=GPU_COLLECTOR,
+                    hold_down=p("untaint_hold_down"),
+                    healthy=[
+                        Healthy(
+                            GPU_TEMPERATURE_CELSIUS.name,
+                            "max",
+                            f"< {p('untaint_gpu_temperature_celsius')}",
+                            (match("sensor", "=", "gpu"),),
+                        )
+                    ],
+                ),
+            ),
         ),
         Alert(
             name="GPUOverheatingSoon",
@@ -202,6 +226,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
                 f"{window}; NVIDIA's catalog asks for a GPU reset, a node reboot or NVIDIA support."
             ),
+            remediation=Remediation(
+                reason="xid-critical",
+                manual="the GPU needs a reset, a reboot or NVIDIA support; no series shows "
+                "that it was done",
+            ),
         ),
         Alert(
             name="GPUFallenOffBus",
@@ -217,6 +246,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "{{ else }}Node {{ $labels.node }} sees only {{ $value }} GPUs in NVML, fewer "
                 "than expected (the configured count, the GPUs on its PCI bus, or the most it "
                 f"showed in the last {p('presence_history')}).{{{{ end }}}}"
+            ),
+            remediation=Remediation(
+                reason="gpu-lost",
+                manual="a GPU that fell off the bus needs a reboot or a repair, and a GPU "
+                "that is gone exports nothing to judge",
             ),
         ),
         Alert(
@@ -234,6 +268,10 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             description=(
                 f"{GPU} could not remap a failing memory row: its memory can no "
                 "longer be repaired in the field."
+            ),
+            remediation=Remediation(
+                reason="row-remap-failed",
+                manual="the GPU's memory cannot be repaired in the field: it goes to RMA",
             ),
         ),
         Alert(

@@ -18,6 +18,7 @@ import yaml
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
 from fleetwatch.rules.config import load_config
+from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
 
@@ -78,6 +79,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "no-gpm-no-podresources": {
         "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
     },
+    # The deprecated value that held the untaint temperature still overrides it.
+    "clear-celsius-old-key": {"tainter": {"clearCelsius": 70}},
     "breaker-old-key": {
         "tainter": {
             "breaker": {"maxNodes": 0, "window": "30m"},
@@ -405,9 +408,15 @@ def test_container_args_parse_with_the_real_cli(
         policy = tainter.policy
         assert policy.declared_reasons == frozenset(default_values()["taintReasons"])
         assert (policy.allow_noexecute, policy.max_per_node) == (frozenset(), 8)
-        # The untaint evidence threshold comes from the rendered rules config.
-        clear = 72 if name == "custom-thresholds" else 75
-        assert tainter.evidence_queries["gpu-overheat"].endswith(f" < {clear}")
+        # The untaint evidence is the rules' remediation contract, its thresholds rendered
+        # from the values as the PrometheusRule's are.
+        contract = load_contract()
+        expected = dict(contract.clear)
+        clear = {"custom-thresholds": " < 72", "clear-celsius-old-key": " < 70"}.get(name)
+        if clear is not None:
+            expected["gpu-overheat"] = expected["gpu-overheat"].replace(" < 75", clear)
+        assert tainter.evidence_queries == expected
+        assert set(tainter.controller.manual_reasons) == set(contract.manual)
         # The breaker's caps and the quarantine; the old maxNodes key still works, 0 too.
         breaker, quarantine = tainter.breaker, tainter.controller.quarantine
         if name == "breaker-old-key":

@@ -12,9 +12,9 @@ import yaml
 from fleetwatch.rules import generate
 from fleetwatch.rules.config import ConfigError, load_config, parameters
 from fleetwatch.rules.definitions import kube_state_metrics_label
-from fleetwatch.rules.groups import alert_groups, recording_groups
-from fleetwatch.tainter.policy import UNTAINT_CELSIUS_THRESHOLD
+from fleetwatch.rules.groups import alert_groups, recording_groups, remediation_contract
 
+import generate as generate_step
 from testbed.servers import promtool
 from tests.rules.promql import (
     ROOT,
@@ -44,8 +44,8 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
         .read_text()
         .replace("gpu_temperature_celsius: 78", "gpu_temperature_celsius: 80")
     )
-    assert generate.main(["--root", str(ROOT), "--config", str(config), "--check"]) == 1
-    assert generate.main(["--root", str(ROOT), "--check"]) == 0
+    assert generate_step.main(["--config", str(config), "--check"]) == 1
+    assert generate_step.main(["--check"]) == 0
 
 
 @pytest.mark.integration  # runs promtool
@@ -122,12 +122,14 @@ def test_substitute_reaches_every_parameter() -> None:
         assert params[name] == default
         return f"<<{name}>>"
 
-    text = yaml.safe_dump(alert_groups(config, placeholder)) + yaml.safe_dump(
-        recording_groups(config, placeholder)
+    text = (
+        yaml.safe_dump(alert_groups(config, placeholder))
+        + yaml.safe_dump(recording_groups(config, placeholder))
+        + yaml.safe_dump(remediation_contract(config, placeholder))
     )
     unused = [name for name in params if f"<<{name}>>" not in text]
-    # The one threshold no rule reads: the tainter's untaint evidence (and the chart's).
-    assert unused == [f"thresholds.{UNTAINT_CELSIUS_THRESHOLD}"], "parameters no rule uses"
+    # The untaint thresholds are read by the clear conditions of the remediation contract.
+    assert unused == [], "parameters no rule uses"
     overheating = alert_groups(config, placeholder)[0]["rules"][0]
     assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
@@ -175,7 +177,7 @@ def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         generate.rendered_files(load_config(path), ROOT)
     assert str(path) in str(info.value)
-    assert generate.main(["--root", str(ROOT), "--config", str(path), "--check"]) == 2
+    assert generate_step.main(["--config", str(path), "--check"]) == 2
 
 
 def test_every_metric_a_rule_reads_is_catalogued_or_recorded() -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter import cli
 
 from fleetwatch.cli import build_parser, main, parse_args
@@ -42,26 +43,40 @@ def test_token_or_explicit_insecure_flag_is_required(tmp_path: Path) -> None:
         cli.settings_from_args(parse("taint", f"--web.token-file={token}"))
 
 
-def test_defaults_and_overrides() -> None:
+def test_untaint_defaults_are_the_rules_contract_and_flags_add_to_it() -> None:
+    contract = load_contract()
+    defaults = cli.settings_from_args(parse("taint", "--web.insecure-no-token"))
+    assert defaults.evidence_queries == contract.clear
+    assert set(defaults.controller.manual_reasons) == set(contract.manual)
+    assert {"xid-critical", "gpu-lost", "row-remap-failed"} <= set(contract.manual)
     settings = cli.settings_from_args(
         parse(
             "taint",
             "--web.insecure-no-token",
-            "--untaint.clear-celsius=70",
             '--untaint.evidence=nvlink-down=max(fleetwatch_nvlink_up{node="$node"}) == 1',
-            "--untaint.manual-reason=xid",
+            "--untaint.manual-reason=custom-check",
             "--breaker.max-fraction=0.5",
             "--dry-run",
         )
     )
-    assert "< 70" in settings.evidence_queries["gpu-overheat"]
+    # --untaint.evidence replaces one reason's clear condition; the others stay the rules'.
     assert settings.evidence_queries["nvlink-down"].startswith("max(fleetwatch_nvlink_up")
-    assert settings.controller.manual_reasons == ("xid",)
+    assert settings.evidence_queries["gpu-overheat"] == contract.clear["gpu-overheat"]
+    # --untaint.manual-reason adds to the reasons the contract declares manual.
+    assert settings.controller.manual_reasons == (*sorted(contract.manual), "custom-check")
     assert settings.controller.dry_run
     assert settings.breaker.max_fraction == 0.5
-    assert cli.settings_from_args(
-        parse("taint", "--web.insecure-no-token")
-    ).controller.manual_reasons == ("gpu-lost", "xid", "xid-critical", "row-remap-failed")
+
+
+def test_the_retired_clear_celsius_flag_is_refused_with_what_replaces_it() -> None:
+    with pytest.raises(
+        SystemExit,
+        match=r"--untaint\.clear-celsius is no longer read.*"
+        r"thresholds\.untaint_gpu_temperature_celsius.*--untaint\.evidence",
+    ):
+        cli.settings_from_args(
+            parse("taint", "--web.insecure-no-token", "--untaint.clear-celsius=70")
+        )
 
 
 @pytest.mark.parametrize(

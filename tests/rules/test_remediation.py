@@ -1,0 +1,137 @@
+"""The remediation contract: every taint has its undo, declared beside its alert.
+
+Each alert config.yaml makes taint declares, in rules/alerts/, a clear condition or that a
+person must lift it; the shipped contract (rules/fleetwatch.remediation.yaml) covers exactly
+the reasons the tainter accepts; a config that asks for a taint no remediation backs is
+refused, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from fleetwatch.rules.config import Config, ConfigError, load_config
+from fleetwatch.rules.groups import alert_groups, remediation_contract
+from fleetwatch.rules.promql import Remediation
+from fleetwatch.rules.remediation import (
+    CLEAR,
+    MANUAL,
+    NODE_PLACEHOLDER,
+    load_contract,
+    parse_contract,
+)
+from fleetwatch.tainter.policy import shipped_reasons
+
+MANUAL_REASONS = {"xid-critical", "gpu-lost", "row-remap-failed"}
+"""What needs a person: a GPU reset, a reboot or a repair that no series shows done."""
+
+
+def test_every_tainting_alert_has_a_clear_condition_or_is_manual() -> None:
+    config = load_config()
+    contract = remediation_contract(config)
+    tainting = {name: p.taint for name, p in config.alerts.items() if p.taint}
+    assert tainting, "the shipped config taints"
+    for name, reason in tainting.items():
+        entry = contract[reason]
+        assert name in entry["alerts"]
+        assert (CLEAR in entry) != (MANUAL in entry), reason
+    assert {r for r, e in contract.items() if MANUAL in e} == MANUAL_REASONS
+    assert {r for r, e in contract.items() if CLEAR in e} == {
+        "gpu-overheat",
+        "gpu-fabric",
+        "nvlink-down",
+    }
+
+
+def test_the_tainters_reasons_are_the_shipped_contracts() -> None:
+    contract = load_contract()
+    assert contract.reasons == shipped_reasons()
+    assert set(contract.manual) == MANUAL_REASONS
+    assert contract.clear == {
+        reason: entry[CLEAR]
+        for reason, entry in remediation_contract(load_config()).items()
+        if CLEAR in entry
+    }
+
+
+def test_clear_conditions_are_per_node_under_the_exporter_selector() -> None:
+    config = load_config()
+    for reason, query in load_contract().clear.items():
+        assert NODE_PLACEHOLDER in query, reason
+        # Every selector of the query carries the exporter's job and the node.
+        selectors = re.findall(r"\b(\w+)\{([^}]*)\}", query)
+        assert selectors, reason
+        for metric, matchers in selectors:
+            assert config.exporter_selector in matchers, (reason, metric)
+            assert f'node="{NODE_PLACEHOLDER}"' in matchers, (reason, metric)
+        assert f"[{config.thresholds['untaint_hold_down']}]" in query, reason
+
+
+def test_the_clear_conditions_read_the_untaint_thresholds_of_the_config() -> None:
+    config = load_config()
+    thresholds = dict(config.thresholds)
+    thresholds.update(untaint_gpu_temperature_celsius=70, untaint_hold_down="7m")
+    contract = remediation_contract(dataclasses.replace(config, thresholds=thresholds))
+    assert "< 70\n" in contract["gpu-overheat"][CLEAR]
+    assert all("[7m]" in e[CLEAR] for e in contract.values() if CLEAR in e)
+
+
+def _with_taint(alert: str, reason: str) -> Config:
+    config = load_config()
+    alerts = dict(config.alerts)
+    alerts[alert] = dataclasses.replace(alerts[alert], taint=reason)
+    return dataclasses.replace(config, alerts=alerts)
+
+
+def test_a_taint_without_a_remediation_is_refused() -> None:
+    config = _with_taint("GPUPowerBrake", "power-brake")
+    with pytest.raises(ConfigError, match=r"alerts\.GPUPowerBrake\.taint: .*no remediation"):
+        alert_groups(config)
+    with pytest.raises(ConfigError, match=r"alerts\.GPUPowerBrake\.taint"):
+        remediation_contract(config)
+
+
+def test_a_taint_for_another_reason_than_the_remediations_is_refused() -> None:
+    config = _with_taint("GPUOverheating", "hot")
+    with pytest.raises(
+        ConfigError,
+        match=r"alerts\.GPUOverheating\.taint: 'hot' is not the reason .*'gpu-overheat'",
+    ):
+        remediation_contract(config)
+
+
+def test_an_opted_in_alert_brings_its_clear_condition() -> None:
+    contract = remediation_contract(_with_taint("InfiniBandPortDown", "infiniband-port-down"))
+    assert "fleetwatch_infiniband_port_up" in contract["infiniband-port-down"][CLEAR]
+
+
+def test_alerts_sharing_a_reason_clear_together() -> None:
+    entry = remediation_contract(load_config())["gpu-fabric"]
+    assert entry["alerts"] == ["GPUFabricDegraded", "GPUFabricNotRegistered"]
+    assert "fleetwatch_gpu_fabric_degraded" in entry[CLEAR]
+    assert "fleetwatch_gpu_fabric_state_id" in entry[CLEAR]
+
+
+def test_a_remediation_is_clear_or_manual_not_both() -> None:
+    with pytest.raises(ValueError, match="exactly one of clear, manual"):
+        Remediation(reason="x")
+    with pytest.raises(ValueError, match="exactly one of clear, manual"):
+        Remediation(reason="x", clear="up", manual="why")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- a\n", "expected a mapping of taint reasons"),
+        ("r: {alerts: [A]}\n", "r: expected exactly one of clear, manual"),
+        ("r: {clear: up, manual: why}\n", "r: expected exactly one of clear, manual"),
+        ("r: {clear: up, when: now}\n", "r: expected alerts and clear or manual"),
+        ("r: {clear: ''}\n", "r: expected exactly one of clear, manual"),
+        ("r: [", "not valid YAML"),
+    ],
+)
+def test_a_bad_contract_names_the_reason_and_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"contract.yaml: {problem}")):
+        parse_contract(text, source="contract.yaml")
