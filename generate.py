@@ -3,7 +3,8 @@
 `./dev.sh generate` reinstalls fleetwatch from the tree, then runs this: the rules writer
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
 *.json) and the chart generator (the chart's PrometheusRule, values and schema), in that
-order, each reading the checkout's rules/config.yaml. `--check` writes nothing and exits 1
+order, each reading the checkout's rules/config.yaml; then the simulator's fault table in
+docs/simulation.md, from the fault kinds of sim/faults.py. `--check` writes nothing and exits 1
 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
@@ -26,6 +27,7 @@ from typing import Final
 # from here only.
 from fleetwatch.rules import generate as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
+from fleetwatch.sim.faults import FAULT_KINDS, Fault
 
 from dashboards import generate as dashboards_generator
 from helm import generate as chart_generator
@@ -35,6 +37,15 @@ COMMAND: Final = "./dev.sh generate"
 RULES_PACKAGE: Final = "fleetwatch.rules"
 RULES_SOURCE: Final = Path("rules")
 """Where the installed rules package comes from in a checkout (pyproject.toml package-dir)."""
+SIMULATION_DOC: Final = Path("docs/simulation.md")
+FAULT_TABLE_BEGIN: Final = (
+    "<!-- BEGIN fault kinds: generated from sim/faults.py by ./dev.sh generate; do not edit -->"
+)
+FAULT_TABLE_END: Final = "<!-- END fault kinds -->"
+
+
+class DocError(ValueError):
+    """A hand-written doc lacks the markers a generated part goes between."""
 
 
 def checkout_config(path: Path | None = None) -> Config:
@@ -43,12 +54,35 @@ def checkout_config(path: Path | None = None) -> Config:
 
 
 def rendered_files(config: Config) -> dict[Path, str]:
-    """Every generated file and its text: rules, then dashboards, then the chart."""
+    """Every generated file and its text: rules, then dashboards, then the chart, then the
+    simulator's fault table."""
+    doc = ROOT / SIMULATION_DOC
     return {
         **rules_writer.rendered_files(config, ROOT),
         **dashboards_generator.rendered_files(config),
         **chart_generator.rendered_files(config),
+        doc: with_fault_table(doc.read_text(), source=SIMULATION_DOC),
     }
+
+
+def fault_table(kinds: Mapping[str, type[Fault]] = FAULT_KINDS) -> str:
+    """The scenario fault kinds as a Markdown table: keys with meaning and bounds, effect."""
+    rows = ["| kind | keys (`?`: optional) | effect |", "|---|---|---|"]
+    for kind, fault in kinds.items():
+        keys = "; ".join(
+            f"`{p.name}`{'' if p.required else '?'}: {p.meaning} ({p.bounds})" for p in fault.PARAMS
+        )
+        rows.append(f"| `{kind}` | {keys} | {fault.effect()} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_fault_table(text: str, *, source: Path) -> str:
+    """`text` with the fault table replaced by the one `FAULT_KINDS` gives."""
+    begin, end = text.find(FAULT_TABLE_BEGIN), text.find(FAULT_TABLE_END)
+    if begin < 0 or end < begin:
+        raise DocError(f"{source}: needs {FAULT_TABLE_BEGIN!r} then {FAULT_TABLE_END!r}")
+    head = text[: begin + len(FAULT_TABLE_BEGIN)]
+    return f"{head}\n{fault_table()}{text[end:]}"
 
 
 def orphans(files: Mapping[Path, str]) -> list[Path]:
@@ -105,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         files = rendered_files(checkout_config(args.config))
-    except (ConfigError, chart_generator.GenerateError) as exc:
+    except (ConfigError, chart_generator.GenerateError, DocError) as exc:
         print(f"{COMMAND}: {exc}", file=sys.stderr)
         return 2
     drifted = rules_writer.sync_files(files, check=args.check, command=COMMAND)

@@ -77,6 +77,9 @@ class Param:
 
 
 def _figure(value: float) -> str:
+    """A bound as the docs write it: `130`, `0.5`, `1e7`."""
+    if value >= 1e5:
+        return f"{value:.0e}".replace("e+0", "e").replace("e+", "e")
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
@@ -144,11 +147,7 @@ PORT: Final = Param(
     parse=lambda check, value, key, _hw: check.integer(value, key, low=1, high=4),
 )
 SECONDS: Final = number(
-    "seconds",
-    "how long the fault lasts (to the end of the run when absent)",
-    low=0,
-    high=1e7,
-    required=False,
+    "seconds", "how long it lasts (absent: to the end)", low=0, high=1e7, required=False
 )
 PER_SECOND: Final = number("per_second", "errors counted per second", low=0, high=1e9)
 
@@ -166,7 +165,7 @@ class Fault:
     """A timed fault. `at` is seconds after the exporter starts; `seconds` bounds it.
 
     Subclasses are the kinds: `KIND` names one in scenario files, `PARAMS` lists its keys,
-    the docstring says its effect, and the hooks below it overrides change the readings.
+    the docstring says its effect, and the hooks below that it overrides change readings.
     The node calls each hook only on faults that have started (`at` <= the time asked).
     """
 
@@ -504,7 +503,8 @@ class Hang(Fault):
 
 @dataclass(frozen=True, kw_only=True)
 class Throttle(GpuFault):
-    """A clock-event reason is active and the SM clock drops."""
+    """A clock-event reason is active; the SM clock drops unless it is `gpu_idle` or
+    `sync_boost`."""
 
     KIND = "throttle"
     PARAMS = (gpu_index(), choice("reason", "clock-event reason", THROTTLE_REASONS), SECONDS)

@@ -159,11 +159,13 @@ def _parse_baseline(check: Checker, raw: Any) -> Baseline:
     return Baseline(**values)
 
 
-def _parse_fault(check: Checker, raw: Any, key: str, hardware: Hardware) -> Fault:
+def _parse_fault(
+    check: Checker, raw: Any, key: str, hardware: Hardware, kinds: Mapping[str, type[Fault]]
+) -> Fault:
     """One `faults[]` entry: its kind's type checks and builds it."""
     data = check.mapping(raw, key)
-    kind = check.string(data.get("kind"), f"{key}.kind", choices=tuple(FAULT_KINDS))
-    return FAULT_KINDS[kind].parse(check, data, key, hardware)
+    kind = check.string(data.get("kind"), f"{key}.kind", choices=tuple(kinds))
+    return kinds[kind].parse(check, data, key, hardware)
 
 
 def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
@@ -215,8 +217,12 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
     return tuple(pods)
 
 
-def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
-    """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason."""
+def parse_scenario(
+    data: Any, *, source: str, name: str, kinds: Mapping[str, type[Fault]] = FAULT_KINDS
+) -> Scenario:
+    """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason.
+
+    `kinds` are the fault kinds a scenario may name (every kind the simulator has)."""
     check = Checker(source)
     top = check.mapping(data, "(top level)")
     check.keys(top, "", _TOP_REQUIRED, frozenset(_TOP_ALLOWED))
@@ -240,7 +246,7 @@ def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
         ports={h.device: h.ports for h in hcas},
     )
     faults = tuple(
-        _parse_fault(check, f, f"faults[{i}]", hardware) for i, f in enumerate(raw_faults)
+        _parse_fault(check, f, f"faults[{i}]", hardware, kinds) for i, f in enumerate(raw_faults)
     )
     extra = top.get("extra", {})
     return Scenario(

@@ -21,7 +21,7 @@ from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import servers
 from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
-from fleetwatch.sim.faults import FAULT_KINDS, Fault, GpuOffBus
+from fleetwatch.sim.faults import Fault, GpuFault, GpuLost, GpuOffBus
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 
 from fleetwatch.cli import build_parser
@@ -168,12 +168,12 @@ def test_bus_ids_stay_unique_and_in_order_on_a_rack() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "visible", "on_bus"), [("gpu_lost", 7.0, 8.0), ("gpu_off_bus", 7.0, 7.0)]
+    ("kind", "visible", "on_bus"), [(GpuLost, 7.0, 8.0), (GpuOffBus, 7.0, 7.0)]
 )
 def test_a_lost_gpu_stays_on_the_bus_until_it_falls_off(
-    tmp_path: Path, kind: str, visible: float, on_bus: float
+    tmp_path: Path, kind: type[GpuFault], visible: float, on_bus: float
 ) -> None:
-    source = simulated_tree(tmp_path, FAULT_KINDS[kind](at=50.0, gpu=3))
+    source = simulated_tree(tmp_path, kind(at=50.0, gpu=3))
     gpu = GpuCollector(source=source, expected_count=None).collect()
     assert samples(gpu, COUNT) == {(): visible}
     pci = collect(tmp_path)
