@@ -422,7 +422,7 @@ class IbRate(PortFault):
     """The link trains at `value` Gb/s (0 leaves the HCA's `rate_gbps`)."""
 
     KIND = "ib_rate"
-    PARAMS = (DEVICE, PORT, number("value", "link rate (Gb/s)", low=0, high=1600), SECONDS)
+    PARAMS = (DEVICE, PORT, number("value", "link rate (Gb/s)", low=0, high=1600.0), SECONDS)
 
     value: float
 
@@ -524,7 +524,7 @@ class TensorActive(GpuFault):
     it."""
 
     KIND = "tensor_active"
-    PARAMS = (gpu_index(), number("value", "tensor-core activity", low=0, high=1), SECONDS)
+    PARAMS = (gpu_index(), number("value", "tensor-core activity", low=0, high=1.0), SECONDS)
 
     value: float
 
