@@ -9,8 +9,9 @@ when a committed file differs from what the step would write; the drift test run
 `main(["--check"])`, the same path.
 
 The dashboards and the chart build on the rules package as installed (the chart's alert
-groups, the dashboards' PromQL), so this step refuses to run when the installed
-fleetwatch.rules is not the checkout's rules/ (a reinstall was missed).
+groups, the dashboards' PromQL), and the fault table on the simulator's, so this step
+refuses to run when the installed fleetwatch.rules or fleetwatch.sim is not the checkout's
+rules/ or sim/ (a reinstall was missed).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
 COMMAND: Final = "./dev.sh generate"
-RULES_PACKAGE: Final = "fleetwatch.rules"
-RULES_SOURCE: Final = Path("rules")
-"""Where the installed rules package comes from in a checkout (pyproject.toml package-dir)."""
+INSTALLED_SOURCES: Final = {"fleetwatch.rules": Path("rules"), "fleetwatch.sim": Path("sim")}
+"""The installed packages the step reads (the rules; the fault kinds), and where each comes
+from in a checkout (pyproject.toml package-dir)."""
 SIMULATION_DOC: Final = Path("docs/simulation.md")
 FAULT_TABLE_BEGIN: Final = (
     "<!-- BEGIN fault kinds: generated from sim/faults.py by ./dev.sh generate; do not edit -->"
@@ -105,18 +106,21 @@ def _python_files(folder: Traversable, prefix: Path = Path()) -> dict[Path, byte
 
 
 def stale_install(root: Path = ROOT) -> list[str]:
-    """Modules of the installed rules package that differ from, or are missing from, the
-    checkout's `root`/rules/ (empty when the install is the tree's)."""
-    installed = _python_files(resources.files(RULES_PACKAGE))
-    tree = {
-        path.relative_to(root / RULES_SOURCE): path.read_bytes()
-        for path in (root / RULES_SOURCE).rglob("*.py")
-    }
-    return sorted(
-        str(RULES_SOURCE / name)
-        for name in installed.keys() | tree.keys()
-        if installed.get(name) != tree.get(name)
-    )
+    """Modules of the installed packages the step reads that differ from, or are missing
+    from, the checkout `root`'s sources (empty when the install is the tree's)."""
+    stale = []
+    for package, source in INSTALLED_SOURCES.items():
+        installed = _python_files(resources.files(package))
+        tree = {
+            path.relative_to(root / source): path.read_bytes()
+            for path in (root / source).rglob("*.py")
+        }
+        stale += [
+            str(source / name)
+            for name in installed.keys() | tree.keys()
+            if installed.get(name) != tree.get(name)
+        ]
+    return sorted(stale)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = stale_install()
     if stale:
         print(
-            f"{COMMAND}: the installed {RULES_PACKAGE} is not this checkout's "
+            f"{COMMAND}: the installed fleetwatch is not this checkout's "
             f"({', '.join(stale)} differ): run {COMMAND}, which reinstalls first",
             file=sys.stderr,
         )
