@@ -215,7 +215,7 @@ class Fault:
         end = t if self.seconds is None else min(t, self.at + self.seconds)
         return max(0.0, end - self.at)
 
-    # -- Effects: each returns the reading unchanged, or this fault's share of nothing ----
+    # -- Effects: by default a fault changes no reading and counts nothing -------------
     def temperature(self, gpu: int, value: float, t: float, node: Readings) -> float:
         """The GPU die temperature (°C) after this fault, given `value` before it."""
         return value
@@ -340,9 +340,7 @@ class Temperature(GpuFault):
         ramp = self.ramp_seconds
         progress = 1.0 if ramp <= 0 else min(1.0, (t - self.at) / ramp)
         start = (
-            node.gpu_temperature(gpu, self.at - 1e-9)
-            if self.at > 0
-            else (node.base_temperature(gpu))
+            node.gpu_temperature(gpu, self.at - 1e-9) if self.at > 0 else node.base_temperature(gpu)
         )
         return start + (self.celsius - start) * progress
 
