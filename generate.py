@@ -4,14 +4,16 @@ and the metric catalog.
 `./dev.sh generate` reinstalls fleetwatch from the tree, then runs this: the rules writer
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
 *.json), the chart generator (the chart's PrometheusRule, values and schema), each reading
-the checkout's rules/config.yaml, and the metrics page (docs/metrics.md, from
-`fleetwatch.catalog`), in that order. `--check` writes nothing and exits 1
+the checkout's rules/config.yaml, the metrics page (docs/metrics.md, from
+`fleetwatch.catalog`), and the simulator's fault table in docs/simulation.md (from the fault
+kinds of sim/faults.py), in that order. `--check` writes nothing and exits 1
 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
 The dashboards and the chart build on the rules package as installed (the chart's alert
-groups, the dashboards' PromQL), so this step refuses to run when the installed
-fleetwatch.rules is not the checkout's rules/ (a reinstall was missed).
+groups, the dashboards' PromQL), and the fault table on the simulator's, so this step
+refuses to run when the installed fleetwatch.rules or fleetwatch.sim is not the checkout's
+rules/ or sim/ (a reinstall was missed).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Final
 
 from fleetwatch.rules import generate as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
+from fleetwatch.sim.faults import FAULT_KINDS, Fault
 
 from dashboards import generate as dashboards_generator
 from fleetwatch.catalog import doc as metrics_page
@@ -37,9 +40,18 @@ from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
 COMMAND: Final = "./dev.sh generate"
-RULES_PACKAGE: Final = "fleetwatch.rules"
-RULES_SOURCE: Final = Path("rules")
-"""Where the installed rules package comes from in a checkout (pyproject.toml package-dir)."""
+INSTALLED_SOURCES: Final = {"fleetwatch.rules": Path("rules"), "fleetwatch.sim": Path("sim")}
+"""The installed packages the step reads (the rules; the fault kinds), and where each comes
+from in a checkout (pyproject.toml package-dir)."""
+SIMULATION_DOC: Final = Path("docs/simulation.md")
+FAULT_TABLE_BEGIN: Final = (
+    "<!-- BEGIN fault kinds: generated from sim/faults.py by ./dev.sh generate; do not edit -->"
+)
+FAULT_TABLE_END: Final = "<!-- END fault kinds -->"
+
+
+class DocError(ValueError):
+    """A hand-written doc lacks the markers a generated part goes between."""
 
 
 def checkout_config(path: Path | None = None) -> Config:
@@ -48,13 +60,36 @@ def checkout_config(path: Path | None = None) -> Config:
 
 
 def rendered_files(config: Config) -> dict[Path, str]:
-    """Every generated file and its text: rules, dashboards, the chart, the metrics page."""
+    """Every generated file and its text: rules, dashboards, the chart, the metrics page,
+    the simulator's fault table."""
+    doc = ROOT / SIMULATION_DOC
     return {
         **rules_writer.rendered_files(config, ROOT),
         **dashboards_generator.rendered_files(config),
         **chart_generator.rendered_files(config),
         ROOT / metrics_page.PATH: metrics_page.render(),
+        doc: with_fault_table(doc.read_text(), source=SIMULATION_DOC),
     }
+
+
+def fault_table(kinds: Mapping[str, type[Fault]] = FAULT_KINDS) -> str:
+    """The scenario fault kinds as a Markdown table: keys with meaning and bounds, effect."""
+    rows = ["| kind | keys (`?`: optional) | effect |", "|---|---|---|"]
+    for kind, fault in kinds.items():
+        keys = "; ".join(
+            f"`{p.name}`{'' if p.required else '?'}: {p.meaning} ({p.bounds})" for p in fault.PARAMS
+        )
+        rows.append(f"| `{kind}` | {keys} | {fault.effect()} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_fault_table(text: str, *, source: Path) -> str:
+    """`text` with the fault table replaced by the one `FAULT_KINDS` gives."""
+    begin, end = text.find(FAULT_TABLE_BEGIN), text.find(FAULT_TABLE_END)
+    if begin < 0 or end < begin:
+        raise DocError(f"{source}: needs {FAULT_TABLE_BEGIN!r} then {FAULT_TABLE_END!r}")
+    head = text[: begin + len(FAULT_TABLE_BEGIN)]
+    return f"{head}\n{fault_table()}{text[end:]}"
 
 
 def orphans(files: Mapping[Path, str]) -> list[Path]:
@@ -77,18 +112,21 @@ def _python_files(folder: Traversable, prefix: Path = Path()) -> dict[Path, byte
 
 
 def stale_install(root: Path = ROOT) -> list[str]:
-    """Modules of the installed rules package that differ from, or are missing from, the
-    checkout's `root`/rules/ (empty when the install is the tree's)."""
-    installed = _python_files(resources.files(RULES_PACKAGE))
-    tree = {
-        path.relative_to(root / RULES_SOURCE): path.read_bytes()
-        for path in (root / RULES_SOURCE).rglob("*.py")
-    }
-    return sorted(
-        str(RULES_SOURCE / name)
-        for name in installed.keys() | tree.keys()
-        if installed.get(name) != tree.get(name)
-    )
+    """Modules of the installed packages the step reads that differ from, or are missing
+    from, the checkout `root`'s sources (empty when the install is the tree's)."""
+    stale = []
+    for package, source in INSTALLED_SOURCES.items():
+        installed = _python_files(resources.files(package))
+        tree = {
+            path.relative_to(root / source): path.read_bytes()
+            for path in (root / source).rglob("*.py")
+        }
+        stale += [
+            str(source / name)
+            for name in installed.keys() | tree.keys()
+            if installed.get(name) != tree.get(name)
+        ]
+    return sorted(stale)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,14 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = stale_install()
     if stale:
         print(
-            f"{COMMAND}: the installed {RULES_PACKAGE} is not this checkout's "
+            f"{COMMAND}: the installed fleetwatch is not this checkout's "
             f"({', '.join(stale)} differ): run {COMMAND}, which reinstalls first",
             file=sys.stderr,
         )
         return 2
     try:
         files = rendered_files(checkout_config(args.config))
-    except (ConfigError, chart_generator.GenerateError) as exc:
+    except (ConfigError, chart_generator.GenerateError, DocError) as exc:
         print(f"{COMMAND}: {exc}", file=sys.stderr)
         return 2
     drifted = rules_writer.sync_files(files, check=args.check, command=COMMAND)

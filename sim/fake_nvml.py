@@ -180,7 +180,7 @@ class FakeNvml:
         self.scenario = node.scenario
         self.init_calls = 0
         self.live_gpm_samples = 0
-        self._hang_calls = frozenset(f.call for f in self.scenario.faults if f.kind == "hang")
+        self._hang_calls = self.node.hang_calls()
         self._wake = threading.Condition()
         self._memory_total = int(self.scenario.extra.get("memory_total_mib", _DEFAULT_MEMORY_MIB))
         clique = self.scenario.extra.get("fabric_clique_id")

@@ -10,49 +10,34 @@ expand into gigabytes (a "YAML bomb").
 from __future__ import annotations
 
 import importlib.resources
-import math
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from fleetwatch.sim.checks import Checker, ScenarioError
+from fleetwatch.sim.faults import FAULT_KINDS, Fault, Hardware
 
 from fleetwatch.k8snames import is_label_key, is_label_value, is_node_name
 
-NVLINK_ERRORS: Final = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
-THROTTLE_REASONS: Final = (
-    "gpu_idle",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake",
-)
-IB_ERRORS: Final = (
-    "symbol",
-    "link_error_recovery",
-    "link_downed",
-    "rcv",
-    "rcv_remote_physical",
-    "rcv_switch_relay",
-    "xmit_discards",
-    "xmit_constraint",
-    "rcv_constraint",
-    "local_link_integrity",
-    "excessive_buffer_overrun",
-    "vl15_dropped",
-    "xmit_wait",
-)
+__all__ = [
+    "BUILTIN_PACKAGE",
+    "LINK_LAYERS",
+    "MAX_SCENARIO_BYTES",
+    "Baseline",
+    "HcaSpec",
+    "PodSpec",
+    "Scenario",
+    "ScenarioError",
+    "builtin_names",
+    "load_scenario",
+    "parse_scenario",
+]
+
 LINK_LAYERS: Final = ("InfiniBand", "Ethernet")
-# Kubernetes names: a pod or namespace name (DNS label/subdomain) and a label key.
-
-
-class ScenarioError(ValueError):
-    """A scenario file is malformed; the message names the file, key and reason."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,36 +78,6 @@ class PodSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fault:
-    """One timed fault. `at` is seconds after the exporter starts; `seconds` bounds it."""
-
-    at: float
-    kind: str
-    gpu: int | None = None
-    link: int | None = None
-    device: str | None = None
-    port: int | None = None
-    error: str | None = None
-    reason: str | None = None
-    call: str | None = None
-    celsius: float | None = None
-    ramp_seconds: float = 0.0
-    per_second: float | None = None
-    xid: int | None = None
-    value: float | None = None
-    seconds: float | None = None
-
-    def active(self, t: float) -> bool:
-        """True while the fault applies at simulated time `t`."""
-        return t >= self.at and (self.seconds is None or t < self.at + self.seconds)
-
-    def elapsed_active(self, t: float) -> float:
-        """Seconds this fault has been applying by time `t` (0 before it starts)."""
-        end = t if self.seconds is None else min(t, self.at + self.seconds)
-        return max(0.0, end - self.at)
-
-
-@dataclass(frozen=True, kw_only=True)
 class Scenario:
     """A simulated node: its hardware and the faults that happen to it."""
 
@@ -142,25 +97,6 @@ class Scenario:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-# Which keys each fault kind requires and allows, beyond `at` and `kind`.
-_FAULT_KEYS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
-    "temperature": (frozenset({"gpu", "celsius"}), frozenset({"ramp_seconds", "seconds"})),
-    "nvlink_errors": (frozenset({"gpu", "link", "error", "per_second"}), frozenset({"seconds"})),
-    "nvlink_down": (frozenset({"gpu", "link"}), frozenset({"seconds"})),
-    "ib_port_down": (frozenset({"device", "port"}), frozenset({"seconds"})),
-    "ib_errors": (frozenset({"device", "port", "error", "per_second"}), frozenset({"seconds"})),
-    "ib_rate": (frozenset({"device", "port", "value"}), frozenset({"seconds"})),
-    "xid": (frozenset({"gpu", "xid"}), frozenset()),
-    "gpu_lost": (frozenset({"gpu"}), frozenset()),
-    "gpu_off_bus": (frozenset({"gpu"}), frozenset()),
-    "hang": (frozenset({"call", "seconds"}), frozenset({"gpu"})),
-    "throttle": (frozenset({"gpu", "reason"}), frozenset({"seconds"})),
-    "tensor_active": (frozenset({"gpu", "value"}), frozenset({"seconds"})),
-    "ecc_errors": (frozenset({"gpu", "error", "per_second"}), frozenset({"seconds"})),
-    "row_remap": (frozenset({"gpu", "error"}), frozenset()),
-    "fabric_degraded": (frozenset({"gpu"}), frozenset({"seconds"})),
-}
-FAULT_KINDS: Final = tuple(_FAULT_KEYS)
 _TOP_REQUIRED: Final = frozenset({"gpus", "gpu_model", "nvlinks_per_gpu", "infiniband"})
 _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "baseline",
@@ -178,60 +114,7 @@ BUILTIN_PACKAGE: Final = "fleetwatch.sim.scenarios"
 MAX_SCENARIO_BYTES: Final = 1024 * 1024
 
 
-class _Checker:
-    """Carries the file name so every error names file, key path and reason."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, key: str, reason: str) -> ScenarioError:
-        return ScenarioError(f"{self.source}: {key}: {reason}")
-
-    def mapping(self, value: Any, key: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
-        return value
-
-    def keys(
-        self, data: dict[str, Any], key: str, required: frozenset[str], allowed: frozenset[str]
-    ) -> None:
-        for name in sorted(required - data.keys()):
-            raise self.fail(f"{key}.{name}" if key else name, "required key is missing")
-        for name in sorted(data.keys() - allowed):
-            raise self.fail(f"{key}.{name}" if key else str(name), "unknown key")
-
-    def integer(self, value: Any, key: str, *, low: int, high: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected an integer, got {value!r}")
-        if not low <= value <= high:
-            raise self.fail(key, f"{value} is out of range {low}..{high}")
-        return value
-
-    def number(self, value: Any, key: str, *, low: float, high: float) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise self.fail(key, f"expected a number, got {value!r}")
-        if not low <= value <= high:
-            raise self.fail(key, f"{value} is out of range {low}..{high}")
-        return float(value)
-
-    def string(self, value: Any, key: str, *, choices: tuple[str, ...] | None = None) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(key, f"expected a non-empty string, got {value!r}")
-        if choices is not None and value not in choices:
-            raise self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
-        return value
-
-    def boolean(self, value: Any, key: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {value!r}")
-        return value
-
-
-def _parse_hca(check: _Checker, raw: Any, key: str) -> HcaSpec:
+def _parse_hca(check: Checker, raw: Any, key: str) -> HcaSpec:
     data = check.mapping(raw, key)
     check.keys(
         data,
@@ -256,7 +139,7 @@ def _parse_hca(check: _Checker, raw: Any, key: str) -> HcaSpec:
     )
 
 
-def _parse_baseline(check: _Checker, raw: Any) -> Baseline:
+def _parse_baseline(check: Checker, raw: Any) -> Baseline:
     data = check.mapping(raw, "baseline")
     limits: dict[str, tuple[float, float]] = {
         "temperature_celsius": (0, 120),
@@ -277,53 +160,15 @@ def _parse_baseline(check: _Checker, raw: Any) -> Baseline:
 
 
 def _parse_fault(
-    check: _Checker, raw: Any, key: str, scenario: dict[str, Any], hcas: tuple[HcaSpec, ...]
+    check: Checker, raw: Any, key: str, hardware: Hardware, kinds: Mapping[str, type[Fault]]
 ) -> Fault:
+    """One `faults[]` entry: its kind's type checks and builds it."""
     data = check.mapping(raw, key)
-    kind = check.string(data.get("kind"), f"{key}.kind", choices=FAULT_KINDS)
-    required, optional = _FAULT_KEYS[kind]
-    check.keys(data, key, required | {"at", "kind"}, required | optional | {"at", "kind"})
-    fields: dict[str, Any] = {
-        "kind": kind,
-        "at": check.number(data["at"], f"{key}.at", low=0, high=1e7),
-    }
-    gpus: int = scenario["gpus"]
-    validators: dict[str, Callable[[Any, str], Any]] = {
-        "gpu": lambda v, k: check.integer(v, k, low=0, high=gpus - 1),
-        "link": lambda v, k: check.integer(v, k, low=0, high=scenario["nvlinks_per_gpu"] - 1),
-        "device": lambda v, k: check.string(v, k, choices=tuple(h.device for h in hcas)),
-        "port": lambda v, k: check.integer(v, k, low=1, high=4),
-        "celsius": lambda v, k: check.number(v, k, low=0, high=130),
-        "ramp_seconds": lambda v, k: check.number(v, k, low=0, high=1e6),
-        "per_second": lambda v, k: check.number(v, k, low=0, high=1e9),
-        "xid": lambda v, k: check.integer(v, k, low=1, high=1000),
-        "seconds": lambda v, k: check.number(v, k, low=0, high=1e7),
-        "call": check.string,
-        "reason": lambda v, k: check.string(v, k, choices=THROTTLE_REASONS),
-    }
-    for name in sorted((required | optional) & data.keys()):
-        value = data[name]
-        if name == "error":
-            choices = {
-                "nvlink_errors": NVLINK_ERRORS,
-                "ib_errors": IB_ERRORS,
-                "ecc_errors": ("corrected", "uncorrected"),
-                "row_remap": ("correctable", "uncorrectable", "pending", "failure"),
-            }[kind]
-            fields[name] = check.string(value, f"{key}.error", choices=choices)
-        elif name == "value":
-            high = 1.0 if kind == "tensor_active" else 1600.0
-            fields[name] = check.number(value, f"{key}.value", low=0, high=high)
-        else:
-            fields[name] = validators[name](value, f"{key}.{name}")
-    if "device" in fields and "port" in fields:
-        hca = next(h for h in hcas if h.device == fields["device"])
-        if fields["port"] > hca.ports:
-            raise check.fail(f"{key}.port", f"{hca.device} has {hca.ports} port(s)")
-    return Fault(**fields)
+    kind = check.string(data.get("kind"), f"{key}.kind", choices=tuple(kinds))
+    return kinds[kind].parse(check, data, key, hardware)
 
 
-def _parse_pods(check: _Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
+def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
     """`pods:`: each GPU index in range and held by one pod at most; Kubernetes names."""
     if raw is None:
         return ()
@@ -372,9 +217,13 @@ def _parse_pods(check: _Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
     return tuple(pods)
 
 
-def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
-    """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason."""
-    check = _Checker(source)
+def parse_scenario(
+    data: Any, *, source: str, name: str, kinds: Mapping[str, type[Fault]] = FAULT_KINDS
+) -> Scenario:
+    """Validate parsed YAML and build a Scenario; raises ScenarioError naming file/key/reason.
+
+    `kinds` are the fault kinds a scenario may name (every kind the simulator has)."""
+    check = Checker(source)
     top = check.mapping(data, "(top level)")
     check.keys(top, "", _TOP_REQUIRED, frozenset(_TOP_ALLOWED))
     top["gpus"] = check.integer(top["gpus"], "gpus", low=0, high=72)
@@ -391,8 +240,13 @@ def parse_scenario(data: Any, *, source: str, name: str) -> Scenario:
     raw_faults = top.get("faults") or []
     if not isinstance(raw_faults, list):
         raise check.fail("faults", "expected a list of faults")
+    hardware = Hardware(
+        gpus=top["gpus"],
+        nvlinks_per_gpu=top["nvlinks_per_gpu"],
+        ports={h.device: h.ports for h in hcas},
+    )
     faults = tuple(
-        _parse_fault(check, f, f"faults[{i}]", top, hcas) for i, f in enumerate(raw_faults)
+        _parse_fault(check, f, f"faults[{i}]", hardware, kinds) for i, f in enumerate(raw_faults)
     )
     extra = top.get("extra", {})
     return Scenario(

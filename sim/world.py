@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_BITS
-from fleetwatch.sim.scenario import Fault, HcaSpec, Scenario
+from fleetwatch.sim.faults import ROW_REMAP_EVENTS, Fault
+from fleetwatch.sim.scenario import HcaSpec, Scenario
 
 # Steady traffic per active port, in bytes per second of line rate used.
 _LINK_LOAD: Final = 0.35
@@ -59,43 +60,40 @@ class SimulatedNode:
     def now(self) -> float:
         return self.clock.elapsed()
 
-    def _faults(self, kind: str, t: float) -> list[Fault]:
-        return [f for f in self.scenario.faults if f.kind == kind and f.at <= t]
+    def _started(self, t: float) -> list[Fault]:
+        """The faults that have started by `t`, in order: each reading folds their effects."""
+        return [f for f in self.scenario.faults if f.at <= t]
 
     # -- GPUs -------------------------------------------------------------------------
     def gpu_lost(self, gpu: int, t: float | None = None) -> bool:
         """NVML answers `GpuIsLost` for the GPU: lost (still on the bus) or fallen off it."""
         t = self.now() if t is None else t
-        lost = (*self._faults("gpu_lost", t), *self._faults("gpu_off_bus", t))
-        return any(f.gpu == gpu for f in lost)
+        return any(gpu in f.lost_gpus() for f in self._started(t))
 
     def gpu_on_bus(self, gpu: int, t: float | None = None) -> bool:
-        """The GPU is a PCI function in sysfs (until a `gpu_off_bus` fault removes it)."""
+        """The GPU is a PCI function in sysfs (until a fault removes it from the bus)."""
         t = self.now() if t is None else t
-        return not any(f.gpu == gpu for f in self._faults("gpu_off_bus", t))
+        return not any(gpu in f.bus_removals() for f in self._started(t))
 
     def off_bus_events(self, t: float | None = None) -> list[tuple[float, int]]:
         """(time, gpu) for every GPU that has fallen off the bus by `t`, in order."""
         t = self.now() if t is None else t
-        return [(f.at, f.gpu or 0) for f in self._faults("gpu_off_bus", t)]
+        return [(f.at, gpu) for f in self._started(t) for gpu in f.bus_removals()]
 
     def _wave(self, gpu: int, t: float, amplitude: float, period: float) -> float:
         """A small deterministic wobble so graphs look alive and GPUs differ."""
         return amplitude * math.sin(2 * math.pi * t / period + gpu * 0.7)
 
+    def base_temperature(self, gpu: int) -> float:
+        """The GPU's steady die temperature (°C) before wobble and faults."""
+        return self.scenario.baseline.temperature_celsius + 0.5 * gpu
+
     def gpu_temperature(self, gpu: int, t: float | None = None) -> float:
-        """GPU die temperature (°C): baseline plus wobble, then temperature faults ramp it."""
+        """GPU die temperature (°C): baseline plus wobble, then faults change it."""
         t = self.now() if t is None else t
-        base = self.scenario.baseline.temperature_celsius + 0.5 * gpu
-        value = base + self._wave(gpu, t, 1.0, 60.0)
-        for fault in self._faults("temperature", t):
-            if fault.gpu != gpu or not fault.active(t):
-                continue
-            target = fault.celsius if fault.celsius is not None else value
-            ramp = fault.ramp_seconds
-            progress = 1.0 if ramp <= 0 else min(1.0, (t - fault.at) / ramp)
-            start = self.gpu_temperature(gpu, fault.at - 1e-9) if fault.at > 0 else base
-            value = start + (target - start) * progress
+        value = self.base_temperature(gpu) + self._wave(gpu, t, 1.0, 60.0)
+        for fault in self._started(t):
+            value = fault.temperature(gpu, value, t, self)
         return round(value, 1)
 
     def memory_temperature(self, gpu: int, t: float | None = None) -> float:
@@ -110,9 +108,8 @@ class SimulatedNode:
     def tensor_active(self, gpu: int, t: float | None = None) -> float:
         t = self.now() if t is None else t
         value = self.scenario.baseline.tensor_active + self._wave(gpu, t, 0.02, 30.0)
-        for fault in self._faults("tensor_active", t):
-            if fault.gpu == gpu and fault.active(t) and fault.value is not None:
-                value = fault.value
+        for fault in self._started(t):
+            value = fault.tensor_active(gpu, value, t)
         return round(min(1.0, max(0.0, value)), 4)
 
     def sm_active(self, gpu: int, t: float | None = None) -> float:
@@ -135,11 +132,7 @@ class SimulatedNode:
     def throttle_reasons(self, gpu: int, t: float | None = None) -> frozenset[str]:
         """Clock-event reasons active now: faults, plus thermal slowdown above slowdown temp."""
         t = self.now() if t is None else t
-        reasons = {
-            f.reason
-            for f in self._faults("throttle", t)
-            if f.gpu == gpu and f.active(t) and f.reason
-        }
+        reasons = {r for f in self._started(t) for r in f.throttle_reasons(gpu, t)}
         if self.gpu_temperature(gpu, t) >= SLOWDOWN_CELSIUS:
             reasons.add("sw_thermal_slowdown")
         return frozenset(reasons)
@@ -147,59 +140,41 @@ class SimulatedNode:
     def throttle_seconds(self, gpu: int, reason: str, t: float | None = None) -> float:
         """Cumulative seconds `reason` was active (the violation-time counters)."""
         t = self.now() if t is None else t
-        return sum(
-            f.elapsed_active(t)
-            for f in self._faults("throttle", t)
-            if f.gpu == gpu and f.reason == reason
-        )
+        return sum(f.throttle_seconds(gpu, reason, t) for f in self._started(t))
 
     def xid_events(self, t: float | None = None) -> list[tuple[float, int, int]]:
         """(time, gpu, xid) for every Xid that has happened by `t`, in order."""
         t = self.now() if t is None else t
-        return [(f.at, f.gpu or 0, f.xid or 0) for f in self._faults("xid", t)]
+        return [event for f in self._started(t) for event in f.xid_events()]
 
     def ecc_errors(self, gpu: int, severity: str, t: float | None = None) -> int:
         t = self.now() if t is None else t
-        return int(
-            sum(
-                (f.per_second or 0) * f.elapsed_active(t)
-                for f in self._faults("ecc_errors", t)
-                if f.gpu == gpu and f.error == severity
-            )
-        )
+        return int(sum(f.ecc_errors(gpu, severity, t) for f in self._started(t)))
 
     def row_remap(self, gpu: int, t: float | None = None) -> dict[str, int]:
         """Remapped rows by cause plus pending/failure flags."""
         t = self.now() if t is None else t
-        state = {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0}
-        for fault in self._faults("row_remap", t):
-            if fault.gpu == gpu and fault.error:
-                state[fault.error] += 1
+        state = dict.fromkeys(ROW_REMAP_EVENTS, 0)
+        for fault in self._started(t):
+            for event in fault.row_remaps(gpu):
+                state[event] += 1
         state["pending"] = min(1, state["pending"])
         state["failure"] = min(1, state["failure"])
         return state
 
     def fabric_degraded(self, gpu: int, t: float | None = None) -> bool:
-        """True while a `fabric_degraded` fault holds the GPU's NVLink-fabric bandwidth down."""
+        """True while a fault holds the GPU's NVLink-fabric bandwidth down."""
         t = self.now() if t is None else t
-        return any(f.gpu == gpu and f.active(t) for f in self._faults("fabric_degraded", t))
+        return any(f.fabric_degraded(gpu, t) for f in self._started(t))
 
     # -- NVLink -------------------------------------------------------------------------
     def nvlink_up(self, gpu: int, link: int, t: float | None = None) -> bool:
         t = self.now() if t is None else t
-        return not any(
-            f.gpu == gpu and f.link == link and f.active(t) for f in self._faults("nvlink_down", t)
-        )
+        return not any(f.nvlink_down(gpu, link, t) for f in self._started(t))
 
     def nvlink_errors(self, gpu: int, link: int, error: str, t: float | None = None) -> int:
         t = self.now() if t is None else t
-        return int(
-            sum(
-                (f.per_second or 0) * f.elapsed_active(t)
-                for f in self._faults("nvlink_errors", t)
-                if f.gpu == gpu and f.link == link and f.error == error
-            )
-        )
+        return int(sum(f.nvlink_errors(gpu, link, error, t) for f in self._started(t)))
 
     def nvlink_throughput(self, gpu: int, t: float | None = None) -> float:
         """Per-GPU NVLink traffic in bytes/s each direction, following tensor activity."""
@@ -207,14 +182,14 @@ class SimulatedNode:
         return round(self.tensor_active(gpu, t) * 200e9, 0)
 
     # -- Hangs --------------------------------------------------------------------------
+    def hang_calls(self) -> frozenset[str]:
+        """Every NVML call some fault of the scenario may block, at any time."""
+        return frozenset(call for f in self.scenario.faults for call in f.hang_calls())
+
     def hang_remaining(self, call: str, gpu: int | None, t: float | None = None) -> float:
         """Seconds a call made now must block for (0 when no hang applies)."""
         t = self.now() if t is None else t
-        remaining = 0.0
-        for fault in self._faults("hang", t):
-            if fault.call == call and fault.active(t) and (fault.gpu is None or fault.gpu == gpu):
-                remaining = max(remaining, fault.at + (fault.seconds or 0) - t)
-        return remaining
+        return max((f.hang_remaining(call, gpu, t) for f in self._started(t)), default=0.0)
 
     def block_for_hang(self, call: str, gpu: int | None) -> None:
         """Block the calling thread like a wedged driver would, while a hang fault applies."""
@@ -233,16 +208,10 @@ class SimulatedNode:
 
     def port_state(self, device: str, port: int, t: float | None = None) -> PortState:
         t = self.now() if t is None else t
-        hca = self.hca(device)
-        down = any(
-            f.device == device and f.port == port and f.active(t)
-            for f in self._faults("ib_port_down", t)
-        )
-        rate: float = hca.rate_gbps
-        for fault in self._faults("ib_rate", t):
-            if fault.device == device and fault.port == port and fault.active(t) and fault.value:
-                rate = fault.value
-        if down:
+        rate: float = self.hca(device).rate_gbps
+        for fault in self._started(t):
+            rate = fault.port_rate(device, port, rate, t)
+        if any(f.port_down(device, port, t) for f in self._started(t)):
             return PortState(
                 state_id=1, state="DOWN", phys_state_id=2, phys_state="Polling", rate_gbps=rate
             )
@@ -253,18 +222,12 @@ class SimulatedNode:
     def port_flaps(self, device: str, port: int, t: float | None = None) -> int:
         """How many times the link went down by `t` (what `link_downed` counts)."""
         t = self.now() if t is None else t
-        return sum(
-            1 for f in self._faults("ib_port_down", t) if f.device == device and f.port == port
-        )
+        return sum(f.port_flaps(device, port) for f in self._started(t))
 
     def port_error_raw(self, device: str, port: int, error: str, t: float | None = None) -> int:
         """An error count without saturation (what a 64-bit extended counter shows)."""
         t = self.now() if t is None else t
-        count = sum(
-            (f.per_second or 0) * f.elapsed_active(t)
-            for f in self._faults("ib_errors", t)
-            if f.device == device and f.port == port and f.error == error
-        )
+        count = sum(f.port_errors(device, port, error, t) for f in self._started(t))
         if error == "link_downed":
             count += self.port_flaps(device, port, t)
         return int(count)
@@ -282,11 +245,7 @@ class SimulatedNode:
         hca = self.hca(device)
         bytes_per_second = hca.rate_gbps * 125_000_000 * _LINK_LOAD
         skew = 1.0 if direction == "tx" else 0.98
-        down_seconds = sum(
-            f.elapsed_active(t)
-            for f in self._faults("ib_port_down", t)
-            if f.device == device and f.port == port
-        )
+        down_seconds = sum(f.port_down_seconds(device, port, t) for f in self._started(t))
         return int(bytes_per_second * skew * max(0.0, t + 3600 - down_seconds) / 4)
 
     def port_packets(self, device: str, port: int, direction: str, t: float | None = None) -> int:

@@ -70,9 +70,16 @@ def test_a_bad_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_a_missed_reinstall_is_found(tmp_path: Path) -> None:
-    shutil.copytree(generate.ROOT / "rules", tmp_path / "rules")
+    for source in generate.INSTALLED_SOURCES.values():
+        shutil.copytree(generate.ROOT / source, tmp_path / source)
     assert generate.stale_install(tmp_path) == []
     module = tmp_path / "rules" / "generate.py"
     module.write_text(module.read_text() + "\n# edited after the install\n")
     (tmp_path / "rules" / "new_module.py").write_text('"""Not installed yet."""\n')
-    assert generate.stale_install(tmp_path) == ["rules/generate.py", "rules/new_module.py"]
+    faults = tmp_path / "sim" / "faults.py"
+    faults.write_text(faults.read_text() + "\n# a fault kind added after the install\n")
+    assert generate.stale_install(tmp_path) == [
+        "rules/generate.py",
+        "rules/new_module.py",
+        "sim/faults.py",
+    ]

@@ -39,7 +39,24 @@ from fleetwatch.flags import (
     setting,
     shown_address,
 )
-from fleetwatch.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
+from fleetwatch.sim.faults import (
+    EccErrors,
+    Fault,
+    GpuLost,
+    GpuOffBus,
+    Hang,
+    IbErrors,
+    IbPortDown,
+    IbRate,
+    NvlinkDown,
+    NvlinkErrors,
+    RowRemap,
+    Temperature,
+    TensorActive,
+    Throttle,
+    Xid,
+)
+from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, MissingBinary, ServerError, prom_alerts
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
 
@@ -267,79 +284,81 @@ def _busiest_throttled(scenario: Scenario) -> set[int]:
     top = {
         f.gpu
         for f in scenario.faults
-        if f.kind == "tensor_active" and (f.value or 0) > scenario.baseline.tensor_active
+        if isinstance(f, TensorActive) and f.value > scenario.baseline.tensor_active
     }
     held = {g for pod in scenario.pods for g in pod.gpus}
-    throttled = {f.gpu for f in scenario.faults if f.kind == "throttle"}
+    throttled = {f.gpu for f in scenario.faults if isinstance(f, Throttle)}
     return {gpu for gpu in held if gpu in top and gpu in throttled}
 
 
 def _fault_story(fault: Fault, *, limit: float, busiest: set[int], waits: dict[str, str]) -> str:
     """One line of the story for one fault; `waits` holds the per-job alerts' `for`."""
-    gpu = f"GPU {fault.gpu}"
+    gpu = f"GPU {getattr(fault, 'gpu', None)}"
     lasting = f" for {fault.seconds:g}s" if fault.seconds else ""
-    if fault.kind == "temperature":
-        if fault.celsius is not None and fault.celsius > limit:
+    match fault:
+        case Temperature() if fault.celsius > limit:
             # A ramp of minutes leaves GPUOverheatingSoon (trend over 10m, for 2m) time to warn.
             early = "GPUOverheatingSoon warns on the way, " if fault.ramp_seconds >= 180 else ""
             return (
                 f"{gpu} heats to {fault.celsius:g} °C: {early}GPUOverheating fires above "
                 f"{limit:g} °C and the node is tainted fleetwatch.io/gpu-overheat"
             )
-        return (
-            f"{gpu} cools to {fault.celsius:g} °C: the overheat taint goes after the "
-            "tainter's hold time, once Prometheus shows the node cool"
-        )
-    if fault.kind == "throttle":
-        text = f"{gpu} slows its clocks ({fault.reason}){lasting}"
-        if fault.gpu in busiest:
+        case Temperature():
             return (
-                f"{text} while it is its training job's busiest GPU: the GPU the job waits "
-                f"for, GPUStraggler (after {waits['GPUStraggler']})"
+                f"{gpu} cools to {fault.celsius:g} °C: the overheat taint goes after the "
+                "tainter's hold time, once Prometheus shows the node cool"
             )
-        return text
-    if fault.kind == "tensor_active":
-        value = fault.value or 0.0
-        if fault.gpu in busiest:
-            return f"{gpu}'s tensor cores run at {value:.0%}, the busiest of its job"
-        return (
-            f"{gpu}'s tensor cores drop to {value:.0%}{lasting}: GPUIdleInJob "
-            f"(after {waits['GPUIdleInJob']}) when its job trains on"
-        )
+        case Throttle():
+            text = f"{gpu} slows its clocks ({fault.reason}){lasting}"
+            if fault.gpu in busiest:
+                return (
+                    f"{text} while it is its training job's busiest GPU: the GPU the job waits "
+                    f"for, GPUStraggler (after {waits['GPUStraggler']})"
+                )
+            return text
+        case TensorActive() if fault.gpu in busiest:
+            return f"{gpu}'s tensor cores run at {fault.value:.0%}, the busiest of its job"
+        case TensorActive():
+            return (
+                f"{gpu}'s tensor cores drop to {fault.value:.0%}{lasting}: GPUIdleInJob "
+                f"(after {waits['GPUIdleInJob']}) when its job trains on"
+            )
     return _other_fault_story(fault, gpu=gpu, lasting=lasting)
 
 
 def _other_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
     """The story line of a fault that neither heats, throttles nor idles a GPU."""
-    port = f"InfiniBand {fault.device}/{fault.port}"
-    match fault.kind:
-        case "nvlink_errors":
+    match fault:
+        case NvlinkErrors():
             return (
                 f"NVLink {fault.link} of {gpu} counts {fault.per_second:g} {fault.error} "
                 f"errors/s{lasting}: NVLinkErrorsRising"
             )
-        case "nvlink_down":
+        case NvlinkDown():
             return f"NVLink {fault.link} of {gpu} goes down{lasting}: NVLinkDown"
-        case "ib_port_down":
+        case IbPortDown():
+            port = f"InfiniBand {fault.device}/{fault.port}"
             return f"{port} goes down{lasting}" + (": a flap" if lasting else "")
-        case "ib_errors":
+        case IbErrors():
+            port = f"InfiniBand {fault.device}/{fault.port}"
             return f"{port} counts {fault.per_second:g} {fault.error} errors/s{lasting}"
-        case "ib_rate":
+        case IbRate():
+            port = f"InfiniBand {fault.device}/{fault.port}"
             return f"{port} trains at {fault.value:g} Gb/s{lasting}: InfiniBandLinkDegraded"
-        case "xid":
+        case Xid():
             return f"{gpu} reports Xid {fault.xid}"
-        case "gpu_lost":
+        case GpuLost():
             return f"{gpu} falls off the bus: tainted fleetwatch.io/gpu-lost."
-        case "gpu_off_bus":
+        case GpuOffBus():
             return f"{gpu} falls off the PCI bus: gone from NVML and from sysfs"
-        case "hang":
+        case Hang():
             return (
                 f"NVML call {fault.call} hangs for {fault.seconds:g}s: the collector reading "
                 "it is reported down, nothing else is"
             )
-        case "ecc_errors":
+        case EccErrors():
             return f"{gpu} counts {fault.per_second:g} {fault.error} ECC errors/s{lasting}"
-        case "row_remap":
+        case RowRemap():
             return f"{gpu} has a {fault.error} row remap event"
     return f"{fault.kind} on {gpu}{lasting}"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fleetwatch.sim.faults import Temperature
 from fleetwatch.sim.kubelet import kube_pod_labels
 from fleetwatch.sim.scenario import (
     MAX_SCENARIO_BYTES,
@@ -44,7 +45,7 @@ def test_builtins_load() -> None:
 
 def test_valid_file_loads(tmp_path: Path) -> None:
     scenario = load_scenario(str(write(tmp_path, VALID)))
-    assert scenario.faults[0].gpu == 3
+    assert scenario.faults == (Temperature(at=10.0, gpu=3, celsius=84.0, ramp_seconds=20.0),)
     node = SimulatedNode(scenario=scenario, clock=FixedClock(40))
     assert node.gpu_temperature(3) == 84.0
 

@@ -15,7 +15,7 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import FabricReading, NvmlSource
-from fleetwatch.sim.scenario import Fault
+from fleetwatch.sim.faults import FabricDegraded
 
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text
@@ -67,7 +67,7 @@ def test_gb200_fabric_degraded_gpu_reads_1_and_the_others_0() -> None:
 
 
 def test_fabric_degraded_fault_ends_after_its_seconds() -> None:
-    fault = Fault(at=10.0, kind="fabric_degraded", gpu=0, seconds=20.0)
+    fault = FabricDegraded(at=10.0, gpu=0, seconds=20.0)
     for at, expected in ((5.0, 0.0), (15.0, 1.0), (40.0, 0.0)):
         _, source = simulated("dgx-h100", at=at, faults=(fault,), extra={"fabric_clique_id": 1})
         families = GpuCollector(source=source, expected_count=None).collect()

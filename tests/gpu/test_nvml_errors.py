@@ -15,7 +15,7 @@ from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
-from fleetwatch.sim.scenario import Fault
+from fleetwatch.sim.faults import GpuLost, Hang, NvlinkDown, NvlinkErrors, TensorActive
 
 from fleetwatch import collectors
 from tests.gpu.simnode import samples, simulated
@@ -40,7 +40,7 @@ def test_gpu_lost_drops_that_gpu_only(caplog: pytest.LogCaptureFixture) -> None:
     _, source = simulated(at=100.0)
     collector = GpuCollector(source=source, expected_count=8)
     assert samples(collector.collect(), "fleetwatch_gpus_visible") == {(): 8.0}
-    lost, lost_source = simulated(at=100.0, faults=(Fault(at=50, kind="gpu_lost", gpu=6),))
+    lost, lost_source = simulated(at=100.0, faults=(GpuLost(at=50, gpu=6),))
     # The same source after GPU 6 fell off the bus mid-run: identities known, calls fail.
     lost_source._gpus, lost_source._started = source.gpus(), True
     lost_source.lib = lost
@@ -70,7 +70,7 @@ def test_timeout_is_counted_and_other_gpus_keep_reporting() -> None:
 
 
 def test_hung_call_blocks_its_collector_not_the_others() -> None:
-    hang = Fault(at=0, kind="hang", call="nvmlDeviceGetPowerUsage", seconds=1000, gpu=3)
+    hang = Hang(at=0, call="nvmlDeviceGetPowerUsage", seconds=1000, gpu=3)
     fake, source = simulated(faults=(hang,))
     source.gpus()
     done = threading.Event()
@@ -109,8 +109,8 @@ def test_nvlink5_fields_absent_on_hopper() -> None:
 
 
 def test_per_gpu_aggregation() -> None:
-    errors = Fault(at=0, kind="nvlink_errors", gpu=5, link=2, error="crc_flit", per_second=1)
-    down = Fault(at=0, kind="nvlink_down", gpu=5, link=3)
+    errors = NvlinkErrors(at=0, gpu=5, link=2, error="crc_flit", per_second=1)
+    down = NvlinkDown(at=0, gpu=5, link=3)
     _, source = simulated(faults=(errors, down))
     families = NvLinkCollector(source=source, nvlink5=True, per_gpu=True).collect()
     links_up = samples(families, "fleetwatch_nvlink_links_up")
@@ -151,7 +151,7 @@ def test_gpm_reports_held_counters_and_recovers() -> None:
 
 
 def test_tensor_activity_follows_the_fault() -> None:
-    low = Fault(at=0, kind="tensor_active", gpu=4, value=0.05)
+    low = TensorActive(at=0, gpu=4, value=0.05)
     _, source = simulated(faults=(low,))
     collector = GpmCollector(source=source)
     collector.collect()

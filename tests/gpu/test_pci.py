@@ -21,7 +21,7 @@ from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import servers
 from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
-from fleetwatch.sim.scenario import Fault
+from fleetwatch.sim.faults import Fault, GpuFault, GpuLost, GpuOffBus
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 
 from fleetwatch.catalog.gpu import GPUS_VISIBLE
@@ -169,12 +169,12 @@ def test_bus_ids_stay_unique_and_in_order_on_a_rack() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "visible", "on_bus"), [("gpu_lost", 7.0, 8.0), ("gpu_off_bus", 7.0, 7.0)]
+    ("kind", "visible", "on_bus"), [(GpuLost, 7.0, 8.0), (GpuOffBus, 7.0, 7.0)]
 )
 def test_a_lost_gpu_stays_on_the_bus_until_it_falls_off(
-    tmp_path: Path, kind: str, visible: float, on_bus: float
+    tmp_path: Path, kind: type[GpuFault], visible: float, on_bus: float
 ) -> None:
-    source = simulated_tree(tmp_path, Fault(at=50.0, kind=kind, gpu=3))
+    source = simulated_tree(tmp_path, kind(at=50.0, gpu=3))
     gpu = GpuCollector(source=source, expected_count=None).collect()
     assert samples(gpu, GPUS_VISIBLE.name) == {(): visible}
     pci = collect(tmp_path)
@@ -185,7 +185,7 @@ def test_a_lost_gpu_stays_on_the_bus_until_it_falls_off(
 
 
 def test_falling_off_the_bus_is_logged_by_the_kernel(tmp_path: Path) -> None:
-    fake, source = simulated(at=120.0, faults=(Fault(at=50.0, kind="gpu_off_bus", gpu=3),))
+    fake, source = simulated(at=120.0, faults=(GpuOffBus(at=50.0, gpu=3),))
     log = SimulatedKernelLog(node=fake.node)
     log.opened_at = 0.0  # the exporter started at boot: the fall is news
     collector = XidCollector(

@@ -21,7 +21,7 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import servers
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog, simulated_pci_bus_id
-from fleetwatch.sim.scenario import Fault
+from fleetwatch.sim.faults import GpuLost, Xid
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.cli import build_parser
@@ -271,7 +271,7 @@ def test_kernel_log_history_is_not_new(tmp_path: Path, caplog: pytest.LogCapture
 
 
 def test_lost_gpu_keeps_its_xid_counter_in_simulation() -> None:
-    faults = (Fault(at=130, kind="xid", gpu=6, xid=79), Fault(at=130, kind="gpu_lost", gpu=6))
+    faults = (Xid(at=130, gpu=6, xid=79), GpuLost(at=130, gpu=6))
     fake, source = simulated(at=120.0, faults=faults)
     source.gpus()  # enumerated while GPU 6 was healthy
     clock = fake.node.clock
@@ -347,8 +347,8 @@ def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFi
 
 def test_kmsg_source_alone_registers_no_nvml_events() -> None:
     faults = (  # one before the exporter started, one after
-        Fault(at=100, kind="xid", gpu=4, xid=119),
-        Fault(at=130, kind="xid", gpu=4, xid=119),
+        Xid(at=100, gpu=4, xid=119),
+        Xid(at=130, gpu=4, xid=119),
     )
     fake, _ = simulated(at=120.0, faults=faults)
     collector = _created(fake, "--collector.xid.source=kmsg")
@@ -371,7 +371,7 @@ def test_kmsg_source_alone_registers_no_nvml_events() -> None:
 
 
 def test_both_sources_count_the_history_apart_and_new_events_once() -> None:
-    faults = (Fault(at=100, kind="xid", gpu=4, xid=119), Fault(at=130, kind="xid", gpu=4, xid=48))
+    faults = (Xid(at=100, gpu=4, xid=119), Xid(at=130, gpu=4, xid=48))
     fake, _ = simulated(at=120.0, faults=faults)
     collector = _created(fake, "--collector.xid.source=nvml,kmsg")
     try:

@@ -1,0 +1,67 @@
+"""Validation of scenario values: each failure names the file, the key path and the reason.
+
+Both the scenario loader and the fault kinds (faults.py) validate with one `Checker`, so a
+bad value reads the same wherever in a scenario it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed; the message names the file, key and reason."""
+
+
+class Checker:
+    """Carries the file name so every error names file, key path and reason."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, reason: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {key}: {reason}")
+
+    def mapping(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def keys(
+        self, data: dict[str, Any], key: str, required: frozenset[str], allowed: frozenset[str]
+    ) -> None:
+        for name in sorted(required - data.keys()):
+            raise self.fail(f"{key}.{name}" if key else name, "required key is missing")
+        for name in sorted(data.keys() - allowed):
+            raise self.fail(f"{key}.{name}" if key else str(name), "unknown key")
+
+    def integer(self, value: Any, key: str, *, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"expected an integer, got {value!r}")
+        if not low <= value <= high:
+            raise self.fail(key, f"{value} is out of range {low}..{high}")
+        return value
+
+    def number(self, value: Any, key: str, *, low: float, high: float) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise self.fail(key, f"expected a number, got {value!r}")
+        if not low <= value <= high:
+            raise self.fail(key, f"{value} is out of range {low}..{high}")
+        return float(value)
+
+    def string(self, value: Any, key: str, *, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {value!r}")
+        return value
