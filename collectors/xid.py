@@ -43,6 +43,7 @@ from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
+    UNREADABLE_REASONS,
     FallenOffBus,
     KernelLog,
     KernelXid,
@@ -64,7 +65,6 @@ XID_HISTORY = "fleetwatch_gpu_xid_history_errors"
 FALLEN_OFF_BUS = "fleetwatch_gpu_fallen_off_bus_total"
 SXID = "fleetwatch_nvswitch_sxid_errors_total"
 UNREADABLE = "fleetwatch_kmsg_unreadable_records_total"
-UNREADABLE_REASONS: Final = ("no_timestamp", "malformed")
 SPECS: Final = (
     MetricSpec(
         XID,
@@ -95,7 +95,8 @@ SPECS: Final = (
     MetricSpec(
         UNREADABLE,
         "counter",
-        "Kernel-log lines that are not timestamped records, or Xid/SXid records that do not parse.",
+        "Kernel-log lines that are not timestamped records, or Xid, SXid or "
+        "fallen-off-the-bus records that do not parse (malformed) or hold binary data.",
         ("reason",),
     ),
 )
@@ -263,7 +264,7 @@ class XidCollector:
             if self.kernel_counts.add(UNREADABLE, (found.reason,)) == 1:
                 log.warning(
                     "unreadable kernel log record, counted and skipped (logged once per reason)",
-                    extra={"reason": found.reason, "record": found.line[:200]},
+                    extra={"reason": found.reason, "why": found.why, "record": found.line[:200]},
                 )
             return
         new = found.seconds >= self._kernel_log.opened_at

@@ -17,6 +17,7 @@ from fleetwatch.collectors.sources.kmsg import (
     Unreadable,
     normalize_pci,
     parse_record,
+    unescape,
 )
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import servers
@@ -108,25 +109,119 @@ def test_parse_records(line: str, expected: object) -> None:
     assert parse_record(line) == expected
 
 
+def kmsg_record(sequence: int, usec: int, message: str, *, dictionary: str = "") -> str:
+    r"""One record as /dev/kmsg's read() builds it: header, the message with every byte below
+    0x20 or above 0x7e (and the backslash) escaped as \xNN, then " KEY=value" lines."""
+    escaped = "".join(
+        f"\\x{byte:02x}" if byte < 0x20 or byte > 0x7E or byte == 0x5C else chr(byte)
+        for byte in message.encode()
+    )
+    return f"3,{sequence},{usec},-;{escaped}\n{dictionary}"
+
+
+# The driver's own texts (open-gpu-kernel-modules' nv.c and nv-pci.c, and NVIDIA's Xid docs).
+DRIVER_FALLEN = (
+    "NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:2901)\n"
+    "NVRM: installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands.\n"
+)
+DRIVER_FALLEN_NO_ID = (
+    "NVRM: The NVIDIA GPU 0000:3b:00.0\n"
+    "NVRM: installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands.\n"
+)
+
+
 @pytest.mark.parametrize(
-    ("line", "reason"),
+    ("message", "expected"),
     [
-        ("NVRM: Xid (PCI:0000:18:00): 13", "no_timestamp"),  # no kmsg header
-        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", "no_timestamp"),  # dmesg
-        ("3,5,,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
-        ("3,x,1,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
-        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): , pid=1", "malformed"),
-        ("3,5,1,-;NVRM: Xid (PCI:zz:18:00): 79, pid=1", "malformed"),
-        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): 0, pid=1", "malformed"),
-        ("3,5,1,-;nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): garbled, Fatal", "malformed"),
+        (DRIVER_FALLEN, FallenOffBus(pci_bus_id="0000:18:00", sequence=40, seconds=7.5)),
+        (DRIVER_FALLEN_NO_ID, FallenOffBus(pci_bus_id="0000:3b:00", sequence=40, seconds=7.5)),
+        (
+            "NVRM: GPU 18:00.0: GPU has fallen off the bus.",
+            FallenOffBus(pci_bus_id="0000:18:00", sequence=40, seconds=7.5),
+        ),
+        (
+            "NVRM: Xid (0000:03:00): 14, Channel 00000001",  # before the driver printed "PCI:"
+            KernelXid(pci_bus_id="0000:03:00", xid=14, sequence=40, seconds=7.5),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:5a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen "
+            "off the bus.",
+            KernelXid(pci_bus_id="0000:5a:00", xid=79, sequence=40, seconds=7.5),
+        ),
+        (
+            "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+            "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 30",
+            SwitchXid(
+                device="nvswitch2",
+                pci_bus_id="0000:07:00",
+                sxid=20034,
+                fatal=True,
+                sequence=40,
+                seconds=7.5,
+            ),
+        ),
     ],
 )
-def test_unreadable_records(line: str, reason: str) -> None:
-    assert parse_record(line) == Unreadable(reason=reason, line=line)  # type: ignore[arg-type]
+def test_driver_texts_as_dev_kmsg_delivers_them(message: str, expected: object) -> None:
+    line, *dictionary = kmsg_record(
+        40, 7_500_000, message, dictionary=" SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0\n"
+    ).split("\n")
+    assert ("\\x0a" in line) == ("\n" in message)  # the driver's newlines, escaped
+    assert parse_record(line) == expected
+    assert [parse_record(extra) for extra in dictionary] == [None] * len(dictionary)
+
+
+def test_unescape_gives_back_the_bytes() -> None:
+    assert unescape("a\\x0ab\\x5cx41\\xc3\\xa9") == "a\nb\\x41\u00e9"
+    assert unescape("no escapes") == "no escapes"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason", "why"),
+    [
+        ("NVRM: Xid (PCI:0000:18:00): 13", "no_timestamp", "not a prio,seq,usec,flags;message"),
+        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", "no_timestamp", "not a"),
+        ("3,5,,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp", "not a"),
+        ("3,x,1,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp", "not a"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): , pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:zz:18:00): 79, pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): 0, pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:1", "malformed", "Xid record does not parse"),  # truncated
+        ("3,5,1,-;NVRM: Xid (PCI:\\x00\\xff\\x01", "binary", "Xid record holds binary data"),
+        ("3,5,1,-;nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): garbled, Fatal", "malformed", "SXid"),
+        (
+            "3,5,1,-;NVRM: The NVIDIA GPU \\x8a\\x07 has fallen off the bus",
+            "binary",
+            "fallen-off-the-bus record holds binary data",
+        ),
+        (
+            "3,5,1,-;NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:2901)\\x0aNVRM: install",
+            None,  # truncated before the words that say what happened: not ours, not counted
+            None,
+        ),
+        (
+            "3,5,1,-;NVRM: GPU zz: GPU has fallen off the bus.",
+            "malformed",
+            "fallen-off-the-bus record does not parse",
+        ),
+    ],
+)
+def test_unreadable_records(line: str, reason: str | None, why: str | None) -> None:
+    found = parse_record(line)
+    if reason is None:
+        assert found is None
+        return
+    assert isinstance(found, Unreadable)
+    assert (found.reason, found.line) == (reason, line)
+    assert why is not None
+    assert found.why.startswith(why)
 
 
 def test_normalize_pci() -> None:
     assert normalize_pci("00000000:18:00.0") == normalize_pci("0000:18:00") == "0000:18:00"
+    assert normalize_pci("18:00.0") == normalize_pci("18:00") == "0000:18:00"
 
 
 def test_ledger_counts_each_xid_once_across_sources() -> None:
@@ -198,7 +293,7 @@ def wait_for_unreadable(
 ) -> None:
     """Wait until the unreadable-record counters read these counts (the records before
     them have been handled by then)."""
-    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed}
+    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed, ("binary",): 0.0}
     servers.wait_until(
         lambda: family(collector, "fleetwatch_kmsg_unreadable_records_total") == expected,
         timeout=10,
