@@ -13,8 +13,11 @@ restarted) on a node whose log holds an old Xid must not report it as a new erro
 enabling the kernel-log source fleet-wide would alert on every node with an Xid since
 boot. History Xids go to `fleetwatch_gpu_xid_history_errors` and never into the Xid
 counter, so that counter's series still appears with the first new Xid (the alert rules
-read a new series as a new Xid). The kernel log also gives what NVML events do not: the
-driver's "GPU has fallen off the bus" line and NVSwitch SXids, counted when new.
+read a new series as a new Xid). The kernel log also gives what NVML events do not, counted
+when new: the driver's fallen-off-the-bus report, NVSwitch SXids, the recovery action an
+Xid 154 announces, and for NVLink5 Xids 144-150 the action NVIDIA's decode table
+(`rules/xid_catalog.yaml`, `nvlink5_decode`) gives the message's unit and error status
+(the Xid's catalog action, its most severe outcome, when no row describes it).
 Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
 once.
 
@@ -40,9 +43,11 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
+    RECOVERY_XID,
     UNREADABLE_REASONS,
     FallenOffBus,
     KernelLog,
@@ -54,6 +59,7 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
+from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 
 from fleetwatch import metric_names as names
 from fleetwatch.flags import duration_setting, setting
@@ -64,6 +70,10 @@ XID = names.XID_ERRORS
 XID_HISTORY = "fleetwatch_gpu_xid_history_errors"
 FALLEN_OFF_BUS = "fleetwatch_gpu_fallen_off_bus_total"
 SXID = "fleetwatch_nvswitch_sxid_errors_total"
+RECOVERY = "fleetwatch_gpu_xid_recovery_actions_total"
+NVLINK5 = "fleetwatch_gpu_xid_nvlink5_errors_total"
+OTHER_UNIT: Final = "other"
+"""The `unit` label of an NVLink5 Xid whose unit the decode table does not name (bounded)."""
 UNREADABLE = "fleetwatch_kmsg_unreadable_records_total"
 SPECS: Final = (
     MetricSpec(
@@ -91,6 +101,21 @@ SPECS: Final = (
         "counter",
         "NVSwitch SXid errors in the kernel log since the exporter started.",
         ("device", "sxid", "severity"),
+    ),
+    MetricSpec(
+        RECOVERY,
+        "counter",
+        "Xid 154 records in the kernel log since the exporter started, by the recovery action "
+        "each announces (unknown when the text names none NVML knows).",
+        ("gpu", "uuid", "action"),
+    ),
+    MetricSpec(
+        NVLINK5,
+        "counter",
+        "NVLink5 Xids (144-150) in the kernel log since the exporter started, by unit and the "
+        "action NVIDIA's decode table gives the message (the Xid's catalog action when no row "
+        "describes it).",
+        ("gpu", "uuid", "xid", "unit", "action"),
     ),
     MetricSpec(
         UNREADABLE,
@@ -160,6 +185,8 @@ class KernelLogCounts:
             XID_HISTORY: Counter(),
             FALLEN_OFF_BUS: Counter(),
             SXID: Counter(),
+            RECOVERY: Counter(),
+            NVLINK5: Counter(),
             UNREADABLE: Counter({(reason,): 0 for reason in UNREADABLE_REASONS}),
         }
 
@@ -184,8 +211,10 @@ class XidCollector:
         kernel_log: KernelLog | None,
         ledger: XidLedger,
         nvml_events: bool = True,
+        catalog: XidCatalog | None = None,
     ) -> None:
         self._source = source
+        self._catalog = shipped_catalog() if catalog is None else catalog
         self._kernel_log = kernel_log
         self._nvml_events = nvml_events
         self.ledger = ledger
@@ -314,6 +343,33 @@ class XidCollector:
                     "origin": "kmsg",
                 },
             )
+        if found.xid == RECOVERY_XID:
+            code = found.recovery_action
+            unknown = code is None or not 0 <= code < len(RECOVERY_ACTIONS)
+            action = "unknown" if code is None or unknown else RECOVERY_ACTIONS[code]
+            self.kernel_counts.add(RECOVERY, (gpu, uuid, action))
+        elif found.xid in NVLINK5_XIDS:
+            self.kernel_counts.add(NVLINK5, (gpu, uuid, str(found.xid), *self._decode(found)))
+
+    def _decode(self, found: KernelXid) -> tuple[str, str]:
+        """(unit label, action) of an NVLink5 Xid by NVIDIA's decode table; the Xid's catalog
+        action (its most severe outcome) when no row describes the message."""
+        fields = found.nvlink
+        action = None
+        if fields is not None:
+            action = self._catalog.decode(
+                xid=found.xid,
+                unit=fields.unit,
+                fatal=fields.fatal,
+                intr_info=fields.intr_info,
+                error_status=fields.error_status,
+            )
+        if action is None:
+            entry = self._catalog.entry(found.xid)
+            action = "unknown" if entry is None else entry.action
+        units = self._catalog.units(found.xid)
+        unit = fields.unit if fields is not None and fields.unit in units else OTHER_UNIT
+        return unit, action
 
     def close(self) -> None:
         self._stop.set()

@@ -130,6 +130,14 @@ class XidCatalog:
     entries: tuple[XidEntry, ...]
     nvlink5: tuple[DecodeRule, ...] = ()
 
+    def entry(self, code: int) -> XidEntry | None:
+        """The entry of Xid `code`; None when the catalog does not hold it."""
+        return next((e for e in self.entries if e.code == code), None)
+
+    def units(self, xid: int) -> frozenset[str]:
+        """The NVLink5 units the decode table names for `xid`."""
+        return frozenset(u for rule in self.nvlink5 if rule.xid == xid for u in rule.units)
+
     def decode(
         self, *, xid: int, unit: str, fatal: bool, intr_info: int, error_status: int
     ) -> str | None:

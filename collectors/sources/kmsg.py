@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from fleetwatch.rules.xids import NVLINK5_XIDS
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH: Final = Path("/dev/kmsg")
@@ -70,19 +72,44 @@ _SXID: Final = re.compile(
     r"(?P<rest>.*)$",
     re.DOTALL,
 )
+# Xid 154's text: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
+_RECOVERY: Final = re.compile(r"recovery action changed from 0x[0-9a-fA-F]+ .*?to (0x[0-9a-fA-F]+)")
+# Xids 144-150 (NVLink5): "<unit> <Fatal|Nonfatal> XC<n> i<n> Link <nn> (<intrInfo>
+# <errorStatus> <debug data>...)".
+_NVLINK5: Final = re.compile(
+    r"^(?P<unit>[A-Za-z0-9_]+) (?P<severity>[A-Za-z-]+)\b[^(]*"
+    r"\((?P<intr>0x[0-9a-fA-F]{1,8}) (?P<status>0x[0-9a-fA-F]{1,8})\b"
+)
+RECOVERY_XID: Final = 154
 # Lines after the first of a multi-line message repeat the driver's prefix.
 _CONTINUATION: Final = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 _READ_SIZE: Final = 8192
 
 
 @dataclass(frozen=True, kw_only=True)
+class NvlinkFields:
+    """What an NVLink5 Xid (144-150) message says, for NVIDIA's decode table."""
+
+    unit: str
+    fatal: bool
+    intr_info: int
+    error_status: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelXid:
-    """One Xid from the kernel log, with the record's sequence number and timestamp."""
+    """One Xid from the kernel log, with the record's sequence number and timestamp.
+
+    `recovery_action`: for Xid 154, the code of the recovery action it announces (NVML's
+    numbering; None when the text names none). `nvlink`: for Xids 144-150, the message's
+    fields (None when they do not parse)."""
 
     pci_bus_id: str
     xid: int
     sequence: int
     seconds: float
+    recovery_action: int | None = None
+    nvlink: NvlinkFields | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +185,25 @@ def _unreadable(line: str, message: str, what: str) -> Unreadable:
     return Unreadable(reason="malformed", why=f"{what} record does not parse", line=line)
 
 
+def _recovery_action(text: str) -> int | None:
+    """The code of the action an Xid 154 text changes to."""
+    found = _RECOVERY.search(text)
+    return None if found is None else int(found[1], 16)
+
+
+def _nvlink_fields(text: str) -> NvlinkFields | None:
+    """The unit, severity and first two registers of an NVLink5 Xid text."""
+    found = _NVLINK5.search(text)
+    if found is None:
+        return None
+    return NvlinkFields(
+        unit=found["unit"],
+        fatal=found["severity"].lower() == "fatal",
+        intr_info=int(found["intr"], 16),
+        error_status=int(found["status"], 16),
+    )
+
+
 def parse_record(line: str) -> KernelEvent | Unreadable | None:
     r"""The event in one kmsg record; None for other messages and continuation lines.
 
@@ -176,11 +222,14 @@ def parse_record(line: str) -> KernelEvent | Unreadable | None:
         xid = _XID.search(message)
         if xid is None or int(xid["xid"]) == 0:
             return _unreadable(line, message, "Xid")
+        code, rest = int(xid["xid"]), xid["rest"] or ""
         return KernelXid(
             pci_bus_id=normalize_pci(xid["pci"]),
-            xid=int(xid["xid"]),
+            xid=code,
             sequence=sequence,
             seconds=seconds,
+            recovery_action=_recovery_action(rest) if code == RECOVERY_XID else None,
+            nvlink=_nvlink_fields(rest) if code in NVLINK5_XIDS else None,
         )
     if "SXid" in message:
         sxid = _SXID.search(message)

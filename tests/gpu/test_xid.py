@@ -13,6 +13,7 @@ from fleetwatch.collectors.sources.kmsg import (
     FallenOffBus,
     KernelXid,
     KmsgReader,
+    NvlinkFields,
     SwitchXid,
     Unreadable,
     normalize_pci,
@@ -140,6 +141,24 @@ DRIVER_FALLEN_NO_ID = (
         (
             "NVRM: GPU 18:00.0: GPU has fallen off the bus.",
             FallenOffBus(pci_bus_id="0000:18:00", sequence=40, seconds=7.5),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+            "(Node Reboot Required)",
+            KernelXid(
+                pci_bus_id="0000:18:00", xid=154, sequence=40, seconds=7.5, recovery_action=2
+            ),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:04:00): 150, MSE_WATCHDOG Fatal XC0 i0 Link 00 (0x00000000 "
+            "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            KernelXid(
+                pci_bus_id="0000:04:00",
+                xid=150,
+                sequence=40,
+                seconds=7.5,
+                nvlink=NvlinkFields(unit="MSE_WATCHDOG", fatal=True, intr_info=0, error_status=0),
+            ),
         ),
         (
             "NVRM: Xid (0000:03:00): 14, Channel 00000001",  # before the driver printed "PCI:"
@@ -526,3 +545,69 @@ def test_kernel_log_rollout_end_to_end(tmp_path: Path) -> None:
             what="the new Xid",
         )
         assert list(exposed(exporter.url, history).values()) == [1.0]
+
+
+def test_kernel_log_recovery_actions_nvlink5_decode_and_driver_texts(tmp_path: Path) -> None:
+    """New records as /dev/kmsg builds them: Xid 154's recovery action, NVLink5 Xids by the
+    decode table, and the driver's own fallen-off-the-bus report, attributed by PCI address."""
+    _fake, source = simulated(at=120.0)
+    gpus = {g.index: g.identity for g in source.gpus()}
+    bus = {index: normalize_pci(identity.pci_bus_id) for index, identity in gpus.items()}
+    log = tmp_path / "kmsg"
+    log.touch()
+    collector = XidCollector(
+        source=source,
+        kernel_log=KmsgReader(path=log),
+        ledger=XidLedger(window=5.0),
+        nvml_events=False,
+    )
+    now = round(time.monotonic() * 1e6)
+    regs = "0x00000042 0x00000002 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000"
+    messages = [
+        f"NVRM: Xid (PCI:{bus[1]}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)",
+        f"NVRM: Xid (PCI:{bus[1]}): 154, GPU recovery action changed from 0x1 (GPU Reset "
+        "Required) to 0x9 (Something New)",
+        f"NVRM: Xid (PCI:{bus[2]}): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 07 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 145, RLW_RXPIPE Fatal XC1 i0 Link 07 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 149, NETIR_FUTURE Fatal XC0 i0 Link 01 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 150, unreadable tail",
+        f"NVRM: The NVIDIA GPU {bus[3][5:]}.0\nNVRM: installed in this system has\n"
+        "NVRM: fallen off the bus and is not responding to commands.\n",
+    ]
+    log.write_text(
+        "".join(
+            kmsg_record(n, now, m, dictionary=" SUBSYSTEM=pci\n") for n, m in enumerate(messages)
+        )
+    )
+    try:
+        collector.start()
+        expected_nvlink = {  # labels in name order: action, gpu, unit, uuid, xid
+            ("none", "2", "RLW_RXPIPE", gpus[2].uuid, "145"): 1.0,
+            ("reset_gpu", "2", "RLW_RXPIPE", gpus[2].uuid, "145"): 1.0,  # promoted when Fatal
+            ("reset_gpu", "2", "other", gpus[2].uuid, "149"): 1.0,  # no row: catalog action
+            ("reset_gpu", "2", "other", gpus[2].uuid, "150"): 1.0,  # fields do not parse
+        }
+        servers.wait_until(
+            lambda: family(collector, xid.NVLINK5) == expected_nvlink,
+            timeout=10,
+            what="NVLink5 Xids by decoded action",
+        )
+        assert family(collector, xid.RECOVERY) == {
+            ("gpu_reset", "1", gpus[1].uuid): 1.0,
+            ("unknown", "1", gpus[1].uuid): 1.0,
+        }
+        assert family(collector, xid.FALLEN_OFF_BUS) == {("3", bus[3], gpus[3].uuid): 1.0}
+        assert xids(collector) == {
+            ("1", "154"): 2.0,
+            ("2", "145"): 2.0,
+            ("2", "149"): 1.0,
+            ("2", "150"): 1.0,
+        }
+        assert family(collector, xid.UNREADABLE) == {
+            ("no_timestamp",): 0.0,
+            ("malformed",): 0.0,
+            ("binary",): 0.0,
+        }
+    finally:
+        collector.close()
