@@ -53,7 +53,7 @@ _XID: Final = re.compile(
     re.DOTALL,
 )
 # The driver's own fallen-off-the-bus report, one record whose lines the driver splits:
-#   "NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:2901)\nNVRM: installed in this system
+#   "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2901) installed in this system
 #    has\nNVRM: fallen off the bus and is not responding to commands." (PCI ID optional),
 #   "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus." (also "GPU at PCI:...", a bus id
 #    without domain, or no id at all).

@@ -120,10 +120,10 @@ def kmsg_record(sequence: int, usec: int, message: str, *, dictionary: str = "")
     return f"3,{sequence},{usec},-;{escaped}\n{dictionary}"
 
 
-# The driver's own texts (open-gpu-kernel-modules' nv.c and nv-pci.c, and NVIDIA's Xid docs).
+# The driver's own texts (open-gpu-kernel-modules' nv.c, one nv_printf, and NVIDIA's Xid docs).
 DRIVER_FALLEN = (
-    "NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:2901)\n"
-    "NVRM: installed in this system has\n"
+    "NVRM: The NVIDIA GPU 0000:18:00.0\n"
+    "NVRM: (PCI ID: 10de:2901) installed in this system has\n"
     "NVRM: fallen off the bus and is not responding to commands.\n"
 )
 DRIVER_FALLEN_NO_ID = (
@@ -216,7 +216,7 @@ def test_unescape_gives_back_the_bytes() -> None:
             "fallen-off-the-bus record holds binary data",
         ),
         (
-            "3,5,1,-;NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:2901)\\x0aNVRM: install",
+            "3,5,1,-;NVRM: The NVIDIA GPU 0000:18:00.0\\x0aNVRM: (PCI ID: 10de:2901) install",
             None,  # truncated before the words that say what happened: not ours, not counted
             None,
         ),
