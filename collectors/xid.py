@@ -13,8 +13,11 @@ restarted) on a node whose log holds an old Xid must not report it as a new erro
 enabling the kernel-log source fleet-wide would alert on every node with an Xid since
 boot. History Xids go to `fleetwatch_gpu_xid_history_errors` and never into the Xid
 counter, so that counter's series still appears with the first new Xid (the alert rules
-read a new series as a new Xid). The kernel log also gives what NVML events do not: the
-driver's "GPU has fallen off the bus" line and NVSwitch SXids, counted when new.
+read a new series as a new Xid). The kernel log also gives what NVML events do not, counted
+when new: the driver's fallen-off-the-bus report, NVSwitch SXids, the recovery action an
+Xid 154 announces, and for NVLink5 Xids 144-150 the action NVIDIA's decode table
+(`rules/xid_catalog.yaml`, `nvlink5_decode`) gives the message's unit and error status
+(the Xid's catalog action, its most severe outcome, when no row describes it).
 Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
 once.
 
@@ -40,9 +43,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
+    RECOVERY_XID,
+    UNREADABLE_REASONS,
     FallenOffBus,
     KernelLog,
     KernelXid,
@@ -53,11 +59,14 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
+from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 
 from fleetwatch.catalog.xid import (
     GPU_FALLEN_OFF_BUS_TOTAL,
     GPU_XID_ERRORS_TOTAL,
     GPU_XID_HISTORY_ERRORS,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
+    GPU_XID_RECOVERY_ACTIONS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
 )
@@ -69,13 +78,18 @@ XID = GPU_XID_ERRORS_TOTAL.name
 XID_HISTORY = GPU_XID_HISTORY_ERRORS.name
 FALLEN_OFF_BUS = GPU_FALLEN_OFF_BUS_TOTAL.name
 SXID = NVSWITCH_SXID_ERRORS_TOTAL.name
+RECOVERY = GPU_XID_RECOVERY_ACTIONS_TOTAL.name
+NVLINK5 = GPU_XID_NVLINK5_ERRORS_TOTAL.name
+OTHER_UNIT: Final = "other"
+"""The `unit` label of an NVLink5 Xid whose unit the decode table does not name (bounded)."""
 UNREADABLE = KMSG_UNREADABLE_RECORDS_TOTAL.name
-UNREADABLE_REASONS: Final = ("no_timestamp", "malformed")
 SPECS: Final = (
     GPU_XID_ERRORS_TOTAL,
     GPU_XID_HISTORY_ERRORS,
     GPU_FALLEN_OFF_BUS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
+    GPU_XID_RECOVERY_ACTIONS_TOTAL,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
 )
 Origin = Literal["nvml", "kmsg"]
@@ -138,6 +152,8 @@ class KernelLogCounts:
             XID_HISTORY: Counter(),
             FALLEN_OFF_BUS: Counter(),
             SXID: Counter(),
+            RECOVERY: Counter(),
+            NVLINK5: Counter(),
             UNREADABLE: Counter({(reason,): 0 for reason in UNREADABLE_REASONS}),
         }
 
@@ -162,8 +178,10 @@ class XidCollector:
         kernel_log: KernelLog | None,
         ledger: XidLedger,
         nvml_events: bool = True,
+        catalog: XidCatalog | None = None,
     ) -> None:
         self._source = source
+        self._catalog = shipped_catalog() if catalog is None else catalog
         self._kernel_log = kernel_log
         self._nvml_events = nvml_events
         self.ledger = ledger
@@ -242,7 +260,7 @@ class XidCollector:
             if self.kernel_counts.add(UNREADABLE, (found.reason,)) == 1:
                 log.warning(
                     "unreadable kernel log record, counted and skipped (logged once per reason)",
-                    extra={"reason": found.reason, "record": found.line[:200]},
+                    extra={"reason": found.reason, "why": found.why, "record": found.line[:200]},
                 )
             return
         new = found.seconds >= self._kernel_log.opened_at
@@ -292,6 +310,33 @@ class XidCollector:
                     "origin": "kmsg",
                 },
             )
+        if found.xid == RECOVERY_XID:
+            code = found.recovery_action
+            unknown = code is None or not 0 <= code < len(RECOVERY_ACTIONS)
+            action = "unknown" if code is None or unknown else RECOVERY_ACTIONS[code]
+            self.kernel_counts.add(RECOVERY, (gpu, uuid, action))
+        elif found.xid in NVLINK5_XIDS:
+            self.kernel_counts.add(NVLINK5, (gpu, uuid, str(found.xid), *self._decode(found)))
+
+    def _decode(self, found: KernelXid) -> tuple[str, str]:
+        """(unit label, action) of an NVLink5 Xid by NVIDIA's decode table; the Xid's catalog
+        action (its most severe outcome) when no row describes the message."""
+        fields = found.nvlink
+        action = None
+        if fields is not None:
+            action = self._catalog.decode(
+                xid=found.xid,
+                unit=fields.unit,
+                fatal=fields.fatal,
+                intr_info=fields.intr_info,
+                error_status=fields.error_status,
+            )
+        if action is None:
+            entry = self._catalog.entry(found.xid)
+            action = "unknown" if entry is None else entry.action
+        units = self._catalog.units(found.xid)
+        unit = fields.unit if fields is not None and fields.unit in units else OTHER_UNIT
+        return unit, action
 
     def close(self) -> None:
         self._stop.set()

@@ -1,4 +1,4 @@
-"""Kernel-log reader: NVRM Xid, fallen-off-the-bus and NVSwitch SXid records from /dev/kmsg.
+r"""Kernel-log reader: NVRM Xid, fallen-off-the-bus and NVSwitch SXid records from /dev/kmsg.
 
 NVML delivers Xid events only to an event set registered at the time; the kernel log also
 holds what was logged before the exporter started (or while it was down). `KmsgReader`
@@ -13,9 +13,13 @@ microseconds: the clock `CLOCK_MONOTONIC` follows (both stop during suspend, unl
 records stamped before it are history, logged before the exporter was there to see them.
 
 `parse_record` turns one record into a `KernelXid`, `FallenOffBus` or `SwitchXid`; other
-messages give None. A line that is not a record with a timestamp, or an Xid or SXid
-record whose fields do not parse, gives `Unreadable` (the collector counts it): never an
-exception, never an event.
+messages give None. The message is unescaped first (the kernel writes every byte below
+0x20 or above 0x7e as `\xNN`, so a report the driver prints over several lines arrives as
+one record with `\x0a` in it). Xid lines with or without the `PCI:` prefix older drivers
+leave out, and PCI addresses with or without a domain, are read. A line that is not a
+record with a timestamp, or an Xid, SXid or fallen-off-the-bus record whose fields do not
+parse, gives `Unreadable` with a bounded reason (`no_timestamp`, `malformed`, `binary`)
+and a sentence saying why (the collector counts it): never an exception, never an event.
 """
 
 from __future__ import annotations
@@ -30,35 +34,82 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from fleetwatch.rules.xids import NVLINK5_XIDS
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH: Final = Path("/dev/kmsg")
 # "<prio>,<seq>,<usec since boot>,<flags>[,...];<message>" — the /dev/kmsg record header.
 _RECORD: Final = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
-_PCI: Final = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?"
-_XID: Final = re.compile(rf"NVRM: Xid \(PCI:(?P<pci>{_PCI})\): (?P<xid>\d{{1,4}})(?:,|$)")
-# "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus." (also "GPU at PCI:...", or no id).
-_FALLEN: Final = re.compile(
-    rf"NVRM: (?:GPU (?:at )?(?:PCI:)?(?P<pci>{_PCI}): )?GPU has fallen off the bus"
+# The kernel escapes every byte of a message below 0x20 (newline, tab) or above 0x7e as
+# "\xNN"; a literal backslash arrives as "\x5c", so each "\xNN" is exactly one byte.
+_ESCAPE: Final = re.compile(r"\\x([0-9a-fA-F]{2})")
+# A PCI address with or without its domain: "0000:18:00.0", "00000000:18:00", "18:00.0".
+_PCI: Final = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+# "NVRM: Xid (PCI:0000:18:00): 48, ..." and, before the driver added "PCI:",
+# "NVRM: Xid (0000:03:00): 14, Channel 00000001".
+_XID: Final = re.compile(
+    rf"NVRM: Xid \((?:PCI:)?(?P<pci>{_PCI})\): (?P<xid>\d{{1,4}})(?:,\s*(?P<rest>.*))?$",
+    re.DOTALL,
+)
+# The driver's own fallen-off-the-bus report, one record whose lines the driver splits:
+#   "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2901) installed in this system
+#    has\nNVRM: fallen off the bus and is not responding to commands." (PCI ID optional),
+#   "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus." (also "GPU at PCI:...", a bus id
+#    without domain, or no id at all).
+_FALLEN: Final = (
+    re.compile(
+        rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})(?: \(PCI ID: [0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}}\))?"
+        r" installed in this system has fallen off the bus"
+    ),
+    re.compile(rf"NVRM: (?:GPU (?:at )?(?:PCI:)?(?P<pci>{_PCI}): )?GPU has fallen off the bus"),
 )
 # "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ..." opens an SXid;
 # the driver's follow-up lines ("12028, Severity 0 Engine instance ...", "Data {...}")
 # repeat the code without a severity and are not counted again.
 _SXID: Final = re.compile(
-    rf"nvidia-(?P<device>nvswitch\d+): SXid \(PCI:(?P<pci>{_PCI})\): (?P<sxid>\d{{1,5}}), "
-    r"(?P<rest>.*)$"
+    rf"nvidia-(?P<device>nvswitch\d+): SXid \((?:PCI:)?(?P<pci>{_PCI})\): (?P<sxid>\d{{1,5}}), "
+    r"(?P<rest>.*)$",
+    re.DOTALL,
 )
+# Xid 154's text: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
+_RECOVERY: Final = re.compile(r"recovery action changed from 0x[0-9a-fA-F]+ .*?to (0x[0-9a-fA-F]+)")
+# Xids 144-150 (NVLink5): "<unit> <Fatal|Nonfatal> XC<n> i<n> Link <nn> (<intrInfo>
+# <errorStatus> <debug data>...)".
+_NVLINK5: Final = re.compile(
+    r"^(?P<unit>[A-Za-z0-9_]+) (?P<severity>[A-Za-z-]+)\b[^(]*"
+    r"\((?P<intr>0x[0-9a-fA-F]{1,8}) (?P<status>0x[0-9a-fA-F]{1,8})\b"
+)
+RECOVERY_XID: Final = 154
+# Lines after the first of a multi-line message repeat the driver's prefix.
+_CONTINUATION: Final = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 _READ_SIZE: Final = 8192
 
 
 @dataclass(frozen=True, kw_only=True)
+class NvlinkFields:
+    """What an NVLink5 Xid (144-150) message says, for NVIDIA's decode table."""
+
+    unit: str
+    fatal: bool
+    intr_info: int
+    error_status: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelXid:
-    """One Xid from the kernel log, with the record's sequence number and timestamp."""
+    """One Xid from the kernel log, with the record's sequence number and timestamp.
+
+    `recovery_action`: for Xid 154, the code of the recovery action it announces (NVML's
+    numbering; None when the text names none). `nvlink`: for Xids 144-150, the message's
+    fields (None when they do not parse)."""
 
     pci_bus_id: str
     xid: int
     sequence: int
     seconds: float
+    recovery_action: int | None = None
+    nvlink: NvlinkFields | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +133,17 @@ class SwitchXid:
     seconds: float
 
 
+UnreadableReason = Literal["no_timestamp", "malformed", "binary"]
+UNREADABLE_REASONS: Final[tuple[UnreadableReason, ...]] = ("no_timestamp", "malformed", "binary")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Unreadable:
-    """A line that is not a timestamped record, or an Xid/SXid record that does not parse."""
+    """A line that is not a timestamped record, or an Xid, SXid or fallen-off-the-bus record
+    that does not parse: `reason` is the bounded class (a metric label), `why` says what."""
 
-    reason: Literal["no_timestamp", "malformed"]
+    reason: UnreadableReason
+    why: str
     line: str
 
 
@@ -94,33 +151,90 @@ KernelEvent = KernelXid | FallenOffBus | SwitchXid
 
 
 def normalize_pci(bus_id: str) -> str:
-    """`00000000:18:00.0` (NVML) or `0000:18:00` (kernel log) → `0000:18:00`."""
-    domain, bus, device = bus_id.lower().split(".")[0].split(":")[-3:]
+    """`00000000:18:00.0` (NVML), `0000:18:00` or `18:00.0` (kernel log) → `0000:18:00`.
+
+    An address without a domain is in domain 0, the only one the driver leaves out."""
+    parts = bus_id.lower().split(".")[0].split(":")
+    domain, bus, device = (["0000", *parts] if len(parts) == 2 else parts)[-3:]
     return f"{domain[-4:].rjust(4, '0')}:{bus}:{device}"
 
 
+def unescape(message: str) -> str:
+    r"""A /dev/kmsg message with its "\xNN" escapes turned back into the bytes they stand for
+    (UTF-8; an invalid sequence becomes U+FFFD)."""
+    if "\\x" not in message:
+        return message
+    raw = bytearray()
+    last = 0
+    for escape in _ESCAPE.finditer(message):
+        raw += message[last : escape.start()].encode()
+        raw.append(int(escape[1], 16))
+        last = escape.end()
+    raw += message[last:].encode()
+    return raw.decode(errors="replace")
+
+
+def _unreadable(line: str, message: str, what: str) -> Unreadable:
+    """An unreadable record: `binary` when the message holds bytes no driver prints
+    (control characters other than newline and tab, or invalid UTF-8), else `malformed`."""
+    junk = "\ufffd" in message or any(
+        (ord(c) < 0x20 and c not in "\n\t") or ord(c) == 0x7F for c in message
+    )
+    if junk:
+        return Unreadable(reason="binary", why=f"{what} record holds binary data", line=line)
+    return Unreadable(reason="malformed", why=f"{what} record does not parse", line=line)
+
+
+def _recovery_action(text: str) -> int | None:
+    """The code of the action an Xid 154 text changes to."""
+    found = _RECOVERY.search(text)
+    return None if found is None else int(found[1], 16)
+
+
+def _nvlink_fields(text: str) -> NvlinkFields | None:
+    """The unit, severity and first two registers of an NVLink5 Xid text."""
+    found = _NVLINK5.search(text)
+    if found is None:
+        return None
+    return NvlinkFields(
+        unit=found["unit"],
+        fatal=found["severity"].lower() == "fatal",
+        intr_info=int(found["intr"], 16),
+        error_status=int(found["status"], 16),
+    )
+
+
 def parse_record(line: str) -> KernelEvent | Unreadable | None:
-    """The event in one kmsg record; None for other messages and continuation lines."""
+    r"""The event in one kmsg record; None for other messages and continuation lines.
+
+    The message is unescaped first, so a report the driver printed over several lines (one
+    record, its newlines escaped as "\x0a") is matched whole."""
     if not line.strip() or line[0].isspace():  # blank, or a record's " KEY=value" line
         return None
     record = _RECORD.match(line)
     if record is None:
-        return Unreadable(reason="no_timestamp", line=line)
-    sequence, seconds, message = int(record[2]), int(record[3]) / 1e6, record[4]
+        return Unreadable(
+            reason="no_timestamp", why="not a prio,seq,usec,flags;message record", line=line
+        )
+    sequence, seconds = int(record[2]), int(record[3]) / 1e6
+    message = unescape(record[4])
     if "NVRM: Xid" in message:
         xid = _XID.search(message)
         if xid is None or int(xid["xid"]) == 0:
-            return Unreadable(reason="malformed", line=line)
+            return _unreadable(line, message, "Xid")
+        code, rest = int(xid["xid"]), xid["rest"] or ""
         return KernelXid(
             pci_bus_id=normalize_pci(xid["pci"]),
-            xid=int(xid["xid"]),
+            xid=code,
             sequence=sequence,
             seconds=seconds,
+            recovery_action=_recovery_action(rest) if code == RECOVERY_XID else None,
+            nvlink=_nvlink_fields(rest) if code in NVLINK5_XIDS else None,
         )
     if "SXid" in message:
         sxid = _SXID.search(message)
         if sxid is None:
-            return Unreadable(reason="malformed", line=line)
+            return _unreadable(line, message, "SXid")
         severity = sxid["rest"].split(",", 1)[0].strip().lower()
         if severity not in {"fatal", "non-fatal"}:
             return None  # a follow-up line of an SXid already counted
@@ -132,10 +246,15 @@ def parse_record(line: str) -> KernelEvent | Unreadable | None:
             sequence=sequence,
             seconds=seconds,
         )
-    fallen = _FALLEN.search(message)
-    if fallen is not None:
-        pci = normalize_pci(fallen["pci"]) if fallen["pci"] else ""
-        return FallenOffBus(pci_bus_id=pci, sequence=sequence, seconds=seconds)
+    if "fallen off the bus" in message:
+        joined = _CONTINUATION.sub(" ", message)
+        for pattern in _FALLEN:
+            fallen = pattern.search(joined)
+            if fallen is not None:
+                pci = normalize_pci(fallen["pci"]) if fallen["pci"] else ""
+                return FallenOffBus(pci_bus_id=pci, sequence=sequence, seconds=seconds)
+        if "NVRM:" in message:
+            return _unreadable(line, message, "fallen-off-the-bus")
     return None
 
 

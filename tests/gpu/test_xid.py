@@ -13,10 +13,12 @@ from fleetwatch.collectors.sources.kmsg import (
     FallenOffBus,
     KernelXid,
     KmsgReader,
+    NvlinkFields,
     SwitchXid,
     Unreadable,
     normalize_pci,
     parse_record,
+    unescape,
 )
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import servers
@@ -108,25 +110,137 @@ def test_parse_records(line: str, expected: object) -> None:
     assert parse_record(line) == expected
 
 
+def kmsg_record(sequence: int, usec: int, message: str, *, dictionary: str = "") -> str:
+    r"""One record as /dev/kmsg's read() builds it: header, the message with every byte below
+    0x20 or above 0x7e (and the backslash) escaped as \xNN, then " KEY=value" lines."""
+    escaped = "".join(
+        f"\\x{byte:02x}" if byte < 0x20 or byte > 0x7E or byte == 0x5C else chr(byte)
+        for byte in message.encode()
+    )
+    return f"3,{sequence},{usec},-;{escaped}\n{dictionary}"
+
+
+# The driver's own texts (open-gpu-kernel-modules' nv.c, one nv_printf, and NVIDIA's Xid docs).
+DRIVER_FALLEN = (
+    "NVRM: The NVIDIA GPU 0000:18:00.0\n"
+    "NVRM: (PCI ID: 10de:2901) installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands.\n"
+)
+DRIVER_FALLEN_NO_ID = (
+    "NVRM: The NVIDIA GPU 0000:3b:00.0\n"
+    "NVRM: installed in this system has\n"
+    "NVRM: fallen off the bus and is not responding to commands.\n"
+)
+
+
 @pytest.mark.parametrize(
-    ("line", "reason"),
+    ("message", "expected"),
     [
-        ("NVRM: Xid (PCI:0000:18:00): 13", "no_timestamp"),  # no kmsg header
-        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", "no_timestamp"),  # dmesg
-        ("3,5,,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
-        ("3,x,1,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp"),
-        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): , pid=1", "malformed"),
-        ("3,5,1,-;NVRM: Xid (PCI:zz:18:00): 79, pid=1", "malformed"),
-        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): 0, pid=1", "malformed"),
-        ("3,5,1,-;nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): garbled, Fatal", "malformed"),
+        (DRIVER_FALLEN, FallenOffBus(pci_bus_id="0000:18:00", sequence=40, seconds=7.5)),
+        (DRIVER_FALLEN_NO_ID, FallenOffBus(pci_bus_id="0000:3b:00", sequence=40, seconds=7.5)),
+        (
+            "NVRM: GPU 18:00.0: GPU has fallen off the bus.",
+            FallenOffBus(pci_bus_id="0000:18:00", sequence=40, seconds=7.5),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+            "(Node Reboot Required)",
+            KernelXid(
+                pci_bus_id="0000:18:00", xid=154, sequence=40, seconds=7.5, recovery_action=2
+            ),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:04:00): 150, MSE_WATCHDOG Fatal XC0 i0 Link 00 (0x00000000 "
+            "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+            KernelXid(
+                pci_bus_id="0000:04:00",
+                xid=150,
+                sequence=40,
+                seconds=7.5,
+                nvlink=NvlinkFields(unit="MSE_WATCHDOG", fatal=True, intr_info=0, error_status=0),
+            ),
+        ),
+        (
+            "NVRM: Xid (0000:03:00): 14, Channel 00000001",  # before the driver printed "PCI:"
+            KernelXid(pci_bus_id="0000:03:00", xid=14, sequence=40, seconds=7.5),
+        ),
+        (
+            "NVRM: Xid (PCI:0000:5a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen "
+            "off the bus.",
+            KernelXid(pci_bus_id="0000:5a:00", xid=79, sequence=40, seconds=7.5),
+        ),
+        (
+            "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+            "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 30",
+            SwitchXid(
+                device="nvswitch2",
+                pci_bus_id="0000:07:00",
+                sxid=20034,
+                fatal=True,
+                sequence=40,
+                seconds=7.5,
+            ),
+        ),
     ],
 )
-def test_unreadable_records(line: str, reason: str) -> None:
-    assert parse_record(line) == Unreadable(reason=reason, line=line)  # type: ignore[arg-type]
+def test_driver_texts_as_dev_kmsg_delivers_them(message: str, expected: object) -> None:
+    line, *dictionary = kmsg_record(
+        40, 7_500_000, message, dictionary=" SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0\n"
+    ).split("\n")
+    assert ("\\x0a" in line) == ("\n" in message)  # the driver's newlines, escaped
+    assert parse_record(line) == expected
+    assert [parse_record(extra) for extra in dictionary] == [None] * len(dictionary)
+
+
+def test_unescape_gives_back_the_bytes() -> None:
+    assert unescape("a\\x0ab\\x5cx41\\xc3\\xa9") == "a\nb\\x41\u00e9"
+    assert unescape("no escapes") == "no escapes"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason", "why"),
+    [
+        ("NVRM: Xid (PCI:0000:18:00): 13", "no_timestamp", "not a prio,seq,usec,flags;message"),
+        ("[ 12.3] NVRM: Xid (PCI:0000:DB:00.0): 119, pid=1, Timeout", "no_timestamp", "not a"),
+        ("3,5,,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp", "not a"),
+        ("3,x,1,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1", "no_timestamp", "not a"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): , pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:zz:18:00): 79, pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:18:00): 0, pid=1", "malformed", "Xid record does not"),
+        ("3,5,1,-;NVRM: Xid (PCI:0000:1", "malformed", "Xid record does not parse"),  # truncated
+        ("3,5,1,-;NVRM: Xid (PCI:\\x00\\xff\\x01", "binary", "Xid record holds binary data"),
+        ("3,5,1,-;nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): garbled, Fatal", "malformed", "SXid"),
+        (
+            "3,5,1,-;NVRM: The NVIDIA GPU \\x8a\\x07 has fallen off the bus",
+            "binary",
+            "fallen-off-the-bus record holds binary data",
+        ),
+        (
+            "3,5,1,-;NVRM: The NVIDIA GPU 0000:18:00.0\\x0aNVRM: (PCI ID: 10de:2901) install",
+            None,  # truncated before the words that say what happened: not ours, not counted
+            None,
+        ),
+        (
+            "3,5,1,-;NVRM: GPU zz: GPU has fallen off the bus.",
+            "malformed",
+            "fallen-off-the-bus record does not parse",
+        ),
+    ],
+)
+def test_unreadable_records(line: str, reason: str | None, why: str | None) -> None:
+    found = parse_record(line)
+    if reason is None:
+        assert found is None
+        return
+    assert isinstance(found, Unreadable)
+    assert (found.reason, found.line) == (reason, line)
+    assert why is not None
+    assert found.why.startswith(why)
 
 
 def test_normalize_pci() -> None:
     assert normalize_pci("00000000:18:00.0") == normalize_pci("0000:18:00") == "0000:18:00"
+    assert normalize_pci("18:00.0") == normalize_pci("18:00") == "0000:18:00"
 
 
 def test_ledger_counts_each_xid_once_across_sources() -> None:
@@ -198,7 +312,7 @@ def wait_for_unreadable(
 ) -> None:
     """Wait until the unreadable-record counters read these counts (the records before
     them have been handled by then)."""
-    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed}
+    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed, ("binary",): 0.0}
     servers.wait_until(
         lambda: family(collector, "fleetwatch_kmsg_unreadable_records_total") == expected,
         timeout=10,
@@ -431,3 +545,69 @@ def test_kernel_log_rollout_end_to_end(tmp_path: Path) -> None:
             what="the new Xid",
         )
         assert list(exposed(exporter.url, history).values()) == [1.0]
+
+
+def test_kernel_log_recovery_actions_nvlink5_decode_and_driver_texts(tmp_path: Path) -> None:
+    """New records as /dev/kmsg builds them: Xid 154's recovery action, NVLink5 Xids by the
+    decode table, and the driver's own fallen-off-the-bus report, attributed by PCI address."""
+    _fake, source = simulated(at=120.0)
+    gpus = {g.index: g.identity for g in source.gpus()}
+    bus = {index: normalize_pci(identity.pci_bus_id) for index, identity in gpus.items()}
+    log = tmp_path / "kmsg"
+    log.touch()
+    collector = XidCollector(
+        source=source,
+        kernel_log=KmsgReader(path=log),
+        ledger=XidLedger(window=5.0),
+        nvml_events=False,
+    )
+    now = round(time.monotonic() * 1e6)
+    regs = "0x00000042 0x00000002 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000"
+    messages = [
+        f"NVRM: Xid (PCI:{bus[1]}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)",
+        f"NVRM: Xid (PCI:{bus[1]}): 154, GPU recovery action changed from 0x1 (GPU Reset "
+        "Required) to 0x9 (Something New)",
+        f"NVRM: Xid (PCI:{bus[2]}): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 07 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 145, RLW_RXPIPE Fatal XC1 i0 Link 07 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 149, NETIR_FUTURE Fatal XC0 i0 Link 01 ({regs})",
+        f"NVRM: Xid (PCI:{bus[2]}): 150, unreadable tail",
+        f"NVRM: The NVIDIA GPU {bus[3][5:]}.0\nNVRM: installed in this system has\n"
+        "NVRM: fallen off the bus and is not responding to commands.\n",
+    ]
+    log.write_text(
+        "".join(
+            kmsg_record(n, now, m, dictionary=" SUBSYSTEM=pci\n") for n, m in enumerate(messages)
+        )
+    )
+    try:
+        collector.start()
+        expected_nvlink = {  # labels in name order: action, gpu, unit, uuid, xid
+            ("none", "2", "RLW_RXPIPE", gpus[2].uuid, "145"): 1.0,
+            ("reset_gpu", "2", "RLW_RXPIPE", gpus[2].uuid, "145"): 1.0,  # promoted when Fatal
+            ("reset_gpu", "2", "other", gpus[2].uuid, "149"): 1.0,  # no row: catalog action
+            ("reset_gpu", "2", "other", gpus[2].uuid, "150"): 1.0,  # fields do not parse
+        }
+        servers.wait_until(
+            lambda: family(collector, xid.NVLINK5) == expected_nvlink,
+            timeout=10,
+            what="NVLink5 Xids by decoded action",
+        )
+        assert family(collector, xid.RECOVERY) == {
+            ("gpu_reset", "1", gpus[1].uuid): 1.0,
+            ("unknown", "1", gpus[1].uuid): 1.0,
+        }
+        assert family(collector, xid.FALLEN_OFF_BUS) == {("3", bus[3], gpus[3].uuid): 1.0}
+        assert xids(collector) == {
+            ("1", "154"): 2.0,
+            ("2", "145"): 2.0,
+            ("2", "149"): 1.0,
+            ("2", "150"): 1.0,
+        }
+        assert family(collector, xid.UNREADABLE) == {
+            ("no_timestamp",): 0.0,
+            ("malformed",): 0.0,
+            ("binary",): 0.0,
+        }
+    finally:
+        collector.close()

@@ -19,6 +19,8 @@ ENTRY = {
     "description": "Double-bit ECC error.",
 }
 
+RULE = {"xid": 144, "units": ["SAW_MVB"], "error_status": 1, "bucket": "IGNORE"}
+
 
 def catalog_text(*entries: dict[str, object]) -> str:
     return yaml.safe_dump({"xids": list(entries)})
@@ -28,6 +30,55 @@ def test_shipped_catalog_covers_the_xids_operators_meet() -> None:
     codes = {e.code for e in shipped_catalog().entries}
     assert {13, 31, 32, 38, 43, 45, 48, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95} <= codes
     assert {109, 119, 120, 121, 140, 143, *range(144, 151), 154} <= codes
+
+
+def test_shipped_catalog_holds_every_code_nvidia_gives_a_bucket() -> None:
+    codes = {e.code for e in shipped_catalog().entries}
+    assert {39, 40, 41, 54, 156, 157, 159, 160, 161} <= codes  # the missing ones
+    assert set(range(70, 73)) | {75, 76, 77, 78, 80} | set(range(82, 87)) <= codes
+    assert set(range(96, 108)) | set(range(126, 136)) | {139, 142} <= codes
+    assert not {1, 14, 61, 108, 122, 152, 153} & codes  # "Unused" or no data-center GPU
+    assert not set(range(162, 173)) & codes  # listed without a bucket
+    assert len(codes) == 96
+
+
+def test_shipped_buckets_mean_their_actions() -> None:
+    by_code = {e.code: e for e in shipped_catalog().entries}
+    assert (by_code[54].bucket, by_code[54].action) == ("CHECK_MECHANICALS", "check_mechanicals")
+    assert (by_code[156].bucket, by_code[156].action) == ("RESET_GPU", "reset_gpu")
+    assert (by_code[39].bucket, by_code[39].action) == ("RESTART_APP", "restart_application")
+    assert (by_code[78].bucket, by_code[78].action) == ("UPDATE_SWFW", "update_software")
+    assert {54, 156} <= set(shipped_catalog().critical())
+    assert not {39, 78, 157} & set(shipped_catalog().critical())
+
+
+@pytest.mark.parametrize(
+    ("fields", "action"),
+    [
+        # Each sub-code and error status its own action (NVIDIA's XID 144-150 Decode).
+        ({"xid": 144, "unit": "SAW_MVB", "error_status": 0x1}, "none"),
+        ({"xid": 144, "unit": "SAW_MVB", "error_status": 0x2}, "reset_gpu"),
+        ({"xid": 145, "unit": "RLW_REMAP", "error_status": 0x4}, "restart_application"),
+        ({"xid": 145, "unit": "RLW_RXPIPE", "error_status": 0x2}, "none"),
+        ({"xid": 145, "unit": "RLW_RXPIPE", "error_status": 0x2, "fatal": True}, "reset_gpu"),
+        ({"xid": 146, "unit": "TLW_RX_PIPE1", "error_status": 0x4}, "reset_gpu"),
+        ({"xid": 146, "unit": "TLW_RX", "error_status": 0x2}, "none"),
+        ({"xid": 147, "unit": "TREX", "error_status": 0x80000000}, "none"),
+        (
+            {"xid": 149, "unit": "NETIR_LINK_DOWN", "intr_info": 0x0011, "error_status": 0},
+            "reset_gpu",
+        ),
+        # Link-down reason 0b100110 (intrInfo bits 25:20): NVIDIA says ignore.
+        ({"xid": 149, "unit": "NETIR_LINK_EVT", "intr_info": 0x026001C6}, "none"),
+        ({"xid": 149, "unit": "NETIR_BER_EVENT", "error_status": 0x3}, "none"),
+        ({"xid": 150, "unit": "MSE_WATCHDOG", "error_status": 0, "fatal": True}, "reset_gpu"),
+        ({"xid": 144, "unit": "SAW_MVB", "error_status": 0x40}, None),  # no row: caller decides
+        ({"xid": 144, "unit": "NO_SUCH_UNIT", "error_status": 0x1}, None),
+    ],
+)
+def test_nvlink5_decode(fields: dict[str, object], action: str | None) -> None:
+    arguments = {"fatal": False, "intr_info": 0, "error_status": 0, **fields}
+    assert shipped_catalog().decode(**arguments) == action  # type: ignore[arg-type]
 
 
 def test_critical_list_is_every_reset_reboot_or_support_xid_but_79() -> None:
@@ -86,6 +137,38 @@ def test_a_valid_catalog_parses_in_code_order() -> None:
         (catalog_text({**ENTRY, "code": 0}), "entry 0 (xid 0): code: expected 1..999"),
         (catalog_text({**ENTRY, "name": " "}), "entry 0 (xid 48): name: must not be empty"),
         (catalog_text({**ENTRY, "severity": 1}), "entry 0 (xid 48): unknown key 'severity'"),
+        (
+            catalog_text({**ENTRY, "bucket": "PRAY"}),
+            "entry 0 (xid 48): bucket: unknown bucket 'PRAY'",
+        ),
+        (
+            catalog_text({**ENTRY, "action": "none"}),
+            "entry 0 (xid 48): action: 'none' contradicts bucket RESET_GPU",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": [{**RULE, "xid": 151}]}),
+            "nvlink5_decode entry 0: xid: the decode table is for Xids 144-150 only, got 151",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": [{**RULE, "bucket": "RESTART_BM"}]}),
+            "nvlink5_decode entry 0: bucket: unknown bucket 'RESTART_BM'",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": [{**RULE, "error_status": -1}]}),
+            "nvlink5_decode entry 0: error_status: expected null or an integer",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": [{**RULE, "units": []}]}),
+            "nvlink5_decode entry 0: units: expected a list of unit names",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": [{**RULE, "note": "x"}]}),
+            "nvlink5_decode entry 0: unknown key 'note'",
+        ),
+        (
+            yaml.safe_dump({"xids": [ENTRY], "nvlink5_decode": {"xid": 144}}),
+            "nvlink5_decode: expected a list",
+        ),
     ],
 )
 def test_a_malformed_catalog_names_file_entry_and_key(text: str, message: str) -> None:

@@ -56,7 +56,10 @@ GPU_FALLEN_OFF_BUS_TOTAL: Final = MetricSpec(
     ("gpu", "uuid", "pci_bus_id"),
     unit="messages",
     source=(
-        "the driver's `NVRM: GPU 0000:xx:00.0: GPU has fallen off the bus.` record, "
+        "the driver's own fallen-off-the-bus record, `NVRM: The NVIDIA GPU 0000:xx:00.0 "
+        "(PCI ID: 10de:xxxx) installed in this system has fallen off the bus and is not "
+        "responding to commands.` (one record over several lines, `(PCI ID: ...)` optional) "
+        "or `NVRM: GPU xx:00.0: GPU has fallen off the bus.` (domain optional), "
         "which has no Xid number (it usually follows an `Xid ...: 79` record, counted "
         "in `fleetwatch_gpu_xid_errors_total`); `gpu`/`uuid` empty for a GPU NVML "
         "never enumerated, `pci_bus_id` empty when the message names none"
@@ -84,18 +87,79 @@ NVSWITCH_SXID_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
+GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
+    "fleetwatch_gpu_xid_recovery_actions_total",
+    "counter",
+    (
+        "Xid 154 records in the kernel log since the exporter started, by the recovery action "
+        "each announces (unknown when the text names none NVML knows)."
+    ),
+    ("gpu", "uuid", "action"),
+    unit="records",
+    source=(
+        "new Xid 154 kernel-log records (`--collector.xid.source` with `kmsg`), by the action "
+        "the text announces (`... changed from 0x0 (None) to 0x1 (GPU Reset Required)`; "
+        "NVML's numbering, `unknown` for a code NVML does not name or a text without one). "
+        "The kernel log's view of what `fleetwatch_gpu_recovery_action` reads from NVML field "
+        "230: it keeps the announcement after the field is reset, and works where the field "
+        "is not supported"
+    ),
+    series="6G",
+    label_values={
+        "action": (
+            "(`none`, `gpu_reset`, `node_reboot`, `drain_p2p`, `drain_and_reset`, `unknown`)"
+        ),
+    },
+)
+
+
+GPU_XID_NVLINK5_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_gpu_xid_nvlink5_errors_total",
+    "counter",
+    (
+        "NVLink5 Xids (144-150) in the kernel log since the exporter started, by unit and the "
+        "action NVIDIA's decode table gives the message (the Xid's catalog action when no row "
+        "describes it)."
+    ),
+    ("gpu", "uuid", "xid", "unit", "action"),
+    unit="Xids",
+    source=(
+        "new NVLink5 Xid kernel-log records (`kmsg` source), by the action NVIDIA's *XID "
+        "144-150 Decode* gives the message's unit, error status, link-down reason and "
+        "severity (docs/xid.md); the Xid's catalog action when no row describes it"
+    ),
+    series="G × (decode units + 7)",
+    label_values={
+        "xid": "(144-150)",
+        "unit": (
+            "(the decode table's units, e.g. `RLW_RXPIPE`, `NETIR_LINK_DOWN`; `other` for one "
+            "it does not name)"
+        ),
+        "action": "(`none`, `restart_application`, `reset_gpu`)",
+    },
+)
+
+
 KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
     "fleetwatch_kmsg_unreadable_records_total",
     "counter",
-    ("Kernel-log lines that are not timestamped records, or Xid/SXid records that do not parse."),
+    (
+        "Kernel-log lines that are not timestamped records, or Xid, SXid or "
+        "fallen-off-the-bus records that do not parse (malformed) or hold binary data."
+    ),
     ("reason",),
     unit="records",
-    source="kernel-log lines skipped; the first of each reason is logged",
-    series="2",
+    source=(
+        "kernel-log lines skipped; the first of each reason is logged with a sentence "
+        "saying why"
+    ),
+    series="3",
     label_values={
         "reason": (
             "(`no_timestamp`: not a `prio,seq,usec,flags;message` record; "
-            "`malformed`: an Xid or SXid record whose fields do not parse)"
+            "`malformed`: an Xid, SXid or fallen-off-the-bus record whose fields do not "
+            "parse, truncated ones included; `binary`: such a record holding control bytes "
+            "or invalid UTF-8)"
         ),
     },
 )
@@ -105,6 +169,8 @@ FAMILIES: Final = (
     GPU_XID_ERRORS_TOTAL,
     GPU_XID_HISTORY_ERRORS,
     GPU_FALLEN_OFF_BUS_TOTAL,
+    GPU_XID_RECOVERY_ACTIONS_TOTAL,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
 )
