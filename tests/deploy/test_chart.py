@@ -608,6 +608,11 @@ def test_helm_lint_rejects_an_unknown_profile(tmp_path: Path) -> None:
     assert lint(tmp_path, {"exporter": {"profile": "tiny"}}) != []
 
 
+def test_helm_lint_rejects_an_events_namespace_other_than_default(tmp_path: Path) -> None:
+    """A real API server refuses Events about a node outside `default`: the schema pins it."""
+    assert lint(tmp_path, {"tainter": {"eventsNamespace": "monitoring"}}) != []
+
+
 def test_helm_lint_rejects_an_unknown_collector(tmp_path: Path) -> None:
     assert lint(tmp_path, {"exporter": {"collectors": {"gpu-typo": False}}})
 
