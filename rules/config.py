@@ -49,6 +49,7 @@ Scope = str
 """Rule scopes: a node rule reads one node's series; a global rule the whole fleet's."""
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute")
 _METRIC_NAME: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_JOB_SELECTOR: Final = re.compile(r'job="([^"]+)"')
 
 Substitute = Callable[[str, str], str]
 """Maps (parameter name, rendered default) to the text that goes into the rule."""
@@ -94,6 +95,24 @@ class Config:
     alerts: Mapping[str, AlertPolicy]
     rule_groups: Mapping[str, Scope]
     """Each rule group's scope (`rule_groups:`): group name -> "node" or "global"."""
+
+    def scrape_jobs(self) -> dict[str, str]:
+        """The scrape job each component's selector matches, by component (`exporter`,
+        `tainter`, `kube_state_metrics`): the `job_name` a scrape config gives that
+        component for the rules and dashboards to see it. ConfigError naming the selector
+        when one is not a plain `job="NAME"` (then no job name alone satisfies it)."""
+        selectors = {
+            "exporter": self.exporter_selector,
+            "tainter": self.tainter_selector,
+            "kube_state_metrics": self.kube_state_metrics_selector,
+        }
+        jobs = {}
+        for component, selector in selectors.items():
+            job = _JOB_SELECTOR.fullmatch(selector)
+            if job is None:
+                raise _fail(self.source, f"selectors.{component}", 'not a plain job="NAME"')
+            jobs[component] = job.group(1)
+        return jobs
 
 
 def _fail(source: str, key: str, reason: str) -> ConfigError:

@@ -152,7 +152,7 @@ def job_recent_max(*, baseline: str) -> str:
 
 
 def straggler(
-    *, clock_fraction: str, clock_slowed: str, event_fraction: str, busy_ratio: str
+    *, alert: str, clock_fraction: str, clock_slowed: str, event_fraction: str, busy_ratio: str
 ) -> str:
     """PromQL: the GPU a training job waits for. Synchronous training waits for its slowest
     GPU at every collective, so that GPU is busy longest: its tensor activity is at or above
@@ -160,14 +160,18 @@ def straggler(
     a clock-event reason held its clocks more than `event_fraction` of the time
     (`clock_slowed`: that share per reason). Every other GPU of the job waits, so the job's
     median falls (0.55 to 0.2): the job counts as training when its median was busy at any
-    time within the baseline (`JOB_TENSOR_RECENT_MAX`), not only now."""
+    time within the baseline (`JOB_TENSOR_RECENT_MAX`), not only now, or while `alert` (this
+    expression's alert) is pending or firing for the job: after a whole baseline of
+    straggling the baseline is the straggling level, and a straggler that persists must not
+    fall silent for it."""
     return (
         f"{JOB_TENSOR}\n>= on ({JOB_LABELS}) group_left ()\n{JOB_TENSOR_MEDIAN}\n"
         "and on (uuid)\n(\n"
         f"  {JOB_SM_CLOCK}\n  < on ({JOB_LABELS}) group_left ()\n"
         f"  ((1 - {clock_fraction}) * {JOB_SM_CLOCK_MEDIAN})\n"
         f"  or on (uuid)\n  {clock_slowed} > {event_fraction}\n)\n"
-        f"and on ({JOB_LABELS})\n({JOB_TENSOR_RECENT_MAX} > {busy_ratio})\n"
+        f"and on ({JOB_LABELS})\n(\n  {JOB_TENSOR_RECENT_MAX} > {busy_ratio}\n"
+        f'  or on ({JOB_LABELS})\n  count by ({JOB_LABELS}) (ALERTS{{alertname="{alert}"}})\n)\n'
         f"and on ({JOB_LABELS})\n(count by ({JOB_LABELS}) ({JOB_TENSOR}) > 1)"
     )
 

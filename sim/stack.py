@@ -2,7 +2,7 @@
 
 A simulated Kubernetes cluster (its API, the node's kubelet PodResources socket and
 kube-state-metrics' pod labels, from the scenario's `pods:`), the exporter on the scenario,
-Prometheus scraping both with the shipped rules, Alertmanager with the shipped taint route
+Prometheus scraping all three with the shipped rules, Alertmanager with the shipped taint route
 pointed at the tainter, and the tainter writing to the simulated cluster. `fleetwatch demo`
 runs it as shipped; the end-to-end test and the alert-to-taint bench run it with their own
 rule files and tainter timings. Every server goes on the caller's ExitStack, which stops
@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from fleetwatch.rules.config import ALERTS_FILE, GLOBAL_FILE, RECORDING_FILE, shipped_text
+from fleetwatch.rules.config import (
+    ALERTS_FILE,
+    GLOBAL_FILE,
+    RECORDING_FILE,
+    load_config,
+    shipped_text,
+)
+from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.servers import (
     Server,
     alertmanager,
@@ -114,6 +121,32 @@ def shipped_rules(workdir: Path) -> list[Path]:
     return paths
 
 
+def scrape_configs(
+    *, node: str, exporter: Server, cluster: Server, tainter: Server | None
+) -> list[dict[str, Any]]:
+    """A scrape job for every server the rules and dashboards watch, each under the job
+    name the shipped rules select (`selectors:` in rules/config.yaml, as the chart's
+    ServiceMonitors name them): the exporter (with its node's `node` label), the simulated
+    cluster's kube-state-metrics and, when it runs, the tainter. A server left unscraped
+    reads as down: FleetwatchTainterDown would page while the tainter works."""
+    jobs = load_config().scrape_jobs()
+    configs: list[dict[str, Any]] = [
+        {
+            "job_name": jobs["exporter"],
+            "static_configs": [{"targets": [exporter.address], "labels": {"node": node}}],
+        },
+        {
+            "job_name": jobs["kube_state_metrics"],
+            "static_configs": [{"targets": [cluster.address]}],
+        },
+    ]
+    if tainter is not None:
+        configs.append(
+            {"job_name": jobs["tainter"], "static_configs": [{"targets": [tainter.address]}]}
+        )
+    return configs
+
+
 def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Stack:
     """Start what `plan` asks for, each ready before the next; `servers` stops them all.
 
@@ -153,6 +186,9 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
             port=ports["exporter"],
             args=[
                 f"--collection-interval={plan.collection_interval}",
+                # As a node's DaemonSet is told its GPU count: a GPU that falls off the bus
+                # shows against it, and the report's reliability section reads it.
+                f"--collector.gpu.expected-count={load_scenario(plan.scenario).gpus}",
                 f"--collector.podresources.socket={socket}",
                 f"--collector.podresources.refresh-interval={plan.collection_interval}",
             ],
@@ -196,18 +232,9 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
                 alertmanager_urls=[am.url] if am else [],
                 scrape_interval=plan.interval,
                 evaluation_interval=plan.interval,
-                scrape_configs=[
-                    {
-                        "job_name": "fleetwatch",
-                        "static_configs": [
-                            {"targets": [exporter.address], "labels": {"node": plan.node}}
-                        ],
-                    },
-                    {
-                        "job_name": "kube-state-metrics",
-                        "static_configs": [{"targets": [cluster.address]}],
-                    },
-                ],
+                scrape_configs=scrape_configs(
+                    node=plan.node, exporter=exporter, cluster=cluster, tainter=tainter
+                ),
             )
         )
     return Stack(

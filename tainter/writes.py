@@ -30,7 +30,10 @@ RECORD_ANNOTATION: Final = "fleetwatch.io/taints"
 UNTAINT_ANNOTATION: Final = "fleetwatch.io/untaint"
 TAINTED_LABEL: Final = "fleetwatch.io/tainted"
 T = TypeVar("T")
-RETRIED_STATUSES: Final = frozenset({0, 409, 422, 429, 500, 502, 503, 504})
+RETRIED_STATUSES: Final = frozenset({0, 409, 429, 500, 502, 503, 504})
+"""Answers a retry can fix: the guard's conflict (409: the node changed since it was read),
+throttling, the API server's own failures and no answer at all. Never a 4xx refusal such as
+the chart's admission policy's denial (422 Invalid, or 403): the same write is denied again."""
 
 
 def ours(taint: Taint) -> bool:
@@ -119,8 +122,9 @@ async def with_retries(
     metrics: TainterMetrics,
     what: str,
 ) -> T:
-    """Run `call` until it succeeds, retrying conflicts, throttling, 5xx and unreachable
-    API with jittered backoff; counts every failure. Raises the last ApiError."""
+    """Run `call` until it succeeds, retrying what RETRIED_STATUSES names (the guard's
+    conflicts, throttling, 5xx, an unreachable API) with jittered backoff; counts every
+    failure. Raises the last ApiError, or at once one retrying cannot fix."""
     last_error: ApiError | None = None
     for attempt in range(retry.attempts):
         if attempt:

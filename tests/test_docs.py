@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from fleetwatch.rules.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,3 +107,30 @@ def test_a_broken_reference_is_found(tmp_path: Path) -> None:
         "file docs/nowhere.md",
         "link ARCHITECTURE.md",
     ]
+
+
+def scrape_configs(document: Path) -> dict[str, list[str]]:
+    """The scrape job names of each YAML block of `document` that holds `scrape_configs`,
+    by the heading of the section the block is in."""
+    jobs: dict[str, list[str]] = {}
+    heading = ""
+    for section in re.split(r"^(## .+)$", document.read_text(), flags=re.M):
+        if section.startswith("## "):
+            heading = section[3:].strip()
+            continue
+        for block in re.findall(r"^```yaml\n(.*?)^```", section, flags=re.M | re.S):
+            config = yaml.safe_load(block)
+            if isinstance(config, dict) and "scrape_configs" in config:
+                jobs[heading] = [job["job_name"] for job in config["scrape_configs"]]
+    return jobs
+
+
+def test_documented_scrape_configs_name_every_job_the_rules_select() -> None:
+    """A deployment without a job the rules select has alerts that fire on a healthy stack
+    (FleetwatchTainterDown for an unscraped tainter): docs/deploy.md's plain Prometheus
+    configuration scrapes every component under its rules' job name, and the Slurm one the
+    exporter (Slurm has no tainter and no kube-state-metrics)."""
+    jobs = load_config().scrape_jobs()
+    documented = scrape_configs(ROOT / "docs" / "deploy.md")
+    assert sorted(documented["Kubernetes without the Prometheus operator"]) == sorted(jobs.values())
+    assert documented["A systemd service on a Slurm node"] == [jobs["exporter"]]

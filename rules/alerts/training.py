@@ -103,6 +103,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         Alert(
             name="GPUStraggler",
             expr=straggler(
+                alert="GPUStraggler",
                 clock_fraction=p("straggler_clock_fraction"),
                 clock_slowed=slowed,
                 event_fraction=p("clock_event_fraction"),

@@ -617,6 +617,11 @@ def test_helm_lint_rejects_an_unknown_profile(tmp_path: Path) -> None:
     assert lint(tmp_path, {"exporter": {"profile": "tiny"}}) != []
 
 
+def test_helm_lint_rejects_an_events_namespace_other_than_default(tmp_path: Path) -> None:
+    """A real API server refuses Events about a node outside `default`: the schema pins it."""
+    assert lint(tmp_path, {"tainter": {"eventsNamespace": "monitoring"}}) != []
+
+
 def test_helm_lint_rejects_an_unknown_collector(tmp_path: Path) -> None:
     assert lint(tmp_path, {"exporter": {"collectors": {"gpu-typo": False}}})
 
@@ -684,21 +689,18 @@ def test_tainter_runs_unprivileged_with_its_token(releases: dict[str, Release]) 
 
 def test_monitors_label_job_and_node_as_the_rules_expect(releases: dict[str, Release]) -> None:
     config = rules_config()
-    jobs = {
-        "exporter": re.fullmatch(r'job="([^"]+)"', config.exporter_selector),
-        "tainter": re.fullmatch(r'job="([^"]+)"', config.tainter_selector),
-    }
+    scrape_jobs = config.scrape_jobs()
+    jobs = {component: scrape_jobs[component] for component in ("exporter", "tainter")}
     for kind, release in (("ServiceMonitor", "defaults"), ("PodMonitor", "podmonitor")):
         endpoints_key = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
         for component, job in jobs.items():
-            assert job, f'rules/config.yaml selector of the {component} is not job="..."'
             monitor = releases[release].one(kind, component)
             endpoints = monitor["spec"][endpoints_key]
             assert len(endpoints) == (2 if component == "exporter" else 1)
             for endpoint in endpoints:
                 assert endpoint["interval"] == config.scrape_interval
                 relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
-                assert relabel["job"]["replacement"] == job.group(1)
+                assert relabel["job"]["replacement"] == job
                 assert relabel["node"]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
                 assert endpoint["honorLabels"] is True
 

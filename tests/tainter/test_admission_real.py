@@ -17,11 +17,13 @@ import pytest
 from fleetwatch.tainter.condition import ConditionKeeper
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.kube import KubeNodeApi
+from fleetwatch.tainter.kube_objects import ApiError, NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION as HISTORY
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, History
 from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy
+from fleetwatch.tainter.writes import Change, guarded_update
 
 from testbed.kube import ADMIN, ApiServer
 from tests.deploy import fakekube
@@ -285,3 +287,44 @@ async def test_the_tainters_quarantine_write_passes(
     assert node["metadata"]["labels"][QUARANTINE_LABEL] == "gpu-overheat"
     assert json.loads(node["metadata"]["annotations"][HISTORY])["quarantined"] == ["gpu-overheat"]
     assert len(cluster.events_for("gpu-2", "NodeQuarantined")) == 1
+
+
+async def test_a_policy_denial_is_not_retried_a_guard_conflict_is(
+    cluster: RealCluster, kube: KubeNodeApi
+) -> None:
+    """The guard's 409 is re-read and re-planned; the admission policy's denial (422
+    Invalid) would be denied again, so it is counted once and raised with its message."""
+    retry = RetryPolicy(attempts=5, base_delay=0.01, max_delay=0.05)
+    metrics = TainterMetrics()
+    plans = 0
+
+    async def foreign_label(_node: NodeView) -> Change:
+        nonlocal plans
+        plans += 1
+        return Change(labels={"pool": "quarantine"})
+
+    with pytest.raises(ApiError) as denied:
+        await guarded_update(
+            api=kube, name="gpu-1", plan=foreign_label, retry=retry, metrics=metrics
+        )
+    assert denied.value.status == 422  # reason Invalid: the policy sets no other
+    assert "only fleetwatch.io/ labels" in denied.value.reason
+    assert plans == 1
+    errors = "fleetwatch_tainter_api_errors_total"
+    assert metrics.registry.get_sample_value(errors, {"status": str(denied.value.status)}) == 1
+    assert "pool" not in cluster.node("gpu-1")["metadata"].get("labels", {})
+
+    plans = 0
+
+    async def raced_taint(_node: NodeView) -> Change:
+        """Plan a taint; on the first try someone else writes the node meanwhile."""
+        nonlocal plans
+        plans += 1
+        if plans == 1:
+            cluster.mutate("gpu-1", lambda n: n["metadata"]["labels"].update(raced="yes"))
+        return Change(add=(Taint(**ours()),))
+
+    await guarded_update(api=kube, name="gpu-1", plan=raced_taint, retry=retry, metrics=metrics)
+    assert plans == 2
+    assert metrics.registry.get_sample_value("fleetwatch_tainter_api_conflicts_total") == 1
+    assert keys(cluster, "gpu-1") == [FOREIGN["key"], ours()["key"]]
