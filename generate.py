@@ -1,15 +1,15 @@
 """The one generate step: every generated file of the checkout, from rules/config.yaml.
 
-`./dev.sh generate` reinstalls fleetwatch from the tree, then runs this: the rules writer
+`./dev.sh generate` runs this in the editable install: the rules writer
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
 *.json) and the chart generator (the chart's PrometheusRule, values and schema), in that
 order, each reading the checkout's rules/config.yaml. `--check` writes nothing and exits 1
 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
-The dashboards and the chart build on the rules package as installed (the chart's alert
-groups, the dashboards' PromQL), so this step refuses to run when the installed
-fleetwatch.rules is not the checkout's rules/ (a reinstall was missed).
+The dashboards and the chart build on the rules package (the chart's alert groups, the
+dashboards' PromQL); the editable install makes that package the checkout's rules/, so
+every generator reads the tree as edited.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Final
 
@@ -32,9 +30,6 @@ from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
 COMMAND: Final = "./dev.sh generate"
-RULES_PACKAGE: Final = "fleetwatch.rules"
-RULES_SOURCE: Final = Path("rules")
-"""Where the installed rules package comes from in a checkout (pyproject.toml package-dir)."""
 
 
 def checkout_config(path: Path | None = None) -> Config:
@@ -60,31 +55,6 @@ def orphans(files: Mapping[Path, str]) -> list[Path]:
     ]
 
 
-def _python_files(folder: Traversable, prefix: Path = Path()) -> dict[Path, bytes]:
-    found: dict[Path, bytes] = {}
-    for entry in folder.iterdir():
-        if entry.is_dir() and entry.name != "__pycache__":
-            found.update(_python_files(entry, prefix / entry.name))
-        elif entry.name.endswith(".py"):
-            found[prefix / entry.name] = entry.read_bytes()
-    return found
-
-
-def stale_install(root: Path = ROOT) -> list[str]:
-    """Modules of the installed rules package that differ from, or are missing from, the
-    checkout's `root`/rules/ (empty when the install is the tree's)."""
-    installed = _python_files(resources.files(RULES_PACKAGE))
-    tree = {
-        path.relative_to(root / RULES_SOURCE): path.read_bytes()
-        for path in (root / RULES_SOURCE).rglob("*.py")
-    }
-    return sorted(
-        str(RULES_SOURCE / name)
-        for name in installed.keys() | tree.keys()
-        if installed.get(name) != tree.get(name)
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite every generated file, or with --check report which are out of date."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -95,14 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config", type=Path, help="config.yaml to read (default: rules/config.yaml)"
     )
     args = parser.parse_args(argv)
-    stale = stale_install()
-    if stale:
-        print(
-            f"{COMMAND}: the installed {RULES_PACKAGE} is not this checkout's "
-            f"({', '.join(stale)} differ): run {COMMAND}, which reinstalls first",
-            file=sys.stderr,
-        )
-        return 2
     try:
         files = rendered_files(checkout_config(args.config))
     except (ConfigError, chart_generator.GenerateError) as exc:

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import pytest
 
+from tests.install import mismatch
+
 INTEGRATION: Final = "integration"
 
 # Fixtures that start a real server (any module's fixture of that name).
@@ -63,6 +65,14 @@ SERVER_PROGRAMS: Final = frozenset(
 )
 
 _running: list[pytest.Item] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once when the imported fleetwatch is not the one this run tests
+    (tests/install.py): the checkout's in the everyday loop, the wheel under ./dev.sh test."""
+    why = mismatch()
+    if why:
+        pytest.exit(why, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,7 +4,6 @@ writing."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -65,12 +64,3 @@ def test_a_bad_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     config.write_text("selectors: {}\n")
     assert generate.main(["--check", "--config", str(config)]) == 2
     assert str(config) in capsys.readouterr().err
-
-
-def test_a_missed_reinstall_is_found(tmp_path: Path) -> None:
-    shutil.copytree(generate.ROOT / "rules", tmp_path / "rules")
-    assert generate.stale_install(tmp_path) == []
-    module = tmp_path / "rules" / "generate.py"
-    module.write_text(module.read_text() + "\n# edited after the install\n")
-    (tmp_path / "rules" / "new_module.py").write_text('"""Not installed yet."""\n')
-    assert generate.stale_install(tmp_path) == ["rules/generate.py", "rules/new_module.py"]
