@@ -77,8 +77,10 @@ install_editable() {
     # strict: a tree of links to the checkout's files (build/__editable__.*), which mypy
     # finds through a plain .pth path (it cannot follow setuptools' default import hook).
     # Edits show at once; a module or data file added to the package needs this again.
-    "$VENV/bin/pip" install -q --no-deps --no-build-isolation \
-        --config-settings editable_mode=strict -e .
+    # Its output (setuptools' notice about the link tree) shows only when it fails.
+    local out
+    out=$("$VENV/bin/pip" install -q --no-deps --no-build-isolation \
+        --config-settings editable_mode=strict -e . 2>&1) || { echo "$out" >&2; return 1; }
 }
 
 case "${1:-}" in
