@@ -44,10 +44,11 @@ ensure_debian_packages() {
 }
 
 ensure_venv() {
-    # $1: the extras to install. Dependencies are installed when pyproject.toml changes;
-    # fleetwatch itself is reinstalled (non-editable) every time, so the demo and the
-    # tests run the package as it ships, not the source folders.
-    local extras=$1 stamp="$VENV/.installed-$1"
+    # $1: the extras to install; $2: how fleetwatch itself goes in. `editable` (the demo,
+    # generate, and the everyday loop: `.venv/bin/pytest` runs the code as edited) or
+    # `wheel` (`./dev.sh test`: the package as it ships, built from the tree). Dependencies
+    # are installed when pyproject.toml changes; fleetwatch itself on every run.
+    local extras=$1 mode=$2 stamp="$VENV/.installed-$1"
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
@@ -61,34 +62,53 @@ ensure_venv() {
         touch "$stamp"
     fi
     # setuptools builds in ./build and ./fleetwatch.egg-info: a module deleted from the tree
-    # would survive in the one, and the other would shadow the installed metadata.
+    # would survive in the one, and the other would shadow the installed metadata. The
+    # editable install's link tree lives in ./build too, and is remade here.
     rm -rf build fleetwatch.egg-info
-    "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
-    rm -rf build fleetwatch.egg-info
+    if [ "$mode" = wheel ]; then
+        "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
+        rm -rf build fleetwatch.egg-info
+    else
+        install_editable
+    fi
+}
+
+install_editable() {
+    # strict: a tree of links to the checkout's files (build/__editable__.*), which mypy
+    # finds through a plain .pth path (it cannot follow setuptools' default import hook).
+    # Edits show at once; a module or data file added to the package needs this again.
+    # Its output (setuptools' notice about the link tree) shows only when it fails.
+    local out
+    out=$("$VENV/bin/pip" install -q --no-deps --no-build-isolation \
+        --config-settings editable_mode=strict -e . 2>&1) || { echo "$out" >&2; return 1; }
 }
 
 case "${1:-}" in
     demo)
         ensure_debian_packages optional "${DEMO_PACKAGES[@]}"
-        ensure_venv tainter
+        ensure_venv tainter editable
         shift
         exec "$VENV/bin/fleetwatch" demo "$@"
         ;;
     test)
         ensure_debian_packages required "${TEST_PACKAGES[@]}"
-        ensure_venv dev
+        # One run against the wheel (what ships: a file left out of it fails here), then the
+        # editable install back for the everyday loop, however the run ends.
+        ensure_venv dev wheel
+        trap 'rm -rf build fleetwatch.egg-info; install_editable' EXIT
         shift
+        export FLEETWATCH_TEST_WHEEL=1
         "$VENV/bin/ruff" check .
         "$VENV/bin/ruff" format --check .
         # The package as installed, then the tests, benches and generators that use it.
         "$VENV/bin/mypy" -p fleetwatch
         "$VENV/bin/mypy"
-        exec "$VENV/bin/pytest" -q "$@"
+        "$VENV/bin/pytest" -q "$@"
         ;;
     generate)
-        # The one generate step: the install (done once, here) is the tree's, so the rules,
-        # dashboards and chart generators all build from the checkout (generate.py).
-        ensure_venv dev
+        # The one generate step: the install is editable, so the rules, dashboards and chart
+        # generators all build from the checkout (generate.py).
+        ensure_venv dev editable
         shift
         exec "$VENV/bin/python" generate.py "$@"
         ;;

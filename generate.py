@@ -1,7 +1,7 @@
 """The one generate step: every generated file of the checkout, from rules/config.yaml
 and the metric catalog.
 
-`./dev.sh generate` reinstalls fleetwatch from the tree, then runs this: the rules writer
+`./dev.sh generate` runs this in the editable install: the rules writer
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
 *.json), the chart generator (the chart's PrometheusRule, values and schema), each reading
 the checkout's rules/config.yaml, the metrics page (docs/metrics.md, from
@@ -10,10 +10,9 @@ kinds of sim/faults.py), in that order. `--check` writes nothing and exits 1
 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
-The dashboards and the chart build on the rules package as installed (the chart's alert
-groups, the dashboards' PromQL), and the fault table on the simulator's, so this step
-refuses to run when the installed fleetwatch.rules or fleetwatch.sim is not the checkout's
-rules/ or sim/ (a reinstall was missed).
+The dashboards and the chart build on the rules package (the chart's alert groups, the
+dashboards' PromQL), and the fault table on the simulator's; the editable install makes
+those packages the checkout's rules/ and sim/, so every generator reads the tree as edited.
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Final
 
@@ -40,9 +37,6 @@ from helm import generate as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
 COMMAND: Final = "./dev.sh generate"
-INSTALLED_SOURCES: Final = {"fleetwatch.rules": Path("rules"), "fleetwatch.sim": Path("sim")}
-"""The installed packages the step reads (the rules; the fault kinds), and where each comes
-from in a checkout (pyproject.toml package-dir)."""
 SIMULATION_DOC: Final = Path("docs/simulation.md")
 FAULT_TABLE_BEGIN: Final = (
     "<!-- BEGIN fault kinds: generated from sim/faults.py by ./dev.sh generate; do not edit -->"
@@ -101,34 +95,6 @@ def orphans(files: Mapping[Path, str]) -> list[Path]:
     ]
 
 
-def _python_files(folder: Traversable, prefix: Path = Path()) -> dict[Path, bytes]:
-    found: dict[Path, bytes] = {}
-    for entry in folder.iterdir():
-        if entry.is_dir() and entry.name != "__pycache__":
-            found.update(_python_files(entry, prefix / entry.name))
-        elif entry.name.endswith(".py"):
-            found[prefix / entry.name] = entry.read_bytes()
-    return found
-
-
-def stale_install(root: Path = ROOT) -> list[str]:
-    """Modules of the installed packages the step reads that differ from, or are missing
-    from, the checkout `root`'s sources (empty when the install is the tree's)."""
-    stale = []
-    for package, source in INSTALLED_SOURCES.items():
-        installed = _python_files(resources.files(package))
-        tree = {
-            path.relative_to(root / source): path.read_bytes()
-            for path in (root / source).rglob("*.py")
-        }
-        stale += [
-            str(source / name)
-            for name in installed.keys() | tree.keys()
-            if installed.get(name) != tree.get(name)
-        ]
-    return sorted(stale)
-
-
 @dataclass(frozen=True, kw_only=True)
 class GenerateSettings:
     """The flags of the generate step."""
@@ -149,14 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog=COMMAND,
         description=__doc__.splitlines()[0] if __doc__ else "",
     )
-    stale = stale_install()
-    if stale:
-        print(
-            f"{COMMAND}: the installed fleetwatch is not this checkout's "
-            f"({', '.join(stale)} differ): run {COMMAND}, which reinstalls first",
-            file=sys.stderr,
-        )
-        return 2
     try:
         files = rendered_files(checkout_config(args.config))
     except (ConfigError, chart_generator.GenerateError, DocError) as exc:

@@ -43,8 +43,8 @@ from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
 
-from bench.nvml_timing import timed
 from fleetwatch.cli import build_parser
+from testbed.nvml_timing import timed
 from testbed.servers import node_exporter
 
 

@@ -29,8 +29,8 @@ from fleetwatch.sim.fake_nvml import FakeNvml
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
 
-from bench.nvml_timing import timed
 from testbed.clock import FixedClock
+from testbed.nvml_timing import timed
 
 
 def measure(scenario_name: str, cycles: int) -> None:

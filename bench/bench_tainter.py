@@ -11,7 +11,8 @@ answers 503 (built without a forwarder: the storm measures the leader alone).
 
 With --latency it measures alert-to-taint latency instead, through real Prometheus (5 s
 scrape and evaluation, the repo's rules) and real Alertmanager (the shipped route): from
-the first exporter sample of GPU 3 above 78 °C to the taint on the simulated node.
+the first exporter sample of GPU 3 above the shipped GPUOverheating threshold
+(rules/config.yaml's `gpu_temperature_celsius`) to the taint on the simulated node.
 
 With --failover it runs two `fleetwatch taint --leader-elect` processes (shipped Lease
 timings: 15 s duration, 10 s renew deadline, 2 s retry), kills the leader with SIGKILL and
@@ -365,7 +366,7 @@ def failover() -> None:
 def latency() -> None:
     """Alert-to-taint latency through the real stack with the shipped defaults."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from testbed.stack import start_e2e_stack
+    from testbed.stack import OVERHEAT_CELSIUS, start_e2e_stack
 
     hot = re.compile(
         rb'fleetwatch_gpu_temperature_celsius\{[^}]*gpu="3"[^}]*sensor="gpu"[^}]*\} (\S+)'
@@ -378,17 +379,21 @@ def latency() -> None:
             if first_hot is None:
                 with urllib.request.urlopen(f"{stack.exporter.url}/metrics", timeout=5) as r:
                     match = hot.search(r.read())
-                if match and float(match.group(1)) > 78:
+                if match and float(match.group(1)) > OVERHEAT_CELSIUS:
                     first_hot = time.monotonic()
             if first_hot is not None and "fleetwatch.io/gpu-overheat" in stack.taint_keys():
                 tainted = time.monotonic()
             time.sleep(0.1)
     print("alert-to-taint, shipped defaults (scrape/eval 5s, for 5s, group_wait 1s):")
     if first_hot is None or tainted is None:
-        print(f"  no taint within 120 s (first sample above 78 °C seen: {first_hot is not None})")
+        print(
+            f"  no taint within 120 s (first sample above {OVERHEAT_CELSIUS:g} °C seen: "
+            f"{first_hot is not None})"
+        )
     else:
         print(
-            f"  {tainted - first_hot:.1f} s from the first exporter sample above 78 °C to the taint"
+            f"  {tainted - first_hot:.1f} s from the first exporter sample above "
+            f"{OVERHEAT_CELSIUS:g} °C to the taint"
         )
 
 

@@ -1,7 +1,8 @@
 """The whole alerting path (`fleetwatch.sim.stack`) as the end-to-end test and the
-alert-to-taint bench run it: a node whose GPU 3 heats past 78 °C and cools again, the
-shipped rules with GPUOverheating's `keep_firing_for` shortened, gpu-overheat's clear
-condition with its hold-down shortened, and the tainter's timings given by the caller.
+alert-to-taint bench run it: a node whose GPU 3 heats past the shipped GPUOverheating
+threshold (`OVERHEAT_CELSIUS`, rules/config.yaml's `gpu_temperature_celsius`) and cools again, the
+shipped rules with GPUOverheating's `keep_firing_for` shortened, and the tainter's timings
+given by the caller; gpu-overheat's clear condition with its hold-down shortened.
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from fleetwatch.rules.remediation import CLEAR
 from fleetwatch.sim.stack import Plan, Stack, start_stack
 
 NODE = "e2e-node"
+# GPUOverheating's threshold as shipped: GPU 3 heats 6 °C past it, then cools to 60 °C.
+OVERHEAT_CELSIUS = float(load_config().thresholds["gpu_temperature_celsius"])
+HOT_CELSIUS = OVERHEAT_CELSIUS + 6
 SCENARIO = {
-    "description": "GPU 3 heats to 84 °C, then cools to 60 °C",
+    "description": f"GPU 3 heats to {HOT_CELSIUS:g} °C, then cools to 60 °C",
     "gpus": 4,
     "gpu_model": "NVIDIA H100 80GB HBM3",
     "nvlinks_per_gpu": 2,
     "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400, "link_layer": "InfiniBand"}],
     "baseline": {"temperature_celsius": 62, "tensor_active": 0.55},
     "faults": [
-        {"at": 5, "kind": "temperature", "gpu": 3, "celsius": 84, "ramp_seconds": 5},
+        {"at": 5, "kind": "temperature", "gpu": 3, "celsius": HOT_CELSIUS, "ramp_seconds": 5},
         {"at": 35, "kind": "temperature", "gpu": 3, "celsius": 60, "ramp_seconds": 3},
     ],
 }

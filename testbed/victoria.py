@@ -29,8 +29,6 @@ from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, 
 VICTORIA_METRICS = "/usr/bin/victoria-metrics"
 VMAGENT = "/usr/bin/vmagent"
 VMALERT = "/usr/bin/vmalert"
-# The first vmalert release that reads `keep_firing_for` (VictoriaMetrics issue 4529).
-KEEP_FIRING_FOR_SINCE = "v1.92.0"
 
 
 @contextlib.contextmanager
@@ -220,14 +218,6 @@ def import_series(server: Server, series: Iterable[Mapping[str, Any]]) -> None:
     "timestamps": [unix milliseconds...]}`."""
     body = b"".join(json.dumps(item).encode() + b"\n" for item in series)
     _post(f"{server.url}/api/v1/import", body)
-    force_flush(server)
-
-
-def import_prometheus_text(server: Server, exposition: str, *, time_ms: int | None = None) -> None:
-    """Store a Prometheus text exposition (one sample per line, at `time_ms` or now) and make
-    it queryable at once."""
-    query = "" if time_ms is None else "?" + urllib.parse.urlencode({"timestamp": time_ms})
-    _post(f"{server.url}/api/v1/import/prometheus{query}", exposition.encode())
     force_flush(server)
 
 

@@ -1,10 +1,11 @@
 """The fast lane: which tests start real servers, marked in one place and held to it.
 
-`./dev.sh test -m "not integration"` runs the unit tests alone. A test is `integration`
-when it starts a real server or tool (Prometheus, Alertmanager, node_exporter, promtool,
-Chromium, Helm against an API server), or a slow `fleetwatch` server process of its own
-(the signal-handling tests). Two rules keep the mark right without marking each test by
-hand:
+`.venv/bin/pytest -m "not integration"` runs the unit tests alone, on the code as edited
+(the editable install; `pytest_configure` stops a run that would test another copy). A test
+is `integration` when it starts a real server or tool (Prometheus, Alertmanager,
+node_exporter, promtool, Chromium, Helm against an API server), or a slow `fleetwatch` server
+process of its own (the signal-handling tests). Two rules keep the mark right without marking
+each test by hand:
 
 - a test that uses a fixture named in `SERVER_FIXTURES` is marked at collection, so every
   test of a shared live stack is marked through the fixture that starts it;
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+
+from tests.install import mismatch
 
 INTEGRATION: Final = "integration"
 
@@ -63,6 +66,14 @@ SERVER_PROGRAMS: Final = frozenset(
 )
 
 _running: list[pytest.Item] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once when the imported fleetwatch is not the one this run tests
+    (tests/install.py): the checkout's in the everyday loop, the wheel under ./dev.sh test."""
+    why = mismatch()
+    if why:
+        pytest.exit(why, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

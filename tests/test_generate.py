@@ -4,7 +4,6 @@ writing."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -67,19 +66,3 @@ def test_a_bad_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     config.write_text("selectors: {}\n")
     assert generate.main(["--check", "--config", str(config)]) == 2
     assert str(config) in capsys.readouterr().err
-
-
-def test_a_missed_reinstall_is_found(tmp_path: Path) -> None:
-    for source in generate.INSTALLED_SOURCES.values():
-        shutil.copytree(generate.ROOT / source, tmp_path / source)
-    assert generate.stale_install(tmp_path) == []
-    module = tmp_path / "rules" / "generate.py"
-    module.write_text(module.read_text() + "\n# edited after the install\n")
-    (tmp_path / "rules" / "new_module.py").write_text('"""Not installed yet."""\n')
-    faults = tmp_path / "sim" / "faults.py"
-    faults.write_text(faults.read_text() + "\n# a fault kind added after the install\n")
-    assert generate.stale_install(tmp_path) == [
-        "rules/generate.py",
-        "rules/new_module.py",
-        "sim/faults.py",
-    ]

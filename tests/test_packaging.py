@@ -14,6 +14,7 @@ import pytest
 from fleetwatch.sim.servers import free_port, http_get, running
 
 import fleetwatch
+from tests.install import WHEEL_RUN, imported_source, mismatch, wheel_run
 
 # Modules that need an extra's dependencies; the rest must import with the base install.
 # The simulated fleet history is numpy arrays (the report's extra brings numpy); the rest of
@@ -68,12 +69,18 @@ def all_modules() -> list[str]:
     )
 
 
+@pytest.mark.skipif(not wheel_run(), reason="the wheel's RECORD: ./dev.sh test installs it")
 def test_one_top_level_import_name() -> None:
     assert installed_top_levels() == {"fleetwatch"}
 
 
-def test_the_tests_use_the_installed_package_not_the_tree() -> None:
-    assert "site-packages" in Path(fleetwatch.__file__).resolve().parts
+def test_the_tests_run_the_fleetwatch_their_mode_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel under ./dev.sh test, the checkout (editable install) otherwise; the other
+    mode's check (tests/conftest.py) would stop this run."""
+    assert mismatch() is None
+    assert ("site-packages" in imported_source().parts) == wheel_run()
+    monkeypatch.setenv(WHEEL_RUN, "0" if wheel_run() else "1")
+    assert mismatch() is not None
 
 
 def test_every_module_imports_outside_a_checkout(tmp_path: Path) -> None:

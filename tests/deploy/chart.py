@@ -7,9 +7,11 @@ Helm keeps its release record in the stand-in server too, so nothing else is tou
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import copy
 import importlib
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,3 +96,35 @@ def lint(tmp_path: Path, values: Mapping[str, Any] | None = None) -> list[dict[s
     result = asyncio.run(helm_sdkpy.Lint(config).run(str(copy_dir)))
     messages: list[dict[str, Any]] = result.get("Messages") or []
     return [m for m in messages if m.get("Severity", 0) >= LINT_WARNING]
+
+
+# The RBAC verb of each generated-client method prefix.
+_VERBS = {
+    "read": "get",
+    "list": "list",
+    "patch": "patch",
+    "create": "create",
+    "replace": "update",
+}
+
+
+def tainter_api_calls(api: str = "_core") -> set[tuple[str, str]]:
+    """(resource, verb) of every generated API method tainter/kube.py calls via `self.<api>`
+    (`_core`: CoreV1Api, `_coordination`: CoordinationV1Api)."""
+    tree = ast.parse((ROOT / "tainter" / "kube.py").read_text())
+    calls = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == api
+        ):
+            match = re.fullmatch(
+                r"(read|list|patch|create|replace)_(?:namespaced_)?([a-z]+)(?:_([a-z]+))?"
+                r"(?:_for_all_namespaces)?",
+                node.attr,
+            )
+            assert match, f"tainter/kube.py calls {node.attr}: map it to RBAC here"
+            verb, kind, subresource = match.groups()
+            calls.add((kind + "s" + (f"/{subresource}" if subresource else ""), _VERBS[verb]))
+    return calls

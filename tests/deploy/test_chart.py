@@ -5,7 +5,6 @@ tests/test_generate.py's check."""
 
 from __future__ import annotations
 
-import ast
 import base64
 import json
 import re
@@ -34,6 +33,7 @@ from tests.deploy.chart import (
     default_values,
     install,
     lint,
+    tainter_api_calls,
 )
 
 SCOPE_LABEL = chart_generator().SCOPE_LABEL
@@ -264,37 +264,6 @@ def test_exporter_tolerates_every_taint_the_tainter_writes(
         for reason in reasons:
             assert _tolerates(pod["tolerations"], taint_key(reason), effect), reason
         assert not _tolerates(pod["tolerations"], "example.com/other", effect)
-
-
-_VERBS = {
-    "read": "get",
-    "list": "list",
-    "patch": "patch",
-    "create": "create",
-    "replace": "update",
-}
-
-
-def tainter_api_calls(api: str = "_core") -> set[tuple[str, str]]:
-    """(resource, verb) of every generated API method tainter/kube.py calls via `self.<api>`
-    (`_core`: CoreV1Api, `_coordination`: CoordinationV1Api)."""
-    tree = ast.parse((ROOT / "tainter" / "kube.py").read_text())
-    calls = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr == api
-        ):
-            match = re.fullmatch(
-                r"(read|list|patch|create|replace)_(?:namespaced_)?([a-z]+)(?:_([a-z]+))?"
-                r"(?:_for_all_namespaces)?",
-                node.attr,
-            )
-            assert match, f"tainter/kube.py calls {node.attr}: map it to RBAC here"
-            verb, kind, subresource = match.groups()
-            calls.add((kind + "s" + (f"/{subresource}" if subresource else ""), _VERBS[verb]))
-    return calls
 
 
 # The calls of features the chart grants rights for only when they are on.

@@ -20,7 +20,6 @@ from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.engine import SELF_METRICS, Engine, ScheduledCollector
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
-from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import servers
 from fleetwatch.sim.scenario import load_scenario
@@ -30,25 +29,12 @@ from fleetwatch.catalog import ALL
 from fleetwatch.cli import build_parser
 from testbed.clock import FixedClock
 from testbed.servers import prom_query, promtool_check_metrics
+from tests.exporter.node import collect_node
 from tests.golden import GOLDEN_DIR
 
 FAMILY = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
 # The collector goldens of the dgx-h100 scenario: together, the node's whole exposition.
 DGX_H100_GOLDENS = ("gpu/dgx-h100.txt", "pci/dgx-h100.prom", "infiniband/dgx-h100.prom")
-
-
-def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
-    """Every default collector's exposition for `scenario` at simulated time `at`."""
-    node = SimulatedNode(scenario=load_scenario(scenario), clock=FixedClock(at))
-    root = workdir / f"sysfs-{scenario}-{at:g}"
-    args = build_parser().parse_args(["export", f"--simulate={scenario}", *flags])
-    hardware = simulated_hardware(node, root, ExportSettings.from_args(args, COLLECTORS))
-    collectors = create_collectors(hardware.context, hardware.settings)
-    try:
-        parts = [Renderer().render(c.collect()) for c in collectors.values()]
-    finally:
-        close_collectors(collectors)
-    return b"".join(parts).decode()
 
 
 def catalog_names() -> set[str]:

@@ -18,7 +18,7 @@ from fleetwatch.collectors.nvlink import has_erred
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
 
 from testbed.servers import promtool
-from tests.exporter.test_exposition import collect_node
+from tests.exporter.node import collect_node
 
 RULES = Path(__file__).parents[2] / "rules"
 HW_STAT = "fleetwatch_infiniband_port_hw_stat_total{"

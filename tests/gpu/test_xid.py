@@ -27,6 +27,7 @@ from fleetwatch.sim.faults import GpuLost, Xid
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.cli import build_parser
+from tests.gpu.kmsglines import an_hour_ago, record
 from tests.gpu.simnode import samples, simulated
 
 XID = "fleetwatch_gpu_xid_errors_total"
@@ -255,16 +256,6 @@ def test_ledger_counts_each_xid_once_across_sources() -> None:
     assert ledger.record(gpu="3", uuid="u3", xid=48, origin="kmsg", sequence=7)
     assert not ledger.record(gpu="3", uuid="u3", xid=48, origin="kmsg", sequence=7)  # reread
     assert ledger.counts() == {("3", "u3", "79"): 3, ("3", "u3", "48"): 1}
-
-
-def record(sequence: int, seconds: float, message: str) -> str:
-    """One /dev/kmsg record (priority 3) stamped `seconds` on the monotonic clock."""
-    return f"3,{sequence},{round(seconds * 1e6)},-;{message}\n"
-
-
-def an_hour_ago() -> float:
-    """CLOCK_MONOTONIC an hour ago (or boot, on a machine up for less)."""
-    return max(time.monotonic() - 3600, 0.0)
 
 
 def family(collector: XidCollector, name: str) -> dict[tuple[str, ...], float]:

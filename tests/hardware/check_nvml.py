@@ -42,7 +42,7 @@ from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import Renderer
 
-from bench.nvml_timing import timed
+from testbed.nvml_timing import timed
 
 # Capability bits (linux/capability.h) of the privileges docs/deploy.md names.
 _CAPABILITIES = {"SYS_ADMIN": 21, "SYSLOG": 34, "PERFMON": 38}

@@ -7,6 +7,7 @@ Each builder writes one realistic device into a tree root (files as nested dicts
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -195,3 +196,96 @@ def make_collector(
         monotonic=monotonic,
         hw_stats_seconds=hw_stats_seconds,
     )
+
+
+# The named fixture trees: each golden test and the node_exporter cross-check build these.
+Fixture = Callable[[Path], FileAccess | None]
+
+
+def cx7_ndr(root: Path) -> None:
+    add_device(root, "mlx5_0", ports={1: ib_port(hw_counters=CX7_HW_COUNTERS)})
+
+
+def roce_bond(root: Path) -> None:
+    roce = {k: v for k, v in CX7_COUNTERS.items() if k != "VL15_dropped"}
+    add_device(
+        root,
+        "mlx5_bond_0",
+        attrs={"node_guid": "0000:0000:0000:0000"},
+        ports={
+            1: ib_port(
+                rate="200 Gb/sec (4X HDR)",
+                link_layer="Ethernet",
+                counters=roce,
+                hw_counters={"np_cnp_sent": "42", "np_ecn_marked_roce_packets": "40",
+                             "rp_cnp_handled": "39", "out_of_sequence": "2"},
+            )
+        },
+    )  # fmt: skip
+
+
+def saturated(root: Path) -> None:
+    pinned = {
+        **CX7_COUNTERS,
+        "link_downed": "255",
+        "excessive_buffer_overrun_errors": "15",
+        "port_xmit_discards": "65535",
+        "port_xmit_wait": "4294967295",
+    }
+    add_device(root, "mlx5_3", ports={1: ib_port(counters=pinned)})
+
+
+def einval(root: Path) -> FileAccess:
+    add_device(root, "mlx5_4", ports={1: ib_port(), 2: ib_port()})
+    return FailingFiles(
+        on_read={
+            "ports/1/counters/VL15_dropped": errno.EINVAL,
+            "ports/1/counters/port_xmit_wait": errno.ENOSYS,
+            "ports/2/rate": errno.EINVAL,
+            "ports/2/counters/symbol_error": errno.EIO,
+        }
+    )
+
+
+def missing_rate(root: Path) -> None:
+    add_device(root, "mlx5_5", ports={1: ib_port(rate=None)})
+
+
+def garbage(root: Path) -> None:
+    junk = {**CX7_COUNTERS, "symbol_error": "banana", "port_rcv_errors": "-4"}
+    add_device(root, "mlx5_6", ports={1: ib_port(counters=junk, phys_state="LinkUp?")})
+
+
+def no_pma(root: Path) -> None:
+    old = dict.fromkeys(CX7_COUNTERS, "N/A (no PMA)")
+    add_device(root, "mlx4_0", ports={1: ib_port(counters=old, rate="40 Gb/sec (4X QDR)")})
+
+
+def no_counters(root: Path) -> None:
+    """hfi1/irdma-like devices: no counters/, hw_counters at port or device level."""
+    port = ib_port(rate="100 Gb/sec (4X EDR)")
+    del port["counters"]  # type: ignore[attr-defined]
+    add_device(
+        root,
+        "hfi1_0",
+        attrs={"hca_type": "", "board_id": "Intel Omni-Path HFI Silicon 100 Series"},
+        ports={1: {**port, "hw_counters": {"TxWords": "1000", "RxWords": "900"}}},
+        extra={"hw_counters": {"DcRecvErr": "0", "RcvOvflCnt": "3"}},
+    )
+    eth = ib_port(rate="100 Gb/sec (4X EDR)", link_layer="Ethernet", state="1: DOWN",
+                  phys_state="3: Disabled")  # fmt: skip
+    del eth["counters"]  # type: ignore[attr-defined]
+    add_device(root, "irdma0", pci_path="pci0000:80/0000:80:02.0/0000:81:00.0",
+               ports={1: eth}, extra={"hw_counters": {"ip4InReceives": "77"}})  # fmt: skip
+
+
+FIXTURES: dict[str, Callable[[Path], FileAccess | None]] = {
+    "cx7_ndr": cx7_ndr,
+    "roce_bond": roce_bond,
+    "saturated": saturated,
+    "einval": einval,
+    "missing_rate": missing_rate,
+    "garbage": garbage,
+    "no_pma": no_pma,
+    "no_counters": no_counters,
+}

@@ -19,8 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.clock import FixedClock
 from testbed.servers import node_exporter
-from tests.infiniband.fixtures import make_collector
-from tests.infiniband.test_fixture_trees import FIXTURES
+from tests.infiniband.fixtures import FIXTURES, make_collector
 
 E = "fleetwatch_infiniband_port_errors_total"
 # node_exporter family -> (our family, extra labels).

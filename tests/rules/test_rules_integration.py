@@ -35,13 +35,13 @@ from fleetwatch.sim.servers import (
 
 from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import prom_query
+from tests.rules.live import cap_for
 from tests.rules.promql import dashboards_generator
 
 pytestmark = pytest.mark.integration
 
 NODE = "sim-node-1"
 FAULT_AT = 12
-MAX_FOR_SECONDS = 10
 SCENARIO = {
     "gpus": 8,
     "gpu_model": "NVIDIA H100 80GB HBM3",
@@ -102,19 +102,6 @@ class Stack:
     seconds_to_fire: float
 
 
-def _cap_for(name: str, default: str) -> str:
-    """Shorten long `for` durations so the test is quick; thresholds stay as shipped."""
-    if name.endswith(".for") and name != "alerts.GPUOverheating.for":
-        seconds = _seconds(default)
-        return f"{min(seconds, MAX_FOR_SECONDS)}s"
-    return default
-
-
-def _seconds(duration: str) -> int:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", duration))
-
-
 def _exported_temperature(exporter: Server, gpu: str) -> float | None:
     pattern = re.compile(
         r'^fleetwatch_gpu_temperature_celsius\{(?=[^}]*gpu="' + gpu + r'")(?=[^}]*sensor="gpu")'
@@ -138,7 +125,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("rules-integration")
     config = load_config()
     alerts_path = workdir / "alerts.yaml"
-    alerts_path.write_text(dump_groups(alert_groups(config, _cap_for)))
+    alerts_path.write_text(dump_groups(alert_groups(config, cap_for)))
     recording_path = workdir / "recording.yaml"
     recording_path.write_text(dump_groups(recording_groups(config)))
     scenario = workdir / "scenario.yaml"

@@ -39,8 +39,7 @@ from fleetwatch.sim.servers import (
 
 from testbed.victoria import remote_write_endpoint, rules_for_vmalert, victoria_metrics, vmalert
 from testbed.victoria import vmalert_alerts as vmalert_held
-from tests.rules.test_rules_integration import _cap_for
-from tests.rules.test_training_jobs_integration import NAMESPACE, _node_scenario
+from tests.rules.live import NAMESPACE, cap_for, job_node_scenario
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +56,13 @@ def _slowdown() -> list[dict[str, Any]]:
 
 
 def _eval_scenario(pod: str) -> dict[str, Any]:
-    scenario = _node_scenario(pod, _slowdown())
+    scenario = job_node_scenario(pod, _slowdown())
     scenario["pods"][0]["labels"] = {"jobset.sigs.k8s.io/jobset-name": "eval"}
     return scenario
 
 
 NODES = {
-    "sim-node-1": _node_scenario(
+    "sim-node-1": job_node_scenario(
         "llm-workers-0",
         [
             {"at": 0, "kind": "throttle", "gpu": 2, "reason": "hw_thermal_slowdown"},
@@ -72,7 +71,7 @@ NODES = {
         ],
     ),
     "sim-node-2": _eval_scenario("eval-workers-0"),
-    "sim-node-3": _node_scenario(
+    "sim-node-3": job_node_scenario(
         "llm-workers-1", [{"at": 0, "kind": "tensor_active", "gpu": 1, "value": 0.02}]
     ),
     "sim-node-4": _eval_scenario("eval-workers-1"),
@@ -107,9 +106,9 @@ def _write_rules(workdir: Path) -> dict[str, list[Path]]:
         workdir / "node.recording.yaml",
         workdir / "global.yaml",
     )
-    node_alerts.write_text(dump_groups(alert_groups(config, _cap_for, NODE_SCOPE)))
-    node_records.write_text(dump_groups(recording_groups(config, _cap_for, NODE_SCOPE)))
-    global_rules.write_text(dump_groups(scope_groups(config, GLOBAL_SCOPE, _cap_for)))
+    node_alerts.write_text(dump_groups(alert_groups(config, cap_for, NODE_SCOPE)))
+    node_records.write_text(dump_groups(recording_groups(config, cap_for, NODE_SCOPE)))
+    global_rules.write_text(dump_groups(scope_groups(config, GLOBAL_SCOPE, cap_for)))
     return {"node": [node_alerts, node_records], "global": [global_rules]}
 
 

@@ -39,37 +39,13 @@ from fleetwatch.sim.servers import (
 
 from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import prom_query
+from tests.rules.live import JOB, NAMESPACE, cap_for, job_node_scenario
 from tests.rules.promql import dashboards_generator
-from tests.rules.test_rules_integration import _cap_for
 
 pytestmark = pytest.mark.integration
 
-NAMESPACE = "ml"
-JOB = "llm"
-
-
-def _node_scenario(pod: str, faults: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "gpus": 4,
-        "gpu_model": "NVIDIA H100 80GB HBM3",
-        "nvlinks_per_gpu": 4,
-        "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400}],
-        "baseline": {"temperature_celsius": 62, "tensor_active": 0.55},
-        "pods": [
-            {
-                "namespace": NAMESPACE,
-                "name": pod,
-                "container": "trainer",
-                "gpus": [0, 1, 2, 3],
-                "labels": {"jobset.sigs.k8s.io/jobset-name": JOB},
-            }
-        ],
-        "faults": faults,
-    }
-
-
 NODES = {
-    "sim-node-1": _node_scenario(
+    "sim-node-1": job_node_scenario(
         "llm-workers-0",
         [
             {"at": 0, "kind": "throttle", "gpu": 2, "reason": "hw_thermal_slowdown"},
@@ -85,7 +61,7 @@ NODES = {
             },
         ],
     ),
-    "sim-node-2": _node_scenario(
+    "sim-node-2": job_node_scenario(
         "llm-workers-1",
         [
             {"at": 0, "kind": "tensor_active", "gpu": 1, "value": 0.02},
@@ -113,7 +89,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     workdir = tmp_path_factory.mktemp("training-job")
     config = load_config()
     alerts_path = workdir / "alerts.yaml"
-    alerts_path.write_text(dump_groups(alert_groups(config, _cap_for)))
+    alerts_path.write_text(dump_groups(alert_groups(config, cap_for)))
     recording_path = workdir / "recording.yaml"
     recording_path.write_text(dump_groups(recording_groups(config)))
     scenarios: dict[str, Path] = {}

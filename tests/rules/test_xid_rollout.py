@@ -37,7 +37,7 @@ from fleetwatch.sim.servers import (
 
 from fleetwatch.durations import parse_duration
 from testbed.servers import prom_query
-from tests.gpu.test_xid import an_hour_ago, record
+from tests.gpu.kmsglines import an_hour_ago, record
 
 pytestmark = pytest.mark.integration
 

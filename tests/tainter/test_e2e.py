@@ -1,6 +1,6 @@
-"""End to end with real servers: a simulated exporter whose GPU 3 heats past 78 °C, real
-Prometheus with the repo's rules, real Alertmanager with the shipped taint route, the
-tainter and a simulated cluster, all as real processes on loopback.
+"""End to end with real servers: a simulated exporter whose GPU 3 heats past GPUOverheating's
+threshold (testbed.stack), real Prometheus with the repo's rules, real Alertmanager with the
+shipped taint route, the tainter and a simulated cluster, all as real processes on loopback.
 
 The node gets `fleetwatch.io/gpu-overheat`; when the scenario cools the GPU the taint is
 removed after the hold time, on Prometheus' positive evidence. Only the rule's

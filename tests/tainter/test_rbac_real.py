@@ -13,8 +13,7 @@ import pytest
 
 from testbed.kube import ApiServer
 from tests.deploy import fakekube
-from tests.deploy.chart import NAMESPACE, Release, default_values, install
-from tests.deploy.test_chart import tainter_api_calls
+from tests.deploy.chart import NAMESPACE, Release, default_values, install, tainter_api_calls
 from tests.tainter.realkube import ALL_FEATURES, RBAC_KINDS, TAINTER, apply_release, wait_for
 
 pytestmark = pytest.mark.integration

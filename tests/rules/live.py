@@ -1,0 +1,48 @@
+"""What the rule tests on live engines (Prometheus, VictoriaMetrics) share.
+
+`cap_for` shortens the shipped `for` durations so an alert fires within the test's deadline;
+`job_node_scenario` is a simulated node running one pod of the training job `NAMESPACE/JOB`.
+Test modules import these from here, never from each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetwatch.durations import parse_duration
+
+# The longest `for` a live test waits out; the shipped thresholds themselves stay as they are.
+MAX_FOR_SECONDS = 10
+NAMESPACE = "ml"
+JOB = "llm"
+
+
+def cap_for(name: str, default: str) -> str:
+    """Shorten long `for` durations so the test is quick; thresholds stay as shipped.
+
+    GPUOverheating keeps its own: the tests that heat a GPU wait it out on purpose.
+    """
+    if name.endswith(".for") and name != "alerts.GPUOverheating.for":
+        return f"{min(int(parse_duration(default)), MAX_FOR_SECONDS)}s"
+    return default
+
+
+def job_node_scenario(pod: str, faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """A four-GPU node whose GPUs all belong to `pod`, a worker of the job `NAMESPACE/JOB`."""
+    return {
+        "gpus": 4,
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "nvlinks_per_gpu": 4,
+        "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400}],
+        "baseline": {"temperature_celsius": 62, "tensor_active": 0.55},
+        "pods": [
+            {
+                "namespace": NAMESPACE,
+                "name": pod,
+                "container": "trainer",
+                "gpus": [0, 1, 2, 3],
+                "labels": {"jobset.sigs.k8s.io/jobset-name": JOB},
+            }
+        ],
+        "faults": faults,
+    }
