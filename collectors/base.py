@@ -51,10 +51,12 @@ class CollectorContext:
     `nvml` is the `pynvml` module on real hardware or a stand-in with the same call
     surface; `sysfs_root` is `/sys` or a tree shaped like it; `tool_path` is searched
     before `PATH` for infiniband-diags; `open_kernel_log` opens the kernel log a flag
-    names. Collector code does not know which hardware it runs on.
+    names; `procfs_root` is `/proc` or a tree shaped like it (the host's, in a DaemonSet).
+    Collector code does not know which hardware it runs on.
     """
 
     sysfs_root: Path
+    procfs_root: Path = Path("/proc")
     nvml: Any
     tool_path: str | None = None
     open_kernel_log: Callable[[Path], KernelLog] = open_kmsg

@@ -81,6 +81,15 @@ def add_subcommands(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="sysfs mount point (default /sys; ignored under --simulate)",
     )
     parser.add_argument(
+        "--path.procfs",
+        dest="path_procfs",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="procfs mount point, for the mounts (default /proc; the DaemonSet mounts the "
+        "host's; read under --simulate too: mounts are always the real ones)",
+    )
+    parser.add_argument(
         "--collection-interval",
         type=interval_duration,
         default=5.0,

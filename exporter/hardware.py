@@ -54,7 +54,9 @@ def real_hardware(settings: ExportSettings) -> Hardware:
     """The node itself: `pynvml`, `--path.sysfs`, the kernel log and tools on PATH."""
     import pynvml
 
-    context = CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml)
+    context = CollectorContext(
+        sysfs_root=settings.sysfs_root, procfs_root=settings.procfs_root, nvml=pynvml
+    )
     return Hardware(context=context, settings=settings)
 
 
@@ -64,6 +66,7 @@ def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings
     sysfs.write()
     context = CollectorContext(
         sysfs_root=root,
+        procfs_root=settings.procfs_root,
         nvml=FakeNvml(node=node),
         tool_path=str(tool_dir()),
         open_kernel_log=lambda path: _simulated_kernel_log(node, path),

@@ -20,6 +20,7 @@ LEAN_PROFILE_FLAGS: Final = (
     "--no-collector.infiniband.hw-stats",
     "--no-collector.infiniband.saturation-zeros",
     "--no-collector.nvlink.zero-errors",
+    "--no-collector.storage.all-operations",
 )
 
 
@@ -35,6 +36,7 @@ class ExportSettings:
     listen_port: int
     simulate: str | None
     sysfs_root: Path
+    procfs_root: Path
     enabled: tuple[str, ...]
     intervals: dict[str, float]
     timeouts: dict[str, float]
@@ -67,6 +69,7 @@ class ExportSettings:
             listen_port=port,
             simulate=args.simulate,
             sysfs_root=args.path_sysfs,
+            procfs_root=args.path_procfs,
             enabled=enabled,
             intervals=intervals,
             timeouts=timeouts,
