@@ -315,10 +315,12 @@ class StorageCollector:
         *,
         procfs: Path,
         settings: StorageSettings,
+        discover: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._procfs = procfs
         self._settings = settings
+        self._discover = discover
         self._clock = clock
         self._labels = LabelCache(SPECS)
         self._once = LogOnce(log)
@@ -346,7 +348,9 @@ class StorageCollector:
             lane = self._lanes.get(mount.mountpoint)
             if lane is None:
                 lane = self._lanes[mount.mountpoint] = Lane(mount.mountpoint, clock=self._clock)
-            lane.submit(functools.partial(_mount_call, mount.mountpoint, self._due_probe(mount)))
+            if lane.busy_for() is None:  # a busy lane is not given another call (nor a probe)
+                probe = self._due_probe(mount)
+                lane.submit(functools.partial(_mount_call, mount.mountpoint, probe))
         for mount in mounts:
             self._lanes[mount.mountpoint].wait(deadline)
         self._forget_unmounted({mount.mountpoint for mount in mounts})
@@ -381,9 +385,11 @@ class StorageCollector:
         return outcome.value
 
     def _watched(self, reading: ProcReading) -> list[Mount]:
-        """The mounts to watch this cycle: named or network ones, and those probed."""
+        """The mounts to watch this cycle (named, else discovered network ones); maps each
+        probe directory to the mount it lies on."""
         named = self._settings.mounts
-        mounts = {m.mountpoint: m for m in watched_mounts(reading.mounts, named)}
+        found = watched_mounts(reading.mounts, named) if named or self._discover else []
+        mounts = {m.mountpoint: m for m in found}
         for point in named:
             if point not in mounts:
                 self._once.warning(
@@ -636,7 +642,9 @@ class StorageSettings:
 
 
 def _create(context: CollectorContext, settings: StorageSettings) -> StorageCollector:
-    return StorageCollector(procfs=context.procfs_root, settings=settings)
+    return StorageCollector(
+        procfs=context.procfs_root, settings=settings, discover=context.discover_mounts
+    )
 
 
 SPEC = CollectorSpec(

@@ -40,7 +40,8 @@ clientaddr=10.0.0.17,local_lock=none
 \tcaps:\tcaps=0x3ffbffff,wtmult=512,dtsize=32768,bsize=0,namlen=255
 \tnfsv4:\tbm0=0xfdffafff,bm1=0xf9be3e,bm2=0x68800,acl=0x3,sessions,pnfs=not configured
 \tsec:\tflavor=1,pseudoflavor=1
-\tevents:\t3172 91321 12 61 2988 419 98112 5242880 0 17 5242880 47 0 2103 55 0 55 0 0 0 0 0 0 0 0 0 0
+\tevents:\t3172 91321 12 61 2988 419 98112 5242880 0 17 5242880 47 0 2103 55 0 55 0 0 0 0 0 0 \
+0 0 0 0
 \tbytes:\t1207640230 21474836480 0 0 1210214218 21474836480 295483 5242880
 \tRPC iostats version: 1.1  p/v: 100003/4 (nfs)
 \txprt:\ttcp 832 0 1 0 11 6428 6428 0 12154 0 24 26 5726
@@ -94,8 +95,13 @@ DISKSTATS: Final = """\
 """
 
 
-def write_procfs(root: Path, *, mountinfo: str = MOUNTINFO, mountstats: str = MOUNTSTATS,
-                 diskstats: str = DISKSTATS) -> Path:
+def write_procfs(
+    root: Path,
+    *,
+    mountinfo: str = MOUNTINFO,
+    mountstats: str = MOUNTSTATS,
+    diskstats: str = DISKSTATS,
+) -> Path:
     """A procfs tree under `root`: `self` a link to a process directory, as in /proc
     (node_exporter resolves it), holding mountinfo and mountstats; diskstats. `root`."""
     process = root / "26231"
