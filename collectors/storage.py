@@ -26,7 +26,6 @@ counted at least once.
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import logging
 import os
@@ -40,6 +39,7 @@ from typing import Final
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.sources.mount_calls import MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
     LineProblem,
     Mount,
@@ -51,7 +51,7 @@ from fleetwatch.collectors.sources.mounts import (
     parse_mountstats,
     watched_mounts,
 )
-from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult, run_probe
+from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
 
 from fleetwatch.flags import duration_setting, number_setting, setting
 from fleetwatch.logs import LogOnce
@@ -243,15 +243,6 @@ class ProcReading:
     problems: tuple[LineProblem, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class MountReading:
-    """What one call on a mount's lane gave: its statvfs, and the probe if one ran."""
-
-    statvfs: os.statvfs_result | None
-    statvfs_error: str | None
-    probe: ProbeResult | ProbeFailed | None
-
-
 def read_procfs(root: Path) -> ProcReading:
     """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`."""
     info = (root / "self" / "mountinfo").read_text(errors="replace")
@@ -277,22 +268,6 @@ def read_procfs(root: Path) -> ProcReading:
         }
         problems.extend(found.problems)
     return ProcReading(mounts=parsed.mounts, stats=stats, disks=disks, problems=tuple(problems))
-
-
-def _mount_call(point: str, probe: tuple[str, int] | None) -> MountReading:
-    """statvfs on `point`, then the probe if one is due: runs on the mount's lane."""
-    try:
-        result: os.statvfs_result | None = os.statvfs(point)
-        error = None
-    except OSError as exc:
-        result, error = None, errno.errorcode.get(exc.errno or 0, "error")
-    outcome: ProbeResult | ProbeFailed | None = None
-    if probe is not None:
-        try:
-            outcome = run_probe(*probe)
-        except ProbeFailed as failed:
-            outcome = failed
-    return MountReading(statvfs=result, statvfs_error=error, probe=outcome)
 
 
 class _ProbeState:
@@ -326,6 +301,7 @@ class StorageCollector:
         self._once = LogOnce(log)
         self._procfs_lane: Lane[ProcReading] = Lane(_PROCFS_LANE, clock=clock)
         self._lanes: dict[str, Lane[MountReading]] = {}
+        self._calls = MountCalls()
         self._seen: dict[str, float] = {}  # finished_at of the lane outcome already counted
         self._call_errors: Counter[tuple[str, str]] = Counter()
         self._parse_errors: Counter[str] = Counter()
@@ -350,7 +326,7 @@ class StorageCollector:
                 lane = self._lanes[mount.mountpoint] = Lane(mount.mountpoint, clock=self._clock)
             if lane.busy_for() is None:  # a busy lane is not given another call (nor a probe)
                 probe = self._due_probe(mount)
-                lane.submit(functools.partial(_mount_call, mount.mountpoint, probe))
+                lane.submit(functools.partial(self._calls.call, mount.mountpoint, probe))
         for mount in mounts:
             self._lanes[mount.mountpoint].wait(deadline)
         self._forget_unmounted({mount.mountpoint for mount in mounts})
@@ -440,15 +416,15 @@ class StorageCollector:
         builder.add(HUNG, point, 1 if hung else 0)
         builder.add(STUCK, point, lane.stuck_calls)
         result = self._new_result(mount.mountpoint, lane)
-        stat = None if hung or result is None else result.statvfs
-        read_only = mount.read_only or (stat is not None and bool(stat.f_flag & os.ST_RDONLY))
+        capacity = None if hung or result is None else result.capacity
+        read_only = mount.read_only or (capacity is not None and capacity.read_only)
         builder.add(READ_ONLY, point, 1 if read_only else 0)
-        if stat is not None:
-            builder.add(SIZE, point, stat.f_blocks * stat.f_frsize)
-            builder.add(FREE, point, stat.f_bfree * stat.f_frsize)
-            builder.add(AVAILABLE, point, stat.f_bavail * stat.f_frsize)
-            builder.add(INODES, point, stat.f_files)
-            builder.add(INODES_FREE, point, stat.f_ffree)
+        if capacity is not None:
+            builder.add(SIZE, point, capacity.size_bytes)
+            builder.add(FREE, point, capacity.free_bytes)
+            builder.add(AVAILABLE, point, capacity.available_bytes)
+            builder.add(INODES, point, capacity.inodes)
+            builder.add(INODES_FREE, point, capacity.inodes_free)
         for (where, reason), count in self._call_errors.items():
             if where == mount.mountpoint:
                 builder.add(CALL_ERRORS, (where, reason), count)
@@ -460,22 +436,29 @@ class StorageCollector:
         outcome = lane.outcome()
         if outcome is None:
             return None
-        if outcome.error is not None:
-            raise outcome.error  # a bug in the call itself, not a mount failure
+        new = self._seen.get(point) != outcome.finished_at
+        self._seen[point] = outcome.finished_at
+        if outcome.error is not None:  # the helper died (a FUSE server crash can take it)
+            if new:
+                self._count_error(point, "helper_failed", str(outcome.error))
+            return None
         reading = outcome.value
         assert reading is not None
-        if self._seen.get(point) != outcome.finished_at:
-            self._seen[point] = outcome.finished_at
-            if reading.statvfs_error is not None:
-                self._call_errors[(point, reading.statvfs_error)] += 1
-                self._once.warning(
-                    (point, reading.statvfs_error),
-                    "statvfs on a mount failed",
-                    mountpoint=point,
-                    reason=reading.statvfs_error,
-                )
+        if new:
+            if reading.error is not None:
+                self._count_error(point, reading.error, "statvfs failed")
             self._count_probe(point, reading.probe)
         return reading
+
+    def _count_error(self, point: str, reason: str, detail: str) -> None:
+        self._call_errors[(point, reason)] += 1
+        self._once.warning(
+            (point, reason),
+            "a call on a mount failed",
+            mountpoint=point,
+            reason=reason,
+            detail=detail,
+        )
 
     def _count_probe(self, point: str, probe: ProbeResult | ProbeFailed | None) -> None:
         if probe is None:
@@ -583,6 +566,7 @@ class StorageCollector:
         self._procfs_lane.close()
         for lane in lanes:
             lane.close()
+        self._calls.close()
         deadline = time.monotonic() + 1.0
         for lane in lanes:
             lane.join(max(0.0, deadline - time.monotonic()))
