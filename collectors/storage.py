@@ -10,9 +10,11 @@ local filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector
 probe-dir` names a fleetwatch-owned directory whose mount gets a bounded canary write,
 fsync, read back and delete every `--collector.storage.probe-interval`.
 
-Every call that touches a mount (statvfs, the probe) and the procfs reads run on a
-`blocking.Lane`, one long-lived daemon thread per mount: `collect()` submits and waits at
-most `_WAIT_SECONDS`, so a hung mount never delays a collection, another mount or another
+Every call that touches a mount (statvfs, the probe) runs in a helper process
+(`sources.mount_calls`: a FUSE call stuck in the kernel cannot be killed, and would keep
+the exporter from exiting), driven from a `blocking.Lane`, one long-lived daemon thread per
+mount; the procfs reads run on a lane of their own. `collect()` submits and waits at most
+`_WAIT_SECONDS`, so a hung mount never delays a collection, another mount or another
 collector, and its calls never stack. A call running longer than `--collector.storage.
 hung-timeout` makes the mount hung (`fleetwatch_storage_hung` 1, counted once in
 `fleetwatch_storage_stuck_calls_total`) and its statvfs series are left out until the call
@@ -58,9 +60,11 @@ from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
-# How long one collection waits for the mounts' calls before serving what it has: a mount
-# slower than this is read on the next cycle (its call keeps running on its lane).
-_WAIT_SECONDS: Final = 1.0
+# How long one collection waits for the mounts' calls before serving what it has: well
+# inside the shortest collector deadline (80 ms at a 100 ms interval). A healthy statvfs
+# answers in milliseconds; a slower call (a probe) is read on the next cycle, its call still
+# running on its lane meanwhile.
+_WAIT_SECONDS: Final = 0.05
 _PROCFS_LANE: Final = "procfs"
 # The operations the lean profile keeps: a checkpoint's data path and metadata it waits on.
 LEAN_OPERATIONS: Final = frozenset(
@@ -291,11 +295,13 @@ class StorageCollector:
         procfs: Path,
         settings: StorageSettings,
         discover: bool = True,
+        wait: float = _WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._procfs = procfs
         self._settings = settings
         self._discover = discover
+        self._wait = wait
         self._clock = clock
         self._labels = LabelCache(SPECS)
         self._once = LogOnce(log)
@@ -312,7 +318,7 @@ class StorageCollector:
 
     # -- one cycle ------------------------------------------------------------------------
     def collect(self) -> list[SeriesFamily]:
-        deadline = self._clock() + min(_WAIT_SECONDS, self._settings.hung_timeout)
+        deadline = self._clock() + min(self._wait, self._settings.hung_timeout)
         self._procfs_lane.submit(lambda: read_procfs(self._procfs))
         self._procfs_lane.wait(deadline)
         reading = self._proc_reading()

@@ -4,7 +4,7 @@ A call on a hung mount can block in the kernel where not even SIGKILL ends it: a
 request the server has read but not answered is waited for uninterruptibly, and a process
 with one such thread cannot exit, so a thread of the exporter stuck there would hold a
 DaemonSet rollout until the mount answered. The calls therefore run in one helper process
-(`python -m fleetwatch.collectors.sources.mount_calls`), one thread per mount inside it; the
+(`python -m fleetwatch.collectors.sources.mount_helper`), one thread per mount inside it; the
 exporter's side (`MountCalls.call`) only waits on a pipe, which never blocks an exit. When the
 exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
 stuck one keeps only the helper, in the kernel, until the mount answers).
@@ -110,7 +110,7 @@ class MountCalls:
     """
 
     def __init__(self, argv: list[str] | None = None) -> None:
-        self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_calls"]
+        self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._pending: dict[int, _Pending] = {}
@@ -233,8 +233,3 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
             calls = queues[point] = queue.SimpleQueue()
             threading.Thread(target=worker, args=(calls,), name=point, daemon=True).start()
         calls.put(request)
-
-
-if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
-    os._exit(0)  # daemon workers stuck in the kernel are abandoned, not waited for

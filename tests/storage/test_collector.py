@@ -34,7 +34,9 @@ def _local_mount(point: Path, fstype: str = "ext4") -> str:
 
 
 def _collector(procfs: Path, **settings: object) -> StorageCollector:
-    return StorageCollector(procfs=procfs, settings=StorageSettings(**settings))  # type: ignore[arg-type]
+    # Waits for the mount helper's start (a production cycle serves the calls' results on
+    # the next cycle instead).
+    return StorageCollector(procfs=procfs, settings=StorageSettings(**settings), wait=30.0)  # type: ignore[arg-type]
 
 
 def test_nfs_counters_and_statvfs_of_a_named_mount(tmp_path: Path) -> None:

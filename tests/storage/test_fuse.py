@@ -60,7 +60,7 @@ def mount(tmp_path: Path) -> Iterator[FuseMount]:
 
 def _export(tmp_path: Path, mount: FuseMount, *extra: str) -> list[str]:
     return [
-        "--collection-interval=200ms",
+        "--collection-interval=500ms",
         f"--collector.storage.mounts={mount.mountpoint}",
         f"--collector.storage.hung-timeout={HUNG_TIMEOUT:g}s",
         f"--shutdown-timeout={SHUTDOWN_TIMEOUT:g}s",
