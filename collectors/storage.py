@@ -331,6 +331,7 @@ class StorageCollector:
             if lane is None:
                 lane = self._lanes[mount.mountpoint] = Lane(mount.mountpoint, clock=self._clock)
             if lane.busy_for() is None:  # a busy lane is not given another call (nor a probe)
+                self._new_result(mount.mountpoint, lane)  # counted before the next replaces it
                 probe = self._due_probe(mount)
                 lane.submit(functools.partial(self._calls.call, mount.mountpoint, probe))
         for mount in mounts:

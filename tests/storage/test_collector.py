@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from fleetwatch.collectors import storage
@@ -168,3 +169,24 @@ def test_a_probe_directory_on_an_unwatched_filesystem_is_not_probed(tmp_path: Pa
         collector.close()
     assert _get(samples, storage.PROBE_FAILURES, mountpoint="/", reason="wrong_filesystem") == 1
     assert _get(samples, storage.PROBES, mountpoint="/") == 0
+
+
+def test_a_probe_outcome_is_counted_across_short_cycles(tmp_path: Path) -> None:
+    """With the production wait (results served on a later cycle), a probe's outcome is
+    still counted before the next call on the mount replaces it."""
+    point = tmp_path / "scratch"
+    point.mkdir()
+    procfs = write_procfs(tmp_path / "proc", mountinfo=MOUNTINFO + _local_mount(point))
+    settings = StorageSettings(mounts=(str(point),), probe_dir=(str(point / "absent"),))
+    collector = StorageCollector(procfs=procfs, settings=settings)
+    name = str(point)
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            _get(_samples(collector), storage.PROBE_FAILURES, mountpoint=name, reason="missing")
+            != 1
+        ):
+            assert time.monotonic() < deadline, "the missing probe directory was never counted"
+            time.sleep(0.05)
+    finally:
+        collector.close()
