@@ -101,6 +101,18 @@ PROBE_WRITE_RATE = _M + "probe_write_bytes_per_second"
 PROBE_READ_RATE = _M + "probe_read_bytes_per_second"
 PROBE_SUCCESS_TIME = _M + "probe_last_success_timestamp_seconds"
 
+# Counters are exported modulo 2^53, the largest integer a float64 holds exactly (as
+# node_exporter's mountstats collector does): a kernel counter above it (real kernels write
+# wrapped u64 values such as 18446743919241604546 ms) reads as a counter reset in
+# Prometheus, never as a value that lost its low digits.
+_FLOAT64_MANTISSA: Final = 1 << 53
+
+
+def exact(value: int) -> int:
+    """`value` modulo 2^53, so that it converts to a float64 exactly."""
+    return value % _FLOAT64_MANTISSA
+
+
 _MP = ("mountpoint",)
 _OP = ("mountpoint", "operation")
 # The table of families. Worst-case series per node, with M watched mounts, O operations a
@@ -491,8 +503,8 @@ class StorageCollector:
         point = mount.mountpoint
         entry = reading.stats.get(point)
         if entry is not None and entry.nfs is not None:
-            builder.add(READ_BYTES, (point,), entry.nfs.read_bytes)
-            builder.add(WRITTEN_BYTES, (point,), entry.nfs.write_bytes)
+            builder.add(READ_BYTES, (point,), exact(entry.nfs.read_bytes))
+            builder.add(WRITTEN_BYTES, (point,), exact(entry.nfs.write_bytes))
             for op in entry.nfs.operations:
                 if self._exported(op):
                     self._add_operation(builder, point, op)
@@ -513,15 +525,15 @@ class StorageCollector:
     @staticmethod
     def _add_operation(builder: FamilyBuilder, point: str, op: NfsOperation) -> None:
         labels = (point, op.name)
-        builder.add(OPERATIONS, labels, op.requests)
-        builder.add(OP_TRANSMISSIONS, labels, op.transmissions)
-        builder.add(OP_MAJOR_TIMEOUTS, labels, op.major_timeouts)
-        builder.add(OP_SENT, labels, op.bytes_sent)
-        builder.add(OP_RECEIVED, labels, op.bytes_received)
-        builder.add(OP_QUEUE, labels, op.queue_ms / 1000)
-        builder.add(OP_RTT, labels, op.rtt_ms / 1000)
-        builder.add(OP_EXECUTE, labels, op.execute_ms / 1000)
-        builder.add(OP_ERRORS, labels, op.errors)
+        builder.add(OPERATIONS, labels, exact(op.requests))
+        builder.add(OP_TRANSMISSIONS, labels, exact(op.transmissions))
+        builder.add(OP_MAJOR_TIMEOUTS, labels, exact(op.major_timeouts))
+        builder.add(OP_SENT, labels, exact(op.bytes_sent))
+        builder.add(OP_RECEIVED, labels, exact(op.bytes_received))
+        builder.add(OP_QUEUE, labels, exact(op.queue_ms) / 1000)
+        builder.add(OP_RTT, labels, exact(op.rtt_ms) / 1000)
+        builder.add(OP_EXECUTE, labels, exact(op.execute_ms) / 1000)
+        builder.add(OP_ERRORS, labels, None if op.errors is None else exact(op.errors))
 
     def _add_probe(self, builder: FamilyBuilder, point: str) -> None:
         for directory, where in self._probe_mount.items():
