@@ -21,8 +21,9 @@ hung-timeout` makes the mount hung (`fleetwatch_storage_hung` 1, counted once in
 returns, when the mount recovers by itself.
 
 The lean profile (`--no-collector.storage.all-operations`) keeps the per-operation series of
-the data-path operations only (`LEAN_OPERATIONS`); without it, every operation the kernel has
-counted at least once.
+the data-path operations only (`LEAN_OPERATIONS`), and of those the counts, major timeouts,
+round-trip and execution times; without it, every per-operation family of every operation
+the kernel has counted at least once.
 """
 
 from __future__ import annotations
@@ -66,10 +67,9 @@ log = logging.getLogger(__name__)
 # running on its lane meanwhile.
 _WAIT_SECONDS: Final = 0.05
 _PROCFS_LANE: Final = "procfs"
-# The operations the lean profile keeps: a checkpoint's data path and metadata it waits on.
-LEAN_OPERATIONS: Final = frozenset(
-    {"READ", "WRITE", "COMMIT", "OPEN", "CLOSE", "GETATTR", "LOOKUP", "ACCESS"}
-)
+# The lean profile keeps a checkpoint's data path (and GETATTR, the metadata call every
+# open and close-to-open check waits on), and of each the counts, timeouts and times.
+LEAN_OPERATIONS: Final = frozenset({"READ", "WRITE", "COMMIT", "GETATTR"})
 
 _M = "fleetwatch_storage_"
 INFO = _M + "mount_info"
@@ -522,17 +522,18 @@ class StorageCollector:
             return op.name in LEAN_OPERATIONS
         return op.requests > 0
 
-    @staticmethod
-    def _add_operation(builder: FamilyBuilder, point: str, op: NfsOperation) -> None:
+    def _add_operation(self, builder: FamilyBuilder, point: str, op: NfsOperation) -> None:
         labels = (point, op.name)
         builder.add(OPERATIONS, labels, exact(op.requests))
         builder.add(OP_TRANSMISSIONS, labels, exact(op.transmissions))
         builder.add(OP_MAJOR_TIMEOUTS, labels, exact(op.major_timeouts))
+        builder.add(OP_RTT, labels, exact(op.rtt_ms) / 1000)
+        builder.add(OP_EXECUTE, labels, exact(op.execute_ms) / 1000)
+        if not self._settings.all_operations:
+            return  # lean: bytes, queue time and errors per operation are left out
         builder.add(OP_SENT, labels, exact(op.bytes_sent))
         builder.add(OP_RECEIVED, labels, exact(op.bytes_received))
         builder.add(OP_QUEUE, labels, exact(op.queue_ms) / 1000)
-        builder.add(OP_RTT, labels, exact(op.rtt_ms) / 1000)
-        builder.add(OP_EXECUTE, labels, exact(op.execute_ms) / 1000)
         builder.add(OP_ERRORS, labels, None if op.errors is None else exact(op.errors))
 
     def _add_probe(self, builder: FamilyBuilder, point: str) -> None:
@@ -639,8 +640,9 @@ class StorageSettings:
     )
     all_operations: bool = setting(
         True,
-        help="export every NFS operation the kernel counted; off (lean profile), only the "
-        "data-path ones (READ, WRITE, COMMIT, OPEN, CLOSE, GETATTR, LOOKUP, ACCESS)",
+        help="export every NFS operation the kernel counted, with bytes, queue time and errors; "
+        "off (lean profile), only READ, WRITE, COMMIT and GETATTR, with counts, transmissions, "
+        "major timeouts, round-trip and execution times",
     )
 
 

@@ -11,7 +11,7 @@ from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.storage.fixtures import MOUNTINFO, write_procfs
+from testbed.mounts import MOUNTINFO, write_procfs
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

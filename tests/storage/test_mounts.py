@@ -11,7 +11,7 @@ from fleetwatch.collectors.sources.mounts import (
     watched_mounts,
 )
 
-from tests.storage.fixtures import DISKSTATS, MOUNTINFO, MOUNTSTATS
+from testbed.mounts import DISKSTATS, MOUNTINFO, MOUNTSTATS
 
 
 def test_mountinfo_gives_every_mount_with_escapes_and_read_only() -> None:

@@ -18,8 +18,8 @@ from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.servers import http_get
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed.mounts import MOUNTSTATS, write_procfs
 from testbed.servers import node_exporter
-from tests.storage.fixtures import MOUNTSTATS, write_procfs
 
 # node_exporter family -> ours (per operation).
 PER_OPERATION = {

@@ -112,3 +112,39 @@ def write_procfs(
     (process / "mountstats").write_text(mountstats)
     (root / "diskstats").write_text(diskstats)
     return root
+
+
+# The operations a busy NFSv4.1 client lists, in the kernel's order (a subset of ~60).
+NFS4_OPERATIONS: Final = (
+    "NULL", "READ", "WRITE", "COMMIT", "OPEN", "OPEN_CONFIRM", "OPEN_NOATTR", "OPEN_DOWNGRADE",
+    "CLOSE", "SETATTR", "FSINFO", "RENEW", "SETCLIENTID", "LOCK", "LOCKT", "LOCKU", "ACCESS",
+    "GETATTR", "LOOKUP", "REMOVE",
+)  # fmt: skip
+
+
+def nfs_node(mounts: int) -> tuple[str, str]:
+    """(mountinfo, mountstats) of a node with `mounts` NFSv4.1 mounts, each listing the 20
+    operations of `NFS4_OPERATIONS` with non-zero counters (the bench's worst case)."""
+    info = ["22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw"]
+    stats = ["device /dev/nvme0n1p2 mounted on / with fstype ext4"]
+    for n in range(mounts):
+        source, point = f"10.0.{n // 250}.{n % 250 + 1}:/export/ckpt{n}", f"/mnt/nfs{n}"
+        info.append(
+            f"{100 + n} 22 0:{60 + n} / {point} rw,relatime shared:{40 + n} - nfs4 {source} "
+            "rw,vers=4.1,rsize=1048576,wsize=1048576,hard,proto=tcp,timeo=600,retrans=2"
+        )
+        stats += [
+            f"device {source} mounted on {point} with fstype nfs4 statvers=1.1",
+            "\topts:\trw,vers=4.1,rsize=1048576,wsize=1048576,hard,proto=tcp",
+            f"\tage:\t{3600 + n}",
+            "\tevents:\t" + " ".join(str(n + k) for k in range(27)),
+            f"\tbytes:\t{n}1207640 {n}2147483 0 0 {n}1210214 {n}2147483 2954 0",
+            "\tRPC iostats version: 1.1  p/v: 100003/4 (nfs)",
+            "\txprt:\ttcp 832 0 1 0 11 6428 6428 0 12154 0 24 26 5726",
+            "\tper-op statistics",
+        ]
+        stats += [
+            f"\t{op:>12}: {k + n + 1} {k + n + 1} 0 {k * 100} {k * 200} {k} {k * 3} {k * 4} 0"
+            for k, op in enumerate(NFS4_OPERATIONS)
+        ]
+    return "\n".join(info) + "\n", "\n".join(stats) + "\n"
