@@ -9,7 +9,8 @@ each operation first reads the control file (outside the mount), which holds one
 - `ok`: answer at once;
 - `hang`: block every operation until the mode changes;
 - `slow SECONDS`: answer each operation after that delay;
-- `erofs` / `enospc`: fail writes (create, write, mkdir, truncate) with EROFS or ENOSPC.
+- `erofs` / `enospc`: fail writes (create, write, mkdir, truncate) with EROFS or ENOSPC;
+- `die`: the server exits at the next write (the mount then answers ENOTCONN).
 
 `fuse_mount` mounts it for a test and always unmounts (releasing a hang first). Needs root
 and /dev/fuse; `fuse_unavailable` says why a machine cannot.
@@ -130,6 +131,8 @@ class _Control:
             time.sleep(0.05)
         if mode.startswith("slow "):
             time.sleep(float(mode.split()[1]))
+        if writes and mode == "die":
+            os._exit(1)  # a crash mid-operation, as a FUSE daemon's would be
         if writes and mode in _WRITE_ERRORS:
             from mfusepy import FuseOSError
 

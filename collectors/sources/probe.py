@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +34,7 @@ FAILURE_REASONS: Final = (
     "read_only",
     "no_space",
     "io_error",
+    "disconnected",
     "short_read",
     "mismatch",
     "error",
@@ -46,6 +48,9 @@ _ERRNO_REASONS: Final = {
     errno.ENOSPC: "no_space",
     errno.EDQUOT: "no_space",
     errno.EIO: "io_error",
+    errno.ENOTCONN: "disconnected",  # a FUSE server that died
+    errno.ECONNABORTED: "disconnected",  # ... while the call was in flight
+    errno.ESTALE: "disconnected",  # an NFS export that went away under the handle
 }
 _FILE_NAME: Final = ".fleetwatch-probe"
 
@@ -84,9 +89,12 @@ def run_probe(directory: str, size: int) -> ProbeResult:
 
     Raises `ProbeFailed` with the reason and phase. Blocks as long as the mount does.
     """
-    if not os.path.isdir(directory):
-        reason = "missing" if not os.path.lexists(directory) else "not_a_directory"
-        raise ProbeFailed(reason, "open", f"{directory} is not an existing directory")
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError as exc:
+        raise _failure(exc, "open") from exc
+    if not stat.S_ISDIR(mode):
+        raise ProbeFailed("not_a_directory", "open", f"{directory} is not a directory")
     path = os.path.join(directory, _FILE_NAME)
     chunk = _payload(size)
     seconds: dict[str, float] = {}

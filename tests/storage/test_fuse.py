@@ -180,3 +180,38 @@ def test_a_missing_probe_directory_is_reported_not_created(
             what="the missing probe directory reported",
         )  # fmt: skip
     assert not absent.exists()
+
+
+def test_a_fuse_server_dying_mid_probe_is_a_counted_failure(
+    tmp_path: Path, mount: FuseMount
+) -> None:
+    point = str(mount.mountpoint)
+    args = _export(
+        tmp_path,
+        mount,
+        f"--collector.storage.probe-dir={mount.mountpoint / 'fleetwatch'}",
+        "--collector.storage.probe-interval=1s",
+        "--collector.storage.probe-bytes=1048576",
+    )
+    with fleetwatch_export(tmp_path / "exporter", simulate="dgx-h100", args=args) as server:
+        wait_until(
+            lambda: _value(_scrape(server)[0], storage.PROBES, mountpoint=point),
+            timeout=30,
+            what="a successful probe",
+        )
+        mount.set_mode("die")
+        samples, _ = wait_until(
+            lambda: (
+                (found := _scrape(server))
+                and _value(
+                    found[0], storage.PROBE_FAILURES, mountpoint=point, reason="disconnected"
+                )
+                and _value(found[0], storage.CALL_ERRORS, mountpoint=point, reason="ENOTCONN")
+                and found
+            ),
+            timeout=30,
+            what="the dead server's probe failure and statvfs error",
+        )
+        assert _value(samples, storage.HUNG, mountpoint=point) == 0
+        assert _value(samples, "fleetwatch_collector_up", collector="storage") == 1
+        assert _value(samples, "fleetwatch_collector_up", collector="gpu") == 1
