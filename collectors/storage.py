@@ -5,8 +5,9 @@ else every network or parallel filesystem in `<procfs>/self/mountinfo` (nfs, nfs
 gpfs, wekafs, beegfs, ceph and the like: `sources.mounts.NETWORK_FSTYPES`), with no
 configuration. Per mount: capacity, free and available bytes, inodes and read-only from
 `statvfs`; bytes moved and operations from `<procfs>/self/mountstats` (NFS, per operation:
-count, transmissions, major timeouts, bytes, queue, round-trip and execution time) or, for a
-local filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector.storage.
+count, transmissions, major timeouts, bytes, queue, round-trip and execution time), a Lustre
+client's llite stats where it exposes them under `<procfs>/fs/lustre`, or, for a local
+filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector.storage.
 probe-dir` names a fleetwatch-owned directory whose mount gets a bounded canary write,
 fsync, read back and delete every `--collector.storage.probe-interval`.
 
@@ -45,11 +46,14 @@ from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec,
 from fleetwatch.collectors.sources.mount_calls import MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
     LineProblem,
+    LustreStats,
     Mount,
     MountStatsEntry,
     NfsOperation,
+    lustre_fsname,
     mount_of,
     parse_diskstats,
+    parse_llite_stats,
     parse_mountinfo,
     parse_mountstats,
     watched_mounts,
@@ -155,7 +159,8 @@ SPECS: Final = (
     MetricSpec(
         PARSE_ERRORS,
         "counter",
-        "Lines of a procfs mount file that did not parse (skipped; the rest was read).",
+        "Lines of a procfs mount file that did not parse (skipped; the rest of mountinfo, "
+        "mountstats or diskstats was read; a Lustre llite stats file is skipped whole).",
         ("file",),
     ),
     # statvfs; M each
@@ -256,6 +261,7 @@ class ProcReading:
     mounts: tuple[Mount, ...]
     stats: dict[str, MountStatsEntry]
     disks: dict[tuple[int, int], tuple[int, int, int, int]]
+    lustre: dict[str, LustreStats]
     problems: tuple[LineProblem, ...]
 
 
@@ -283,7 +289,27 @@ def read_procfs(root: Path) -> ProcReading:
             for d in found.disks
         }
         problems.extend(found.problems)
-    return ProcReading(mounts=parsed.mounts, stats=stats, disks=disks, problems=tuple(problems))
+    lustre = _read_llite(root, problems)
+    return ProcReading(
+        mounts=parsed.mounts, stats=stats, disks=disks, lustre=lustre, problems=tuple(problems)
+    )
+
+
+def _read_llite(root: Path, problems: list[LineProblem]) -> dict[str, LustreStats]:
+    """Lustre client stats by filesystem name (a name mounted twice is left out: which
+    instance is which mount cannot be told from /proc)."""
+    found: dict[str, list[LustreStats]] = {}
+    for stats in sorted((root / "fs" / "lustre" / "llite").glob("*/stats")):
+        try:
+            text = stats.read_text(errors="replace")
+        except OSError:
+            continue  # the instance went away while listed (an unmount)
+        parsed = parse_llite_stats(stats.parent.name, text, "llite")
+        if isinstance(parsed, LineProblem):
+            problems.append(parsed)
+        else:
+            found.setdefault(parsed.fsname, []).append(parsed)
+    return {name: only[0] for name, only in found.items() if len(only) == 1}
 
 
 class _ProbeState:
@@ -508,6 +534,15 @@ class StorageCollector:
             for op in entry.nfs.operations:
                 if self._exported(op):
                     self._add_operation(builder, point, op)
+            return
+        fsname = lustre_fsname(mount)
+        lustre = reading.lustre.get(fsname) if fsname else None
+        if lustre is not None:
+            builder.add(READ_BYTES, (point,), exact(lustre.read_bytes))
+            builder.add(WRITTEN_BYTES, (point,), exact(lustre.write_bytes))
+            if self._settings.all_operations:
+                for name, count in sorted(lustre.operations.items()):
+                    builder.add(OPERATIONS, (point, name), exact(count))
             return
         disk = reading.disks.get((mount.major, mount.minor)) if mount.major else None
         if disk is not None:

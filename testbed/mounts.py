@@ -95,15 +95,34 @@ DISKSTATS: Final = """\
 """
 
 
+LUSTRE_MOUNT: Final = (
+    "70 22 0:60 / /lustre/ckpt rw,relatime shared:37 - lustre 10.0.1.1@o2ib:/ckptfs rw,flock\n"
+)
+# A Lustre client's llite stats (the shape lprocfs writes: count, "samples", unit, then
+# min, max and sum for the byte counters).
+LLITE_STATS: Final = """\
+snapshot_time             1764720000.421302584 secs.nsecs
+start_time                1764633600.000000000 secs.nsecs
+elapsed_time              86400.421302584 secs.nsecs
+read_bytes                11 samples [bytes] 4096 1048576 4202496
+write_bytes               2048 samples [bytes] 1048576 4194304 6442450944
+open                      2 samples [usecs] 12 40 52
+close                     2 samples [usecs] 8 9 17
+getattr                   9 samples [usecs] 3 30 101
+"""
+
+
 def write_procfs(
     root: Path,
     *,
     mountinfo: str = MOUNTINFO,
     mountstats: str = MOUNTSTATS,
     diskstats: str = DISKSTATS,
+    llite: dict[str, str] | None = None,
 ) -> Path:
     """A procfs tree under `root`: `self` a link to a process directory, as in /proc
-    (node_exporter resolves it), holding mountinfo and mountstats; diskstats. `root`."""
+    (node_exporter resolves it), holding mountinfo and mountstats; diskstats; and `llite`,
+    Lustre stats files by instance name (`fs/lustre/llite/INSTANCE/stats`). `root`."""
     process = root / "26231"
     process.mkdir(parents=True, exist_ok=True)
     if not (root / "self").is_symlink():
@@ -111,6 +130,9 @@ def write_procfs(
     (process / "mountinfo").write_text(mountinfo)
     (process / "mountstats").write_text(mountstats)
     (root / "diskstats").write_text(diskstats)
+    for instance, text in (llite or {}).items():
+        (root / "fs" / "lustre" / "llite" / instance).mkdir(parents=True, exist_ok=True)
+        (root / "fs" / "lustre" / "llite" / instance / "stats").write_text(text)
     return root
 
 

@@ -13,6 +13,11 @@ Three procfs files, parsed into frozen readings in native units (bytes, millisec
 - `<procfs>/diskstats`: per block device, sectors read and written (512-byte sectors) and
   completed reads and writes, for a local filesystem's device.
 
+- `<procfs>/fs/lustre/llite/FSNAME-INSTANCE/stats`: a Lustre client's counters
+  (`read_bytes 11 samples [bytes] MIN MAX SUM`; `open 2 samples [usecs] ...`), where the
+  client exposes them under /proc (Lustre 2.12 and later moved them to debugfs, which is not
+  read).
+
 A malformed line is a `LineProblem` (file, line number, reason) and the rest of the file is
 still read: one odd mount never hides the others.
 """
@@ -336,6 +341,52 @@ def parse_diskstats(text: str, path: str = "diskstats") -> Parsed:
             )
         )
     return Parsed(disks=tuple(disks), problems=tuple(problems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreStats:
+    """One Lustre client instance's counters: its filesystem name, bytes read and written,
+    and each operation's sample count."""
+
+    fsname: str
+    read_bytes: int
+    write_bytes: int
+    operations: dict[str, int]
+
+
+def parse_llite_stats(
+    instance: str, text: str, path: str = "llite stats"
+) -> LustreStats | LineProblem:
+    """The stats file of llite instance `instance` (`FSNAME-INSTANCE`)."""
+    read_bytes = write_bytes = 0
+    operations: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0] in ("snapshot_time", "start_time", "elapsed_time"):
+            continue
+        if len(fields) < 4 or fields[2] != "samples" or not fields[1].isdigit():
+            return LineProblem(path=path, line=number, reason=f"not a stats line: {line[:60]!r}")
+        name, count = fields[0], int(fields[1])
+        if name in ("read_bytes", "write_bytes"):
+            if len(fields) < 7 or not fields[6].isdigit():
+                return LineProblem(path=path, line=number, reason=f"{name}: no sum of bytes")
+            if name == "read_bytes":
+                read_bytes = int(fields[6])
+            else:
+                write_bytes = int(fields[6])
+        else:
+            operations[name] = count
+    fsname = instance.rpartition("-")[0] or instance
+    return LustreStats(
+        fsname=fsname, read_bytes=read_bytes, write_bytes=write_bytes, operations=operations
+    )
+
+
+def lustre_fsname(mount: Mount) -> str | None:
+    """The filesystem name of a Lustre mount (`MGS@tcp:/FSNAME`), None for another type."""
+    if mount.fstype != "lustre":
+        return None
+    return mount.source.rpartition(":/")[2] or None
 
 
 def watched_mounts(mounts: Iterable[Mount], named: tuple[str, ...]) -> list[Mount]:

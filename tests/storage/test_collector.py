@@ -11,7 +11,7 @@ from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed.mounts import MOUNTINFO, write_procfs
+from testbed.mounts import LLITE_STATS, LUSTRE_MOUNT, MOUNTINFO, write_procfs
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -190,3 +190,24 @@ def test_a_probe_outcome_is_counted_across_short_cycles(tmp_path: Path) -> None:
             time.sleep(0.05)
     finally:
         collector.close()
+
+
+def test_lustre_client_stats_by_filesystem_name(tmp_path: Path) -> None:
+    procfs = write_procfs(
+        tmp_path / "proc",
+        mountinfo=MOUNTINFO + LUSTRE_MOUNT,
+        llite={"ckptfs-ffff8b1b2c3d4000": LLITE_STATS, "otherfs-ffff8b1b2c3d8000": "garbage\n"},
+    )
+    collector = _collector(procfs)
+    try:
+        samples = _samples(collector)
+    finally:
+        collector.close()
+    point = "/lustre/ckpt"
+    assert _get(samples, storage.READ_BYTES, mountpoint=point) == 4202496
+    assert _get(samples, storage.WRITTEN_BYTES, mountpoint=point) == 6442450944
+    assert _get(samples, storage.OPERATIONS, mountpoint=point, operation="getattr") == 9
+    assert _get(samples, storage.PARSE_ERRORS, file="llite") == 1
+    info = (storage.INFO, (("device", "10.0.1.1@o2ib:/ckptfs"), ("fstype", "lustre"),
+                           ("mountpoint", point), ("server", "10.0.1.1@o2ib")))  # fmt: skip
+    assert samples[info] == 1
