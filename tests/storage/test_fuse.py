@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +51,16 @@ def _value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
+def _scrape_until(server: Server, ready: Callable[[Samples], bool], what: str) -> Samples:
+    """Scrape until `ready` holds for the samples (30 s at most); those samples."""
+
+    def attempt() -> Samples | None:
+        samples, _ = _scrape(server)
+        return samples if ready(samples) else None
+
+    return wait_until(attempt, timeout=30, what=what)
+
+
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[FuseMount]:
     with fuse_mount(tmp_path / "fuse") as mounted:
@@ -80,16 +90,10 @@ def test_a_hung_mount_delays_nothing_is_counted_once_and_recovers(
             what="the FUSE mount's size",
         )
         mount.set_mode("hang")
-        samples, _ = wait_until(
-            lambda: (
-                (found := _scrape(server))
-                and _value(found[0], storage.HUNG, mountpoint=point) == 1
-                and found
-            ),
-            timeout=30,
-            what="the mount marked hung",
+        samples = _scrape_until(
+            server, lambda found: _value(found, storage.HUNG, mountpoint=point) == 1, "hung"
         )
-        # Every cycle (200 ms) passes while the call stays stuck: still one stuck call.
+        # Many cycles (500 ms) pass while the call stays stuck: still one stuck call.
         scrapes = []
         for _ in range(15):
             samples, took = _scrape(server)
@@ -103,15 +107,13 @@ def test_a_hung_mount_delays_nothing_is_counted_once_and_recovers(
         assert _value(samples, "fleetwatch_collector_up", collector="gpu") == 1
         assert any(name == "fleetwatch_gpu_temperature_celsius" for name, _ in samples)
         mount.set_mode("ok")
-        samples, _ = wait_until(
-            lambda: (
-                (found := _scrape(server))
-                and _value(found[0], storage.HUNG, mountpoint=point) == 0
-                and _value(found[0], storage.SIZE, mountpoint=point)
-                and found
+        samples = _scrape_until(
+            server,
+            lambda found: (
+                _value(found, storage.HUNG, mountpoint=point) == 0
+                and _value(found, storage.SIZE, mountpoint=point) is not None
             ),
-            timeout=30,
-            what="the mount recovered",
+            "the mount recovered",
         )
         assert _value(samples, storage.STUCK, mountpoint=point) == 1
         assert '"mount answered again"' in server.log()
@@ -200,17 +202,15 @@ def test_a_fuse_server_dying_mid_probe_is_a_counted_failure(
             what="a successful probe",
         )
         mount.set_mode("die")
-        samples, _ = wait_until(
-            lambda: (
-                (found := _scrape(server))
-                and _value(
-                    found[0], storage.PROBE_FAILURES, mountpoint=point, reason="disconnected"
-                )
-                and _value(found[0], storage.CALL_ERRORS, mountpoint=point, reason="ENOTCONN")
-                and found
+        samples = _scrape_until(
+            server,
+            lambda found: (
+                _value(found, storage.PROBE_FAILURES, mountpoint=point, reason="disconnected")
+                is not None
+                and _value(found, storage.CALL_ERRORS, mountpoint=point, reason="ENOTCONN")
+                is not None
             ),
-            timeout=30,
-            what="the dead server's probe failure and statvfs error",
+            "the dead server's probe failure and statvfs error",
         )
         assert _value(samples, storage.HUNG, mountpoint=point) == 0
         assert _value(samples, "fleetwatch_collector_up", collector="storage") == 1

@@ -64,6 +64,7 @@ def test_every_nfs_counter_agrees_with_node_exporter(tmp_path: Path) -> None:
     compared, mismatches = 0, []
     for (name, labels), value in theirs.items():
         found = dict(labels)
+        key: tuple[str, tuple[tuple[str, str], ...]]
         if name in PER_OPERATION:
             key = (PER_OPERATION[name], (("mountpoint", point_of[found["export"]]),
                                          ("operation", found["operation"])))  # fmt: skip
