@@ -653,8 +653,8 @@ class StorageSettings:
         repeatable=True,
         metavar="DIR",
         help="a fleetwatch-owned directory to run the canary probe in (write, fsync, read back, "
-        "delete), probing the mount it lies on; never created: missing or unwritable is "
-        "reported (repeatable, one per mount)",
+        "delete), probing the mount it lies on, which must be a watched one; never created: "
+        "missing, unwritable or on another filesystem is reported (repeatable, one per mount)",
     )
     probe_bytes: float = number_setting(
         8 << 20,
@@ -671,7 +671,8 @@ class StorageSettings:
         10.0,
         minimum=0.1,
         maximum=300.0,
-        help="a mount whose call (statvfs, the probe) has been blocked this long is hung",
+        help="a mount whose call (statvfs, the probe) has been blocked this long is hung "
+        "(keep it above the time a probe takes on a healthy mount)",
     )
     all_operations: bool = setting(
         True,
