@@ -617,13 +617,13 @@ class StorageCollector:
 
     def close(self) -> None:
         """Stop every lane; lanes stuck in a call are left behind (daemon threads)."""
-        lanes: list[Lane[MountReading]] = list(self._lanes.values())
+        idle = [lane for lane in self._lanes.values() if lane.busy_for() is None]
         self._procfs_lane.close()
-        for lane in lanes:
+        for lane in self._lanes.values():
             lane.close()
         self._calls.close()
         deadline = time.monotonic() + 1.0
-        for lane in lanes:
+        for lane in idle:  # a busy lane may wait on a stuck call for good: not joined
             lane.join(max(0.0, deadline - time.monotonic()))
 
 
