@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 # screenshot), wrk (the benchmarks' scrape load), VictoriaMetrics with vmagent and vmalert
 # (the rules on a second engine) and etcd (the kube-apiserver's store).
 DEMO_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags)
-TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter chromium wrk victoria-metrics etcd-server)
+TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter fuse3 chromium wrk victoria-metrics etcd-server)
 VENV=.venv
 
 missing_debian_packages() {

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetwatch.collectors import gpm, gpu, infiniband, nvlink, pci, podresources, xid
+from fleetwatch.collectors import (
+    gpm,
+    gpu,
+    infiniband,
+    nvlink,
+    pci,
+    podresources,
+    storage,
+    xid,
+)
 from fleetwatch.collectors.base import CollectorSpec
 
 COLLECTORS: tuple[CollectorSpec[Any], ...] = (
@@ -19,4 +28,5 @@ COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     xid.SPEC,
     podresources.SPEC,
     infiniband.SPEC,
+    storage.SPEC,
 )

@@ -52,10 +52,16 @@ class CollectorContext:
     `nvml` is the `pynvml` module on real hardware or a stand-in with the same call
     surface; `sysfs_root` is `/sys` or a tree shaped like it; `tool_path` is searched
     before `PATH` for infiniband-diags; `open_kernel_log` opens the kernel log a flag
-    names. Collector code does not know which hardware it runs on.
+    names; `procfs_root` is `/proc` or a tree shaped like it (the host's, in a DaemonSet).
+    `discover_mounts` is False under simulation: the storage collector then watches only
+    the mounts and probe directories the command line names (real ones), never the host's
+    own network mounts, which a simulated node does not have. Collector code does not know
+    which hardware it runs on.
     """
 
     sysfs_root: Path
+    procfs_root: Path = Path("/proc")
+    discover_mounts: bool = True
     nvml: Any
     tool_path: str | None = None
     open_kernel_log: Callable[[Path], KernelLog] = open_kmsg

@@ -4,9 +4,10 @@ Collectors never branch on simulation. This module builds what they read, the
 `CollectorContext`, either from the real node (`pynvml`, `--path.sysfs`, `/dev/kmsg`,
 infiniband-diags on `PATH`) or from a scenario: the fake NVML, a generated sysfs tree,
 the fake `perfquery`/`ibstat`, the simulated kernel log (or, when
-`--collector.xid.kmsg-path` names another file, that file). A scenario also stands in for
-what an operator would configure on a real node of that shape (the expected InfiniBand
-link rates), as settings the collectors receive the usual way.
+`--collector.xid.kmsg-path` names another file, that file); the mounts and probe directories
+`--collector.storage.*` names are the real ones, and no other mount is discovered. A
+scenario also stands in for what an operator would configure on a real node of that shape
+(the expected InfiniBand link rates), as settings the collectors receive the usual way.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def real_hardware(settings: ExportSettings) -> Hardware:
     """The node itself: `pynvml`, `--path.sysfs`, the kernel log and tools on PATH."""
     import pynvml
 
-    context = CollectorContext(sysfs_root=settings.sysfs_root, nvml=pynvml)
+    context = CollectorContext(
+        sysfs_root=settings.sysfs_root, procfs_root=settings.procfs_root, nvml=pynvml
+    )
     return Hardware(context=context, settings=settings)
 
 
@@ -64,6 +67,8 @@ def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings
     sysfs.write()
     context = CollectorContext(
         sysfs_root=root,
+        procfs_root=settings.procfs_root,
+        discover_mounts=False,
         nvml=FakeNvml(node=node),
         tool_path=str(tool_dir()),
         open_kernel_log=lambda path: _simulated_kernel_log(node, path),

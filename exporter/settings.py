@@ -32,6 +32,7 @@ LEAN_PROFILE_FLAGS: Final = (
     "--no-collector.infiniband.hw-stats",
     "--no-collector.infiniband.saturation-zeros",
     "--no-collector.nvlink.zero-errors",
+    "--no-collector.storage.all-operations",
 )
 
 
@@ -65,6 +66,14 @@ class ExportFlags:
         metavar="DIR",
         flag="path.sysfs",
         help="sysfs mount point (ignored under --simulate)",
+    )
+    procfs: Path = setting(
+        Path("/proc"),
+        parse=Path,
+        metavar="DIR",
+        flag="path.procfs",
+        help="procfs mount point, for the mounts (the DaemonSet mounts the host's; read under "
+        "--simulate too: mounts are always the real ones)",
     )
     collection_interval: float = duration_setting(
         5.0,
@@ -144,6 +153,7 @@ class ExportSettings:
     listen_port: int
     simulate: str | None
     sysfs_root: Path
+    procfs_root: Path
     enabled: tuple[str, ...]
     intervals: dict[str, float]
     timeouts: dict[str, float]
@@ -177,6 +187,7 @@ class ExportSettings:
             listen_port=port,
             simulate=flags.simulate,
             sysfs_root=flags.sysfs,
+            procfs_root=flags.procfs,
             enabled=enabled,
             intervals=intervals,
             timeouts=timeouts,

@@ -27,10 +27,14 @@ NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 
 @contextlib.contextmanager
 def node_exporter(
-    workdir: Path, *, sysfs: Path, collectors: Sequence[str] | None
+    workdir: Path,
+    *,
+    sysfs: Path,
+    collectors: Sequence[str] | None,
+    procfs: Path | None = None,
 ) -> Iterator[Server]:
-    """Debian's node_exporter reading `sysfs`, with only the named collectors (None: its
-    default collectors)."""
+    """Debian's node_exporter reading `sysfs` (and `procfs`, when given), with only the
+    named collectors (None: its default collectors)."""
     require_binary(NODE_EXPORTER)
     port = free_port()
     chosen = [] if collectors is None else ["--collector.disable-defaults"]
@@ -39,6 +43,7 @@ def node_exporter(
         NODE_EXPORTER,
         f"--web.listen-address=127.0.0.1:{port}",
         f"--path.sysfs={sysfs}",
+        *([f"--path.procfs={procfs}"] if procfs is not None else []),
         *chosen,
     ]
     with running(

@@ -11,7 +11,7 @@ process, so each Xid is counted once). docs/deploy.md names each privilege with 
 {{- $exporter := .Values.exporter }}
 {{- $adminOnly := $exporter.gpuProfilingAdminOnly }}
 {{- /* The exporter's collectors; values.schema.json lists the same names. */}}
-{{- range $name := list "gpu" "pci" "gpm" "nvlink" "xid" "podresources" "infiniband" }}
+{{- range $name := list "gpu" "pci" "gpm" "nvlink" "xid" "podresources" "infiniband" "storage" }}
 {{- $where := "main" }}
 {{- if not (dig $name true $exporter.collectors) }}
 {{- $where = "off" }}

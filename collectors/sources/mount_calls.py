@@ -1,0 +1,235 @@
+"""Calls on mounts (statvfs, the canary probe) made in a helper process, never in the exporter.
+
+A call on a hung mount can block in the kernel where not even SIGKILL ends it: a FUSE
+request the server has read but not answered is waited for uninterruptibly, and a process
+with one such thread cannot exit, so a thread of the exporter stuck there would hold a
+DaemonSet rollout until the mount answered. The calls therefore run in one helper process
+(`python -m fleetwatch.collectors.sources.mount_helper`), one thread per mount inside it; the
+exporter's side (`MountCalls.call`) only waits on a pipe, which never blocks an exit. When the
+exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
+stuck one keeps only the helper, in the kernel, until the mount answers).
+
+The protocol is JSON lines: a request `{"id", "mountpoint", "probe": [DIR, BYTES] | null}`,
+a reply `{"id", "statvfs": {...} | null, "error": "ENOENT" | null, "probe": {...} | null}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import IO, Any, Final
+
+from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult, run_probe
+
+_STATVFS_FIELDS: Final = (
+    "f_frsize",
+    "f_blocks",
+    "f_bfree",
+    "f_bavail",
+    "f_files",
+    "f_ffree",
+    "f_flag",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """A mount's statvfs, in bytes and inodes; `read_only` from its ST_RDONLY flag."""
+
+    size_bytes: int
+    free_bytes: int
+    available_bytes: int
+    inodes: int
+    inodes_free: int
+    read_only: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountReading:
+    """One call's result: capacity or the statvfs error's symbolic name, and the probe."""
+
+    capacity: Capacity | None
+    error: str | None
+    probe: ProbeResult | ProbeFailed | None
+
+
+class HelperFailed(Exception):
+    """The helper process died or answered garbage: the call's result is unknown."""
+
+
+def _capacity(fields: dict[str, int]) -> Capacity:
+    frsize = fields["f_frsize"]
+    return Capacity(
+        size_bytes=fields["f_blocks"] * frsize,
+        free_bytes=fields["f_bfree"] * frsize,
+        available_bytes=fields["f_bavail"] * frsize,
+        inodes=fields["f_files"],
+        inodes_free=fields["f_ffree"],
+        read_only=bool(fields["f_flag"] & os.ST_RDONLY),
+    )
+
+
+def _reading(reply: dict[str, Any]) -> MountReading:
+    """A reply line decoded; KeyError/TypeError/ValueError on a malformed one."""
+    probe: ProbeResult | ProbeFailed | None = None
+    found = reply["probe"]
+    if found is not None and "failed" in found:
+        probe = ProbeFailed(str(found["failed"]), str(found["phase"]), str(found["detail"]))
+    elif found is not None:
+        seconds = {str(k): float(v) for k, v in found["seconds"].items()}
+        probe = ProbeResult(seconds=seconds, size=int(found["size"]))
+    stat = reply["statvfs"]
+    return MountReading(
+        capacity=None if stat is None else _capacity({k: int(stat[k]) for k in _STATVFS_FIELDS}),
+        error=reply["error"],
+        probe=probe,
+    )
+
+
+class _Pending:
+    """One request waiting for its reply."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+
+class MountCalls:
+    """The exporter's side: sends calls to the helper and waits for each reply.
+
+    `call` blocks its caller (a lane thread) on an event, never in the filesystem. The helper
+    is started on first use and again after it died; a call in flight when it died fails with
+    `HelperFailed`.
+    """
+
+    def __init__(self, argv: list[str] | None = None) -> None:
+        self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self._closed = False
+
+    def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
+        """statvfs on `mountpoint`, then the probe if given, in the helper; waits for it."""
+        pending = _Pending()
+        with self._lock:
+            if self._closed:
+                raise HelperFailed("closed")
+            process = self._helper()
+            self._next_id += 1
+            ident = self._next_id
+            self._pending[ident] = pending
+            line = json.dumps({"id": ident, "mountpoint": mountpoint, "probe": probe})
+            try:
+                assert process.stdin is not None
+                process.stdin.write(line.encode() + b"\n")
+                process.stdin.flush()
+            except OSError as exc:
+                self._pending.pop(ident, None)
+                raise HelperFailed(f"could not send to the mount helper: {exc}") from exc
+        pending.done.wait()
+        if pending.reply is None:
+            raise HelperFailed("the mount helper process exited")
+        try:
+            return _reading(pending.reply)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HelperFailed(f"malformed reply from the mount helper: {exc!r}") from exc
+
+    def _helper(self) -> subprocess.Popen[bytes]:
+        """The running helper, started when there is none (called with the lock held)."""
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        process = subprocess.Popen(
+            self._argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,  # a Ctrl-C meant for the exporter is not the helper's
+        )
+        self._process = process
+        reader = threading.Thread(
+            target=self._read_replies, args=(process,), name="mount-helper-replies", daemon=True
+        )
+        reader.start()
+        return process
+
+    def _read_replies(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            try:
+                reply = json.loads(raw)
+                pending = self._pending.pop(int(reply["id"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # not a reply to a request of ours: the waiting call times out
+            pending.reply = reply
+            pending.done.set()
+        with self._lock:  # the helper is gone: every call still waiting fails now
+            if self._process is process:
+                self._process = None
+            orphans = list(self._pending.values())
+            self._pending.clear()
+        for pending in orphans:
+            pending.done.set()
+
+    def close(self) -> None:
+        """Close the helper's stdin (it exits when no call is stuck); never waits for it."""
+        with self._lock:
+            self._closed = True
+            process = self._process
+        if process is not None and process.stdin is not None:
+            # An error here means the helper already exited: nothing to tell it.
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+
+
+# -- the helper process ---------------------------------------------------------------------
+def _serve_call(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one request (in the helper) and build its reply."""
+    reply: dict[str, Any] = {"id": request["id"], "statvfs": None, "error": None, "probe": None}
+    try:
+        stat = os.statvfs(request["mountpoint"])
+        reply["statvfs"] = {name: getattr(stat, name) for name in _STATVFS_FIELDS}
+    except OSError as exc:
+        reply["error"] = errno.errorcode.get(exc.errno or 0, "error")
+    probe = request.get("probe")
+    if probe is not None:
+        try:
+            result = run_probe(str(probe[0]), int(probe[1]))
+            reply["probe"] = {"seconds": result.seconds, "size": result.size}
+        except ProbeFailed as failed:
+            reply["probe"] = {
+                "failed": failed.reason,
+                "phase": failed.phase,
+                "detail": failed.detail,
+            }
+    return reply
+
+
+def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
+    """Read requests until EOF; each mount's calls run in order on that mount's thread."""
+    write_lock = threading.Lock()
+    queues: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+
+    def worker(calls: queue.SimpleQueue[dict[str, Any]]) -> None:
+        while True:
+            reply = json.dumps(_serve_call(calls.get())).encode() + b"\n"
+            with write_lock:
+                replies.write(reply)
+                replies.flush()
+
+    for raw in requests:
+        request = json.loads(raw)
+        point = str(request["mountpoint"])
+        calls = queues.get(point)
+        if calls is None:
+            calls = queues[point] = queue.SimpleQueue()
+            threading.Thread(target=worker, args=(calls,), name=point, daemon=True).start()
+        calls.put(request)

@@ -1,0 +1,697 @@
+"""Storage collector: the mounts that hold checkpoints, and a canary probe on them.
+
+Which mounts: those `--collector.storage.mounts` names (any filesystem type, FUSE included),
+else every network or parallel filesystem in `<procfs>/self/mountinfo` (nfs, nfs4, lustre,
+gpfs, wekafs, beegfs, ceph and the like: `sources.mounts.NETWORK_FSTYPES`), with no
+configuration. Per mount: capacity, free and available bytes, inodes and read-only from
+`statvfs`; bytes moved and operations from `<procfs>/self/mountstats` (NFS, per operation:
+count, transmissions, major timeouts, bytes, queue, round-trip and execution time), a Lustre
+client's llite stats where it exposes them under `<procfs>/fs/lustre`, or, for a local
+filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector.storage.
+probe-dir` names a fleetwatch-owned directory whose mount gets a bounded canary write,
+fsync, read back and delete every `--collector.storage.probe-interval`.
+
+Every call that touches a mount (statvfs, the probe) runs in a helper process
+(`sources.mount_calls`: a FUSE call stuck in the kernel cannot be killed, and would keep
+the exporter from exiting), driven from a `blocking.Lane`, one long-lived daemon thread per
+mount; the procfs reads run on a lane of their own. `collect()` submits and waits at most
+`_WAIT_SECONDS`, so a hung mount never delays a collection, another mount or another
+collector, and its calls never stack. A call running longer than `--collector.storage.
+hung-timeout` makes the mount hung (`fleetwatch_storage_hung` 1, counted once in
+`fleetwatch_storage_stuck_calls_total`) and its statvfs series are left out until the call
+returns, when the mount recovers by itself.
+
+The lean profile (`--no-collector.storage.all-operations`) keeps the per-operation series of
+the data-path operations only (`LEAN_OPERATIONS`), and of those the counts, major timeouts,
+round-trip and execution times; without it, every per-operation family of every operation
+the kernel has counted at least once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.blocking import Lane
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.sources.mount_calls import MountCalls, MountReading
+from fleetwatch.collectors.sources.mounts import (
+    LineProblem,
+    LustreStats,
+    Mount,
+    MountStatsEntry,
+    NfsOperation,
+    lustre_fsname,
+    mount_of,
+    parse_diskstats,
+    parse_llite_stats,
+    parse_mountinfo,
+    parse_mountstats,
+    watched_mounts,
+)
+from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
+
+from fleetwatch.flags import duration_setting, number_setting, setting
+from fleetwatch.logs import LogOnce
+
+log = logging.getLogger(__name__)
+
+# How long one collection waits for the mounts' calls before serving what it has: well
+# inside the shortest collector deadline (80 ms at a 100 ms interval). A healthy statvfs
+# answers in milliseconds; a slower call (a probe) is read on the next cycle, its call still
+# running on its lane meanwhile.
+_WAIT_SECONDS: Final = 0.05
+_PROCFS_LANE: Final = "procfs"
+# The lean profile keeps a checkpoint's data path (and GETATTR, the metadata call every
+# open and close-to-open check waits on), and of each the counts, timeouts and times.
+LEAN_OPERATIONS: Final = frozenset({"READ", "WRITE", "COMMIT", "GETATTR"})
+
+_M = "fleetwatch_storage_"
+INFO = _M + "mount_info"
+HUNG = _M + "hung"
+STUCK = _M + "stuck_calls_total"
+CALL_ERRORS = _M + "call_errors_total"
+PARSE_ERRORS = _M + "parse_errors_total"
+SIZE = _M + "size_bytes"
+FREE = _M + "free_bytes"
+AVAILABLE = _M + "available_bytes"
+INODES = _M + "inodes"
+INODES_FREE = _M + "inodes_free"
+READ_ONLY = _M + "read_only"
+READ_BYTES = _M + "read_bytes_total"
+WRITTEN_BYTES = _M + "written_bytes_total"
+OPERATIONS = _M + "operations_total"
+OP_TRANSMISSIONS = _M + "operation_transmissions_total"
+OP_MAJOR_TIMEOUTS = _M + "operation_major_timeouts_total"
+OP_SENT = _M + "operation_sent_bytes_total"
+OP_RECEIVED = _M + "operation_received_bytes_total"
+OP_QUEUE = _M + "operation_queue_seconds_total"
+OP_RTT = _M + "operation_rtt_seconds_total"
+OP_EXECUTE = _M + "operation_execute_seconds_total"
+OP_ERRORS = _M + "operation_errors_total"
+PROBES = _M + "probes_total"
+PROBE_FAILURES = _M + "probe_failures_total"
+PROBE_SECONDS = _M + "probe_seconds"
+PROBE_WRITE_RATE = _M + "probe_write_bytes_per_second"
+PROBE_READ_RATE = _M + "probe_read_bytes_per_second"
+PROBE_SUCCESS_TIME = _M + "probe_last_success_timestamp_seconds"
+
+# Counters are exported modulo 2^53, the largest integer a float64 holds exactly (as
+# node_exporter's mountstats collector does): a kernel counter above it (real kernels write
+# wrapped u64 values such as 18446743919241604546 ms) reads as a counter reset in
+# Prometheus, never as a value that lost its low digits.
+_FLOAT64_MANTISSA: Final = 1 << 53
+
+
+def exact(value: int) -> int:
+    """`value` modulo 2^53, so that it converts to a float64 exactly."""
+    return value % _FLOAT64_MANTISSA
+
+
+_MP = ("mountpoint",)
+_OP = ("mountpoint", "operation")
+# The table of families. Worst-case series per node, with M watched mounts, O operations a
+# mount's mountstats lists (NFSv4: up to ~60; lean: 8) and P probed mounts: each comment
+# names the source and that count. The catalog moves these rows to fleetwatch.catalog.
+SPECS: Final = (
+    # mountinfo; M
+    MetricSpec(
+        INFO,
+        "gauge",
+        "A watched mount (value 1): its filesystem type, server (network mounts) and device "
+        "or export.",
+        ("mountpoint", "fstype", "server", "device"),
+    ),
+    # lane state; M
+    MetricSpec(
+        HUNG,
+        "gauge",
+        "1 while a call on the mount (statvfs, the probe) has been blocked longer than "
+        "--collector.storage.hung-timeout; 0 once it returned.",
+        _MP,
+    ),
+    # lane state; M
+    MetricSpec(
+        STUCK,
+        "counter",
+        "Calls on the mount that blocked past the hung deadline (at most one is in flight per "
+        "mount; each is counted once).",
+        _MP,
+    ),
+    # statvfs errors; M x a few errno reasons
+    MetricSpec(
+        CALL_ERRORS,
+        "counter",
+        "statvfs calls on the mount that failed, by reason (the error's symbolic name, e.g. "
+        "ENOENT when the mount went away, EIO).",
+        ("mountpoint", "reason"),
+    ),
+    # mountinfo, mountstats, diskstats; 3
+    MetricSpec(
+        PARSE_ERRORS,
+        "counter",
+        "Lines of a procfs mount file that did not parse (skipped; the rest of mountinfo, "
+        "mountstats or diskstats was read; a Lustre llite stats file is skipped whole).",
+        ("file",),
+    ),
+    # statvfs; M each
+    MetricSpec(SIZE, "gauge", "Size of the mounted filesystem (statvfs).", _MP),
+    MetricSpec(FREE, "gauge", "Free bytes, reserved blocks included (statvfs).", _MP),
+    MetricSpec(AVAILABLE, "gauge", "Bytes an unprivileged writer can still use (statvfs).", _MP),
+    MetricSpec(INODES, "gauge", "Inodes of the filesystem (statvfs; 0 where unlimited).", _MP),
+    MetricSpec(INODES_FREE, "gauge", "Free inodes (statvfs).", _MP),
+    # mountinfo options or statvfs ST_RDONLY; M
+    MetricSpec(READ_ONLY, "gauge", "1 when the mount is read-only (a remount after errors).", _MP),
+    # mountstats bytes: fields 5-6 (NFS), diskstats sectors x 512 (local); M each
+    MetricSpec(
+        READ_BYTES,
+        "counter",
+        "Bytes the client read from the storage: from the NFS server (page cache and O_DIRECT), "
+        "or from a local filesystem's block device.",
+        _MP,
+    ),
+    MetricSpec(
+        WRITTEN_BYTES,
+        "counter",
+        "Bytes the client wrote to the storage: to the NFS server, or to a local filesystem's "
+        "block device.",
+        _MP,
+    ),
+    # mountstats per-op requests (NFS, upper case) or diskstats reads/writes (read, write);
+    # M x O
+    MetricSpec(
+        OPERATIONS,
+        "counter",
+        "Operations sent, by operation: NFS RPCs (READ, WRITE, GETATTR, ...) or a local block "
+        "device's completed reads and writes (read, write).",
+        _OP,
+    ),
+    # mountstats per-op fields 2-9; M x O each
+    MetricSpec(
+        OP_TRANSMISSIONS,
+        "counter",
+        "NFS RPC transmissions by operation (more than operations: retransmissions).",
+        _OP,
+    ),
+    MetricSpec(
+        OP_MAJOR_TIMEOUTS,
+        "counter",
+        "NFS RPCs that hit a major timeout (the server did not answer), by operation.",
+        _OP,
+    ),
+    MetricSpec(OP_SENT, "counter", "Bytes sent for NFS RPCs, by operation.", _OP),
+    MetricSpec(OP_RECEIVED, "counter", "Bytes received for NFS RPCs, by operation.", _OP),
+    MetricSpec(OP_QUEUE, "counter", "Time NFS RPCs waited to be sent, by operation.", _OP),
+    MetricSpec(
+        OP_RTT, "counter", "Round-trip time of NFS RPCs (sent to answered), by operation.", _OP
+    ),
+    MetricSpec(
+        OP_EXECUTE,
+        "counter",
+        "Execution time of NFS RPCs (queued to completed), by operation.",
+        _OP,
+    ),
+    MetricSpec(
+        OP_ERRORS,
+        "counter",
+        "NFS RPCs that completed with an error, by operation (kernels that count them).",
+        _OP,
+    ),
+    # canary probe; P each, P x 4 phases, P x 10 reasons
+    MetricSpec(PROBES, "counter", "Canary probes that completed on the mount.", _MP),
+    MetricSpec(
+        PROBE_FAILURES,
+        "counter",
+        "Canary probes that failed, by reason (missing, not_writable, wrong_filesystem, "
+        "read_only, no_space, io_error, ...).",
+        ("mountpoint", "reason"),
+    ),
+    MetricSpec(
+        PROBE_SECONDS,
+        "gauge",
+        "Seconds each phase of the last successful canary probe took (write, fsync, read, delete).",
+        ("mountpoint", "phase"),
+    ),
+    MetricSpec(
+        PROBE_WRITE_RATE,
+        "gauge",
+        "Write throughput of the last successful probe, write and fsync together.",
+        _MP,
+    ),
+    MetricSpec(PROBE_READ_RATE, "gauge", "Read-back throughput of the last successful probe.", _MP),
+    MetricSpec(
+        PROBE_SUCCESS_TIME, "gauge", "Unix time of the last successful probe on the mount.", _MP
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcReading:
+    """One read of the procfs mount files (the stats files are optional)."""
+
+    mounts: tuple[Mount, ...]
+    stats: dict[str, MountStatsEntry]
+    disks: dict[tuple[int, int], tuple[int, int, int, int]]
+    lustre: dict[str, LustreStats]
+    problems: tuple[LineProblem, ...]
+
+
+def read_procfs(root: Path) -> ProcReading:
+    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`."""
+    info = (root / "self" / "mountinfo").read_text(errors="replace")
+    parsed = parse_mountinfo(info, "mountinfo")
+    problems = list(parsed.problems)
+    stats: dict[str, MountStatsEntry] = {}
+    disks: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+    try:
+        found = parse_mountstats((root / "self" / "mountstats").read_text(errors="replace"))
+    except FileNotFoundError:
+        pass  # no mountstats (a kernel without it): capacity is still read
+    else:
+        stats = {entry.mountpoint: entry for entry in found.stats}
+        problems.extend(found.problems)
+    try:
+        found = parse_diskstats((root / "diskstats").read_text(errors="replace"))
+    except FileNotFoundError:
+        pass  # no diskstats: local mounts have capacity but no I/O counters
+    else:
+        disks = {
+            (d.major, d.minor): (d.reads, d.read_bytes, d.writes, d.write_bytes)
+            for d in found.disks
+        }
+        problems.extend(found.problems)
+    lustre = _read_llite(root, problems)
+    return ProcReading(
+        mounts=parsed.mounts, stats=stats, disks=disks, lustre=lustre, problems=tuple(problems)
+    )
+
+
+def _read_llite(root: Path, problems: list[LineProblem]) -> dict[str, LustreStats]:
+    """Lustre client stats by filesystem name (a name mounted twice is left out: which
+    instance is which mount cannot be told from /proc)."""
+    found: dict[str, list[LustreStats]] = {}
+    for stats in sorted((root / "fs" / "lustre" / "llite").glob("*/stats")):
+        try:
+            text = stats.read_text(errors="replace")
+        except OSError:
+            continue  # the instance went away while listed (an unmount)
+        parsed = parse_llite_stats(stats.parent.name, text, "llite")
+        if isinstance(parsed, LineProblem):
+            problems.append(parsed)
+        else:
+            found.setdefault(parsed.fsname, []).append(parsed)
+    return {name: only[0] for name, only in found.items() if len(only) == 1}
+
+
+class _ProbeState:
+    """One probed mount's counters and last success."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.next_due = 0.0
+        self.runs = 0
+        self.failures: Counter[str] = Counter()
+        self.last: ProbeResult | None = None
+        self.last_success: float | None = None
+
+
+class StorageCollector:
+    """Watches mounts through one lane per mount; `collect()` never blocks on a mount."""
+
+    def __init__(
+        self,
+        *,
+        procfs: Path,
+        settings: StorageSettings,
+        discover: bool = True,
+        wait: float = _WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._procfs = procfs
+        self._settings = settings
+        self._discover = discover
+        self._wait = wait
+        self._clock = clock
+        self._labels = LabelCache(SPECS)
+        self._once = LogOnce(log)
+        self._procfs_lane: Lane[ProcReading] = Lane(_PROCFS_LANE, clock=clock)
+        self._lanes: dict[str, Lane[MountReading]] = {}
+        self._calls = MountCalls()
+        self._seen: dict[str, float] = {}  # finished_at of the lane outcome already counted
+        self._call_errors: Counter[tuple[str, str]] = Counter()
+        self._parse_errors: Counter[str] = Counter()
+        self._probes: dict[str, _ProbeState] = {}  # by probe directory
+        self._probe_mount: dict[str, str] = {}  # probe directory -> mount point
+        self._procfs_seen = 0.0
+        self._hung: set[str] = set()
+
+    # -- one cycle ------------------------------------------------------------------------
+    def collect(self) -> list[SeriesFamily]:
+        deadline = self._clock() + min(self._wait, self._settings.hung_timeout)
+        self._procfs_lane.submit(lambda: read_procfs(self._procfs))
+        self._procfs_lane.wait(deadline)
+        reading = self._proc_reading()
+        builder = FamilyBuilder(self._labels)
+        if reading is None:
+            return builder.families()
+        mounts = self._watched(reading)
+        for mount in mounts:
+            lane = self._lanes.get(mount.mountpoint)
+            if lane is None:
+                lane = self._lanes[mount.mountpoint] = Lane(mount.mountpoint, clock=self._clock)
+            if lane.busy_for() is None:  # a busy lane is not given another call (nor a probe)
+                self._new_result(mount.mountpoint, lane)  # counted before the next replaces it
+                probe = self._due_probe(mount)
+                lane.submit(functools.partial(self._calls.call, mount.mountpoint, probe))
+        for mount in mounts:
+            self._lanes[mount.mountpoint].wait(deadline)
+        self._forget_unmounted({mount.mountpoint for mount in mounts})
+        for mount in mounts:
+            self._add_mount(builder, mount, reading)
+        for name, count in sorted(self._parse_errors.items()):
+            builder.add(PARSE_ERRORS, (name,), count)
+        self._add_unplaced_probes(builder)
+        return builder.families()
+
+    def _proc_reading(self) -> ProcReading | None:
+        """The latest procfs read; raises when it failed (the collector is then down)."""
+        if self._procfs_lane.hung(self._settings.hung_timeout):
+            self._once.warning(("procfs",), "reading the procfs mount files is blocked")
+        outcome = self._procfs_lane.outcome()
+        if outcome is None:
+            return None
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.finished_at != self._procfs_seen:
+            self._procfs_seen = outcome.finished_at
+            assert outcome.value is not None
+            for problem in outcome.value.problems:
+                self._parse_errors[problem.path] += 1
+                self._once.warning(
+                    (problem.path, problem.reason),
+                    "skipped a malformed line of a procfs mount file",
+                    file=problem.path,
+                    line=problem.line,
+                    reason=problem.reason,
+                )
+        return outcome.value
+
+    def _watched(self, reading: ProcReading) -> list[Mount]:
+        """The mounts to watch this cycle (named, else discovered network ones); maps each
+        probe directory to the mount it lies on."""
+        named = self._settings.mounts
+        found = watched_mounts(reading.mounts, named) if named or self._discover else []
+        mounts = {m.mountpoint: m for m in found}
+        for point in named:
+            if point not in mounts:
+                self._once.warning(
+                    ("absent", point), "a mount named to watch is not mounted", mountpoint=point
+                )
+        self._probe_mount.clear()
+        for directory in self._settings.probe_dir:
+            mount = mount_of(os.path.abspath(directory), reading.mounts)
+            if mount is None:
+                continue
+            self._probe_mount[str(directory)] = mount.mountpoint
+        return [mounts[point] for point in sorted(mounts)]
+
+    def _due_probe(self, mount: Mount) -> tuple[str, int] | None:
+        """The probe to run on `mount` now, if its directory lies on it and it is due."""
+        for directory, point in self._probe_mount.items():
+            if point != mount.mountpoint:
+                continue
+            state = self._probes.setdefault(directory, _ProbeState(directory))
+            now = self._clock()
+            if now < state.next_due:
+                return None
+            state.next_due = now + self._settings.probe_interval
+            return directory, int(self._settings.probe_bytes)
+        return None
+
+    def _forget_unmounted(self, points: set[str]) -> None:
+        """Close the lanes of mounts no longer listed (a stuck one ends when its call does)."""
+        for point in [p for p in self._lanes if p not in points]:
+            self._lanes.pop(point).close()
+            self._seen.pop(point, None)
+
+    # -- families -------------------------------------------------------------------------
+    def _add_mount(self, builder: FamilyBuilder, mount: Mount, reading: ProcReading) -> None:
+        point = (mount.mountpoint,)
+        lane = self._lanes[mount.mountpoint]
+        hung = lane.hung(self._settings.hung_timeout)
+        if hung and mount.mountpoint not in self._hung:
+            self._hung.add(mount.mountpoint)
+            log.warning(
+                "mount is hung: a call on it is blocked (no further call is started on it)",
+                extra={"mountpoint": mount.mountpoint},
+            )
+        elif not hung and mount.mountpoint in self._hung:
+            self._hung.discard(mount.mountpoint)
+            log.info("mount answered again", extra={"mountpoint": mount.mountpoint})
+        builder.add(INFO, (mount.mountpoint, mount.fstype, mount.server, mount.source), 1)
+        builder.add(HUNG, point, 1 if hung else 0)
+        builder.add(STUCK, point, lane.stuck_calls)
+        result = self._new_result(mount.mountpoint, lane)
+        capacity = None if hung or result is None else result.capacity
+        read_only = mount.read_only or (capacity is not None and capacity.read_only)
+        builder.add(READ_ONLY, point, 1 if read_only else 0)
+        if capacity is not None:
+            builder.add(SIZE, point, capacity.size_bytes)
+            builder.add(FREE, point, capacity.free_bytes)
+            builder.add(AVAILABLE, point, capacity.available_bytes)
+            builder.add(INODES, point, capacity.inodes)
+            builder.add(INODES_FREE, point, capacity.inodes_free)
+        for (where, reason), count in self._call_errors.items():
+            if where == mount.mountpoint:
+                builder.add(CALL_ERRORS, (where, reason), count)
+        self._add_io(builder, mount, reading)
+        self._add_probe(builder, mount.mountpoint)
+
+    def _new_result(self, point: str, lane: Lane[MountReading]) -> MountReading | None:
+        """The lane's latest reading; a new one's errors and probe are counted once."""
+        outcome = lane.outcome()
+        if outcome is None:
+            return None
+        new = self._seen.get(point) != outcome.finished_at
+        self._seen[point] = outcome.finished_at
+        if outcome.error is not None:  # the helper died (a FUSE server crash can take it)
+            if new:
+                self._count_error(point, "helper_failed", str(outcome.error))
+            return None
+        reading = outcome.value
+        assert reading is not None
+        if new:
+            if reading.error is not None:
+                self._count_error(point, reading.error, "statvfs failed")
+            self._count_probe(point, reading.probe)
+        return reading
+
+    def _count_error(self, point: str, reason: str, detail: str) -> None:
+        self._call_errors[(point, reason)] += 1
+        self._once.warning(
+            (point, reason),
+            "a call on a mount failed",
+            mountpoint=point,
+            reason=reason,
+            detail=detail,
+        )
+
+    def _count_probe(self, point: str, probe: ProbeResult | ProbeFailed | None) -> None:
+        if probe is None:
+            return
+        state = next((self._probes[d] for d, p in self._probe_mount.items() if p == point), None)
+        if state is None:
+            return
+        if isinstance(probe, ProbeFailed):
+            state.failures[probe.reason] += 1
+            self._once.warning(
+                (point, "probe", probe.reason),
+                "canary probe failed",
+                mountpoint=point,
+                directory=state.directory,
+                reason=probe.reason,
+                detail=str(probe),
+            )
+            return
+        state.runs += 1
+        state.last, state.last_success = probe, time.time()
+
+    def _add_io(self, builder: FamilyBuilder, mount: Mount, reading: ProcReading) -> None:
+        point = mount.mountpoint
+        entry = reading.stats.get(point)
+        if entry is not None and entry.nfs is not None:
+            builder.add(READ_BYTES, (point,), exact(entry.nfs.read_bytes))
+            builder.add(WRITTEN_BYTES, (point,), exact(entry.nfs.write_bytes))
+            for op in entry.nfs.operations:
+                if self._exported(op):
+                    self._add_operation(builder, point, op)
+            return
+        fsname = lustre_fsname(mount)
+        lustre = reading.lustre.get(fsname) if fsname else None
+        if lustre is not None:
+            builder.add(READ_BYTES, (point,), exact(lustre.read_bytes))
+            builder.add(WRITTEN_BYTES, (point,), exact(lustre.write_bytes))
+            if self._settings.all_operations:
+                for name, count in sorted(lustre.operations.items()):
+                    builder.add(OPERATIONS, (point, name), exact(count))
+            return
+        disk = reading.disks.get((mount.major, mount.minor)) if mount.major else None
+        if disk is not None:
+            reads, read_bytes, writes, write_bytes = disk
+            builder.add(READ_BYTES, (point,), read_bytes)
+            builder.add(WRITTEN_BYTES, (point,), write_bytes)
+            builder.add(OPERATIONS, (point, "read"), reads)
+            builder.add(OPERATIONS, (point, "write"), writes)
+
+    def _exported(self, op: NfsOperation) -> bool:
+        if not self._settings.all_operations:
+            return op.name in LEAN_OPERATIONS
+        return op.requests > 0
+
+    def _add_operation(self, builder: FamilyBuilder, point: str, op: NfsOperation) -> None:
+        labels = (point, op.name)
+        builder.add(OPERATIONS, labels, exact(op.requests))
+        builder.add(OP_TRANSMISSIONS, labels, exact(op.transmissions))
+        builder.add(OP_MAJOR_TIMEOUTS, labels, exact(op.major_timeouts))
+        builder.add(OP_RTT, labels, exact(op.rtt_ms) / 1000)
+        builder.add(OP_EXECUTE, labels, exact(op.execute_ms) / 1000)
+        if not self._settings.all_operations:
+            return  # lean: bytes, queue time and errors per operation are left out
+        builder.add(OP_SENT, labels, exact(op.bytes_sent))
+        builder.add(OP_RECEIVED, labels, exact(op.bytes_received))
+        builder.add(OP_QUEUE, labels, exact(op.queue_ms) / 1000)
+        builder.add(OP_ERRORS, labels, None if op.errors is None else exact(op.errors))
+
+    def _add_probe(self, builder: FamilyBuilder, point: str) -> None:
+        for directory, where in self._probe_mount.items():
+            state = self._probes.get(directory)
+            if where != point or state is None:
+                continue
+            self._add_probe_state(builder, point, state)
+            return
+
+    @staticmethod
+    def _add_probe_state(builder: FamilyBuilder, point: str, state: _ProbeState) -> None:
+        builder.add(PROBES, (point,), state.runs)
+        for reason, count in sorted(state.failures.items()):
+            builder.add(PROBE_FAILURES, (point, reason), count)
+        if state.last is None:
+            return
+        seconds = state.last.seconds
+        for phase in PHASES:
+            builder.add(PROBE_SECONDS, (point, phase), seconds.get(phase))
+        writing = seconds["write"] + seconds["fsync"]
+        builder.add(PROBE_WRITE_RATE, (point,), state.last.size / writing if writing else None)
+        reading = seconds["read"]
+        builder.add(PROBE_READ_RATE, (point,), state.last.size / reading if reading else None)
+        builder.add(PROBE_SUCCESS_TIME, (point,), state.last_success)
+
+    def _add_unplaced_probes(self, builder: FamilyBuilder) -> None:
+        """Probe directories on a mount that is not watched: the wrong filesystem."""
+        watched = set(self._lanes)
+        for directory, point in self._probe_mount.items():
+            if point in watched:
+                continue
+            state = self._probes.setdefault(directory, _ProbeState(directory))
+            now = self._clock()
+            if now >= state.next_due:
+                state.next_due = now + self._settings.probe_interval
+                state.failures["wrong_filesystem"] += 1
+                self._once.warning(
+                    (directory, "wrong_filesystem"),
+                    "probe directory is not on a watched mount (a network filesystem or one "
+                    "named by --collector.storage.mounts): not probed",
+                    directory=directory,
+                    mountpoint=point,
+                )
+            self._add_probe_state(builder, point, state)
+
+    def close(self) -> None:
+        """Stop every lane; lanes stuck in a call are left behind (daemon threads)."""
+        idle = [lane for lane in self._lanes.values() if lane.busy_for() is None]
+        self._procfs_lane.close()
+        for lane in self._lanes.values():
+            lane.close()
+        self._calls.close()
+        deadline = time.monotonic() + 1.0
+        for lane in idle:  # a busy lane may wait on a stuck call for good: not joined
+            lane.join(max(0.0, deadline - time.monotonic()))
+
+
+def _mount_point(text: str) -> str:
+    """A mount point flag value: an absolute path, normalised."""
+    if not text.startswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a mount point must be an absolute path")
+    return os.path.normpath(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageSettings:
+    """`--collector.storage.*` flags."""
+
+    mounts: tuple[str, ...] = setting(
+        (),
+        parse=_mount_point,
+        repeatable=True,
+        metavar="MOUNTPOINT",
+        help="watch this mount point, whatever its filesystem type (FUSE included; repeat the "
+        "flag for more); none given: every network or parallel filesystem (nfs, nfs4, lustre, "
+        "gpfs, wekafs, beegfs, ceph, ...)",
+    )
+    probe_dir: tuple[str, ...] = setting(
+        (),
+        parse=_mount_point,
+        repeatable=True,
+        metavar="DIR",
+        help="a fleetwatch-owned directory to run the canary probe in (write, fsync, read back, "
+        "delete), probing the mount it lies on, which must be a watched one; never created: "
+        "missing, unwritable or on another filesystem is reported (repeatable, one per mount)",
+    )
+    probe_bytes: float = number_setting(
+        8 << 20,
+        minimum=4096,
+        maximum=1 << 30,
+        integer=True,
+        unit="bytes",
+        help="bytes one probe writes and reads back",
+    )
+    probe_interval: float = duration_setting(
+        60.0, minimum=1.0, maximum=86400.0, help="how often each probe directory is probed"
+    )
+    hung_timeout: float = duration_setting(
+        10.0,
+        minimum=0.1,
+        maximum=300.0,
+        help="a mount whose call (statvfs, the probe) has been blocked this long is hung "
+        "(keep it above the time a probe takes on a healthy mount)",
+    )
+    all_operations: bool = setting(
+        True,
+        help="export every NFS operation the kernel counted, with bytes, queue time and errors; "
+        "off (lean profile), only READ, WRITE, COMMIT and GETATTR, with counts, transmissions, "
+        "major timeouts, round-trip and execution times",
+    )
+
+
+def _create(context: CollectorContext, settings: StorageSettings) -> StorageCollector:
+    return StorageCollector(
+        procfs=context.procfs_root, settings=settings, discover=context.discover_mounts
+    )
+
+
+SPEC = CollectorSpec(
+    name="storage",
+    help="checkpoint mounts: capacity, client I/O, hung mounts, a canary probe",
+    settings=StorageSettings,
+    create=_create,
+    metrics=SPECS,
+)
