@@ -41,7 +41,6 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
 )
 from fleetwatch.tainter.sources import NoEvidence
-
 from testbed.kube import ADMIN, ApiServer, api_server, bound_pod
 
 NAMESPACE = "bench"

@@ -32,6 +32,7 @@ from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.metrics import SeriesFamily, series_count
 from fleetwatch.exporter.export import close_collectors, create_collectors
@@ -42,8 +43,6 @@ from fleetwatch.sim import servers
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
-
-from fleetwatch.cli import build_parser
 from testbed.nvml_timing import timed
 from testbed.servers import node_exporter
 

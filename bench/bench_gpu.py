@@ -28,7 +28,6 @@ from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.fake_nvml import FakeNvml
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
-
 from testbed.clock import FixedClock
 from testbed.nvml_timing import timed
 

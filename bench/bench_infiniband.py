@@ -42,6 +42,8 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.infiniband import InfinibandCollector
 from fleetwatch.collectors.metrics import series_count
@@ -53,8 +55,6 @@ from fleetwatch.sim.scenario import parse_scenario
 from fleetwatch.sim.servers import http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.clock import FixedClock
 from testbed.servers import node_exporter
 

@@ -28,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fleetwatch.sim.fleet import FleetSpec, write_victoria_import
-
 from testbed.victoria import force_flush, victoria_metrics
 
 BLOCK = 1 << 20

@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.servers import fleetwatch_command, http_get, wait_until
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.mounts import nfs_node, write_procfs
 
 OTHER_COLLECTORS = ("gpu", "pci", "gpm", "nvlink", "xid", "podresources", "infiniband")

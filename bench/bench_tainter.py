@@ -63,6 +63,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
 from fleetwatch.rules.config import shipped_text
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.sim.servers import fleetwatch_command, free_port, http_status
@@ -464,7 +465,6 @@ def ha_latency(replicas: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from fleetwatch.sim.servers import alertmanager, prometheus
     from fleetwatch.sim.stack import shipped_rules
-
     from testbed.servers import served_in_thread
 
     cluster = FakeCluster(token="kube")

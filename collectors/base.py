@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
 from fleetwatch.collectors.sources.nvml import NvmlSource
-
-from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.flags import Flags
 
 

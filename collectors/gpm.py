@@ -18,6 +18,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
+from fleetwatch.catalog.gpu import (
+    GPU_DRAM_ACTIVE_RATIO,
+    GPU_SM_ACTIVE_RATIO,
+    GPU_SM_OCCUPANCY_RATIO,
+    GPU_TENSOR_ACTIVE_RATIO,
+)
+from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.gpu_common import (
     LostGpus,
@@ -28,14 +35,6 @@ from fleetwatch.collectors.gpu_common import (
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
-
-from fleetwatch.catalog.gpu import (
-    GPU_DRAM_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_TENSOR_ACTIVE_RATIO,
-)
-from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
 
 log = logging.getLogger(__name__)
 

@@ -18,27 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.gpu_common import (
-    LostGpus,
-    NvmlFailures,
-    gpu_labels,
-    megahertz_to_hertz,
-    millijoules_to_joules,
-    milliwatts_to_watts,
-    nanoseconds_to_seconds,
-    percent_to_ratio,
-)
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.sources.nvml import (
-    CLOCK_EVENT_BITS,
-    FabricReading,
-    GpuIdentity,
-    GpuReading,
-    NvmlSource,
-)
-from fleetwatch.collectors.sources.nvml_calls import GpuLostError
-
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
@@ -67,6 +46,26 @@ from fleetwatch.catalog.gpu import (
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
+from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.gpu_common import (
+    LostGpus,
+    NvmlFailures,
+    gpu_labels,
+    megahertz_to_hertz,
+    millijoules_to_joules,
+    milliwatts_to_watts,
+    nanoseconds_to_seconds,
+    percent_to_ratio,
+)
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.sources.nvml import (
+    CLOCK_EVENT_BITS,
+    FabricReading,
+    GpuIdentity,
+    GpuReading,
+    NvmlSource,
+)
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError
 from fleetwatch.flags import bounded_number, setting
 
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")

@@ -12,11 +12,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final
 
+from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.metrics import FamilyBuilder
 from fleetwatch.collectors.sources.nvml import GpuIdentity
 from fleetwatch.collectors.sources.nvml_calls import CallFailure
-
-from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)

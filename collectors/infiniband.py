@@ -28,6 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_HW_STAT_TOTAL,
+)
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.infiniband_layout import (
     BYTES_PER_GBIT,
@@ -57,11 +61,6 @@ from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.ibtools import IbTools
 from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents, open_device_events
-
-from fleetwatch.catalog.infiniband import (
-    INFINIBAND_PORT_ERROR_SATURATED,
-    INFINIBAND_PORT_HW_STAT_TOTAL,
-)
 from fleetwatch.flags import duration_setting, setting
 from fleetwatch.logs import LogOnce
 

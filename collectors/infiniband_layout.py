@@ -17,9 +17,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from fleetwatch.collectors.metrics import LabelCache
-from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
-
 from fleetwatch.catalog.infiniband import (
     DEVICE_EVENTS_TOTAL,
     INFINIBAND_PORT_DATA_BYTES_TOTAL,
@@ -39,6 +36,8 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_XMIT_WAIT_TOTAL,
     INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
 )
+from fleetwatch.collectors.metrics import LabelCache
+from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
 
 BYTES_PER_GBIT: Final = 125_000_000
 MAX_RATE_GBPS: Final = 10_000.0

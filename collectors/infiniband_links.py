@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from fleetwatch.collectors.infiniband_layout import Layout
 from fleetwatch.collectors.sources.ibtools import IbToolError, IbTools
 from fleetwatch.collectors.sources.sysfs import IbPort, IbPortState, IbReading
-
 from fleetwatch.logs import LogOnce
 
 _ACTIVE = 4

@@ -23,6 +23,12 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Final
 
+from fleetwatch.catalog.nvlink import (
+    NVLINK_ERRORS_TOTAL,
+    NVLINK_LINKS_UP,
+    NVLINK_NVML_ERRORS_TOTAL,
+    NVLINK_UP,
+)
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.gpu_common import (
     GPU_ID,
@@ -39,13 +45,6 @@ from fleetwatch.collectors.sources.nvml import (
     NvmlSource,
 )
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError
-
-from fleetwatch.catalog.nvlink import (
-    NVLINK_ERRORS_TOTAL,
-    NVLINK_LINKS_UP,
-    NVLINK_NVML_ERRORS_TOTAL,
-    NVLINK_UP,
-)
 from fleetwatch.flags import setting
 
 UP = NVLINK_UP.name

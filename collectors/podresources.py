@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
@@ -31,8 +32,6 @@ from fleetwatch.collectors.sources.podresources import (
     PodResourcesClient,
     PodResourcesError,
 )
-
-from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)

@@ -40,9 +40,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog.storage import (
+    FAMILIES,
+    STORAGE_AVAILABLE_BYTES,
+    STORAGE_CALL_ERRORS_TOTAL,
+    STORAGE_FREE_BYTES,
+    STORAGE_HUNG,
+    STORAGE_INODES,
+    STORAGE_INODES_FREE,
+    STORAGE_MOUNT_INFO,
+    STORAGE_OPERATION_ERRORS_TOTAL,
+    STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL,
+    STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL,
+    STORAGE_OPERATION_QUEUE_SECONDS_TOTAL,
+    STORAGE_OPERATION_RECEIVED_BYTES_TOTAL,
+    STORAGE_OPERATION_RTT_SECONDS_TOTAL,
+    STORAGE_OPERATION_SENT_BYTES_TOTAL,
+    STORAGE_OPERATION_TRANSMISSIONS_TOTAL,
+    STORAGE_OPERATIONS_TOTAL,
+    STORAGE_PARSE_ERRORS_TOTAL,
+    STORAGE_PROBE_FAILURES_TOTAL,
+    STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    STORAGE_PROBE_READ_BYTES_PER_SECOND,
+    STORAGE_PROBE_SECONDS,
+    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
+    STORAGE_PROBES_TOTAL,
+    STORAGE_READ_BYTES_TOTAL,
+    STORAGE_READ_ONLY,
+    STORAGE_SIZE_BYTES,
+    STORAGE_STUCK_CALLS_TOTAL,
+    STORAGE_WRITTEN_BYTES_TOTAL,
+)
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, MetricSpec, SeriesFamily
+from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.mount_calls import MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
     LineProblem,
@@ -59,7 +90,6 @@ from fleetwatch.collectors.sources.mounts import (
     watched_mounts,
 )
 from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
-
 from fleetwatch.flags import duration_setting, number_setting, setting
 from fleetwatch.logs import LogOnce
 
@@ -75,35 +105,34 @@ _PROCFS_LANE: Final = "procfs"
 # open and close-to-open check waits on), and of each the counts, timeouts and times.
 LEAN_OPERATIONS: Final = frozenset({"READ", "WRITE", "COMMIT", "GETATTR"})
 
-_M = "fleetwatch_storage_"
-INFO = _M + "mount_info"
-HUNG = _M + "hung"
-STUCK = _M + "stuck_calls_total"
-CALL_ERRORS = _M + "call_errors_total"
-PARSE_ERRORS = _M + "parse_errors_total"
-SIZE = _M + "size_bytes"
-FREE = _M + "free_bytes"
-AVAILABLE = _M + "available_bytes"
-INODES = _M + "inodes"
-INODES_FREE = _M + "inodes_free"
-READ_ONLY = _M + "read_only"
-READ_BYTES = _M + "read_bytes_total"
-WRITTEN_BYTES = _M + "written_bytes_total"
-OPERATIONS = _M + "operations_total"
-OP_TRANSMISSIONS = _M + "operation_transmissions_total"
-OP_MAJOR_TIMEOUTS = _M + "operation_major_timeouts_total"
-OP_SENT = _M + "operation_sent_bytes_total"
-OP_RECEIVED = _M + "operation_received_bytes_total"
-OP_QUEUE = _M + "operation_queue_seconds_total"
-OP_RTT = _M + "operation_rtt_seconds_total"
-OP_EXECUTE = _M + "operation_execute_seconds_total"
-OP_ERRORS = _M + "operation_errors_total"
-PROBES = _M + "probes_total"
-PROBE_FAILURES = _M + "probe_failures_total"
-PROBE_SECONDS = _M + "probe_seconds"
-PROBE_WRITE_RATE = _M + "probe_write_bytes_per_second"
-PROBE_READ_RATE = _M + "probe_read_bytes_per_second"
-PROBE_SUCCESS_TIME = _M + "probe_last_success_timestamp_seconds"
+INFO = STORAGE_MOUNT_INFO.name
+HUNG = STORAGE_HUNG.name
+STUCK = STORAGE_STUCK_CALLS_TOTAL.name
+CALL_ERRORS = STORAGE_CALL_ERRORS_TOTAL.name
+PARSE_ERRORS = STORAGE_PARSE_ERRORS_TOTAL.name
+SIZE = STORAGE_SIZE_BYTES.name
+FREE = STORAGE_FREE_BYTES.name
+AVAILABLE = STORAGE_AVAILABLE_BYTES.name
+INODES = STORAGE_INODES.name
+INODES_FREE = STORAGE_INODES_FREE.name
+READ_ONLY = STORAGE_READ_ONLY.name
+READ_BYTES = STORAGE_READ_BYTES_TOTAL.name
+WRITTEN_BYTES = STORAGE_WRITTEN_BYTES_TOTAL.name
+OPERATIONS = STORAGE_OPERATIONS_TOTAL.name
+OP_TRANSMISSIONS = STORAGE_OPERATION_TRANSMISSIONS_TOTAL.name
+OP_MAJOR_TIMEOUTS = STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL.name
+OP_SENT = STORAGE_OPERATION_SENT_BYTES_TOTAL.name
+OP_RECEIVED = STORAGE_OPERATION_RECEIVED_BYTES_TOTAL.name
+OP_QUEUE = STORAGE_OPERATION_QUEUE_SECONDS_TOTAL.name
+OP_RTT = STORAGE_OPERATION_RTT_SECONDS_TOTAL.name
+OP_EXECUTE = STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL.name
+OP_ERRORS = STORAGE_OPERATION_ERRORS_TOTAL.name
+PROBES = STORAGE_PROBES_TOTAL.name
+PROBE_FAILURES = STORAGE_PROBE_FAILURES_TOTAL.name
+PROBE_SECONDS = STORAGE_PROBE_SECONDS.name
+PROBE_WRITE_RATE = STORAGE_PROBE_WRITE_BYTES_PER_SECOND.name
+PROBE_READ_RATE = STORAGE_PROBE_READ_BYTES_PER_SECOND.name
+PROBE_SUCCESS_TIME = STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS.name
 
 # Counters are exported modulo 2^53, the largest integer a float64 holds exactly (as
 # node_exporter's mountstats collector does): a kernel counter above it (real kernels write
@@ -117,141 +146,7 @@ def exact(value: int) -> int:
     return value % _FLOAT64_MANTISSA
 
 
-_MP = ("mountpoint",)
-_OP = ("mountpoint", "operation")
-# The table of families. Worst-case series per node, with M watched mounts, O operations a
-# mount's mountstats lists (NFSv4: up to ~60; lean: 8) and P probed mounts: each comment
-# names the source and that count. The catalog moves these rows to fleetwatch.catalog.
-SPECS: Final = (
-    # mountinfo; M
-    MetricSpec(
-        INFO,
-        "gauge",
-        "A watched mount (value 1): its filesystem type, server (network mounts) and device "
-        "or export.",
-        ("mountpoint", "fstype", "server", "device"),
-    ),
-    # lane state; M
-    MetricSpec(
-        HUNG,
-        "gauge",
-        "1 while a call on the mount (statvfs, the probe) has been blocked longer than "
-        "--collector.storage.hung-timeout; 0 once it returned.",
-        _MP,
-    ),
-    # lane state; M
-    MetricSpec(
-        STUCK,
-        "counter",
-        "Calls on the mount that blocked past the hung deadline (at most one is in flight per "
-        "mount; each is counted once).",
-        _MP,
-    ),
-    # statvfs errors; M x a few errno reasons
-    MetricSpec(
-        CALL_ERRORS,
-        "counter",
-        "statvfs calls on the mount that failed, by reason (the error's symbolic name, e.g. "
-        "ENOENT when the mount went away, EIO).",
-        ("mountpoint", "reason"),
-    ),
-    # mountinfo, mountstats, diskstats; 3
-    MetricSpec(
-        PARSE_ERRORS,
-        "counter",
-        "Lines of a procfs mount file that did not parse (skipped; the rest of mountinfo, "
-        "mountstats or diskstats was read; a Lustre llite stats file is skipped whole).",
-        ("file",),
-    ),
-    # statvfs; M each
-    MetricSpec(SIZE, "gauge", "Size of the mounted filesystem (statvfs).", _MP),
-    MetricSpec(FREE, "gauge", "Free bytes, reserved blocks included (statvfs).", _MP),
-    MetricSpec(AVAILABLE, "gauge", "Bytes an unprivileged writer can still use (statvfs).", _MP),
-    MetricSpec(INODES, "gauge", "Inodes of the filesystem (statvfs; 0 where unlimited).", _MP),
-    MetricSpec(INODES_FREE, "gauge", "Free inodes (statvfs).", _MP),
-    # mountinfo options or statvfs ST_RDONLY; M
-    MetricSpec(READ_ONLY, "gauge", "1 when the mount is read-only (a remount after errors).", _MP),
-    # mountstats bytes: fields 5-6 (NFS), diskstats sectors x 512 (local); M each
-    MetricSpec(
-        READ_BYTES,
-        "counter",
-        "Bytes the client read from the storage: from the NFS server (page cache and O_DIRECT), "
-        "or from a local filesystem's block device.",
-        _MP,
-    ),
-    MetricSpec(
-        WRITTEN_BYTES,
-        "counter",
-        "Bytes the client wrote to the storage: to the NFS server, or to a local filesystem's "
-        "block device.",
-        _MP,
-    ),
-    # mountstats per-op requests (NFS, upper case) or diskstats reads/writes (read, write);
-    # M x O
-    MetricSpec(
-        OPERATIONS,
-        "counter",
-        "Operations sent, by operation: NFS RPCs (READ, WRITE, GETATTR, ...) or a local block "
-        "device's completed reads and writes (read, write).",
-        _OP,
-    ),
-    # mountstats per-op fields 2-9; M x O each
-    MetricSpec(
-        OP_TRANSMISSIONS,
-        "counter",
-        "NFS RPC transmissions by operation (more than operations: retransmissions).",
-        _OP,
-    ),
-    MetricSpec(
-        OP_MAJOR_TIMEOUTS,
-        "counter",
-        "NFS RPCs that hit a major timeout (the server did not answer), by operation.",
-        _OP,
-    ),
-    MetricSpec(OP_SENT, "counter", "Bytes sent for NFS RPCs, by operation.", _OP),
-    MetricSpec(OP_RECEIVED, "counter", "Bytes received for NFS RPCs, by operation.", _OP),
-    MetricSpec(OP_QUEUE, "counter", "Time NFS RPCs waited to be sent, by operation.", _OP),
-    MetricSpec(
-        OP_RTT, "counter", "Round-trip time of NFS RPCs (sent to answered), by operation.", _OP
-    ),
-    MetricSpec(
-        OP_EXECUTE,
-        "counter",
-        "Execution time of NFS RPCs (queued to completed), by operation.",
-        _OP,
-    ),
-    MetricSpec(
-        OP_ERRORS,
-        "counter",
-        "NFS RPCs that completed with an error, by operation (kernels that count them).",
-        _OP,
-    ),
-    # canary probe; P each, P x 4 phases, P x 10 reasons
-    MetricSpec(PROBES, "counter", "Canary probes that completed on the mount.", _MP),
-    MetricSpec(
-        PROBE_FAILURES,
-        "counter",
-        "Canary probes that failed, by reason (missing, not_writable, wrong_filesystem, "
-        "read_only, no_space, io_error, ...).",
-        ("mountpoint", "reason"),
-    ),
-    MetricSpec(
-        PROBE_SECONDS,
-        "gauge",
-        "Seconds each phase of the last successful canary probe took (write, fsync, read, delete).",
-        ("mountpoint", "phase"),
-    ),
-    MetricSpec(
-        PROBE_WRITE_RATE,
-        "gauge",
-        "Write throughput of the last successful probe, write and fsync together.",
-        _MP,
-    ),
-    MetricSpec(PROBE_READ_RATE, "gauge", "Read-back throughput of the last successful probe.", _MP),
-    MetricSpec(
-        PROBE_SUCCESS_TIME, "gauge", "Unix time of the last successful probe on the mount.", _MP
-    ),
-)
+SPECS: Final = FAMILIES
 
 
 @dataclass(frozen=True, kw_only=True)

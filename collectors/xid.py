@@ -42,6 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fleetwatch.catalog.xid import (
+    GPU_FALLEN_OFF_BUS_TOTAL,
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_HISTORY_ERRORS,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
+    GPU_XID_RECOVERY_ACTIONS_TOTAL,
+    KMSG_UNREADABLE_RECORDS_TOTAL,
+    NVSWITCH_SXID_ERRORS_TOTAL,
+)
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
@@ -59,18 +68,8 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
-from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
-
-from fleetwatch.catalog.xid import (
-    GPU_FALLEN_OFF_BUS_TOTAL,
-    GPU_XID_ERRORS_TOTAL,
-    GPU_XID_HISTORY_ERRORS,
-    GPU_XID_NVLINK5_ERRORS_TOTAL,
-    GPU_XID_RECOVERY_ACTIONS_TOTAL,
-    KMSG_UNREADABLE_RECORDS_TOTAL,
-    NVSWITCH_SXID_ERRORS_TOTAL,
-)
 from fleetwatch.flags import duration_setting, setting
+from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 
 log = logging.getLogger(__name__)
 

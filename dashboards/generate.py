@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from fleetwatch.rules.config import Config
 from grafanalib.core import Dashboard
 
 from dashboards import fabric, fleet_overview, node_detail, stack_health, training_job
 from dashboards.queries import Queries
+from fleetwatch.rules.config import Config
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DASHBOARDS_DIR: Final = ROOT / "helm" / "fleetwatch" / "dashboards"

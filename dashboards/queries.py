@@ -6,14 +6,13 @@ generator with the config it validated, so a dashboard never disagrees with the 
 
 from __future__ import annotations
 
-from fleetwatch.rules import definitions, promql
-from fleetwatch.rules.config import Config, parameters
-
 from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_DATA_BYTES_TOTAL,
     INFINIBAND_PORT_ERRORS_TOTAL,
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+from fleetwatch.rules import definitions, promql
+from fleetwatch.rules.config import Config, parameters
 
 
 class Queries:

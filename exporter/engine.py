@@ -31,10 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily, series_count
-from fleetwatch.exporter.render import Renderer
-
 from fleetwatch.catalog.exporter import (
     BUILD_INFO,
     COLLECTOR_DURATION_SECONDS,
@@ -44,6 +40,9 @@ from fleetwatch.catalog.exporter import (
     COLLECTOR_SKIPPED_RUNS_TOTAL,
     COLLECTOR_UP,
 )
+from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily, series_count
+from fleetwatch.exporter.render import Renderer
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 
+from fleetwatch import __version__
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
@@ -23,11 +24,9 @@ from fleetwatch.exporter.hardware import Refresh, hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
 from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
-from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
-
-from fleetwatch import __version__
 from fleetwatch.flags import Subcommand
 from fleetwatch.listener import listen
+from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 import time
 
 from aiohttp import web
-from fleetwatch.exporter.engine import Engine
 
 from fleetwatch import __version__
+from fleetwatch.exporter.engine import Engine
 
 log = logging.getLogger(__name__)
 

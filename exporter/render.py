@@ -16,8 +16,9 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from fleetwatch.collectors.metrics import SeriesFamily
 from prometheus_client.utils import floatToGoString
+
+from fleetwatch.collectors.metrics import SeriesFamily
 
 
 def _escape_value(value: str) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.collectors.base import CollectorSpec
-
 from fleetwatch.flags import (
     Flags,
     bounded_duration,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
 from fleetwatch.report.section import Section
 from fleetwatch.rules.xids import FALLEN_OFF_BUS, shipped_catalog
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from fleetwatch.report.actions import actions
 from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.jobs import training_jobs

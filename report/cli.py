@@ -209,9 +209,10 @@ def _window(settings: ReportSettings) -> Window:
 
 
 async def _pull(settings: ReportSettings, url: str, window: Window) -> Dataset:
+    from tqdm import tqdm
+
     from fleetwatch.report.dataset import fetch
     from fleetwatch.report.promapi import PrometheusClient
-    from tqdm import tqdm
 
     token = settings.bearer_token_file.read_text().strip() if settings.bearer_token_file else None
     with tqdm(

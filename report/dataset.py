@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
 from fleetwatch.report.promapi import (
     Answer,
     PrometheusAuthError,

@@ -9,6 +9,7 @@ on the bucketed frames.
 from __future__ import annotations
 
 import pandas as pd
+
 from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.policy import Policy
 from fleetwatch.report.queries import GPU

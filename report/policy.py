@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from fleetwatch.rules.config import Config, load_config
-
 from fleetwatch.durations import parse_duration
+from fleetwatch.rules.config import Config, load_config
 
 # Thermal outliers (a report-only finding): robust z-score of a GPU's temperature excess
 # over its peers at similar power, and the smallest excess worth a row.

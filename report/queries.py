@@ -21,15 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetwatch.report.policy import shipped_config, shipped_policy
-from fleetwatch.rules.definitions import (
-    POD_LABELS_METRIC,
-    Selector,
-    pod_training_job,
-    straggler_clock_events,
-    tensor_active,
-)
-
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
@@ -58,6 +49,14 @@ from fleetwatch.catalog.tainter import (
     TAINTER_TAINTED_NODES,
 )
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
+from fleetwatch.report.policy import shipped_config, shipped_policy
+from fleetwatch.rules.definitions import (
+    POD_LABELS_METRIC,
+    Selector,
+    pod_training_job,
+    straggler_clock_events,
+    tensor_active,
+)
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from fleetwatch.report.analysis import Report
 from matplotlib.figure import Figure
+
+from fleetwatch.report.analysis import Report
 
 HTML_ROWS = 25
 JOB_LINES = 6  # jobs drawn in the job-activity plot

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+
 from fleetwatch.report.dataset import Dataset
 
 

@@ -17,10 +17,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_TENSOR_ACTIVE_RATIO
 from fleetwatch.rules.config import Config
 from fleetwatch.rules.promql import match
-
-from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_TENSOR_ACTIVE_RATIO
 
 Selector = Callable[[str, str], str]
 """(metric, one label matcher) -> PromQL reading that metric; it may wrap the selector (for

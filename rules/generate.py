@@ -36,7 +36,6 @@ from fleetwatch.rules.groups import (
 )
 from fleetwatch.rules.remediation import CONTRACT_FILE
 
-
 # Where the generated files live in a source checkout, relative to its root.
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")
 REMEDIATION_FILE: Final = Path("rules", CONTRACT_FILE)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import yaml
+
 from fleetwatch.rules.alerts import fabric, gpu, stack, training
 from fleetwatch.rules.config import (
     AlertPolicy,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
+
 from fleetwatch.rules.config import PACKAGE, ConfigError, shipped_text
 
 NODE_PLACEHOLDER: Final = "$node"

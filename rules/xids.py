@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import yaml
 
+from fleetwatch.catalog.xid import GPU_XID_NVLINK5_ERRORS_TOTAL
 from fleetwatch.flags import REQUIRED, parse_tool_settings, setting
 
 CATALOG: Final = "xid_catalog.yaml"
@@ -343,7 +344,7 @@ def markdown(catalog: XidCatalog) -> str:
         "The driver prints `<unit> <Fatal|Nonfatal> XC<n> i<n> Link <nn> (<intrInfo> "
         "<errorStatus> ...)`. The kernel-log source looks the unit, error status and, for "
         "Xid 149 link-down rows, the link-down reason (intrInfo bits 25:20) up here and "
-        "counts the action in `fleetwatch_gpu_xid_nvlink5_errors_total`; a message no row "
+        f"counts the action in `{GPU_XID_NVLINK5_ERRORS_TOTAL}`; a message no row "
         "describes takes the Xid's action above. *Fatal* is the action when the message says "
         "Fatal (NVIDIA's *Action 2* for promotable errors). *Any* matches every value.",
         "",

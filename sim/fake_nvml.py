@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
+
 from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
 from fleetwatch.collectors.sources.pci import nvml_bus_id
 from fleetwatch.sim.sysfs_tree import gpu_pci_address

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import grpc
+
 from fleetwatch.collectors.sources import podresources_pb2 as pb
 from fleetwatch.collectors.sources import podresources_pb2_grpc as pb_grpc
 from fleetwatch.sim.scenario import Scenario

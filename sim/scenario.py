@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from fleetwatch.sim.checks import Checker, ScenarioError
-from fleetwatch.sim.faults import FAULT_KINDS, Fault, Hardware
 
 from fleetwatch.k8snames import is_label_key, is_label_value, is_node_name
+from fleetwatch.sim.checks import Checker, ScenarioError
+from fleetwatch.sim.faults import FAULT_KINDS, Fault, Hardware
 
 __all__ = [
     "BUILTIN_PACKAGE",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+
 from fleetwatch.rules.config import (
     ALERTS_FILE,
     GLOBAL_FILE,

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fleetwatch.durations import format_duration
 from fleetwatch.tainter.election import Leadership, NotLeader
 from fleetwatch.tainter.kube import LeaseApi
 from fleetwatch.tainter.kube_objects import (
@@ -51,8 +52,6 @@ from fleetwatch.tainter.policy import Refusal
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.settings import BreakerPolicy
 from fleetwatch.tainter.writes import our_taints
-
-from fleetwatch.durations import format_duration
 
 CAP_NEW_TAINTS: Final = "new_taints"
 CAP_SHARE: Final = "share"

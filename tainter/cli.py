@@ -12,6 +12,8 @@ import dataclasses
 import logging
 from typing import Final
 
+from fleetwatch.flags import Flags, Subcommand
+from fleetwatch.listener import ListenerSettings
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import (
     BreakerCommand,
@@ -29,9 +31,6 @@ from fleetwatch.tainter.settings import (
     UntaintCommand,
     WebhookSecurity,
 )
-
-from fleetwatch.flags import Flags, Subcommand
-from fleetwatch.listener import ListenerSettings
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import aiohttp
+
 from fleetwatch.tainter.settings import TlsFiles
 
 FORWARDED_HEADER: Final = "X-Fleetwatch-Forwarded-By"

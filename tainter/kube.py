@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from kubernetes_asyncio import client, config
+
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -35,7 +37,6 @@ from fleetwatch.tainter.kube_objects import (
     nodes_from_api,
     pods_from_api,
 )
-from kubernetes_asyncio import client, config
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -17,9 +17,8 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
-
 from fleetwatch.flags import number_setting, setting
+from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
 
 if TYPE_CHECKING:
     from fleetwatch.rules.remediation import Contract

@@ -26,13 +26,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from fleetwatch.durations import format_duration
+from fleetwatch.k8snames import is_taint_reason
 from fleetwatch.tainter.kube_objects import NodeView, parse_rfc3339, rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import QuarantineSettings
-
-from fleetwatch.durations import format_duration
-from fleetwatch.k8snames import is_taint_reason
 
 log = logging.getLogger(__name__)
 

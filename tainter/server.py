@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, Leadership
@@ -38,7 +40,6 @@ from fleetwatch.tainter.kube_objects import ApiError
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import PayloadError, parse_webhook
 from fleetwatch.tainter.supervise import Supervisor
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
+from fleetwatch.listener import Listener, start_listener
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
 from fleetwatch.tainter.controller import Controller
@@ -48,8 +50,6 @@ from fleetwatch.tainter.writes import (
     our_taints,
     with_retries,
 )
-
-from fleetwatch.listener import Listener, start_listener
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
-from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
-
 from fleetwatch.flags import (
     REQUIRED,
     duration_setting,
@@ -32,6 +29,8 @@ from fleetwatch.flags import (
 )
 from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
+from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 
 
 def evidence(text: str) -> tuple[str, str]:

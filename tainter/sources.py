@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
+
 from fleetwatch.rules.remediation import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
 from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
 
 PROMTOOL = "/usr/bin/promtool"

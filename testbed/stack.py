@@ -11,6 +11,7 @@ import contextlib
 from pathlib import Path
 
 import yaml
+
 from fleetwatch.rules.config import (
     ALERTS_FILE,
     GLOBAL_FILE,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
 
 VICTORIA_METRICS = "/usr/bin/victoria-metrics"

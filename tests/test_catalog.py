@@ -14,6 +14,8 @@ Also here: what each spec must carry for docs/metrics.md, and the constant namin
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 import subprocess
 import sys
@@ -59,15 +61,6 @@ NOT_METRICS: Final = {
 }
 """Identifiers that start with `fleetwatch_` but are not metric families."""
 
-KNOWN_EXCEPTIONS: Final = {
-    # Removed by #25 remediation work: the default evidence queries and the evidence flag's
-    # example move into the alerts' clear conditions (rules/alerts). The lead drops these
-    # entries at merge; the test below fails once they match nothing.
-    ("tainter/sources.py", "default_evidence_queries"),
-    ("tainter/settings.py", "evidence"),
-}
-"""(module, enclosing function) allowed to spell metric names for now."""
-
 
 def metric_tokens() -> dict[str, MetricSpec]:
     """Every way a catalog family's name appears: as declared, as prometheus_client's
@@ -90,25 +83,15 @@ def _documentation(tree: ast.AST) -> set[int]:
     }
 
 
-def _functions(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
-    """(node, name of the innermost enclosing function or '') for every node."""
-    stack: list[tuple[ast.AST, str]] = [(tree, "")]
-    while stack:
-        node, function = stack.pop()
-        yield node, function
-        inner = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
-        stack.extend((child, inner or function) for child in ast.iter_child_nodes(node))
-
-
-def spelled_names(source: str) -> list[tuple[int, str, str]]:
-    """(line, token, enclosing function) of each `fleetwatch_` token in a string literal of
-    `source` (f-string parts included, docstrings not)."""
+def spelled_names(source: str) -> list[tuple[int, str]]:
+    """(line, token) of each `fleetwatch_` token in a string literal of `source` (f-string
+    parts included, docstrings not)."""
     tree = ast.parse(source)
     prose = _documentation(tree)
-    found: list[tuple[int, str, str]] = []
-    for node, function in _functions(tree):
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
-            found.extend((node.lineno, token, function) for token in TOKEN.findall(node.value))
+            found.extend((node.lineno, token) for token in TOKEN.findall(node.value))
     return sorted(found)
 
 
@@ -116,8 +99,8 @@ def problems(path: str, source: str) -> list[str]:
     """What `source` (module `path`) spells that it should import or that is unknown."""
     tokens = metric_tokens()
     found = []
-    for line, token, function in spelled_names(source):
-        if token in NOT_METRICS or (path, function) in KNOWN_EXCEPTIONS:
+    for line, token in spelled_names(source):
+        if token in NOT_METRICS:
             continue
         spec = tokens.get(token)
         if spec is None:
@@ -129,16 +112,11 @@ def problems(path: str, source: str) -> list[str]:
 
 def constant(spec: MetricSpec) -> str:
     """Where a spec lives: `fleetwatch.catalog.<area>.<CONSTANT>`."""
-    for area in (
-        catalog.allocation,
-        catalog.exporter,
-        catalog.gpu,
-        catalog.infiniband,
-        catalog.nvlink,
-        catalog.pci,
-        catalog.tainter,
-        catalog.xid,
-    ):
+    areas = (
+        importlib.import_module(f"{catalog.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(catalog.__path__)
+    )
+    for area in areas:
         for name, value in vars(area).items():
             if value is spec:
                 return f"{area.__name__}.{name}"
@@ -162,17 +140,6 @@ def test_no_production_module_spells_a_metric_name() -> None:
         problem for path in modules for problem in problems(str(path), (ROOT / path).read_text())
     ]
     assert found == []
-
-
-def test_known_exceptions_still_apply() -> None:
-    """An exception that matches nothing any more is dropped, not kept as a loophole."""
-    used = {
-        (path, function)
-        for path in map(str, production_modules())
-        for _line, _token, function in spelled_names((ROOT / path).read_text())
-        if (path, function) in KNOWN_EXCEPTIONS
-    }
-    assert used == KNOWN_EXCEPTIONS
 
 
 PLANTED: Final = '''
@@ -201,18 +168,6 @@ def test_checker_catches_planted_literals() -> None:
         "planted.py:15: fleetwatch_gpu_temprature_celsius is not in fleetwatch.catalog",
         "planted.py:16: fleetwatch_tainter_webhook_duration_seconds_bucket is spelled: import "
         "fleetwatch.catalog.tainter.TAINTER_WEBHOOK_DURATION_SECONDS",
-    ]
-
-
-def test_known_exception_is_scoped_to_its_function() -> None:
-    source = (
-        "def default_evidence_queries() -> str:\n"
-        "    return 'fleetwatch_gpu_power_watts'\n"
-        "OTHER = 'fleetwatch_gpu_power_watts'\n"
-    )
-    assert problems("tainter/sources.py", source) == [
-        "tainter/sources.py:3: fleetwatch_gpu_power_watts is spelled: import "
-        "fleetwatch.catalog.gpu.GPU_POWER_WATTS"
     ]
 
 

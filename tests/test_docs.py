@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fleetwatch.rules.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
+
 from fleetwatch.collectors.sources.nvml_calls import (
     ABSENT,
     CallFailure,

@@ -59,6 +59,7 @@ class PodResourcesClient:
         # gRPC and the generated stubs cost ~12 MB of RSS: load them only on nodes that
         # have a kubelet socket, never on Slurm nodes or under simulation without one.
         import grpc
+
         from fleetwatch.collectors.sources import podresources_pb2, podresources_pb2_grpc
 
         options = [

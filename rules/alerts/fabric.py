@@ -8,6 +8,18 @@ how a taint lifts (its `Remediation`) is beside the alert's expression.
 
 from __future__ import annotations
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
+from fleetwatch.catalog.gpu import GPU_FABRIC_DEGRADED, GPU_FABRIC_STATE_ID
+from fleetwatch.catalog.infiniband import (
+    INFINIBAND_PORT_DATA_BYTES_TOTAL,
+    INFINIBAND_PORT_ERROR_SATURATED,
+    INFINIBAND_PORT_ERRORS_TOTAL,
+    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
+    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
+    INFINIBAND_PORT_UP,
+)
+from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import fabric_errors_record
 from fleetwatch.rules.promql import (
@@ -28,19 +40,6 @@ from fleetwatch.rules.promql import (
     match,
     union,
 )
-
-from fleetwatch.catalog.exporter import COLLECTOR_UP
-from fleetwatch.catalog.gpu import GPU_FABRIC_DEGRADED, GPU_FABRIC_STATE_ID
-from fleetwatch.catalog.infiniband import (
-    INFINIBAND_PORT_DATA_BYTES_TOTAL,
-    INFINIBAND_PORT_ERROR_SATURATED,
-    INFINIBAND_PORT_ERRORS_TOTAL,
-    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
-    INFINIBAND_PORT_UP,
-)
-from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 
 # NVML's GPU fabric registration states (`nvmlGpuFabricState_t`, exported as
 # fleetwatch_gpu_fabric_state_id): NOT_SUPPORTED (0) is exported as no series at all.
@@ -181,7 +180,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="gpu-fabric",
                 clear=cleared(
-                    GPU_COLLECTOR, Healthy(GPU_FABRIC_STATE_ID.name, "min", f"== {FABRIC_COMPLETED}")
+                    GPU_COLLECTOR,
+                    Healthy(GPU_FABRIC_STATE_ID.name, "min", f"== {FABRIC_COMPLETED}"),
                 ),
             ),
         ),

@@ -8,6 +8,21 @@ a taint lifts (its `Remediation`) is beside the alert's expression.
 
 from __future__ import annotations
 
+from fleetwatch.catalog.exporter import COLLECTOR_UP
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_SECONDS_TOTAL,
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_RECOVERY_ACTION,
+    GPU_ROW_REMAP_FAILED,
+    GPU_ROW_REMAP_PENDING,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+    GPU_UTILIZATION_RATIO,
+    GPUS_EXPECTED,
+    GPUS_VISIBLE,
+)
+from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
+from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
 from fleetwatch.rules.promql import (
@@ -25,22 +40,6 @@ from fleetwatch.rules.promql import (
     match,
     union,
 )
-
-from fleetwatch.catalog.exporter import COLLECTOR_UP
-from fleetwatch.catalog.gpu import (
-    GPU_CLOCK_EVENT_SECONDS_TOTAL,
-    GPU_ECC_ERRORS_TOTAL,
-    GPU_RECOVERY_ACTION,
-    GPU_ROW_REMAP_FAILED,
-    GPU_ROW_REMAP_PENDING,
-    GPU_TEMPERATURE_CELSIUS,
-    GPU_TENSOR_ACTIVE_RATIO,
-    GPU_UTILIZATION_RATIO,
-    GPUS_EXPECTED,
-    GPUS_VISIBLE,
-)
-from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
-from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 
 
 def _over_threshold(q: Promql, p: Params) -> str:

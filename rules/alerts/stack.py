@@ -8,9 +8,6 @@ alert's severity and `for` are `alerts.<AlertName>` there.
 
 from __future__ import annotations
 
-from fleetwatch.rules.config import Config, Params
-from fleetwatch.rules.promql import Alert, Promql, events, match, union
-
 from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.catalog.tainter import (
     TAINTER_BREAKER_OPEN,
@@ -21,6 +18,8 @@ from fleetwatch.catalog.tainter import (
     TAINTER_WEBHOOK_FORWARDS_TOTAL,
     TAINTER_WEBHOOK_REQUESTS_TOTAL,
 )
+from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.promql import Alert, Promql, events, match, union
 
 
 def alerts(config: Config, p: Params) -> list[Alert]:

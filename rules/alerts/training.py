@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
+from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_CLOCK_HERTZ
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import (
     JOB_INFO,
@@ -32,9 +34,6 @@ from fleetwatch.rules.definitions import (
     straggler_clock_events,
 )
 from fleetwatch.rules.promql import GPU, VALUE2, Alert, Promql, Record, lookup, match, union
-
-from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
-from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_CLOCK_HERTZ
 
 JOB_NAME: Final = "{{ $labels.namespace }}/{{ $labels.training_job }}"
 

@@ -7,7 +7,8 @@ exporter on the `demo` scenario (or `--scenario`); when installed, a real Promet
 scraping them (with a `node` label, loading the shipped rules) and a real Alertmanager
 routing taint alerts; when the tainter's extra is installed, the tainter against the
 simulated cluster, which Prometheus scrapes too. Every scrape job has the name the shipped
-rules select, so no self-health alert fires while everything runs. It prints the story of the scenario it runs (from its faults and pods:
+rules select, so no self-health alert fires while everything runs. It prints the story of
+the scenario it runs (from its faults and pods:
 with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a training
 job waits for its thermally throttled GPU while another GPU idles), follows it as it
 happens (firing alerts, node taints) and stops every process it started on Ctrl-C.

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetwatch.rules.config import CONFIG_FILE, load_config
 
+from fleetwatch.rules.config import CONFIG_FILE, load_config
 from tests.rules.promql import (
     ROOT,
     catalog_names,

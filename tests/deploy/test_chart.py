@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
+
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
-
-from fleetwatch.cli import build_parser
 from tests.deploy import fakekube
 from tests.deploy.chart import (
     CHART,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.hardware import simulated_hardware
@@ -15,8 +16,6 @@ from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
-
-from fleetwatch.cli import build_parser
 from testbed.clock import FixedClock
 
 

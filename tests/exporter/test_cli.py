@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.podresources import PodResourcesSettings
 from fleetwatch.collectors.xid import XidSettings
-from fleetwatch.exporter.settings import ExportSettings
-
-from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.durations import format_duration
+from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.flags import (
     bounded_number,
     duration,

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
 
 from fleetwatch.cli import build_parser, main
+from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
 
 
 @pytest.mark.parametrize(

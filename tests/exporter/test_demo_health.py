@@ -20,6 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
+from fleetwatch.cli import main
+from fleetwatch.demo import demo_plan
 from fleetwatch.report.dataset import load_snapshot
 from fleetwatch.rules.config import load_config
 from fleetwatch.sim.servers import (
@@ -31,9 +34,6 @@ from fleetwatch.sim.servers import (
     wait_until,
 )
 from fleetwatch.sim.stack import Stack, start_stack
-
-from fleetwatch.cli import main
-from fleetwatch.demo import demo_plan
 
 pytestmark = pytest.mark.integration
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleetwatch.sim.scenario import load_scenario
 
 from fleetwatch.demo import print_banner, story
+from fleetwatch.sim.scenario import load_scenario
 
 
 def test_the_demo_scenario_tells_the_straggler_story() -> None:

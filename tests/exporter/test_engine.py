@@ -14,11 +14,11 @@ from collections.abc import Iterable
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+
+from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.http import make_app
-
-from fleetwatch.catalog.spec import MetricSpec
 
 pytestmark = pytest.mark.timeout(60)
 

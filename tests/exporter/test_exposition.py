@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from fleetwatch.catalog import ALL
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.engine import SELF_METRICS, Engine, ScheduledCollector
 from fleetwatch.exporter.export import close_collectors, create_collectors
@@ -24,9 +27,6 @@ from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import servers
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
-
-from fleetwatch.catalog import ALL
-from fleetwatch.cli import build_parser
 from testbed.clock import FixedClock
 from testbed.servers import prom_query, promtool_check_metrics
 from tests.exporter.node import collect_node

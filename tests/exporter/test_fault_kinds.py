@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+import generate
 from fleetwatch.sim import scenario as scenario_module
 from fleetwatch.sim import world as world_module
 from fleetwatch.sim.faults import (
@@ -23,8 +25,6 @@ from fleetwatch.sim.faults import (
 )
 from fleetwatch.sim.scenario import ScenarioError, parse_scenario
 from fleetwatch.sim.world import SimulatedNode
-
-import generate
 from testbed.clock import FixedClock
 
 NODE: dict[str, Any] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fleetwatch.sim import servers
 
 SCENARIO = {

@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+
+from fleetwatch.cli import build_parser
 from fleetwatch.exporter.engine import Engine
 from fleetwatch.exporter.http import accepts_gzip, make_app
 from fleetwatch.exporter.settings import ExportSettings
-from fleetwatch.sim.servers import free_port
-
-from fleetwatch.cli import build_parser
 from fleetwatch.listener import Listener, ListenerSettings, listen
+from fleetwatch.sim.servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

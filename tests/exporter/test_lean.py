@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from fleetwatch.collectors.nvlink import has_erred
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
-
 from testbed.servers import promtool
 from tests.exporter.node import collect_node
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fleetwatch.sim.faults import Temperature
 from fleetwatch.sim.kubelet import kube_pod_labels
 from fleetwatch.sim.scenario import (
@@ -16,7 +17,6 @@ from fleetwatch.sim.scenario import (
     load_scenario,
 )
 from fleetwatch.sim.world import SimulatedNode
-
 from testbed.clock import FixedClock
 from testbed.servers import promtool_check_metrics
 

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from fleetwatch.exporter.shutdown import EXIT_SHUTDOWN_TIMEOUT, ShutdownDeadline
 from fleetwatch.sim import servers
 

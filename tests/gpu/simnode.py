@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pynvml
+
 from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
@@ -15,7 +16,6 @@ from fleetwatch.sim.fake_nvml import FakeEventSet, FakeGpmSample, FakeHandle, Fa
 from fleetwatch.sim.faults import Fault
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
-
 from testbed.clock import FixedClock
 
 

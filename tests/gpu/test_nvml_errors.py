@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pynvml
 import pytest
+
+from fleetwatch import collectors
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.metrics import SeriesFamily
@@ -16,8 +18,6 @@ from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.sim.faults import GpuLost, Hang, NvlinkDown, NvlinkErrors, TensorActive
-
-from fleetwatch import collectors
 from tests.gpu.simnode import samples, simulated
 
 TEMP = "fleetwatch_gpu_temperature_celsius"

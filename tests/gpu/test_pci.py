@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pynvml
 import pytest
+
+from fleetwatch.catalog.gpu import GPUS_VISIBLE
+from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import CollectorContext
 from fleetwatch.collectors.gpu import GpuCollector
@@ -23,10 +27,6 @@ from fleetwatch.sim import servers
 from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.faults import Fault, GpuFault, GpuLost, GpuOffBus
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
-
-from fleetwatch.catalog.gpu import GPUS_VISIBLE
-from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT
-from fleetwatch.cli import build_parser
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import grpc
 import pytest
+
 from fleetwatch.collectors.podresources import PodResourcesCollector
 from fleetwatch.collectors.sources import podresources_pb2 as pb
 from fleetwatch.collectors.sources import podresources_pb2_grpc as pb_grpc
 from fleetwatch.collectors.sources.podresources import DEFAULT_RESOURCES, PodResourcesClient
-
 from tests.gpu.simnode import samples, simulated
 
 ALLOCATION = "fleetwatch_gpu_allocation_info"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fleetwatch.collectors.gpu_common import (
     MIB,
     mebibytes_to_bytes,
@@ -13,8 +16,6 @@ from fleetwatch.collectors.gpu_common import (
     nanoseconds_to_seconds,
     percent_to_ratio,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 counts = st.integers(min_value=0, max_value=2**64 - 1)
 

@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import xid
 from fleetwatch.collectors.base import CollectorContext
 from fleetwatch.collectors.sources.kmsg import (
@@ -24,9 +27,6 @@ from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import servers
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.faults import GpuLost, Xid
-from prometheus_client.parser import text_string_to_metric_families
-
-from fleetwatch.cli import build_parser
 from tests.gpu.kmsglines import an_hour_ago, record
 from tests.gpu.simnode import samples, simulated
 

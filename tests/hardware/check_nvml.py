@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
+
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
 from fleetwatch.collectors.gpm import GpmCollector
@@ -41,7 +42,6 @@ from fleetwatch.collectors.sources.nvml_calls import error_name
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import Renderer
-
 from testbed.nvml_timing import timed
 
 # Capability bits (linux/capability.h) of the privileges docs/deploy.md names.

@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.infiniband import InfinibandCollector, InfinibandSettings
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
-
-from fleetwatch.cli import build_parser
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import (
     CX7_COUNTERS,

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 from fleetwatch.exporter.render import Renderer
-
 from tests.infiniband.fixtures import (
     FailingFiles,
     FakeMonitor,

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from fleetwatch.collectors.sources.ibtools import (
     IbToolError,
     IbTools,
@@ -15,7 +16,6 @@ from fleetwatch.collectors.sources.ibtools import (
     parse_perfquery,
 )
 from fleetwatch.exporter.render import Renderer
-
 from tests.infiniband.fixtures import add_device, ib_port, make_collector
 
 PERFQUERY_X = """\

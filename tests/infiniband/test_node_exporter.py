@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.scenario import parse_scenario
 from fleetwatch.sim.servers import Server, http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.clock import FixedClock
 from testbed.servers import node_exporter
 from tests.infiniband.fixtures import FIXTURES, make_collector

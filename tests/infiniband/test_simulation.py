@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim import tool_dir
 from fleetwatch.sim.scenario import load_scenario, parse_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode
-
 from tests.golden import assert_golden
 from tests.infiniband.fixtures import make_collector
 

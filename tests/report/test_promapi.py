@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+from fleetwatch.cli import main
 from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import fetch
@@ -29,8 +31,6 @@ from fleetwatch.report.promapi import (
 )
 from fleetwatch.report.queries import QUERIES, Window
 from fleetwatch.sim.servers import free_port
-
-from fleetwatch.cli import main
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
 

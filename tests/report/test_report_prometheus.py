@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
+
+from fleetwatch.cli import main
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import Dataset, load_snapshot
 from fleetwatch.sim.fleet import (
@@ -26,9 +29,6 @@ from fleetwatch.sim.fleet import (
     write_openmetrics,
 )
 from fleetwatch.sim.servers import Server, prometheus, require_binary
-from PIL import Image
-
-from fleetwatch.cli import main
 from testbed.servers import promtool
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fleetwatch.sim.fleet import FleetSpec, write_openmetrics, write_victoria_import
-from fleetwatch.sim.servers import prometheus
 
 from fleetwatch.cli import main
+from fleetwatch.sim.fleet import FleetSpec, write_openmetrics, write_victoria_import
+from fleetwatch.sim.servers import prometheus
 from testbed.servers import promtool
 from testbed.victoria import import_series, victoria_metrics
 

@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+from fleetwatch.durations import format_duration
+from fleetwatch.durations import parse_duration as duration
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 from fleetwatch.sim.servers import (
@@ -33,9 +36,6 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
-
-from fleetwatch.durations import format_duration
-from fleetwatch.durations import parse_duration as duration
 from testbed.victoria import (
     VICTORIA_METRICS,
     VMAGENT,

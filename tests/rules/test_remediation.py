@@ -12,6 +12,7 @@ import dataclasses
 import re
 
 import pytest
+
 from fleetwatch.rules.config import Config, ConfigError, load_config
 from fleetwatch.rules.groups import alert_groups, remediation_contract
 from fleetwatch.rules.promql import Remediation

@@ -28,14 +28,14 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+
+from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config, load_config
 from fleetwatch.rules.groups import remediation_contract
 from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.sim.servers import Server, prometheus
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.sources import PrometheusEvidence, promql_string
-
-from fleetwatch.durations import parse_duration
 from testbed.servers import prom_query, promtool
 
 pytestmark = pytest.mark.integration

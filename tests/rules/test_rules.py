@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
+
+import generate as generate_step
 from fleetwatch.rules import generate
 from fleetwatch.rules.config import ConfigError, load_config, parameters
 from fleetwatch.rules.definitions import kube_state_metrics_label
 from fleetwatch.rules.groups import alert_groups, recording_groups, remediation_contract
 from fleetwatch.rules.xids import shipped_catalog
-from fleetwatch.tainter.policy import UNTAINT_CELSIUS_THRESHOLD
-
-import generate as generate_step
 from testbed.servers import promtool
 from tests.rules.promql import (
     ROOT,

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from fleetwatch.rules.config import GLOBAL_SCOPE, NODE_SCOPE, load_config
 from fleetwatch.rules.groups import (
     alert_groups,
@@ -22,7 +23,6 @@ from fleetwatch.rules.groups import (
     recording_groups,
     scope_groups,
 )
-
 from tests.rules.promql import RULES_DIR
 
 AGGREGATORS = "sum|min|max|avg|group|stddev|stdvar|count_values|count|bottomk|topk|quantile|limitk"

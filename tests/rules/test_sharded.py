@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from fleetwatch.rules.config import GLOBAL_SCOPE, NODE_SCOPE, load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups, scope_groups
 from fleetwatch.sim.servers import (
@@ -36,7 +37,6 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
-
 from testbed.victoria import remote_write_endpoint, rules_for_vmalert, victoria_metrics, vmalert
 from testbed.victoria import vmalert_alerts as vmalert_held
 from tests.rules.live import NAMESPACE, cap_for, job_node_scenario

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from dashboards.generate import DASHBOARDS_DIR
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 from fleetwatch.sim.servers import (
@@ -36,8 +38,6 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
-
-from dashboards.generate import DASHBOARDS_DIR
 from testbed.servers import prom_query
 from tests.rules.live import JOB, NAMESPACE, cap_for, job_node_scenario
 from tests.rules.promql import dashboards_generator

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from fleetwatch.rules import xids
 from fleetwatch.rules.xids import CatalogError, parse_catalog, shipped_catalog
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fleetwatch.collectors.sources.kmsg import normalize_pci
+from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups
 from fleetwatch.sim.fake_nvml import simulated_pci_bus_id
@@ -34,8 +36,6 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
-
-from fleetwatch.durations import parse_duration
 from testbed.servers import prom_query
 from tests.gpu.kmsglines import an_hour_ago, record
 

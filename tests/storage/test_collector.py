@@ -6,11 +6,11 @@ import os
 import time
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.mounts import LLITE_STATS, LUSTRE_MOUNT, MOUNTINFO, write_procfs
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

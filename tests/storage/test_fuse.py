@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetwatch.collectors import storage
-from fleetwatch.sim.servers import Server, fleetwatch_export, http_get, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetwatch.collectors import storage
+from fleetwatch.sim.servers import Server, fleetwatch_export, http_get, wait_until
 from testbed.fuse import FuseMount, fuse_mount, fuse_unavailable
 
 pytestmark = [

@@ -10,7 +10,6 @@ from fleetwatch.collectors.sources.mounts import (
     parse_mountstats,
     watched_mounts,
 )
-
 from testbed.mounts import DISKSTATS, MOUNTINFO, MOUNTSTATS
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.sources.mounts import parse_mountstats
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.servers import http_get
-from prometheus_client.parser import text_string_to_metric_families
-
 from testbed.mounts import MOUNTSTATS, write_procfs
 from testbed.servers import node_exporter
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
@@ -34,7 +35,6 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
 )
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
-
 from testbed.kube import ADMIN, ApiServer, MissingAssets, find_assets
 from testbed.kube import api_server as start_api_server
 from tests.tainter.realkube import IDENTITIES, RealCluster

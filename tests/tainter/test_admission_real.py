@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from fleetwatch.tainter.condition import ConditionKeeper
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.kube import KubeNodeApi
@@ -24,7 +25,6 @@ from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION as HISTORY
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, History
 from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy
 from fleetwatch.tainter.writes import Change, guarded_update
-
 from testbed.kube import ADMIN, ApiServer
 from tests.deploy import fakekube
 from tests.deploy.chart import Release, install

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import (
     BREAKER_ANNOTATION,
@@ -28,7 +29,6 @@ from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.server import make_app
 from fleetwatch.tainter.settings import BreakerPolicy
-
 from tests.tainter.conftest import (
     ControllerFactory,
     alert,

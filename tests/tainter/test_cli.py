@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fleetwatch.rules.remediation import load_contract
-from fleetwatch.tainter import cli
 
 from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.flags import deprecated_flags_used
+from fleetwatch.rules.remediation import load_contract
+from fleetwatch.tainter import cli
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
 from fleetwatch.tainter.breaker import Breaker
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.kube_objects import NodeView, Taint
@@ -21,7 +22,6 @@ from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.service import manual_untaint
 from fleetwatch.tainter.settings import BreakerPolicy
 from fleetwatch.tainter.writes import DryRunNodeApi
-
 from tests.tainter.conftest import (
     T0,
     Clock,

@@ -14,9 +14,9 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
+
 from fleetwatch.sim.servers import wait_until
 from fleetwatch.sim.stack import Stack
-
 from testbed.stack import start_e2e_stack
 
 pytestmark = pytest.mark.integration

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import BREAKER_ANNOTATION, BreakerRecord, BreakerStore
 from fleetwatch.tainter.election import (
@@ -32,7 +33,6 @@ from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 from fleetwatch.tainter.settings import ElectionSettings
-
 from testbed.kube import ADMIN, ApiServer
 from tests.tainter.conftest import (
     AUTH,

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+
 from fleetwatch.sim.kubeapi import FakeCluster
 
 AUTH = {"Authorization": "Bearer kube-token"}

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.kube_objects import ApiError
 from fleetwatch.tainter.payload import parse_webhook
-
 from tests.tainter.conftest import (
     Clock,
     ControllerFactory,

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+
 from fleetwatch.sim.servers import free_port
 from fleetwatch.tainter.forward import (
     FORWARDED_HEADER,
@@ -20,7 +21,6 @@ from fleetwatch.tainter.forward import (
     first_certificate,
 )
 from fleetwatch.tainter.settings import TlsFiles
-
 from testbed.kube import write_pki
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
 from fleetwatch.sim.servers import (
     Server,
@@ -36,7 +37,6 @@ from fleetwatch.sim.servers import (
     http_status,
     wait_until,
 )
-
 from testbed.servers import served_in_thread
 
 pytestmark = pytest.mark.integration

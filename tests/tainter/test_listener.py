@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from fleetwatch.tainter.metrics import TainterMetrics
 
 from fleetwatch.listener import Listener, ListenerSettings, start_listener
+from fleetwatch.tainter.metrics import TainterMetrics
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 

@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import pytest
-from fleetwatch.tainter.metrics import TainterMetrics
 from prometheus_client import generate_latest
 
 from fleetwatch.catalog import tainter
+from fleetwatch.tainter.metrics import TainterMetrics
 from testbed.servers import promtool_check_metrics
 
 

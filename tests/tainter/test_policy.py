@@ -11,12 +11,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
 from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy
-
 from tests.tainter.conftest import (
     AUTH,
     T0,

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
@@ -19,7 +20,6 @@ from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION, QUARANTINE_LABEL, History
 from fleetwatch.tainter.service import manual_untaint
 from fleetwatch.tainter.settings import QuarantineSettings
-
 from tests.tainter.conftest import (
     ControllerFactory,
     FakeEvidence,

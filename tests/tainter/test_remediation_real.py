@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from fleetwatch.rules.config import load_config
 from fleetwatch.tainter.condition import ConditionKeeper, camel_case
 from fleetwatch.tainter.election import Leadership
@@ -19,7 +20,6 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.settings import EvictionSettings, NodeConditionSettings, RetryPolicy
 from fleetwatch.tainter.writes import DryRunNodeApi
-
 from tests.tainter.conftest import ControllerFactory, FakeEvidence, alert, keys, resolved, webhook
 from tests.tainter.realkube import RealCluster
 

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+
 from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.metrics import TainterMetrics
@@ -20,7 +21,6 @@ from fleetwatch.tainter.payload import AlertState, parse_webhook
 from fleetwatch.tainter.server import Background, make_app
 from fleetwatch.tainter.sources import PrometheusEvidence
 from fleetwatch.tainter.supervise import Supervisor
-
 from tests.tainter.conftest import Client, ControllerFactory, alert, keys, resolved, webhook
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetwatch.sim.kubeapi import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fleetwatch.sim.kubeapi import FakeCluster
 from tests.tainter.conftest import AUTH, Client, alert, keys, post, webhook
 
 

@@ -1,9 +1,9 @@
 """The metric catalog: every family fleetwatch exports, declared once.
 
 One module per area (`gpu`, `nvlink`, `infiniband`, `pci`, `xid`, `allocation`,
-`exporter`, `tainter`) holds a `MetricSpec` per family: name, type, help, labels, and what
-docs/metrics.md shows of it (unit, source, worst-case series). A spec's constant is its
-name without the `fleetwatch_` prefix, upper-cased (`GPU_TEMPERATURE_CELSIUS`), and
+`storage`, `exporter`, `tainter`) holds a `MetricSpec` per family: name, type, help,
+labels, and what docs/metrics.md shows of it (unit, source, worst-case series). A spec's
+constant is its name without the `fleetwatch_` prefix, upper-cased (`GPU_TEMPERATURE_CELSIUS`), and
 `str(spec)` is the name, so PromQL builders write `f"{GPU_TEMPERATURE_CELSIUS}{{...}}"`.
 
 Collectors, rules, dashboards, the simulator, the tainter and the report import the specs
@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog import allocation, exporter, gpu, infiniband, nvlink, pci, tainter, xid
+from fleetwatch.catalog import (
+    allocation,
+    exporter,
+    gpu,
+    infiniband,
+    nvlink,
+    pci,
+    storage,
+    tainter,
+    xid,
+)
 from fleetwatch.catalog.spec import MetricSpec
 
 ALL: Final[tuple[MetricSpec, ...]] = (
@@ -28,6 +38,7 @@ ALL: Final[tuple[MetricSpec, ...]] = (
     *pci.FAMILIES,
     *nvlink.FAMILIES,
     *infiniband.FAMILIES,
+    *storage.FAMILIES,
     *tainter.FAMILIES,
 )
 """Every family fleetwatch exports (the exporter's and the tainter's), each once."""

@@ -12,7 +12,17 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Final
 
-from fleetwatch.catalog import allocation, exporter, gpu, infiniband, nvlink, pci, tainter, xid
+from fleetwatch.catalog import (
+    allocation,
+    exporter,
+    gpu,
+    infiniband,
+    nvlink,
+    pci,
+    storage,
+    tainter,
+    xid,
+)
 from fleetwatch.catalog.spec import MetricSpec
 
 PATH: Final = PurePosixPath("docs/metrics.md")
@@ -38,12 +48,15 @@ fields live on `_info` series (value 1, join with `group_left`). The exporter ad
 hardware does not report is absent, never a fake 0.
 
 The lean profile (chart value `exporter.profile: lean`, docs/deploy.md "Lean profile")
-drops three kinds of detail and nothing else: `fleetwatch_infiniband_port_hw_stat_total`
-entirely, `fleetwatch_nvlink_errors_total` series until their first error, and
-`fleetwatch_infiniband_port_error_saturated` series while 0. The rows below say so.
+drops four kinds of detail and nothing else: `fleetwatch_infiniband_port_hw_stat_total`
+entirely, `fleetwatch_nvlink_errors_total` series until their first error,
+`fleetwatch_infiniband_port_error_saturated` series while 0, and NFS per-operation series
+beyond READ, WRITE, COMMIT and GETATTR's counts and times. The rows below say so.
 
 Worst-case series use: G GPUs (8 on a DGX H100, up to 72 on a rack), L NVLinks per GPU
-(18), P InfiniBand ports (10 on a DGX H100 with storage), C collectors (7).
+(18), P InfiniBand ports (10 on a DGX H100 with storage), C collectors (8), M watched mounts,
+O NFS operations a mount's mountstats lists (NFSv4: up to ~60; lean profile: 4), Q probed
+mounts.
 
 """
 
@@ -106,6 +119,18 @@ storage), H = `hw_counters` counters per port (25 on a ConnectX-7 with mlx5), D 
 `hw_counters` files, E = distinct udev (subsystem, action) pairs seen (at most 3 × 3).
 """,
         infiniband.FAMILIES,
+    ),
+    (
+        "Checkpoint storage",
+        """\
+The mounts that hold checkpoints: every network or parallel filesystem (nfs, nfs4, lustre,
+gpfs, wekafs, beegfs, ceph, ...) in `/proc/self/mountinfo` (`--path.procfs`), or the mounts
+`--collector.storage.mounts` names. Calls on a mount run in a helper process, one at a time
+per mount; a mount whose call is blocked past `--collector.storage.hung-timeout` is hung and
+its `statvfs` series are absent until the call returns. NFS counters are exported modulo 2^53
+(exact in a float64, as node_exporter does).
+""",
+        storage.FAMILIES,
     ),
     ("Tainter (`fleetwatch taint`, served on its own `/metrics`)", "", tainter.FAMILIES),
 )

@@ -150,8 +150,7 @@ KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
     ("reason",),
     unit="records",
     source=(
-        "kernel-log lines skipped; the first of each reason is logged with a sentence "
-        "saying why"
+        "kernel-log lines skipped; the first of each reason is logged with a sentence saying why"
     ),
     series="3",
     label_values={

@@ -1,0 +1,402 @@
+"""Checkpoint storage (the `storage` collector): the mounts that hold checkpoints, their
+capacity, client I/O, NFS per-operation statistics, hung calls and the canary probe.
+
+Part of the metric catalog (`fleetwatch.catalog`): each family is declared here once and
+imported by name wherever it is emitted or read."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fleetwatch.catalog.spec import MetricSpec
+
+STORAGE_MOUNT_INFO: Final = MetricSpec(
+    "fleetwatch_storage_mount_info",
+    "gauge",
+    "A watched mount (value 1): its filesystem type, server (network mounts) and device or export.",
+    ("mountpoint", "fstype", "server", "device"),
+    unit="info (1)",
+    source=(
+        "mountinfo: type, source (`server` is the host of `HOST:/export`; empty for a local device)"
+    ),
+    series="M",
+)
+
+
+STORAGE_HUNG: Final = MetricSpec(
+    "fleetwatch_storage_hung",
+    "gauge",
+    (
+        "1 while a call on the mount (statvfs, the probe) has been blocked longer than "
+        "--collector.storage.hung-timeout; 0 once it returned."
+    ),
+    ("mountpoint",),
+    unit="0/1",
+    source=(
+        "1 while a call on the mount (statvfs, the probe) has been blocked longer than "
+        "`--collector.storage.hung-timeout`"
+    ),
+    series="M",
+)
+
+
+STORAGE_STUCK_CALLS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_stuck_calls_total",
+    "counter",
+    (
+        "Calls on the mount that blocked past the hung deadline (at most one is in flight per "
+        "mount; each is counted once)."
+    ),
+    ("mountpoint",),
+    unit="calls",
+    source=(
+        "calls that blocked past the hung deadline (one in flight per mount at most, each counted"
+        " once)"
+    ),
+    series="M",
+)
+
+
+STORAGE_CALL_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_call_errors_total",
+    "counter",
+    (
+        "statvfs calls on the mount that failed, by reason (the error's symbolic name, e.g. ENOENT "
+        "when the mount went away, EIO)."
+    ),
+    ("mountpoint", "reason"),
+    unit="calls",
+    source="statvfs failures on the mount",
+    series="M × a few",
+    label_values={"reason": "(errno name such as `ENOENT`, `EIO`, `ENOTCONN`; `helper_failed`)"},
+)
+
+
+STORAGE_PARSE_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_parse_errors_total",
+    "counter",
+    (
+        "Lines of a procfs mount file that did not parse (skipped; the rest of mountinfo, "
+        "mountstats or diskstats was read; a Lustre llite stats file is skipped whole)."
+    ),
+    ("file",),
+    unit="lines",
+    source="malformed lines skipped (a malformed llite stats file is skipped whole)",
+    series="4",
+    label_values={"file": "(`mountinfo`, `mountstats`, `diskstats`, `llite`)"},
+)
+
+
+STORAGE_SIZE_BYTES: Final = MetricSpec(
+    "fleetwatch_storage_size_bytes",
+    "gauge",
+    "Size of the mounted filesystem (statvfs).",
+    ("mountpoint",),
+    unit="bytes",
+    source="`statvfs` `f_blocks × f_frsize`",
+    series="M",
+)
+
+
+STORAGE_FREE_BYTES: Final = MetricSpec(
+    "fleetwatch_storage_free_bytes",
+    "gauge",
+    "Free bytes, reserved blocks included (statvfs).",
+    ("mountpoint",),
+    unit="bytes",
+    source="`statvfs` `f_bfree × f_frsize`",
+    series="M",
+)
+
+
+STORAGE_AVAILABLE_BYTES: Final = MetricSpec(
+    "fleetwatch_storage_available_bytes",
+    "gauge",
+    "Bytes an unprivileged writer can still use (statvfs).",
+    ("mountpoint",),
+    unit="bytes",
+    source="`statvfs` `f_bavail × f_frsize`",
+    series="M",
+)
+
+
+STORAGE_INODES: Final = MetricSpec(
+    "fleetwatch_storage_inodes",
+    "gauge",
+    "Inodes of the filesystem (statvfs; 0 where unlimited).",
+    ("mountpoint",),
+    unit="inodes",
+    source="`statvfs` `f_files`",
+    series="M",
+)
+
+
+STORAGE_INODES_FREE: Final = MetricSpec(
+    "fleetwatch_storage_inodes_free",
+    "gauge",
+    "Free inodes (statvfs).",
+    ("mountpoint",),
+    unit="inodes",
+    source="`statvfs` `f_ffree`",
+    series="M",
+)
+
+
+STORAGE_READ_ONLY: Final = MetricSpec(
+    "fleetwatch_storage_read_only",
+    "gauge",
+    "1 when the mount is read-only (a remount after errors).",
+    ("mountpoint",),
+    unit="0/1",
+    source="mountinfo `ro` or `statvfs` `ST_RDONLY`",
+    series="M",
+)
+
+
+STORAGE_READ_BYTES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_read_bytes_total",
+    "counter",
+    (
+        "Bytes the client read from the storage: from the NFS server (page cache and O_DIRECT), or "
+        "from a local filesystem's block device."
+    ),
+    ("mountpoint",),
+    unit="bytes",
+    source=(
+        "mountstats `bytes:` field 5 (from the NFS server), Lustre llite `read_bytes` sum, or "
+        "diskstats sectors read × 512 (local)"
+    ),
+    series="M",
+)
+
+
+STORAGE_WRITTEN_BYTES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_written_bytes_total",
+    "counter",
+    (
+        "Bytes the client wrote to the storage: to the NFS server, or to a local filesystem's "
+        "block device."
+    ),
+    ("mountpoint",),
+    unit="bytes",
+    source=(
+        "mountstats `bytes:` field 6 (to the NFS server), Lustre llite `write_bytes` sum, or "
+        "diskstats sectors written × 512 (local)"
+    ),
+    series="M",
+)
+
+
+STORAGE_OPERATIONS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operations_total",
+    "counter",
+    (
+        "Operations sent, by operation: NFS RPCs (READ, WRITE, GETATTR, ...) or a local block "
+        "device's completed reads and writes (read, write)."
+    ),
+    ("mountpoint", "operation"),
+    unit="operations",
+    source=(
+        "mountstats per-op requests (NFS, `READ`, `WRITE`, ...; those counted at least once; "
+        "lean: READ, WRITE, COMMIT, GETATTR), Lustre llite operation samples (`open`, `getattr`, "
+        "...; full profile only), or diskstats reads and writes completed (`read`, `write`)"
+    ),
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_TRANSMISSIONS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_transmissions_total",
+    "counter",
+    "NFS RPC transmissions by operation (more than operations: retransmissions).",
+    ("mountpoint", "operation"),
+    unit="RPCs",
+    source="mountstats per-op field 2 (more than requests: retransmissions)",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_major_timeouts_total",
+    "counter",
+    "NFS RPCs that hit a major timeout (the server did not answer), by operation.",
+    ("mountpoint", "operation"),
+    unit="RPCs",
+    source="mountstats per-op field 3",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_SENT_BYTES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_sent_bytes_total",
+    "counter",
+    "Bytes sent for NFS RPCs, by operation.",
+    ("mountpoint", "operation"),
+    unit="bytes",
+    source="mountstats per-op field 4; full profile only",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_RECEIVED_BYTES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_received_bytes_total",
+    "counter",
+    "Bytes received for NFS RPCs, by operation.",
+    ("mountpoint", "operation"),
+    unit="bytes",
+    source="mountstats per-op field 5; full profile only",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_QUEUE_SECONDS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_queue_seconds_total",
+    "counter",
+    "Time NFS RPCs waited to be sent, by operation.",
+    ("mountpoint", "operation"),
+    unit="seconds",
+    source="mountstats per-op field 6 (ms); full profile only",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_RTT_SECONDS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_rtt_seconds_total",
+    "counter",
+    "Round-trip time of NFS RPCs (sent to answered), by operation.",
+    ("mountpoint", "operation"),
+    unit="seconds",
+    source="mountstats per-op field 7 (ms)",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_execute_seconds_total",
+    "counter",
+    "Execution time of NFS RPCs (queued to completed), by operation.",
+    ("mountpoint", "operation"),
+    unit="seconds",
+    source="mountstats per-op field 8 (ms)",
+    series="M × O",
+)
+
+
+STORAGE_OPERATION_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_operation_errors_total",
+    "counter",
+    "NFS RPCs that completed with an error, by operation (kernels that count them).",
+    ("mountpoint", "operation"),
+    unit="RPCs",
+    source="mountstats per-op field 9 (newer kernels; absent where not written); full profile only",
+    series="M × O",
+)
+
+
+STORAGE_PROBES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_probes_total",
+    "counter",
+    "Canary probes that completed on the mount.",
+    ("mountpoint",),
+    unit="probes",
+    source="canary probes completed in `--collector.storage.probe-dir`",
+    series="Q",
+)
+
+
+STORAGE_PROBE_FAILURES_TOTAL: Final = MetricSpec(
+    "fleetwatch_storage_probe_failures_total",
+    "counter",
+    (
+        "Canary probes that failed, by reason (missing, not_writable, wrong_filesystem, read_only, "
+        "no_space, io_error, ...)."
+    ),
+    ("mountpoint", "reason"),
+    unit="probes",
+    source="canary probe failures",
+    series="11Q",
+    label_values={
+        "reason": (
+            "(`missing`, `not_a_directory`, `not_writable`, `wrong_filesystem`, `read_only`, "
+            "`no_space`, `io_error`, `disconnected`, `short_read`, `mismatch`, `error`)"
+        )
+    },
+)
+
+
+STORAGE_PROBE_SECONDS: Final = MetricSpec(
+    "fleetwatch_storage_probe_seconds",
+    "gauge",
+    "Seconds each phase of the last successful canary probe took (write, fsync, read, delete).",
+    ("mountpoint", "phase"),
+    unit="seconds",
+    source="last successful probe, per phase",
+    series="4Q",
+    label_values={"phase": "(`write`, `fsync`, `read`, `delete`)"},
+)
+
+
+STORAGE_PROBE_WRITE_BYTES_PER_SECOND: Final = MetricSpec(
+    "fleetwatch_storage_probe_write_bytes_per_second",
+    "gauge",
+    "Write throughput of the last successful probe, write and fsync together.",
+    ("mountpoint",),
+    unit="bytes/s",
+    source="probe bytes over write + fsync time",
+    series="Q",
+)
+
+
+STORAGE_PROBE_READ_BYTES_PER_SECOND: Final = MetricSpec(
+    "fleetwatch_storage_probe_read_bytes_per_second",
+    "gauge",
+    "Read-back throughput of the last successful probe.",
+    ("mountpoint",),
+    unit="bytes/s",
+    source="probe bytes over read-back time",
+    series="Q",
+)
+
+
+STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
+    "fleetwatch_storage_probe_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful probe on the mount.",
+    ("mountpoint",),
+    unit="seconds (Unix time)",
+    source="end of the last successful probe",
+    series="Q",
+)
+
+
+FAMILIES: Final = (
+    STORAGE_MOUNT_INFO,
+    STORAGE_HUNG,
+    STORAGE_STUCK_CALLS_TOTAL,
+    STORAGE_CALL_ERRORS_TOTAL,
+    STORAGE_PARSE_ERRORS_TOTAL,
+    STORAGE_SIZE_BYTES,
+    STORAGE_FREE_BYTES,
+    STORAGE_AVAILABLE_BYTES,
+    STORAGE_INODES,
+    STORAGE_INODES_FREE,
+    STORAGE_READ_ONLY,
+    STORAGE_READ_BYTES_TOTAL,
+    STORAGE_WRITTEN_BYTES_TOTAL,
+    STORAGE_OPERATIONS_TOTAL,
+    STORAGE_OPERATION_TRANSMISSIONS_TOTAL,
+    STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL,
+    STORAGE_OPERATION_SENT_BYTES_TOTAL,
+    STORAGE_OPERATION_RECEIVED_BYTES_TOTAL,
+    STORAGE_OPERATION_QUEUE_SECONDS_TOTAL,
+    STORAGE_OPERATION_RTT_SECONDS_TOTAL,
+    STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL,
+    STORAGE_OPERATION_ERRORS_TOTAL,
+    STORAGE_PROBES_TOTAL,
+    STORAGE_PROBE_FAILURES_TOTAL,
+    STORAGE_PROBE_SECONDS,
+    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
+    STORAGE_PROBE_READ_BYTES_PER_SECOND,
+    STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+)
+"""Every family of this module, in the order docs/metrics.md lists them."""
