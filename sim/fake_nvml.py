@@ -18,6 +18,7 @@ another tool, an Xid delivered now) live with the tests, in a subclass.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import uuid
@@ -75,6 +76,7 @@ _FABRIC_DEGRADED_MASK: Final = (
 )
 # What pynvml exposes that the fake passes through unchanged: constants and error classes.
 _PASSTHROUGH: Final = re.compile(r"^(NVML_|NVMLError|nvmlClocksEventReason|nvmlEventType)")
+_DEVICE_QUERY: Final = re.compile(r"^nvmlDeviceGet[A-Z]\w*$")
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,21 @@ class FakeNvml:
         self._fabric_clique = None if clique is None else int(clique)
 
     def __getattr__(self, name: str) -> Any:
-        """Constants and error classes come from the real pynvml; calls must be faked here."""
+        """Constants and error classes come from the real pynvml. A real per-device query
+        the fake does not implement answers NotSupported, as a GPU without the feature does:
+        a collector reading a new value runs on the simulator (the value absent) before the
+        fake learns it. Any other name, a misspelt call included, is an AttributeError."""
         if _PASSTHROUGH.match(name):
             return getattr(pynvml, name)
+        if _DEVICE_QUERY.match(name) and callable(getattr(pynvml, name, None)):
+            return functools.partial(self._not_supported, name)
         raise AttributeError(f"FakeNvml does not implement {name}")
+
+    def _not_supported(self, call: str, handle: FakeHandle, *_args: Any) -> Any:
+        """A device query the fake does not implement: the GPU does not support it (a lost
+        GPU still answers GpuIsLost, a hung call still hangs)."""
+        self._gpu(call, handle)
+        raise pynvml.NVMLError_NotSupported()
 
     # -- plumbing --------------------------------------------------------------------------
     def _enter(self, call: str, handle: FakeHandle | None) -> int | None:

@@ -57,10 +57,14 @@ def test_promtool_check_rules_is_clean() -> None:
 
 
 @pytest.mark.integration  # runs promtool
-def test_promtool_unit_tests_pass() -> None:
-    assert TEST_FILES
-    result = promtool("test", "rules", *map(str, TEST_FILES))
+@pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda path: path.name)
+def test_promtool_unit_tests_pass(test_file: Path) -> None:
+    result = promtool("test", "rules", str(test_file))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_there_are_promtool_unit_tests() -> None:
+    assert len(TEST_FILES) >= 4
 
 
 def test_every_alert_has_severity_for_annotations_and_runbook() -> None:
