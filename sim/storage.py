@@ -28,7 +28,8 @@ _FIRST_MINOR: Final = 900
 _NFS_FSTYPES: Final = frozenset({"nfs", "nfs4"})
 # What statvfs reports for inodes of a simulated mount (they never run out).
 _INODES: Final = 1 << 32
-_HOST_FILES: Final = ("self/mountinfo", "self/mountstats", "diskstats")
+# The job read its last checkpoint back once, at start (one READ of this many bytes).
+_READ_BACK: Final = 1 << 20
 
 
 class SimulatedProcfs:
@@ -77,18 +78,20 @@ class SimulatedProcfs:
         data = int(written)
         writes = data // MOUNT_WSIZE
         rtt = int(rtt_ms)
+        pages = writes * (MOUNT_WSIZE // 4096)
+        getattrs = int(t) + 1  # the job stats its checkpoint directory once a second
         return (
             f"{header} statvers=1.1\n"
             f"\tage:\t{int(t)}\n"
-            f"\tbytes:\t0 {data} 0 0 0 {data} 0 {writes * (MOUNT_WSIZE // 4096)}\n"
+            f"\tbytes:\t{_READ_BACK} {data} 0 0 {_READ_BACK} {data} 1 {pages}\n"
             "\txprt:\ttcp 832 0 1 0 11 0 0 0 0 0 0 0 0\n"
             "\tper-op statistics\n"
             "\t        NULL: 1 1 0 44 24 0 0 0 0\n"
-            "\t        READ: 0 0 0 0 0 0 0 0 0\n"
+            f"\t        READ: 1 1 0 200 {_READ_BACK + 120} 0 2 2 0\n"
             f"\t       WRITE: {writes} {writes} 0 {data + writes * 200} {writes * 160} 0 "
             f"{rtt} {rtt + writes // 10} 0\n"
-            f"\t      COMMIT: {writes // 64} {writes // 64} 0 0 0 0 0 0 0\n"
-            "\t     GETATTR: 0 0 0 0 0 0 0 0 0\n"
+            f"\t      COMMIT: {writes // 64 + 1} {writes // 64 + 1} 0 0 0 0 0 0 0\n"
+            f"\t     GETATTR: {getattrs} {getattrs} 0 0 0 0 {getattrs} {getattrs} 0\n"
         )
 
     def _replace(self, name: str, text: str) -> None:

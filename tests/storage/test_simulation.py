@@ -22,6 +22,8 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.storage import SPEC
+from fleetwatch.demo import NODE as NODE_NAME
+from fleetwatch.demo import story
 from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
@@ -29,7 +31,7 @@ from fleetwatch.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from fleetwatch.sim.world import SimulatedNode, WallClock
 from testbed.clock import FixedClock
 
-MOUNT = "/checkpoints"
+MOUNT = "/checkpoints"  # also the demo scenario's mount
 NODE: dict[str, Any] = {
     "gpus": 2,
     "gpu_model": "NVIDIA H100 80GB HBM3",
@@ -173,3 +175,28 @@ def test_writes_move_then_a_hung_mount_goes_hung_after_the_deadline(tmp_path: Pa
         sim.collector.close()
     assert 0 < written <= later <= 1.5e9
     assert (STORAGE_FREE_BYTES.name, MOUNT) not in values  # its statvfs never answered
+
+
+def test_the_demo_tells_its_checkpoint_mount_hanging_and_the_mount_goes_hung(
+    tmp_path: Path,
+) -> None:
+    demo = load_scenario("demo")
+    text = "\n".join(story(demo, tmp_path))
+    assert "  Mount /checkpoints (nfs4 from ckpt-nfs): a checkpoint save every 60s" in text
+    line = next(line for line in text.splitlines() if "checkpoint mount hung" in line)
+    assert line.startswith(
+        f"  t=240s  checkpoint mount hung on {NODE_NAME}: CheckpointMountHung → the tainter "
+        "takes the node out (/checkpoints blocks every call for 120s"
+    )
+    node = SimulatedNode(scenario=demo, clock=FixedClock(250))
+    sim = Simulated(
+        node, tmp_path / "sysfs", Path("demo"), "--collector.storage.hung-timeout=500ms"
+    )
+    try:
+        values = sim.wait_for(STORAGE_HUNG.name, 1)
+    finally:
+        node.release_hangs()
+        sim.collector.close()
+    assert values[(STORAGE_READ_ONLY.name, "/checkpoints")] == 0
+    before = SimulatedNode(scenario=demo, clock=FixedClock(230))
+    assert before.mount_hang_remaining("/checkpoints") == 0  # the GPU story is told by then
