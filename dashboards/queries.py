@@ -14,6 +14,13 @@ from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
 from fleetwatch.rules import definitions, promql
 from fleetwatch.rules.config import Config, parameters
 
+# The checkpoint recording rules' names: rules/definitions.py's, to be imported from there at
+# merge (they are defined with the storage alerts). Per training job (namespace,
+# training_job), per node, and 1 per job while it saves a checkpoint.
+JOB_CHECKPOINT_WRITE = "fleetwatch:job_checkpoint_write_bytes:rate1m"
+NODE_CHECKPOINT_WRITE = "fleetwatch:node_checkpoint_write_bytes:rate1m"
+JOB_CHECKPOINT_BURST = "fleetwatch:job_checkpoint_burst:active"
+
 
 class Queries:
     """PromQL for the dashboards, built with the alert rules' own selectors and names."""
@@ -36,6 +43,9 @@ class Queries:
         self.job_tensor_median = definitions.JOB_TENSOR_MEDIAN
         self.job_sm_clock = definitions.JOB_SM_CLOCK
         self.job_sm_clock_median = definitions.JOB_SM_CLOCK_MEDIAN
+        self.job_checkpoint_write = JOB_CHECKPOINT_WRITE
+        self.node_checkpoint_write = NODE_CHECKPOINT_WRITE
+        self.job_checkpoint_burst = JOB_CHECKPOINT_BURST
 
     def exporter(self, metric: str, *matchers: str) -> str:
         """`metric` from the exporter's scrape job, with extra label `matchers`."""
