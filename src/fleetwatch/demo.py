@@ -10,7 +10,8 @@ simulated cluster, which Prometheus scrapes too. Every scrape job has the name t
 rules select, so no self-health alert fires while everything runs. It prints the story of
 the scenario it runs (from its faults and pods:
 with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a training
-job waits for its thermally throttled GPU while another GPU idles), follows it as it
+job waits for its thermally throttled GPU while another GPU idles, then its checkpoint mount
+hangs and CheckpointMountHung takes the node out), follows it as it
 happens (firing alerts, node taints) and stops every process it started on Ctrl-C.
 """
 
