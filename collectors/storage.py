@@ -220,7 +220,10 @@ class _ProbeState:
 
 
 class StorageCollector:
-    """Watches mounts through one lane per mount; `collect()` never blocks on a mount."""
+    """Watches mounts through one lane per mount; `collect()` never blocks on a mount.
+
+    `calls` makes the calls on mounts: the helper process (`MountCalls`) unless the
+    hardware set-up gives a stand-in (simulated mounts)."""
 
     def __init__(
         self,

@@ -9,7 +9,9 @@ counters (bytes written, WRITE calls and their round-trip time) follow the node'
 saves. `SimulatedMountCalls` answers statvfs of a simulated mount from the node (size, free
 space, read-only) and blocks while a `mount_hung` fault holds the mount, as a hard NFS
 mount's caller does; a call on any other mount goes to the real helper process. The canary
-probe is not simulated: a probe directory on a simulated mount is never probed.
+probe is not simulated: a probe directory on a simulated mount is never probed. Lustre client
+stats (`fs/lustre`) are not carried over: a real Lustre mount named beside simulated mounts
+has capacity and hung, not its client counters.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ storage collector through the exporter's simulated hardware as it reads real one
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,15 @@ class Simulated:
         self.refresh = hardware.refresh
         self.collector = SPEC.create(hardware.context, hardware.settings.collectors["storage"])
 
-    def wait_for(self, family: str, value: float) -> dict[tuple[str, str], float]:
-        """Refresh and collect until the mount's `family` reads `value` (fail after 20 s)."""
+    def wait_for(
+        self, family: str, value: float, point: str = MOUNT
+    ) -> dict[tuple[str, str], float]:
+        """Refresh and collect until `point`'s `family` reads `value` (fail after 20 s)."""
         deadline = time.monotonic() + 20.0
         while True:
             self.refresh()
             values = scrape(self.collector)
-            if values.get((family, MOUNT)) == value:
+            if values.get((family, point)) == value:
                 return values
             assert time.monotonic() < deadline, f"{family} never read {value}: {values}"
             time.sleep(0.05)
@@ -147,13 +150,20 @@ def write_scenario(path: Path, faults: list[dict[str, Any]]) -> SimulatedNode:
 def test_the_collector_reads_a_simulated_mount(tmp_path: Path) -> None:
     scenario = tmp_path / "ro.yaml"
     node = write_scenario(scenario, [{"at": 0, "kind": "mount_read_only", "mountpoint": MOUNT}])
-    sim = Simulated(node, tmp_path / "sysfs", scenario)
+    # A real mount named on the command line stays the real one beside the simulated.
+    sim = Simulated(node, tmp_path / "sysfs", scenario, "--collector.storage.mounts=/")
     try:
+        root = os.statvfs("/")
+        sim.wait_for(STORAGE_SIZE_BYTES.name, root.f_blocks * root.f_frsize, "/")
         values = sim.wait_for(STORAGE_SIZE_BYTES.name, 1e12)
         text = Renderer().render(sim.collector.collect()).decode()
     finally:
         sim.collector.close()
     assert values[(STORAGE_FREE_BYTES.name, MOUNT)] == 5e11
+    assert (
+        values[(STORAGE_SIZE_BYTES.name, "/")]
+        == os.statvfs("/").f_blocks * os.statvfs("/").f_frsize
+    )
     assert values[(STORAGE_READ_ONLY.name, MOUNT)] == 1
     assert values[(STORAGE_HUNG.name, MOUNT)] == 0
     assert values[(STORAGE_WRITTEN_BYTES_TOTAL.name, MOUNT)] == 0  # read-only from the start
