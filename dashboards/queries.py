@@ -11,15 +11,13 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_ERRORS_TOTAL,
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+from fleetwatch.report.queries import (
+    JOB_CHECKPOINT_BURST,
+    JOB_CHECKPOINT_WRITE,
+    NODE_CHECKPOINT_WRITE,
+)
 from fleetwatch.rules import definitions, promql
 from fleetwatch.rules.config import Config, parameters
-
-# The checkpoint recording rules' names: rules/definitions.py's, to be imported from there at
-# merge (they are defined with the storage alerts). Per training job (namespace,
-# training_job), per node, and 1 per job while it saves a checkpoint.
-JOB_CHECKPOINT_WRITE = "fleetwatch:job_checkpoint_write_bytes:rate1m"
-NODE_CHECKPOINT_WRITE = "fleetwatch:node_checkpoint_write_bytes:rate1m"
-JOB_CHECKPOINT_BURST = "fleetwatch:job_checkpoint_burst:active"
 
 
 class Queries:

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dashboards.queries import JOB_CHECKPOINT_BURST, JOB_CHECKPOINT_WRITE, NODE_CHECKPOINT_WRITE
 from fleetwatch.catalog.storage import (
     STORAGE_AVAILABLE_BYTES,
     STORAGE_HUNG,
     STORAGE_READ_ONLY,
     STORAGE_WRITTEN_BYTES_TOTAL,
+)
+from fleetwatch.report.queries import (
+    JOB_CHECKPOINT_BURST,
+    JOB_CHECKPOINT_WRITE,
+    NODE_CHECKPOINT_WRITE,
 )
 from tests.rules.promql import dashboards_generator
 

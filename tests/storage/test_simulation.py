@@ -196,7 +196,7 @@ def test_the_demo_tells_its_checkpoint_mount_hanging_and_the_mount_goes_hung(
     line = next(line for line in text.splitlines() if "checkpoint mount hung" in line)
     assert line.startswith(
         f"  t=240s  checkpoint mount hung on {NODE_NAME}: CheckpointMountHung → the tainter "
-        "takes the node out (/checkpoints blocks every call for 120s"
+        "takes the node out (/checkpoints blocks every call for 300s"
     )
     node = SimulatedNode(scenario=demo, clock=FixedClock(250))
     sim = Simulated(
