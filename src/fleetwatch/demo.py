@@ -396,8 +396,8 @@ def _mount_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
             )
         case MountFilling():
             return (
-                f"checkpoint mount {fault.mountpoint} fills by {fault.bytes_per_second:g} "
-                f"bytes/s{lasting}: CheckpointStorageFillingUp"
+                f"checkpoint mount {fault.mountpoint} fills by "
+                f"{fault.bytes_per_second / 1e6:g} MB/s{lasting}: CheckpointStorageFillingUp"
             )
     return f"{fault.kind} on {gpu}{lasting}"
 

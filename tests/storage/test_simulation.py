@@ -210,3 +210,26 @@ def test_the_demo_tells_its_checkpoint_mount_hanging_and_the_mount_goes_hung(
     assert values[(STORAGE_READ_ONLY.name, "/checkpoints")] == 0
     before = SimulatedNode(scenario=demo, clock=FixedClock(230))
     assert before.mount_hang_remaining("/checkpoints") == 0  # the GPU story is told by then
+
+
+def test_every_mount_fault_tells_its_story(tmp_path: Path) -> None:
+    faults = [
+        {"at": 10, "kind": "mount_slow", "mountpoint": MOUNT, "factor": 8, "seconds": 60},
+        {"at": 20, "kind": "mount_read_only", "mountpoint": MOUNT},
+        {"at": 30, "kind": "mount_filling", "mountpoint": MOUNT, "bytes_per_second": 1e9},
+    ]
+    scenario = parse_scenario({**NODE, "faults": faults}, source="t.yaml", name="t")
+    lines = story(scenario, tmp_path)
+    assert "  t=10s   checkpoint mount /checkpoints writes 8 times slower for 60s: this node " in (
+        "\n".join(lines)
+    )
+    assert any(
+        line.startswith("  t=20s   checkpoint mount /checkpoints turns read-only: ")
+        and "CheckpointMountReadOnly" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("  t=30s   checkpoint mount /checkpoints fills by 1000 MB/s: ")
+        and line.endswith("CheckpointStorageFillingUp")
+        for line in lines
+    )
