@@ -439,8 +439,8 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
         training_jobs(ds, owned, fabric_section, p),
         fabric_section,
         reliability(ds),
-        remediation(ds),
         checkpoints(ds),
+        remediation(ds),
     ]
     for section in sections:
         missing_data(ds, section)
