@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
+from fleetwatch.collectors.sources.mount_calls import MountCaller, MountCalls
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.flags import Flags
 
@@ -54,8 +55,10 @@ class CollectorContext:
     names; `procfs_root` is `/proc` or a tree shaped like it (the host's, in a DaemonSet).
     `discover_mounts` is False under simulation: the storage collector then watches only
     the mounts and probe directories the command line names (real ones), never the host's
-    own network mounts, which a simulated node does not have. Collector code does not know
-    which hardware it runs on.
+    own network mounts, which a simulated node does not have (only its simulated ones, which
+    the set-up names). `mount_calls` makes the storage collector's calls on mounts (statvfs,
+    the probe): the helper process on a real node, the simulated mounts' stand-in under
+    simulation. Collector code does not know which hardware it runs on.
     """
 
     sysfs_root: Path
@@ -64,6 +67,7 @@ class CollectorContext:
     nvml: Any
     tool_path: str | None = None
     open_kernel_log: Callable[[Path], KernelLog] = open_kmsg
+    mount_calls: Callable[[], MountCaller] = MountCalls
 
     @functools.cached_property
     def nvml_source(self) -> NvmlSource:

@@ -74,7 +74,7 @@ from fleetwatch.catalog.storage import (
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
 from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.sources.mount_calls import MountCalls, MountReading
+from fleetwatch.collectors.sources.mount_calls import MountCaller, MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
     LineProblem,
     LustreStats,
@@ -220,7 +220,10 @@ class _ProbeState:
 
 
 class StorageCollector:
-    """Watches mounts through one lane per mount; `collect()` never blocks on a mount."""
+    """Watches mounts through one lane per mount; `collect()` never blocks on a mount.
+
+    `calls` makes the calls on mounts: the helper process (`MountCalls`) unless the
+    hardware set-up gives a stand-in (simulated mounts)."""
 
     def __init__(
         self,
@@ -230,6 +233,7 @@ class StorageCollector:
         discover: bool = True,
         wait: float = _WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        calls: MountCaller | None = None,
     ) -> None:
         self._procfs = procfs
         self._settings = settings
@@ -240,7 +244,7 @@ class StorageCollector:
         self._once = LogOnce(log)
         self._procfs_lane: Lane[ProcReading] = Lane(_PROCFS_LANE, clock=clock)
         self._lanes: dict[str, Lane[MountReading]] = {}
-        self._calls = MountCalls()
+        self._calls = MountCalls() if calls is None else calls
         self._seen: dict[str, float] = {}  # finished_at of the lane outcome already counted
         self._call_errors: Counter[tuple[str, str]] = Counter()
         self._parse_errors: Counter[str] = Counter()
@@ -579,7 +583,10 @@ class StorageSettings:
 
 def _create(context: CollectorContext, settings: StorageSettings) -> StorageCollector:
     return StorageCollector(
-        procfs=context.procfs_root, settings=settings, discover=context.discover_mounts
+        procfs=context.procfs_root,
+        settings=settings,
+        discover=context.discover_mounts,
+        calls=context.mount_calls(),
     )
 
 

@@ -1,5 +1,5 @@
 """Node detail (uid fleetwatch-node): per-GPU temperatures, clocks, power, the NVLink
-matrix and the InfiniBand ports of the chosen nodes.
+matrix, the InfiniBand ports and the checkpoint mounts of the chosen nodes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,17 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_UP,
 )
 from fleetwatch.catalog.nvlink import NVLINK_UP
+from fleetwatch.catalog.storage import (
+    STORAGE_AVAILABLE_BYTES,
+    STORAGE_HUNG,
+    STORAGE_MOUNT_INFO,
+    STORAGE_OPERATION_RTT_SECONDS_TOTAL,
+    STORAGE_OPERATIONS_TOTAL,
+    STORAGE_READ_BYTES_TOTAL,
+    STORAGE_READ_ONLY,
+    STORAGE_SIZE_BYTES,
+    STORAGE_WRITTEN_BYTES_TOTAL,
+)
 
 
 def build(q: Queries) -> Dashboard:
@@ -119,6 +130,7 @@ def build(q: Queries) -> Dashboard:
             description="Each HCA port with its NUMA node and the GPUs under the same "
             "PCIe switch, its state and trained rate.",
         ),
+        *storage_panels(q, lay),
     ]
     return dashboard(
         "fleetwatch-node",
@@ -127,3 +139,70 @@ def build(q: Queries) -> Dashboard:
         panels,
         variables(q.job, gpu=True),
     )
+
+
+def storage_panels(q: Queries, lay: Layout) -> list[Panel]:
+    """The checkpoint mounts of the chosen nodes: which, hung or read-only, throughput,
+    space left and the NFS WRITE round trip."""
+    written = q.exporter(STORAGE_WRITTEN_BYTES_TOTAL.name, NODE)
+    read = q.exporter(STORAGE_READ_BYTES_TOTAL.name, NODE)
+    write_ops = ('operation="WRITE"', NODE)
+    return [
+        lay.row("Checkpoint storage"),
+        table(
+            lay,
+            "Checkpoint mounts: hung, read-only",
+            (q.exporter(STORAGE_MOUNT_INFO.name, NODE), ""),
+            (q.exporter(STORAGE_HUNG.name, NODE), ""),
+            (q.exporter(STORAGE_READ_ONLY.name, NODE), ""),
+            width=24,
+            columns={"Value #A": "watched", "Value #B": "hung", "Value #C": "read-only"},
+            description="Each watched mount with its filesystem and server; hung is 1 while "
+            "a call on it has been blocked past the collector's deadline (CheckpointMountHung "
+            "taints the node), read-only 1 after a remount (CheckpointMountReadOnly).",
+        ),
+        timeseries(
+            lay,
+            "Checkpoint mount throughput",
+            (f"rate({written}[$__rate_interval])", "{{node}} {{mountpoint}} write"),
+            (f"rate({read}[$__rate_interval])", "{{node}} {{mountpoint}} read"),
+            unit="Bps",
+            description="Bytes the client moved to and from each mount; saves are the "
+            "write bursts.",
+        ),
+        timeseries(
+            lay,
+            "Checkpoint mount space available",
+            (
+                f"{q.exporter(STORAGE_AVAILABLE_BYTES.name, NODE)}\n/ "
+                f"{q.exporter(STORAGE_SIZE_BYTES.name, NODE)}",
+                "{{node}} {{mountpoint}}",
+            ),
+            unit="percentunit",
+            max_value=1,
+            description="Share of the mount a non-root writer may still fill "
+            "(CheckpointStorageFillingUp warns on the trend to full).",
+        ),
+        timeseries(
+            lay,
+            "NFS WRITE round trip",
+            (
+                f"rate({q.exporter(STORAGE_OPERATION_RTT_SECONDS_TOTAL.name, *write_ops)}"
+                "[$__rate_interval])\n/ "
+                f"rate({q.exporter(STORAGE_OPERATIONS_TOTAL.name, *write_ops)}"
+                "[$__rate_interval])",
+                "{{node}} {{mountpoint}}",
+            ),
+            unit="s",
+            description="Mean round trip of a WRITE call to the server: a slow server or "
+            "network shows here before a save stalls.",
+        ),
+        timeseries(
+            lay,
+            "Mount hung",
+            (q.exporter(STORAGE_HUNG.name, NODE), "{{node}} {{mountpoint}}"),
+            unit="bool",
+            max_value=1,
+            description="1 while a call on the mount is blocked past the deadline.",
+        ),
+    ]

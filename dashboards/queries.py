@@ -11,6 +11,11 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_ERRORS_TOTAL,
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+from fleetwatch.report.queries import (
+    JOB_CHECKPOINT_BURST,
+    JOB_CHECKPOINT_WRITE,
+    NODE_CHECKPOINT_WRITE,
+)
 from fleetwatch.rules import definitions, promql
 from fleetwatch.rules.config import Config, parameters
 
@@ -36,6 +41,9 @@ class Queries:
         self.job_tensor_median = definitions.JOB_TENSOR_MEDIAN
         self.job_sm_clock = definitions.JOB_SM_CLOCK
         self.job_sm_clock_median = definitions.JOB_SM_CLOCK_MEDIAN
+        self.job_checkpoint_write = JOB_CHECKPOINT_WRITE
+        self.node_checkpoint_write = NODE_CHECKPOINT_WRITE
+        self.job_checkpoint_burst = JOB_CHECKPOINT_BURST
 
     def exporter(self, metric: str, *matchers: str) -> str:
         """`metric` from the exporter's scrape job, with extra label `matchers`."""

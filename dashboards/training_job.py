@@ -1,5 +1,5 @@
 """Training job (uid fleetwatch-training-job): one job (namespace/training_job) across its
-nodes: the GPU it waits for, idle GPUs, heat, fabric errors and taints.
+nodes: the GPU it waits for, idle GPUs, heat, fabric errors, checkpoint saves and taints.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ def build(q: Queries) -> Dashboard:
             description=f"The line is the {q.gpu_limit:g} °C taint threshold "
             "(rules/config.yaml); GPUOverheatingSoon warns on a trend towards it.",
         ),
+        *checkpoint_panels(q, lay, on_job_nodes),
         lay.row("The job's nodes"),
         timeseries(
             lay,
@@ -146,7 +147,52 @@ def build(q: Queries) -> Dashboard:
         TRAINING_JOB_UID,
         "fleetwatch / Training job",
         "One training job across its nodes: the GPU it waits for, idle GPUs, heat, fabric "
-        "errors and taints.",
+        "errors, checkpoint saves and taints.",
         panels,
         job_variables(q),
     )
+
+
+def checkpoint_panels(q: Queries, lay: Layout, on_job_nodes: str) -> list[Panel]:
+    """The job's checkpoint saves: its write throughput with the saves marked, and each of
+    its nodes' share (the storage straggler is the node that lags during a save)."""
+    alerts = 'alertname=~"CheckpointStraggler|CheckpointMountHung|CheckpointMountReadOnly"'
+    return [
+        lay.row("Checkpoints: does a save stall on one node?"),
+        timeseries(
+            lay,
+            "Checkpoint write throughput and saves",
+            (f"{q.job_checkpoint_write}{{{JOB_SEL}}}", "job write rate"),
+            (
+                f"{q.job_checkpoint_burst}{{{JOB_SEL}}} * on (namespace, training_job) "
+                f"group_left () max by (namespace, training_job) "
+                f"(max_over_time({q.job_checkpoint_write}{{{JOB_SEL}}}[10m]))",
+                "saving",
+            ),
+            unit="Bps",
+            description="Bytes per second the job's nodes write to their checkpoint mounts; "
+            "the saving band marks each save (its height is the job's recent peak rate). A "
+            "save that stretches out while the rate sags is waiting on its slowest node.",
+        ),
+        timeseries(
+            lay,
+            "Checkpoint write rate per node of the job",
+            (f"{q.node_checkpoint_write} {on_job_nodes}", "{{node}}"),
+            unit="Bps",
+            description="Each node's checkpoint writes: during a save the storage straggler "
+            "(CheckpointStraggler) writes well below the others.",
+        ),
+        table(
+            lay,
+            "Checkpoint alerts on the job's nodes",
+            (
+                f'count by (node, alertname, mountpoint) (ALERTS{{alertstate="firing", '
+                f"{alerts}}} {on_job_nodes})",
+                "",
+            ),
+            width=24,
+            height=6,
+            description="A straggling, hung or read-only checkpoint mount on a node of the "
+            "job; a hung or read-only one taints the node.",
+        ),
+    ]

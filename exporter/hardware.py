@@ -5,9 +5,12 @@ Collectors never branch on simulation. This module builds what they read, the
 infiniband-diags on `PATH`) or from a scenario: the fake NVML, a generated sysfs tree,
 the fake `perfquery`/`ibstat`, the simulated kernel log (or, when
 `--collector.xid.kmsg-path` names another file, that file); the mounts and probe directories
-`--collector.storage.*` names are the real ones, and no other mount is discovered. A
-scenario also stands in for what an operator would configure on a real node of that shape
-(the expected InfiniBand link rates), as settings the collectors receive the usual way.
+`--collector.storage.*` names are the real ones, and no other host mount is discovered. A
+scenario's `mounts:` are simulated (`fleetwatch.sim.storage`): procfs mount files written
+beside the sysfs tree, with the host's lines and theirs, and their calls answered by the
+node. A scenario also stands in for what an operator would configure on a real node of that
+shape (the expected InfiniBand link rates, the checkpoint mounts to watch), as settings the
+collectors receive the usual way.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from fleetwatch.collectors.base import CollectorContext, open_kmsg
 from fleetwatch.collectors.infiniband import InfinibandSettings
 from fleetwatch.collectors.infiniband_layout import ExpectedRate
 from fleetwatch.collectors.sources.kmsg import DEFAULT_PATH, KernelLog
+from fleetwatch.collectors.storage import StorageSettings
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import tool_dir
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
 from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.storage import SimulatedMountCalls, SimulatedProcfs
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
 
@@ -43,7 +48,7 @@ class Hardware:
     """What the collectors read, and the settings they are built with on this hardware.
 
     `refresh` is None on real hardware; under simulation the exporter calls it every
-    second so the generated sysfs tree follows simulated time.
+    second so the generated sysfs tree (and procfs mount files) follow simulated time.
     """
 
     context: CollectorContext
@@ -62,20 +67,31 @@ def real_hardware(settings: ExportSettings) -> Hardware:
 
 
 def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings) -> Hardware:
-    """`node` as the collectors' hardware, its sysfs tree written under `root` now."""
+    """`node` as the collectors' hardware, its sysfs tree written under `root` now (and,
+    when the scenario has mounts, its procfs mount files under `root/proc`)."""
     sysfs = SimulatedSysfs(node=node, root=root)
     sysfs.write()
+    refresh: Refresh = sysfs.write
+    procfs_root = settings.procfs_root
+    if node.scenario.mounts:
+        procfs = SimulatedProcfs(node=node, root=root / "proc", host=settings.procfs_root)
+        procfs.write()
+        procfs_root = procfs.root
+
+        def refresh() -> None:
+            sysfs.write()
+            procfs.write()
+
     context = CollectorContext(
         sysfs_root=root,
-        procfs_root=settings.procfs_root,
+        procfs_root=procfs_root,
         discover_mounts=False,
         nvml=FakeNvml(node=node),
         tool_path=str(tool_dir()),
         open_kernel_log=lambda path: _simulated_kernel_log(node, path),
+        mount_calls=lambda: SimulatedMountCalls(node),
     )
-    return Hardware(
-        context=context, settings=_scenario_settings(node, settings), refresh=sysfs.write
-    )
+    return Hardware(context=context, settings=_scenario_settings(node, settings), refresh=refresh)
 
 
 def _simulated_kernel_log(node: SimulatedNode, path: Path) -> KernelLog:
@@ -85,7 +101,15 @@ def _simulated_kernel_log(node: SimulatedNode, path: Path) -> KernelLog:
 
 def _scenario_settings(node: SimulatedNode, settings: ExportSettings) -> ExportSettings:
     """A scenario's `expected_rate_gbps` stands in for `--collector.infiniband.expected-rate`
-    (a flag given on the command line still wins)."""
+    (a flag given on the command line still wins), and its mounts are watched beside those
+    `--collector.storage.mounts` names."""
+    storage = settings.collectors.get("storage")
+    if isinstance(storage, StorageSettings) and node.scenario.mounts:
+        named = storage.mounts + tuple(
+            m.mountpoint for m in node.scenario.mounts if m.mountpoint not in storage.mounts
+        )
+        collectors = {**settings.collectors, "storage": dataclasses.replace(storage, mounts=named)}
+        settings = dataclasses.replace(settings, collectors=collectors)
     infiniband = settings.collectors.get("infiniband")
     if not isinstance(infiniband, InfinibandSettings) or infiniband.expected_rate:
         return settings

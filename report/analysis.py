@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from fleetwatch.report.actions import actions
+from fleetwatch.report.checkpoints import TITLE as CHECKPOINTS
+from fleetwatch.report.checkpoints import checkpoints
 from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.jobs import training_jobs
 from fleetwatch.report.policy import (
@@ -401,6 +403,16 @@ SECTION_QUERIES: dict[str, tuple[str, ...]] = {
         "gpu_expected",
     ),
     "Remediation": ("taint_alerts", "taint_operations", "tainted_nodes", "breaker_open"),
+    CHECKPOINTS: (
+        "job_checkpoint_saves",
+        "job_checkpoint_saving_seconds",
+        "job_checkpoint_peak_bytes",
+        "node_checkpoint_write_while_saving",
+        "mount_hung_seconds",
+        "mount_read_only_seconds",
+        "mount_hours_to_full",
+        "mount_available_ratio",
+    ),
 }
 """The queries each section reads: a part of one the store did not return is named in the
 section, so a finding table that looks clean is not taken for a healthy fleet."""
@@ -427,6 +439,7 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
         training_jobs(ds, owned, fabric_section, p),
         fabric_section,
         reliability(ds),
+        checkpoints(ds),
         remediation(ds),
     ]
     for section in sections:

@@ -43,6 +43,12 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_UP,
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
+from fleetwatch.catalog.storage import (
+    STORAGE_AVAILABLE_BYTES,
+    STORAGE_HUNG,
+    STORAGE_READ_ONLY,
+    STORAGE_SIZE_BYTES,
+)
 from fleetwatch.catalog.tainter import (
     TAINTER_BREAKER_OPEN,
     TAINTER_TAINT_OPERATIONS_TOTAL,
@@ -60,8 +66,19 @@ from fleetwatch.rules.definitions import (
 
 GPU = ("node", "gpu", "uuid")
 PORT = ("node", "device", "port")
+MOUNT = ("node", "mountpoint")
+JOB = ("namespace", "training_job")
 POD_JOB = ("namespace", "pod", "training_job")
 LOST_AFTER_SECONDS = 600.0
+# A mount whose free space, at the window's trend, runs out within this many hours is
+# filling up (a week: time for a person to clean up or grow it).
+FULL_WITHIN_HOURS = 168.0
+# The checkpoint recording rules' names: rules/definitions.py's, to be imported from there at
+# merge (they are defined with the storage alerts). Per training job (namespace,
+# training_job): bytes/s written and 1 while it saves; per node: bytes/s written.
+JOB_CHECKPOINT_WRITE = "fleetwatch:job_checkpoint_write_bytes:rate1m"
+NODE_CHECKPOINT_WRITE = "fleetwatch:node_checkpoint_write_bytes:rate1m"
+JOB_CHECKPOINT_BURST = "fleetwatch:job_checkpoint_burst:active"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +181,10 @@ GPU_EXPECTED = GPUS_EXPECTED.name
 TAINT_OPS = TAINTER_TAINT_OPERATIONS_TOTAL.name
 TAINTED_NODES = TAINTER_TAINTED_NODES.name
 BREAKER = TAINTER_BREAKER_OPEN.name
+HUNG = STORAGE_HUNG.name
+READ_ONLY = STORAGE_READ_ONLY.name
+AVAILABLE = STORAGE_AVAILABLE_BYTES.name
+SIZE = STORAGE_SIZE_BYTES.name
 
 
 def _temp(w: Window) -> str:
@@ -245,6 +266,40 @@ def _lost(w: Window) -> str:
         f"max by (node,gpu,uuid) (count_over_time({_temp(w)}[{_d(w.seconds)}]) "
         f"unless on(node,gpu,uuid) count_over_time({_temp(w)}[{_d(LOST_AFTER_SECONDS)}]))"
     )
+
+
+def _mount_time(metric: str) -> Callable[[Window], str]:
+    """Seconds each mount's 0/1 `metric` (hung, read-only) was 1, mounts that never were
+    left out."""
+    return lambda w: (
+        f"max by (node,mountpoint) ({_time_in_state(w, f'{_sel(w, metric)} == bool 1')}) > 0"
+    )
+
+
+def _hours_to_full(w: Window) -> str:
+    """Hours until a mount's available space runs out at the window's trend (a least-squares
+    slope), of the mounts that run out within FULL_WITHIN_HOURS."""
+    available = f"{_sel(w, AVAILABLE)}[{_d(w.seconds)}]"
+    falling = f"(-deriv({available}) > 0)"
+    return (
+        f"max by (node,mountpoint) (last_over_time({available}) / {falling}) / 3600 "
+        f"< {FULL_WITHIN_HOURS:g}"
+    )
+
+
+def _saves(w: Window) -> str:
+    """Checkpoint saves each job started in the window: steps where it saves and did not a
+    step before (whether the record is 0 or absent between saves)."""
+    burst = _sel(w, JOB_CHECKPOINT_BURST, scoped=False)
+    started = f"({burst} == 1) unless ({burst} offset {_d(w.step)} == 1)"
+    steps = f"[{_d(w.seconds)}:{_d(w.step)}]"
+    return f"max by (namespace,training_job) (count_over_time(({started}){steps}))"
+
+
+def _node_write_while_saving(w: Window) -> str:
+    """Each node's mean checkpoint write rate over the steps it wrote at all."""
+    writing = f"{_sel(w, NODE_CHECKPOINT_WRITE)} > 0"
+    return f"max by (node) (avg_over_time(({writing})[{_d(w.seconds)}:{_d(w.step)}]))"
 
 
 QUERIES: tuple[Query, ...] = (
@@ -459,6 +514,65 @@ QUERIES: tuple[Query, ...] = (
         scoped=False,
         batched=False,
         build=lambda w: f"max({_sel(w, TAINTED_NODES, scoped=False)})",
+    ),
+    Query("mount_hung_seconds", "summary", MOUNT, (HUNG,), _mount_time(HUNG)),
+    Query("mount_read_only_seconds", "summary", MOUNT, (READ_ONLY,), _mount_time(READ_ONLY)),
+    Query(
+        "mount_available_ratio",
+        "summary",
+        MOUNT,
+        (AVAILABLE, SIZE),
+        lambda w: (
+            f"max by (node,mountpoint) (last_over_time({_sel(w, AVAILABLE)}[{_d(w.seconds)}]) "
+            f"/ last_over_time({_sel(w, SIZE)}[{_d(w.seconds)}]))"
+        ),
+    ),
+    Query("mount_hours_to_full", "summary", MOUNT, (AVAILABLE,), _hours_to_full),
+    # The checkpoint records exist only where a job saved: absent, the section says so.
+    Query(
+        "job_checkpoint_saving_seconds",
+        "summary",
+        JOB,
+        (),
+        optional=(JOB_CHECKPOINT_BURST,),
+        scoped=False,
+        batched=False,
+        build=lambda w: (
+            "max by (namespace,training_job) ("
+            + _time_in_state(w, f"{_sel(w, JOB_CHECKPOINT_BURST, scoped=False)} == bool 1")
+            + ")"
+        ),
+    ),
+    Query(
+        "job_checkpoint_saves",
+        "summary",
+        JOB,
+        (),
+        optional=(JOB_CHECKPOINT_BURST,),
+        scoped=False,
+        batched=False,
+        build=_saves,
+    ),
+    Query(
+        "job_checkpoint_peak_bytes",
+        "summary",
+        JOB,
+        (),
+        optional=(JOB_CHECKPOINT_WRITE,),
+        scoped=False,
+        batched=False,
+        build=lambda w: (
+            "max by (namespace,training_job) (max_over_time("
+            f"{_sel(w, JOB_CHECKPOINT_WRITE, scoped=False)}[{_d(w.seconds)}]))"
+        ),
+    ),
+    Query(
+        "node_checkpoint_write_while_saving",
+        "summary",
+        ("node",),
+        (),
+        optional=(NODE_CHECKPOINT_WRITE,),
+        build=_node_write_while_saving,
     ),
     Query(
         "breaker_open",

@@ -14,6 +14,7 @@ only a reading the node has never had needs a new hook.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol, Self
@@ -60,6 +61,8 @@ class Hardware:
     nvlinks_per_gpu: int
     ports: Mapping[str, int]
     """Port count per HCA device name, in scenario order."""
+    mounts: tuple[str, ...] = ()
+    """Mount points of the scenario's `mounts:`."""
 
 
 Parse = Callable[[Checker, Any, str, Hardware], Any]
@@ -145,6 +148,12 @@ PORT: Final = Param(
     bounds="1..its `ports`",
     # Checked against the HCA's `ports` once the device is known (`PortFault`).
     parse=lambda check, value, key, _hw: check.integer(value, key, low=1, high=4),
+)
+MOUNTPOINT: Final = Param(
+    name="mountpoint",
+    meaning="simulated mount",
+    bounds="a `mounts` mount point",
+    parse=lambda check, value, key, hw: check.string(value, key, choices=hw.mounts),
 )
 SECONDS: Final = number(
     "seconds", "how long it lasts (absent: to the end)", low=0, high=1e7, required=False
@@ -290,6 +299,23 @@ class Fault:
 
     def port_errors(self, device: str, port: int, error: str, t: float) -> float:
         """Port errors of `error` this fault has counted (before saturation)."""
+        return 0.0
+
+    def mount_slowdown(self, mountpoint: str, t: float) -> float:
+        """What this fault divides the mount's write rate by (and multiplies its round trip
+        by), now."""
+        return 1.0
+
+    def mount_hang_remaining(self, mountpoint: str, t: float) -> float:
+        """Seconds a call on the mount made now must block for."""
+        return 0.0
+
+    def mount_read_only(self, mountpoint: str, t: float) -> bool:
+        """True while this fault holds the mount read-only."""
+        return False
+
+    def mount_filled_bytes(self, mountpoint: str, t: float) -> float:
+        """Bytes of the mount this fault has filled by time `t`."""
         return 0.0
 
 
@@ -572,6 +598,81 @@ class FabricDegraded(GpuFault):
         return gpu == self.gpu and self.active(t)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MountFault(Fault):
+    """A fault of one simulated mount (of the scenario's `mounts:`)."""
+
+    mountpoint: str
+
+    def on(self, mountpoint: str, t: float) -> bool:
+        """This fault is of that mount and applies at `t`."""
+        return mountpoint == self.mountpoint and self.active(t)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountSlow(MountFault):
+    """The mount's checkpoint writes run `factor` times slower (a save writes that much less
+    per second and lasts longer) and each WRITE's round trip takes `factor` times longer."""
+
+    KIND = "mount_slow"
+    PARAMS = (
+        MOUNTPOINT,
+        number("factor", "slowdown (write rate divided by it)", low=1, high=1e6),
+        SECONDS,
+    )
+
+    factor: float
+
+    def mount_slowdown(self, mountpoint: str, t: float) -> float:
+        return self.factor if self.on(mountpoint, t) else 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountHung(MountFault):
+    """Every call on the mount (statvfs, the probe) blocks for `seconds` (absent: to the end)
+    like a hard NFS mount whose server is gone, and nothing is written to it meanwhile."""
+
+    KIND = "mount_hung"
+    PARAMS = (MOUNTPOINT, SECONDS)
+
+    def mount_hang_remaining(self, mountpoint: str, t: float) -> float:
+        if not self.on(mountpoint, t):
+            return 0.0
+        return math.inf if self.seconds is None else self.at + self.seconds - t
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountReadOnly(MountFault):
+    """The mount turns read-only (`ro` in mountinfo, ST_RDONLY in statvfs, as after the
+    server or an error remounts it): nothing is written to it."""
+
+    KIND = "mount_read_only"
+    PARAMS = (MOUNTPOINT, SECONDS)
+
+    def mount_read_only(self, mountpoint: str, t: float) -> bool:
+        return self.on(mountpoint, t)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountFilling(MountFault):
+    """The mount's free space falls by `bytes_per_second` (another writer filling it), down to
+    none."""
+
+    KIND = "mount_filling"
+    PARAMS = (
+        MOUNTPOINT,
+        number("bytes_per_second", "bytes filled per second", low=0, high=1e12),
+        SECONDS,
+    )
+
+    bytes_per_second: float
+
+    def mount_filled_bytes(self, mountpoint: str, t: float) -> float:
+        if mountpoint != self.mountpoint:
+            return 0.0
+        return self.bytes_per_second * self.elapsed_active(t)
+
+
 FAULT_KINDS: Final[Mapping[str, type[Fault]]] = {
     kind.KIND: kind
     for kind in (
@@ -590,6 +691,10 @@ FAULT_KINDS: Final[Mapping[str, type[Fault]]] = {
         EccErrors,
         RowRemap,
         FabricDegraded,
+        MountSlow,
+        MountHung,
+        MountReadOnly,
+        MountFilling,
     )
 }
 """Every fault kind by its name in scenario files, in the docs' order."""

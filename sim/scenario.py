@@ -29,6 +29,7 @@ __all__ = [
     "MAX_SCENARIO_BYTES",
     "Baseline",
     "HcaSpec",
+    "MountSpec",
     "PodSpec",
     "Scenario",
     "ScenarioError",
@@ -49,6 +50,30 @@ class HcaSpec:
     rate_gbps: int = 400
     link_layer: str = "InfiniBand"
     expected_rate_gbps: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountSpec:
+    """A simulated checkpoint mount: a network filesystem the training job saves to.
+
+    A save starts every `checkpoint_every_seconds` (from t=0) and writes at
+    `write_bytes_per_second` for `checkpoint_seconds`; a fault can slow, stop or hang it.
+    """
+
+    mountpoint: str
+    fstype: str = "nfs4"
+    server: str = "10.0.0.5"
+    export: str = "/export/checkpoints"
+    size_bytes: float = 100e12
+    free_bytes: float = 60e12
+    write_bytes_per_second: float = 2e9
+    checkpoint_every_seconds: float = 120.0
+    checkpoint_seconds: float = 20.0
+
+    @property
+    def source(self) -> str:
+        """The mount's source as mountinfo writes it (`SERVER:/EXPORT`)."""
+        return f"{self.server}:{self.export}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +119,7 @@ class Scenario:
     driver_version: str = "550.90.07"
     description: str = ""
     pods: tuple[PodSpec, ...] = ()
+    mounts: tuple[MountSpec, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -106,6 +132,7 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "driver_version",
     "description",
     "pods",
+    "mounts",
     "extra",
 }
 BUILTIN_PACKAGE: Final = "fleetwatch.sim.scenarios"
@@ -137,6 +164,60 @@ def _parse_hca(check: Checker, raw: Any, key: str) -> HcaSpec:
         if expected is None
         else check.integer(expected, f"{key}.expected_rate_gbps", low=1, high=1600),
     )
+
+
+# Mount keys with their bounds; fstype, server and export are names (no blanks).
+_MOUNT_NUMBERS: Final = {
+    "size_bytes": (1.0, 1e18),
+    "free_bytes": (0.0, 1e18),
+    "write_bytes_per_second": (0.0, 1e13),
+    "checkpoint_every_seconds": (1.0, 1e7),
+    "checkpoint_seconds": (0.0, 1e7),
+}
+_MOUNT_NAMES: Final = ("fstype", "server", "export")
+
+
+def _parse_mounts(check: Checker, raw: Any) -> tuple[MountSpec, ...]:
+    """`mounts:`: absolute, unique mount points; free space within the size; a save shorter
+    than the time between saves."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise check.fail("mounts", "expected a list of mounts")
+    mounts: list[MountSpec] = []
+    for i, item in enumerate(raw):
+        key = f"mounts[{i}]"
+        data = check.mapping(item, key)
+        check.keys(
+            data,
+            key,
+            frozenset({"mountpoint"}),
+            frozenset({"mountpoint", *_MOUNT_NAMES, *_MOUNT_NUMBERS}),
+        )
+        point = check.string(data["mountpoint"], f"{key}.mountpoint")
+        if not point.startswith("/") or os.path.normpath(point) != point or " " in point:
+            raise check.fail(f"{key}.mountpoint", f"{point!r} is not a normalised absolute path")
+        if any(m.mountpoint == point for m in mounts):
+            raise check.fail(f"{key}.mountpoint", f"{point} is listed twice")
+        values: dict[str, Any] = {"mountpoint": point}
+        for name in _MOUNT_NAMES:
+            if name in data:
+                text = check.string(data[name], f"{key}.{name}")
+                if any(c.isspace() for c in text):
+                    raise check.fail(f"{key}.{name}", f"{text!r} contains blanks")
+                values[name] = text
+        for name, (low, high) in _MOUNT_NUMBERS.items():
+            if name in data:
+                values[name] = check.number(data[name], f"{key}.{name}", low=low, high=high)
+        mount = MountSpec(**values)
+        if mount.free_bytes > mount.size_bytes:
+            raise check.fail(f"{key}.free_bytes", "more than size_bytes")
+        if mount.checkpoint_seconds >= mount.checkpoint_every_seconds:
+            raise check.fail(
+                f"{key}.checkpoint_seconds", "a save must end before the next one starts"
+            )
+        mounts.append(mount)
+    return tuple(mounts)
 
 
 def _parse_baseline(check: Checker, raw: Any) -> Baseline:
@@ -240,10 +321,12 @@ def parse_scenario(
     raw_faults = top.get("faults") or []
     if not isinstance(raw_faults, list):
         raise check.fail("faults", "expected a list of faults")
+    mounts = _parse_mounts(check, top.get("mounts"))
     hardware = Hardware(
         gpus=top["gpus"],
         nvlinks_per_gpu=top["nvlinks_per_gpu"],
         ports={h.device: h.ports for h in hcas},
+        mounts=tuple(m.mountpoint for m in mounts),
     )
     faults = tuple(
         _parse_fault(check, f, f"faults[{i}]", hardware, kinds) for i, f in enumerate(raw_faults)
@@ -263,6 +346,7 @@ def parse_scenario(
         driver_version=check.string(top.get("driver_version", "550.90.07"), "driver_version"),
         description=str(top.get("description", "")),
         pods=_parse_pods(check, top.get("pods"), top["gpus"]),
+        mounts=mounts,
         extra=check.mapping(extra, "extra"),
     )
 

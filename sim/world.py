@@ -7,6 +7,7 @@ generated sysfs tree always agree with each other.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -15,11 +16,14 @@ from typing import Final, Protocol
 
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_BITS
 from fleetwatch.sim.faults import ROW_REMAP_EVENTS, Fault
-from fleetwatch.sim.scenario import HcaSpec, Scenario
+from fleetwatch.sim.scenario import HcaSpec, MountSpec, Scenario
 
 # Steady traffic per active port, in bytes per second of line rate used.
 _LINK_LOAD: Final = 0.35
 _PACKET_BYTES: Final = 4096
+# A simulated NFS mount writes in 1 MiB WRITE calls (wsize) of 2 ms round trip when healthy.
+MOUNT_WSIZE: Final = 1 << 20
+_MOUNT_RTT_MS: Final = 2.0
 
 
 class Clock(Protocol):
@@ -250,6 +254,75 @@ class SimulatedNode:
 
     def port_packets(self, device: str, port: int, direction: str, t: float | None = None) -> int:
         return self.port_data_words(device, port, direction, t) * 4 // _PACKET_BYTES
+
+    # -- Checkpoint mounts ----------------------------------------------------------------
+    def mount(self, mountpoint: str) -> MountSpec:
+        return next(m for m in self.scenario.mounts if m.mountpoint == mountpoint)
+
+    def _mount_stopped(self, mountpoint: str, t: float) -> bool:
+        """Nothing is written while the mount is hung or read-only."""
+        return self.mount_read_only(mountpoint, t) or self.mount_hang_remaining(mountpoint, t) > 0
+
+    def _mount_slowdown(self, mountpoint: str, t: float) -> float:
+        return math.prod(f.mount_slowdown(mountpoint, t) for f in self._started(t))
+
+    def _fault_segments(self, t: float) -> list[tuple[float, float]]:
+        """[a, b) pieces of 0..t within which no fault of the scenario starts or ends, so a
+        mount's write rate is constant along each."""
+        edges = {0.0, t}
+        for fault in self.scenario.faults:
+            edges.add(fault.at)
+            if fault.seconds is not None:
+                edges.add(fault.at + fault.seconds)
+        points = sorted(e for e in edges if 0.0 <= e <= t)
+        return list(itertools.pairwise(points))
+
+    def _mount_bursts(self, mount: MountSpec, a: float, b: float) -> float:
+        """Seconds of [a, b) that fall within a save (one starts every
+        `checkpoint_every_seconds` from 0 and lasts `checkpoint_seconds`)."""
+
+        def before(x: float) -> float:
+            every, length = mount.checkpoint_every_seconds, mount.checkpoint_seconds
+            return (x // every) * length + min(x % every, length)
+
+        return before(b) - before(a)
+
+    def mount_written(self, mountpoint: str, t: float | None = None) -> tuple[float, float]:
+        """(bytes written, WRITE round-trip milliseconds) to the mount by `t`: saves write at
+        the mount's rate divided by its slowdown, each WRITE's round trip multiplied by it."""
+        t = self.now() if t is None else t
+        mount = self.mount(mountpoint)
+        written = rtt_ms = 0.0
+        for a, b in self._fault_segments(t):
+            middle = (a + b) / 2
+            if self._mount_stopped(mountpoint, middle):
+                continue
+            slowdown = self._mount_slowdown(mountpoint, middle)
+            moved = mount.write_bytes_per_second * self._mount_bursts(mount, a, b) / slowdown
+            written += moved
+            rtt_ms += moved / MOUNT_WSIZE * _MOUNT_RTT_MS * slowdown
+        return written, rtt_ms
+
+    def mount_free_bytes(self, mountpoint: str, t: float | None = None) -> float:
+        """Free bytes: the mount's `free_bytes` less what faults have filled (never below 0)."""
+        t = self.now() if t is None else t
+        filled = sum(f.mount_filled_bytes(mountpoint, t) for f in self._started(t))
+        return max(0.0, self.mount(mountpoint).free_bytes - filled)
+
+    def mount_read_only(self, mountpoint: str, t: float | None = None) -> bool:
+        t = self.now() if t is None else t
+        return any(f.mount_read_only(mountpoint, t) for f in self._started(t))
+
+    def mount_hang_remaining(self, mountpoint: str, t: float | None = None) -> float:
+        """Seconds a call on the mount made now must block for (0: it answers)."""
+        t = self.now() if t is None else t
+        return max((f.mount_hang_remaining(mountpoint, t) for f in self._started(t)), default=0.0)
+
+    def block_for_mount_hang(self, mountpoint: str) -> None:
+        """Block the calling thread as a hung mount's caller would, while a fault hangs it."""
+        remaining = self.mount_hang_remaining(mountpoint)
+        if remaining > 0:
+            self._hang_release.wait(None if math.isinf(remaining) else remaining)
 
 
 # Hardware slowdown of a simulated H100, as NVML reports it on a real one.

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 
 from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult, run_probe
 
@@ -58,6 +58,19 @@ class MountReading:
     capacity: Capacity | None
     error: str | None
     probe: ProbeResult | ProbeFailed | None
+
+
+class MountCaller(Protocol):
+    """What the storage collector makes its calls on mounts through: `MountCalls` on a real
+    node, a stand-in under simulation."""
+
+    def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
+        """statvfs on `mountpoint`, then the probe if given; blocks while the mount does."""
+        ...
+
+    def close(self) -> None:
+        """Release what the calls hold; never waits for a stuck call."""
+        ...
 
 
 class HelperFailed(Exception):

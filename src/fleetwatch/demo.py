@@ -10,7 +10,8 @@ simulated cluster, which Prometheus scrapes too. Every scrape job has the name t
 rules select, so no self-health alert fires while everything runs. It prints the story of
 the scenario it runs (from its faults and pods:
 with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a training
-job waits for its thermally throttled GPU while another GPU idles), follows it as it
+job waits for its thermally throttled GPU while another GPU idles, then its checkpoint mount
+hangs and CheckpointMountHung takes the node out), follows it as it
 happens (firing alerts, node taints) and stops every process it started on Ctrl-C.
 """
 
@@ -50,6 +51,10 @@ from fleetwatch.sim.faults import (
     IbErrors,
     IbPortDown,
     IbRate,
+    MountFilling,
+    MountHung,
+    MountReadOnly,
+    MountSlow,
     NvlinkDown,
     NvlinkErrors,
     RowRemap,
@@ -265,6 +270,11 @@ def story(scenario: Scenario, workdir: Path) -> list[str]:
             f"  Pod {pod.namespace}/{pod.name} (training job {job}) holds GPUs {gpus}: the "
             "per-job alerts compare them"
         )
+    for mount in scenario.mounts:
+        lines.append(
+            f"  Mount {mount.mountpoint} ({mount.fstype} from {mount.server}): a checkpoint save "
+            f"every {mount.checkpoint_every_seconds:g}s for {mount.checkpoint_seconds:g}s"
+        )
     if not scenario.faults:
         return [*lines, "  No faults: every GPU, link and port stays healthy.", ""]
     lines.append("What happens (times from the exporter's start):")
@@ -362,6 +372,33 @@ def _other_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
             return f"{gpu} counts {fault.per_second:g} {fault.error} ECC errors/s{lasting}"
         case RowRemap():
             return f"{gpu} has a {fault.error} row remap event"
+    return _mount_fault_story(fault, gpu=gpu, lasting=lasting)
+
+
+def _mount_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
+    """The story line of a fault of a checkpoint mount."""
+    match fault:
+        case MountHung():
+            return (
+                f"checkpoint mount hung on {NODE}: CheckpointMountHung → the tainter takes the "
+                f"node out ({fault.mountpoint} blocks every call{lasting}; the taint lifts "
+                "once it has answered for the hold time)"
+            )
+        case MountReadOnly():
+            return (
+                f"checkpoint mount {fault.mountpoint} turns read-only{lasting}: "
+                "CheckpointMountReadOnly → the tainter takes the node out"
+            )
+        case MountSlow():
+            return (
+                f"checkpoint mount {fault.mountpoint} writes {fault.factor:g} times slower"
+                f"{lasting}: this node is its job's CheckpointStraggler"
+            )
+        case MountFilling():
+            return (
+                f"checkpoint mount {fault.mountpoint} fills by "
+                f"{fault.bytes_per_second / 1e6:g} MB/s{lasting}: CheckpointStorageFillingUp"
+            )
     return f"{fault.kind} on {gpu}{lasting}"
 
 

@@ -2,7 +2,8 @@
 alerts on what it thins out still fire.
 
 The lean exposition must be the full one less the InfiniBand hw_counters, the saturation
-flags at 0 and the NVLink error counters still at 0, and nothing else. An NVLink error
+flags at 0, the NVLink error counters still at 0 and the storage per-operation series beyond
+the data path's counts and times (`LEAN_OPERATIONS`), and nothing else. An NVLink error
 counter under lean appears at its first error, so NVLinkErrorsRising is checked with
 promtool on the shipped rules against a series that is absent until then.
 """
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
+from fleetwatch.catalog.storage import (
+    FAMILIES,
+    STORAGE_OPERATION_ERRORS_TOTAL,
+    STORAGE_OPERATION_QUEUE_SECONDS_TOTAL,
+    STORAGE_OPERATION_RECEIVED_BYTES_TOTAL,
+    STORAGE_OPERATION_SENT_BYTES_TOTAL,
+)
 from fleetwatch.collectors.nvlink import has_erred
+from fleetwatch.collectors.storage import LEAN_OPERATIONS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
 from testbed.servers import promtool
 from tests.exporter.node import collect_node
@@ -24,6 +33,16 @@ RULES = Path(__file__).parents[2] / "rules"
 HW_STAT = "fleetwatch_infiniband_port_hw_stat_total{"
 SATURATED = "fleetwatch_infiniband_port_error_saturated{"
 NVLINK_ERRORS = "fleetwatch_nvlink_errors_total{"
+STORAGE_PER_OPERATION = tuple(f"{spec.name}{{" for spec in FAMILIES if "operation" in spec.labels)
+STORAGE_LEAN_DROPS = tuple(
+    f"{spec.name}{{"
+    for spec in (
+        STORAGE_OPERATION_ERRORS_TOTAL,
+        STORAGE_OPERATION_QUEUE_SECONDS_TOTAL,
+        STORAGE_OPERATION_RECEIVED_BYTES_TOTAL,
+        STORAGE_OPERATION_SENT_BYTES_TOTAL,
+    )
+)
 
 
 def samples(text: str) -> dict[str, float]:
@@ -34,8 +53,10 @@ def samples(text: str) -> dict[str, float]:
 
 def dropped_by_lean(series: str, value: float) -> bool:
     """What the lean profile says it leaves out."""
-    if series.startswith(HW_STAT):
+    if series.startswith((HW_STAT, *STORAGE_LEAN_DROPS)):
         return True
+    if series.startswith(STORAGE_PER_OPERATION):
+        return series.split('operation="', 1)[1].split('"', 1)[0] not in LEAN_OPERATIONS
     return series.startswith((SATURATED, NVLINK_ERRORS)) and value == 0
 
 
