@@ -10,7 +10,9 @@ fake and the generated sysfs tree always agree, and a fixed clock gives fixed ou
 Hardware behaviour it reproduces, as real drivers show it: a lost GPU answers `GpuIsLost` to
 every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
 answer `NotSupported`; NVLink5 field values and NVLink-fabric info exist only where the
-scenario says so;
+scenario says so; MIG (the scenario's `mig:`) has MIG device handles by slot (NotFound for an
+empty slot or an instance that disappeared), their UUID, GPU and compute instance ids, name
+with the profile, memory, and GPM samples per GPU instance (`nvmlGpmMigSampleGet`);
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
 created. The tests' controls (a failure injected into any call, profiling counters held by
 another tool, an Xid delivered now) live with the tests, in a subclass.
