@@ -72,16 +72,18 @@ class NvmlFailures:
         self._counts: Counter[tuple[str, str, str, str]] = Counter()
         self._once = LogOnce(log)
 
-    def record(self, identity: GpuIdentity, failures: Iterable[CallFailure]) -> None:
+    def record(self, identity: GpuIdentity, failures: Iterable[CallFailure], **where: int) -> None:
+        """Count each failure; log each new kind once, with `where` (a MIG slot) named."""
         for failure in failures:
             key = (*gpu_labels(identity), failure.call, failure.error)
             self._once.warning(
-                key,
+                (*key, *where.items()),
                 "NVML call failed; its values are absent",
                 collector=self._collector,
                 gpu=identity.index,
                 call=failure.call,
                 error=failure.error,
+                **where,
             )
             self._counts[key] += 1
 

@@ -1,5 +1,6 @@
 """Fabric (uid fleetwatch-fabric): InfiniBand error rates, flaps, degraded and saturated
-links, throughput, and NVLink errors.
+links, throughput, NVLink errors, and NVLink domains (NVL72): GPUs, nodes, degraded and
+unregistered GPUs and the training jobs of each domain, from the global domain rules.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
     INFINIBAND_PORT_STATE_CHANGES_TOTAL,
     INFINIBAND_PORT_UP,
+)
+from fleetwatch.rules.definitions import (
+    DOMAIN_DEGRADED,
+    DOMAIN_GPUS,
+    DOMAIN_JOB_GPUS,
+    DOMAIN_NODES,
+    DOMAIN_UNREGISTERED,
 )
 
 
@@ -82,11 +90,49 @@ def build(q: Queries) -> Dashboard:
             width=24,
             description="Links with errors in the rate window (per s).",
         ),
+        lay.row("NVLink domains (NVL72)"),
+        table(
+            lay,
+            "NVLink domains",
+            (DOMAIN_GPUS, ""),
+            (DOMAIN_NODES, ""),
+            (DOMAIN_DEGRADED, ""),
+            (DOMAIN_UNREGISTERED, ""),
+            width=24,
+            columns={
+                "Value #A": "GPUs",
+                "Value #B": "nodes",
+                "Value #C": "degraded GPUs",
+                "Value #D": "unregistered GPUs",
+            },
+            sort_by="degraded GPUs",
+            description=(
+                "Each NVLink domain (fabric cluster UUID and clique ID): its GPUs and nodes, "
+                "and the GPUs whose fabric is degraded or not registered. All nodes, from "
+                "the global domain rules (empty without NVLink-fabric GPUs)."
+            ),
+        ),
+        table(
+            lay,
+            "Training jobs in degraded domains",
+            (
+                f"{DOMAIN_JOB_GPUS}\nand on (cluster_uuid, clique_id)\n"
+                f"({DOMAIN_DEGRADED} + {DOMAIN_UNREGISTERED} > 0)",
+                "",
+            ),
+            width=24,
+            columns={"Value": "GPUs in the domain"},
+            description=(
+                "Jobs holding GPUs in a domain with a degraded or unregistered GPU: a "
+                "multi-node NVLink job stalls as a whole when one tray's fabric fails."
+            ),
+        ),
     ]
     return dashboard(
         "fleetwatch-fabric",
         "fleetwatch / Fabric",
-        "InfiniBand and NVLink health: errors, flaps, degraded and saturated links.",
+        "InfiniBand and NVLink health: errors, flaps, degraded and saturated links, NVLink "
+        "domains.",
         panels,
         variables(q.job, gpu=False),
     )

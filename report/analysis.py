@@ -24,7 +24,7 @@ from fleetwatch.report.policy import (
     Policy,
     shipped_policy,
 )
-from fleetwatch.report.queries import GPU, PORT
+from fleetwatch.report.queries import DOMAIN, GPU, PORT
 from fleetwatch.report.section import Section, frame_values, ranked, require
 
 
@@ -220,6 +220,69 @@ def fabric(ds: Dataset) -> Section:
     return section
 
 
+def nvlink_domains(ds: Dataset, owned: pd.DataFrame | None, section: Section) -> None:
+    """NVLink domains (NVL72) into `section`: per domain its GPUs, nodes, GPUs whose fabric
+    was degraded or unregistered and for how long, and the training jobs holding GPUs in
+    it; and the jobs that span a domain with such a GPU (they all stall when one tray's
+    fabric fails). Nothing without NVLink-fabric GPUs in the window."""
+    gpus = frame_values(ds, "domain_gpus", (*GPU, *DOMAIN), "on_fabric")
+    if gpus is None:
+        section.notes.append(f"domain_gpus: {ds.problems.get('domain_gpus')}")
+        return
+    if gpus.empty:
+        return
+    unhealthy = frame_values(ds, "fabric_unhealthy_seconds", GPU, "unhealthy_s")
+    if unhealthy is None:
+        section.notes.append(
+            f"fabric_unhealthy_seconds: {ds.problems.get('fabric_unhealthy_seconds')}"
+        )
+        unhealthy = pd.DataFrame(
+            {k: pd.Series(dtype="string") for k in GPU} | {"unhealthy_s": pd.Series(dtype=float)}
+        )
+    gpus = gpus.merge(unhealthy, on=list(GPU), how="left")
+    gpus["unhealthy_s"] = gpus["unhealthy_s"].fillna(0.0)
+    domains = gpus.groupby(list(DOMAIN), observed=True, as_index=False).agg(
+        gpus=("uuid", "nunique"),
+        nodes=("node", "nunique"),
+        unhealthy_gpus=("unhealthy_s", lambda s: int((s > 0).sum())),
+        unhealthy_gpu_minutes=("unhealthy_s", lambda s: float(s.sum()) / 60),
+    )
+    jobs = _domain_jobs(ds, owned, gpus)
+    names = jobs.assign(job=jobs["namespace"] + "/" + jobs["training_job"])
+    listed = names.groupby(list(DOMAIN), observed=True)["job"].agg(lambda j: ", ".join(sorted(j)))
+    domains = domains.merge(listed.rename("jobs").reset_index(), on=list(DOMAIN), how="left")
+    domains["jobs"] = domains["jobs"].fillna("")
+    section.tables["nvlink_domains"] = ranked(domains, ["unhealthy_gpus", "unhealthy_gpu_minutes"])
+    degraded = domains[domains["unhealthy_gpus"] > 0][list(DOMAIN)]
+    spanning = jobs.merge(degraded, on=list(DOMAIN), how="inner")
+    section.tables["jobs_in_degraded_domains"] = ranked(spanning, ["gpus_in_domain"])
+
+
+def _domain_jobs(ds: Dataset, owned: pd.DataFrame | None, gpus: pd.DataFrame) -> pd.DataFrame:
+    """Training jobs (kube_pod_labels' job, else the pod) with how many GPUs each holds in
+    each domain: namespace, training_job, cluster_uuid, clique_id, gpus_in_domain."""
+    columns = ["namespace", "training_job", *DOMAIN, "gpus_in_domain"]
+    if owned is None or owned.empty:
+        return pd.DataFrame({c: pd.Series(dtype="string") for c in columns[:-1]}).assign(
+            gpus_in_domain=pd.Series(dtype="int64")
+        )
+    pods = owned[["uuid", "namespace", "pod"]].drop_duplicates().astype("string")
+    pod_jobs = ds.frame("pod_jobs")
+    if pod_jobs is not None and not pod_jobs.empty:
+        named = pod_jobs[["namespace", "pod", "training_job"]].drop_duplicates(["namespace", "pod"])
+        pods = pods.merge(named.astype("string"), on=["namespace", "pod"], how="left")
+        pods["training_job"] = pods["training_job"].fillna(pods["pod"])
+    else:
+        pods = pods.assign(training_job=pods["pod"])
+    held = pods.merge(gpus[["uuid", *DOMAIN]], on="uuid", how="inner")
+    return (
+        held.groupby(["namespace", "training_job", *DOMAIN], observed=True)["uuid"]
+        .nunique()
+        .rename("gpus_in_domain")
+        .reset_index()[columns]
+    )
+
+
 def flaps(ds: Dataset, section: Section, errors: pd.DataFrame | None) -> pd.DataFrame:
     """Ports that went down: `link_downed` growth, or the exporter's state changes / 2.
 
@@ -391,6 +454,8 @@ SECTION_QUERIES: dict[str, tuple[str, ...]] = {
         "ib_degraded_seconds",
         "ib_saturated_seconds",
         "nvlink_errors",
+        "domain_gpus",
+        "fabric_unhealthy_seconds",
     ),
     "Reliability": (
         "xid_events",
@@ -433,6 +498,7 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
     p = policy or shipped_policy()
     activity_section, owned = activity(ds, p)
     fabric_section = fabric(ds)
+    nvlink_domains(ds, owned, fabric_section)
     sections = [
         thermal(ds),
         activity_section,

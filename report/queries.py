@@ -26,6 +26,9 @@ from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
     GPU_CLOCK_HERTZ,
     GPU_ECC_ERRORS_TOTAL,
+    GPU_FABRIC_DEGRADED,
+    GPU_FABRIC_INFO,
+    GPU_FABRIC_STATE_ID,
     GPU_POWER_WATTS,
     GPU_REMAPPED_ROWS,
     GPU_ROW_REMAP_FAILED,
@@ -185,6 +188,10 @@ HUNG = STORAGE_HUNG.name
 READ_ONLY = STORAGE_READ_ONLY.name
 AVAILABLE = STORAGE_AVAILABLE_BYTES.name
 SIZE = STORAGE_SIZE_BYTES.name
+FABRIC_INFO = GPU_FABRIC_INFO.name
+FABRIC_DEGRADED = GPU_FABRIC_DEGRADED.name
+FABRIC_STATE = GPU_FABRIC_STATE_ID.name
+DOMAIN = ("cluster_uuid", "clique_id")
 
 
 def _temp(w: Window) -> str:
@@ -258,6 +265,16 @@ def _pod_jobs(w: Window) -> str:
     config = shipped_config()
     pods = _over_bucket(w, "max_over_time", scoped=False, extra=config.kube_state_metrics_selector)
     return pod_training_job(config, pods, fallback=pods(POD_LABELS, ""))
+
+
+def _fabric_unhealthy(w: Window) -> str:
+    """Seconds each GPU's NVLink fabric was degraded or not registered (state not 3)."""
+    by = "max by (node,gpu,uuid)"
+    unhealthy = (
+        f"clamp_max({by} ({_sel(w, FABRIC_DEGRADED)}) + ({by} ({_sel(w, FABRIC_STATE)}) "
+        "!= bool 3), 1)"
+    )
+    return f"{by} ({_time_in_state(w, unhealthy)}) > 0"
 
 
 def _lost(w: Window) -> str:
@@ -435,6 +452,25 @@ QUERIES: tuple[Query, ...] = (
         (*GPU, "link", "error"),
         (NVLINK_ERRORS,),
         lambda w: f"sum by (node,gpu,uuid,link,error) ({_growth(w, _sel(w, NVLINK_ERRORS))}) > 0",
+    ),
+    Query(
+        "domain_gpus",
+        "summary",
+        (*GPU, *DOMAIN),
+        (),
+        optional=(FABRIC_INFO,),
+        build=lambda w: (
+            f"max by (node,gpu,uuid,cluster_uuid,clique_id) "
+            f"(max_over_time({_sel(w, FABRIC_INFO)}[{_d(w.seconds)}]))"
+        ),
+    ),
+    Query(
+        "fabric_unhealthy_seconds",
+        "summary",
+        GPU,
+        (),
+        optional=(FABRIC_DEGRADED, FABRIC_STATE),
+        build=_fabric_unhealthy,
     ),
     Query(
         "xid_events",

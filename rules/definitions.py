@@ -43,6 +43,20 @@ JOB_SM_CLOCK: Final = "fleetwatch:gpu_job_sm_clock:hertz"
 JOB_SM_CLOCK_MEDIAN: Final = "namespace_training_job:fleetwatch_gpu_sm_clock:median"
 JOB_LABELS: Final = "namespace, training_job"
 
+# NVLink domains (NVL72): a domain is a fabric cluster UUID and clique ID.
+DOMAIN_LABELS: Final = "cluster_uuid, clique_id"
+DOMAIN_GPU_INFO: Final = "fleetwatch:gpu_nvlink_domain:info"
+"""One series per GPU on an NVLink fabric: {node, gpu, uuid, cluster_uuid, clique_id}."""
+DOMAIN_GPUS: Final = "fleetwatch:nvlink_domain_gpus:count"
+DOMAIN_NODES: Final = "fleetwatch:nvlink_domain_nodes:count"
+DOMAIN_DEGRADED: Final = "fleetwatch:nvlink_domain_gpus_degraded:count"
+"""GPUs of the domain whose fabric reports degraded (0 when none)."""
+DOMAIN_UNREGISTERED: Final = "fleetwatch:nvlink_domain_gpus_unregistered:count"
+"""GPUs of the domain whose fabric registration has not completed (0 when none)."""
+DOMAIN_JOB_GPUS: Final = "fleetwatch:nvlink_domain_job_gpus:count"
+"""GPUs each training job holds in each domain: {cluster_uuid, clique_id, namespace,
+training_job}; a job with GPUs in a domain spans it."""
+
 
 def fabric_errors_record(config: Config) -> str:
     """Errors per second on each node's NVLinks and InfiniBand ports, by `fabric`."""

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-from fleetwatch.rules.alerts import fabric, gpu, stack, training
+from fleetwatch.rules.alerts import domains, fabric, gpu, stack, training
 from fleetwatch.rules.config import (
     AlertPolicy,
     Config,
@@ -42,6 +42,7 @@ ALERT_GROUPS: Final[tuple[tuple[str, tuple[AreaAlerts, ...]], ...]] = (
     ("fleetwatch-gpu", (gpu.alerts,)),
     ("fleetwatch-training-jobs", (training.alerts,)),
     ("fleetwatch-fabric", (fabric.alerts,)),
+    ("fleetwatch-nvlink-domains", (domains.alerts,)),
     ("fleetwatch-stack", (stack.alerts,)),
     ("fleetwatch-fleet", (gpu.fleet_alerts, stack.fleet_alerts)),
     ("fleetwatch-tainter", (stack.tainter_alerts,)),
@@ -54,7 +55,7 @@ HISTORY_GROUP: Final = "fleetwatch-history"
 RECORDING_GROUPS: Final[tuple[tuple[str, tuple[AreaRecords, ...]], ...]] = (
     ("fleetwatch-recording", (gpu.records, fabric.records)),
     (HISTORY_GROUP, (gpu.history, fabric.history)),
-    ("fleetwatch-fleet-recording", (gpu.fleet_records, training.records)),
+    ("fleetwatch-fleet-recording", (gpu.fleet_records, training.records, domains.records)),
 )
 """Recording groups in file order: within a group, a record comes after the records it
 reads (a group evaluates its rules in order; groups evaluate independently, so a record

@@ -10,7 +10,9 @@ fake and the generated sysfs tree always agree, and a fixed clock gives fixed ou
 Hardware behaviour it reproduces, as real drivers show it: a lost GPU answers `GpuIsLost` to
 every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
 answer `NotSupported`; NVLink5 field values and NVLink-fabric info exist only where the
-scenario says so;
+scenario says so; MIG (the scenario's `mig:`) has MIG device handles by slot (NotFound for an
+empty slot or an instance that disappeared), their UUID, GPU and compute instance ids, name
+with the profile, memory, and GPM samples per GPU instance (`nvmlGpmMigSampleGet`);
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
 created. The tests' controls (a failure injected into any call, profiling counters held by
 another tool, an Xid delivered now) live with the tests, in a subclass.
@@ -29,6 +31,7 @@ import pynvml
 
 from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
 from fleetwatch.collectors.sources.pci import nvml_bus_id
+from fleetwatch.sim.scenario import MIG_SLOTS, MigSpec
 from fleetwatch.sim.sysfs_tree import gpu_pci_address
 from fleetwatch.sim.world import (
     GPU_MAX_CELSIUS,
@@ -86,6 +89,14 @@ class FakeHandle:
     index: int
 
 
+@dataclass(frozen=True)
+class FakeMigHandle:
+    """A MIG device handle, as `nvmlDeviceGetMigDeviceHandleByIndex` returns."""
+
+    gpu: int
+    slot: int
+
+
 @dataclass
 class _Value:
     """The `c_nvmlValue_t` union: every member holds the value."""
@@ -116,6 +127,7 @@ class FakeGpmSample:
 
     gpu: int | None = None
     at: float | None = None
+    gpu_instance: int | None = None
     freed: bool = False
 
 
@@ -247,13 +259,23 @@ class FakeNvml:
         return self._gpu("nvmlDeviceGetIndex", handle)
 
     # -- identity --------------------------------------------------------------------------
-    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+    def nvmlDeviceGetName(self, handle: FakeHandle | FakeMigHandle) -> str:
+        if isinstance(handle, FakeMigHandle):
+            self._mig("nvmlDeviceGetName", handle)
+            return f"{self.scenario.gpu_model} MIG {self._mig_spec().profile}"
         self._gpu("nvmlDeviceGetName", handle)
         return self.scenario.gpu_model
 
-    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeHandle | FakeMigHandle) -> str:
+        if isinstance(handle, FakeMigHandle):
+            gpu = self._mig("nvmlDeviceGetUUID", handle)
+            return f"MIG-{self._uuid(f'{gpu}/mig/{handle.slot}')}"
         gpu = self._gpu("nvmlDeviceGetUUID", handle)
-        return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'fleetwatch-sim/{self.scenario.name}/{gpu}')}"
+        return f"GPU-{self._uuid(str(gpu))}"
+
+    def _uuid(self, thing: str) -> uuid.UUID:
+        """A stable UUID for a thing of this scenario (a GPU, a MIG device, the fabric)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"fleetwatch-sim/{self.scenario.name}/{thing}")
 
     def nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
         gpu = self._gpu("nvmlDeviceGetSerial", handle)
@@ -314,9 +336,15 @@ class FakeNvml:
         return _Struct({"gpu": percent, "memory": round(percent * 0.4)})
 
     # -- memory and health -------------------------------------------------------------------
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> _Struct:
-        self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        total = self._memory_total * 1024 * 1024
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: FakeHandle | FakeMigHandle, version: int | None = None
+    ) -> _Struct:
+        if isinstance(handle, FakeMigHandle):
+            self._mig("nvmlDeviceGetMemoryInfo", handle)
+            total = self._mig_spec().memory_mib * 1024 * 1024
+        else:
+            self._gpu("nvmlDeviceGetMemoryInfo", handle)
+            total = self._memory_total * 1024 * 1024
         used = int(total * self.scenario.baseline.memory_used_ratio)
         return _Struct({"total": total, "used": used, "free": total - used})
 
@@ -363,7 +391,7 @@ class FakeNvml:
         fabric = info.contents
         if fabric.version != pynvml.nvmlGpuFabricInfo_v2:
             raise pynvml.NVMLError_ArgumentVersionMismatch()
-        cluster = uuid.uuid5(uuid.NAMESPACE_URL, f"fleetwatch-sim/{self.scenario.name}/fabric")
+        cluster = self._uuid("fabric")
         fabric.clusterUuid[:] = list(cluster.bytes)
         fabric.status = pynvml.NVML_SUCCESS
         fabric.cliqueId = self._fabric_clique
@@ -371,6 +399,54 @@ class FakeNvml:
         degraded = self.node.fabric_degraded(gpu)
         fabric.healthMask = _FABRIC_DEGRADED_MASK if degraded else _FABRIC_HEALTHY_MASK
         return int(pynvml.NVML_SUCCESS)
+
+    # -- MIG -------------------------------------------------------------------------------
+    def _mig_spec(self) -> MigSpec:
+        """The scenario's MIG layout; NotSupported (a GPU without MIG) when it has none."""
+        if self.scenario.mig is None:
+            raise pynvml.NVMLError_NotSupported()
+        return self.scenario.mig
+
+    def _mig(self, call: str, handle: FakeMigHandle) -> int:
+        """What every call on a MIG handle does first: the GPU's checks, then NotFound for
+        an instance that is gone (MIG mode off, or destroyed by a fault)."""
+        gpu = self._gpu(call, FakeHandle(handle.gpu))
+        spec = self._mig_spec()
+        live = handle.slot < spec.instances and self.node.mig_enabled(gpu)
+        if not live or self.node.mig_gone(gpu, handle.slot):
+            raise pynvml.NVMLError_NotFound()
+        return gpu
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        """[current, pending]: a `mig_mode` fault models a switch already applied by a reset."""
+        gpu = self._gpu("nvmlDeviceGetMigMode", handle)
+        self._mig_spec()
+        mode = int(self.node.mig_enabled(gpu))
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
+        self._mig_spec()
+        return MIG_SLOTS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, slot: int) -> FakeMigHandle:
+        """The MIG device in `slot`; NotFound for an empty slot, as NVML answers."""
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        spec = self._mig_spec()
+        if not 0 <= slot < MIG_SLOTS:
+            raise pynvml.NVMLError_InvalidArgument()
+        if not self.node.mig_enabled(gpu) or slot >= spec.instances:
+            raise pynvml.NVMLError_NotFound()
+        return FakeMigHandle(gpu, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
+        """GPU instance ids count from 1 in slot order; one compute instance (0) each."""
+        self._mig("nvmlDeviceGetGpuInstanceId", handle)
+        return handle.slot + 1
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeMigHandle) -> int:
+        self._mig("nvmlDeviceGetComputeInstanceId", handle)
+        return 0
 
     # -- field values ----------------------------------------------------------------------
     def nvmlDeviceGetFieldValues(
@@ -451,6 +527,17 @@ class FakeNvml:
         sample.gpu, sample.at = gpu, self.node.now()
         return sample
 
+    def nvmlGpmMigSampleGet(
+        self, handle: FakeHandle, gpu_instance: int, sample: FakeGpmSample
+    ) -> FakeGpmSample:
+        """A GPM sample of one GPU instance (id from `nvmlDeviceGetGpuInstanceId`)."""
+        gpu = self._gpu("nvmlGpmMigSampleGet", handle)
+        if not self.scenario.gpm_supported:
+            raise pynvml.NVMLError_NotSupported()
+        self._mig("nvmlGpmMigSampleGet", FakeMigHandle(gpu, gpu_instance - 1))
+        sample.gpu, sample.at, sample.gpu_instance = gpu, self.node.now(), gpu_instance
+        return sample
+
     def nvmlGpmMetricsGet(self, request: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
         self._enter("nvmlGpmMetricsGet", None)
         first, second = request.sample1, request.sample2
@@ -460,6 +547,7 @@ class FakeNvml:
             or second is None
             or first.gpu is None
             or first.gpu != second.gpu
+            or first.gpu_instance != second.gpu_instance
             or second.at is None
         ):
             raise pynvml.NVMLError_InvalidArgument()

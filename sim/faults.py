@@ -269,6 +269,14 @@ class Fault:
         """True while this fault holds the NVLink down."""
         return False
 
+    def mig_enabled(self, gpu: int, value: bool, t: float) -> bool:
+        """The GPU's MIG mode after this fault, given `value` before it."""
+        return value
+
+    def mig_gone(self, gpu: int, slot: int, t: float) -> bool:
+        """True while this fault holds the MIG instance in `slot` destroyed under its handle."""
+        return False
+
     def nvlink_errors(self, gpu: int, link: int, error: str, t: float) -> float:
         """NVLink errors of `error` this fault has counted."""
         return 0.0
@@ -673,6 +681,34 @@ class MountFilling(MountFault):
         return self.bytes_per_second * self.elapsed_active(t)
 
 
+class MigMode(GpuFault):
+    """The GPU switches MIG mode (as `nvidia-smi -mig` and a GPU reset do) while the
+    exporter runs: enabled, it holds the scenario's `mig` instances; disabled, none (needs
+    a `mig` section: without it the fake NVML answers NotSupported to MIG calls)."""
+
+    KIND = "mig_mode"
+    PARAMS = (gpu_index(), choice("mode", "MIG mode from then on", ("enabled", "disabled")))
+
+    mode: str
+
+    def mig_enabled(self, gpu: int, value: bool, t: float) -> bool:
+        return self.mode == "enabled" if gpu == self.gpu else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigInstanceGone(GpuFault):
+    """A MIG instance disappears under the exporter: its slot still yields a handle, but
+    every call on that handle answers NotFound."""
+
+    KIND = "mig_instance_gone"
+    PARAMS = (gpu_index(), integer("slot", "MIG slot", low=0, high=6), SECONDS)
+
+    slot: int
+
+    def mig_gone(self, gpu: int, slot: int, t: float) -> bool:
+        return gpu == self.gpu and slot == self.slot and self.active(t)
+
+
 FAULT_KINDS: Final[Mapping[str, type[Fault]]] = {
     kind.KIND: kind
     for kind in (
@@ -695,6 +731,8 @@ FAULT_KINDS: Final[Mapping[str, type[Fault]]] = {
         MountHung,
         MountReadOnly,
         MountFilling,
+        MigMode,
+        MigInstanceGone,
     )
 }
 """Every fault kind by its name in scenario files, in the docs' order."""

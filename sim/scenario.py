@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -102,6 +103,48 @@ class PodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+MIG_SLOTS: Final = 7
+"""MIG devices a GPU can hold (`nvmlDeviceGetMaxMigDeviceCount` on A100/H100/B200)."""
+_MIG_PROFILE: Final = re.compile(r"^([1-7])g\.([1-9][0-9]{0,2})gb$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigSpec:
+    """The scenario's MIG layout: which GPUs start in MIG mode, and the instances a GPU in
+    MIG mode holds (all of one profile; a `mig_mode` fault switches a GPU later)."""
+
+    gpus: tuple[int, ...]
+    profile: str
+    instances: int
+
+    @property
+    def memory_mib(self) -> int:
+        """Framebuffer of one instance, from its profile (`3g.40gb`: 40 GiB)."""
+        match = _MIG_PROFILE.match(self.profile)
+        assert match is not None  # checked when parsed
+        return int(match.group(2)) * 1024
+
+
+def _parse_mig(check: Checker, raw: Any, gpus: int) -> MigSpec | None:
+    if raw is None:
+        return None
+    data = check.mapping(raw, "mig")
+    check.keys(data, "mig", frozenset({"profile"}), frozenset({"gpus", "profile", "instances"}))
+    profile = check.string(data["profile"], "mig.profile")
+    if not _MIG_PROFILE.match(profile):
+        raise check.fail("mig.profile", f"{profile!r} is not a MIG profile like 1g.10gb")
+    raw_gpus = data.get("gpus", [])
+    if not isinstance(raw_gpus, list):
+        raise check.fail("mig.gpus", "expected a list of GPU indices")
+    return MigSpec(
+        gpus=tuple(
+            check.integer(g, f"mig.gpus[{i}]", low=0, high=gpus - 1) for i, g in enumerate(raw_gpus)
+        ),
+        profile=profile,
+        instances=check.integer(data.get("instances", 1), "mig.instances", low=1, high=MIG_SLOTS),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
     """A simulated node: its hardware and the faults that happen to it."""
@@ -120,6 +163,7 @@ class Scenario:
     description: str = ""
     pods: tuple[PodSpec, ...] = ()
     mounts: tuple[MountSpec, ...] = ()
+    mig: MigSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -133,6 +177,7 @@ _TOP_ALLOWED: Final = _TOP_REQUIRED | {
     "description",
     "pods",
     "mounts",
+    "mig",
     "extra",
 }
 BUILTIN_PACKAGE: Final = "fleetwatch.sim.scenarios"
@@ -347,6 +392,7 @@ def parse_scenario(
         description=str(top.get("description", "")),
         pods=_parse_pods(check, top.get("pods"), top["gpus"]),
         mounts=mounts,
+        mig=_parse_mig(check, top.get("mig"), top["gpus"]),
         extra=check.mapping(extra, "extra"),
     )
 

@@ -171,6 +171,21 @@ class SimulatedNode:
         t = self.now() if t is None else t
         return any(f.fabric_degraded(gpu, t) for f in self._started(t))
 
+    # -- MIG ----------------------------------------------------------------------------
+    def mig_enabled(self, gpu: int, t: float | None = None) -> bool:
+        """The GPU's MIG mode: the scenario's `mig.gpus`, then each `mig_mode` fault."""
+        t = self.now() if t is None else t
+        mig = self.scenario.mig
+        enabled = mig is not None and gpu in mig.gpus
+        for fault in self._started(t):
+            enabled = fault.mig_enabled(gpu, enabled, t)
+        return enabled
+
+    def mig_gone(self, gpu: int, slot: int, t: float | None = None) -> bool:
+        """True while a fault holds the MIG instance in `slot` destroyed under its handle."""
+        t = self.now() if t is None else t
+        return any(f.mig_gone(gpu, slot, t) for f in self._started(t))
+
     # -- NVLink -------------------------------------------------------------------------
     def nvlink_up(self, gpu: int, link: int, t: float | None = None) -> bool:
         t = self.now() if t is None else t

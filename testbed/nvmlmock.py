@@ -29,7 +29,12 @@ from fleetwatch.sim.servers import Server, fleetwatch_command, http_get
 ENVIRONMENT = "FLEETWATCH_NVML_MOCK"
 LIBRARY = Path("lib") / "libnvidia-ml.so.1"
 # Collectors that read no NVML: without hardware they only add noise here.
-NON_NVML = ("--no-collector.infiniband", "--no-collector.podresources", "--no-collector.pci")
+NON_NVML = (
+    "--no-collector.infiniband",
+    "--no-collector.podresources",
+    "--no-collector.pci",
+    "--no-collector.storage",
+)
 
 
 class MissingNvmlMock(FileNotFoundError):

@@ -3,8 +3,8 @@
 Where the simulation's fake NVML answers in Python, the mock is a C library with real
 structs and return codes: these tests check that every GPU family comes out of the NVML
 paths on an H100 and a GB200 profile, and that faults injected into a running exporter
-(fabric registration states, a hot GPU, a lost GPU) show in /metrics as the metric
-contract says. Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock
+(fabric registration states, a hot GPU, a lost GPU, a GPU switching MIG mode) show in
+/metrics as the metric contract says. Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock
 (CONTRIBUTING.md: how to build it).
 """
 
@@ -69,7 +69,7 @@ def _collectors_healthy(exporter: MockedExporter) -> dict[str, float]:
     up = {
         labels["collector"]: value for labels, value in exporter.series("fleetwatch_collector_up")
     }
-    assert set(up) == {"gpu", "gpm", "nvlink", "xid"}
+    assert set(up) == {"gpu", "gpm", "mig", "nvlink", "xid"}
     return up
 
 
@@ -93,7 +93,9 @@ def test_every_gpu_family_comes_out(exporter: MockedExporter) -> None:
     )
     assert set(exporter.by_gpu("fleetwatch_gpu_fabric_degraded").values()) == {0.0}
     assert all(value > 0 for value in exporter.by_gpu("fleetwatch_gpu_power_watts").values())
-    assert _collectors_healthy(exporter) == dict.fromkeys(("gpu", "gpm", "nvlink", "xid"), 1.0)
+    assert _collectors_healthy(exporter) == dict.fromkeys(
+        ("gpu", "gpm", "mig", "nvlink", "xid"), 1.0
+    )
     assert exporter.series("fleetwatch_gpu_nvml_errors_total") == []
     assert exporter.series("fleetwatch_nvlink_nvml_errors_total") == []
 
@@ -197,3 +199,32 @@ def test_the_exporter_makes_no_call_the_mock_lacks(
         )
         assert running.server.process.poll() is None, running.server.log()
         assert set(_collectors_healthy(running).values()) == {1.0}
+
+
+@pytest.mark.parametrize("profile", ["a100", "h100"])
+def test_a_gpu_switching_mig_mode_is_followed(mock: NvmlMock, tmp_path: Path, profile: str) -> None:
+    """The mock's MIG mode follows its overrides (`mig: {mode_current, mode_pending}`), so a
+    GPU switching mode under a running exporter is checked here; it creates no MIG devices
+    (`nvmlDeviceGetMigDeviceHandleByIndex` answers NotFound in every slot), so the instances
+    themselves are checked on the simulation (tests/gpu/test_mig.py)."""
+    with exporter_on_mock(tmp_path, mock=mock, profile=profile) as running:
+        wait_until(
+            lambda: len(running.by_gpu("fleetwatch_gpu_mig_mode", which="current")) == 8,
+            timeout=TIMEOUT,
+            what="every GPU's MIG mode",
+        )
+        assert set(running.by_gpu("fleetwatch_gpu_mig_mode", which="current").values()) == {0.0}
+        running.override(gpus={3: {"mig": {"mode_current": "enabled", "mode_pending": "enabled"}}})
+        wait_until(
+            lambda: running.by_gpu("fleetwatch_gpu_mig_mode", which="current").get("3") == 1,
+            timeout=TIMEOUT,
+            what="GPU 3 in MIG mode",
+        )
+        modes = running.by_gpu("fleetwatch_gpu_mig_mode", which="current")
+        assert {gpu: v for gpu, v in modes.items() if v} == {"3": 1.0}
+        assert running.series("fleetwatch_gpu_mig_info") == []
+        assert running.series("fleetwatch_gpu_mig_nvml_errors_total") == []
+        assert running.by_gpu("fleetwatch_gpu_info")["3"] == 1
+        up = {labels["collector"]: v for labels, v in running.series("fleetwatch_collector_up")}
+        assert up["mig"] == 1
+        assert running.server.process.poll() is None, running.server.log()

@@ -36,6 +36,8 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.metrics import SeriesFamily
+from fleetwatch.collectors.mig import SPECS as MIG_SPECS
+from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import error_name
@@ -115,10 +117,14 @@ def main() -> int:
     print("\n== NVLink fabric (nvmlDeviceGetGpuFabricInfoV; NotSupported off NVL72)")
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {fabric_info(gpu)}")
+    print("\n== MIG (nvmlDeviceGetMigMode and, in MIG mode, each instance; NotSupported: no MIG)")
+    for gpu in source.gpus():
+        print(f"GPU {gpu.index}: {source.read_mig(gpu)}")
     xid = XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=10.0))
     collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
         GpmCollector(source=source),
+        MigCollector(source=source),
         NvLinkCollector(source=source, nvlink5=True, per_gpu=False),
         xid,
     ]
@@ -137,7 +143,8 @@ def main() -> int:
     for call, times in sorted(latencies.items()):
         median, worst = statistics.median(times) * 1e3, max(times) * 1e3
         print(f"{call:45s} {len(times):6d} {median:8.3f} {worst:8.3f}")
-    expected = {s.name.removesuffix("_total") for s in (*GPU_SPECS, *GPM_SPECS, *PER_LINK_SPECS)}
+    specs = (*GPU_SPECS, *GPM_SPECS, *MIG_SPECS, *PER_LINK_SPECS)
+    expected = {s.name.removesuffix("_total") for s in specs}
     print("\n== families this hardware did not produce (not supported, or nothing to count yet)")
     for name in sorted(expected - emitted):
         print(name)

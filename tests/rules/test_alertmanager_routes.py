@@ -24,6 +24,7 @@ PAGES = {
     "FleetwatchTaintRefused",
     "FleetwatchTainterDown",
     "GPUOverheatingFleetWide",
+    "NVLinkDomainDegraded",
 }
 """Alerts that must page: the automation cannot act (or cannot see), or many nodes at once."""
 

@@ -2,8 +2,8 @@
 Where each exporter collector runs: a map of collector name to "main", "admin" or "off".
 
 The main container holds no privilege. The admin container (gpuProfilingAdminOnly) runs
-as root and holds only what its collectors' sources need: gpm (the driver's profiling
-restriction: profilingCapability), podresources (the kubelet's socket admits only root)
+as root and holds only what its collectors' sources need: gpm and mig (GPM samples, also
+per MIG instance, under the driver's profiling restriction: profilingCapability), podresources (the kubelet's socket admits only root)
 and, with kernelLog, xid (CAP_SYSLOG for /dev/kmsg; NVML events and the kernel log in one
 process, so each Xid is counted once). docs/deploy.md names each privilege with its source.
 */}}
@@ -11,11 +11,11 @@ process, so each Xid is counted once). docs/deploy.md names each privilege with 
 {{- $exporter := .Values.exporter }}
 {{- $adminOnly := $exporter.gpuProfilingAdminOnly }}
 {{- /* The exporter's collectors; values.schema.json lists the same names. */}}
-{{- range $name := list "gpu" "pci" "gpm" "nvlink" "xid" "podresources" "infiniband" "storage" }}
+{{- range $name := list "gpu" "pci" "gpm" "mig" "nvlink" "xid" "podresources" "infiniband" "storage" }}
 {{- $where := "main" }}
 {{- if not (dig $name true $exporter.collectors) }}
 {{- $where = "off" }}
-{{- else if eq $name "gpm" }}
+{{- else if or (eq $name "gpm") (eq $name "mig") }}
 {{- $where = ternary "admin" "main" $adminOnly }}
 {{- else if eq $name "podresources" }}
 {{- $where = ternary "admin" "off" (and $adminOnly $exporter.podResources.enabled) }}

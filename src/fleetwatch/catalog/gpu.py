@@ -410,6 +410,112 @@ GPU_FABRIC_DEGRADED: Final = MetricSpec(
 )
 
 
+GPU_MIG_MODE: Final = MetricSpec(
+    "fleetwatch_gpu_mig_mode",
+    "gauge",
+    (
+        "MIG mode of the GPU, current and pending (1 enabled, 0 disabled): a pending mode "
+        "that differs from the current one takes effect at the next GPU reset."
+    ),
+    ("gpu", "uuid", "which"),
+    unit="0/1",
+    source=(
+        "`nvmlDeviceGetMigMode` (current, pending), read every cycle so a GPU that switches "
+        "mode while the exporter runs is followed; absent on GPUs without MIG"
+    ),
+    series="2G",
+    label_values={
+        "which": "(`current`, `pending`)",
+    },
+)
+
+
+GPU_MIG_INFO: Final = MetricSpec(
+    "fleetwatch_gpu_mig_info",
+    "gauge",
+    (
+        "MIG instance identity (value 1): the MIG device's UUID (what the device plugin and "
+        "DRA allocate) joined to its parent GPU, with its GPU instance, compute instance and "
+        "profile."
+    ),
+    ("gpu", "uuid", "mig_uuid", "gpu_instance", "compute_instance", "profile"),
+    unit="info (1)",
+    source=(
+        "per MIG slot up to `nvmlDeviceGetMaxMigDeviceCount`: "
+        "`nvmlDeviceGetMigDeviceHandleByIndex` (NotFound: empty slot), then on the MIG "
+        "handle `nvmlDeviceGetUUID`, `nvmlDeviceGetGpuInstanceId`, "
+        "`nvmlDeviceGetComputeInstanceId`, `nvmlDeviceGetName` (profile: the text after "
+        "`MIG `); enumerated every cycle"
+    ),
+    series="MIG instances",
+)
+
+
+GPU_MIG_MEMORY_USED_BYTES: Final = MetricSpec(
+    "fleetwatch_gpu_mig_memory_used_bytes",
+    "gauge",
+    "Framebuffer memory in use on a MIG instance.",
+    ("gpu", "uuid", "mig_uuid"),
+    unit="bytes",
+    source="`nvmlDeviceGetMemoryInfo` on the MIG device handle",
+    series="MIG instances",
+)
+
+
+GPU_MIG_MEMORY_TOTAL_BYTES: Final = MetricSpec(
+    "fleetwatch_gpu_mig_memory_total_bytes",
+    "gauge",
+    "Framebuffer memory of a MIG instance.",
+    ("gpu", "uuid", "mig_uuid"),
+    unit="bytes",
+    source="`nvmlDeviceGetMemoryInfo` on the MIG device handle",
+    series="MIG instances",
+)
+
+
+GPU_MIG_TENSOR_ACTIVE_RATIO: Final = MetricSpec(
+    "fleetwatch_gpu_mig_tensor_active_ratio",
+    "gauge",
+    "Fraction of time a MIG instance's tensor cores were active since the last cycle.",
+    ("gpu", "uuid", "mig_uuid"),
+    unit="ratio",
+    source=(
+        "GPM metric 5 (`ANY_TENSOR_UTIL`) over two `nvmlGpmMigSampleGet` samples of the "
+        "instance's GPU instance (Hopper+; absent on A100)"
+    ),
+    series="MIG instances",
+)
+
+
+GPU_MIG_SM_ACTIVE_RATIO: Final = MetricSpec(
+    "fleetwatch_gpu_mig_sm_active_ratio",
+    "gauge",
+    "Fraction of time a MIG instance's SMs were active since the last cycle.",
+    ("gpu", "uuid", "mig_uuid"),
+    unit="ratio",
+    source="GPM metric 2 (`SM_UTIL`) over two `nvmlGpmMigSampleGet` samples (Hopper+)",
+    series="MIG instances",
+)
+
+
+GPU_MIG_NVML_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_gpu_mig_nvml_errors_total",
+    "counter",
+    (
+        "NVML calls about MIG instances that failed, by GPU, call and error (a MIG handle "
+        "that disappeared between enumeration and use counts here); the failed instance is "
+        "absent while the others keep reporting."
+    ),
+    ("gpu", "uuid", "call", "error"),
+    unit="calls",
+    source=(
+        "MIG calls of the `mig` collector that failed other than NotSupported (and other "
+        "than NotFound for an empty slot)"
+    ),
+    series="G × MIG calls × errors seen",
+)
+
+
 GPU_NVML_ERRORS_TOTAL: Final = MetricSpec(
     "fleetwatch_gpu_nvml_errors_total",
     "counter",
@@ -457,6 +563,13 @@ FAMILIES: Final = (
     GPU_FABRIC_INFO,
     GPU_FABRIC_STATE_ID,
     GPU_FABRIC_DEGRADED,
+    GPU_MIG_MODE,
+    GPU_MIG_INFO,
+    GPU_MIG_MEMORY_USED_BYTES,
+    GPU_MIG_MEMORY_TOTAL_BYTES,
+    GPU_MIG_TENSOR_ACTIVE_RATIO,
+    GPU_MIG_SM_ACTIVE_RATIO,
+    GPU_MIG_NVML_ERRORS_TOTAL,
     GPU_NVML_ERRORS_TOTAL,
 )
 """Every family of this module, in the order docs/metrics.md lists them."""
