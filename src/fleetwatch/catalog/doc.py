@@ -68,7 +68,8 @@ SECTIONS: Final[tuple[tuple[str, str, tuple[MetricSpec, ...]], ...]] = (
 Collectors `gpu`, `gpm`, `mig`, `xid` and `podresources`; labels `gpu` (NVML index) and
 `uuid` on every per-GPU series (MIG instances add `mig_uuid`: join an allocation by MIG UUID
 to its GPU through `fleetwatch_gpu_mig_info`). A GPU that falls off the bus (`GPU_IS_LOST`,
-Xid 79) drops out of every family here except `fleetwatch_gpu_xid_errors_total`, and out of `fleetwatch_gpus_visible`.
+Xid 79) drops out of every family here except `fleetwatch_gpu_xid_errors_total`, and out of
+`fleetwatch_gpus_visible`.
 Per-GPU series on a DGX H100 with the defaults: about 160 (1,290 with NVLink).
 """,
         (*gpu.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
