@@ -22,7 +22,11 @@ from fleetwatch.catalog.gpu import (
     GPUS_VISIBLE,
 )
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
-from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
+from fleetwatch.catalog.xid import (
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
+    KMSG_UNREADABLE_RECORDS_TOTAL,
+)
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
 from fleetwatch.rules.promql import (
@@ -40,6 +44,7 @@ from fleetwatch.rules.promql import (
     match,
     union,
 )
+from fleetwatch.rules.xids import NVLINK5_XIDS
 
 
 def _over_threshold(q: Promql, p: Params) -> str:
@@ -121,6 +126,32 @@ def _gpus_missing(q: Promql, p: Params) -> str:
     )
 
 
+def _critical_xids(q: Promql, p: Params) -> str:
+    """New critical Xids per GPU, {gpu, uuid, xid} (and `unit` for a decoded NVLink5 Xid).
+
+    An NVLink5 Xid (144-150) asks for a GPU reset only for some messages: where the node runs
+    the kernel-log source (it exports the unreadable-record counter, at 0 from its start) the
+    decode table's action for the very message counts, and only `reset_gpu` is critical;
+    elsewhere (NVML events only) the Xid counts at its most severe catalog action. Every Xid
+    still has to be in `xid_critical`."""
+    window = p("event_window")
+    critical = match("xid", "=~", p("xid_critical"))
+    nvlink5 = "|".join(map(str, NVLINK5_XIDS))
+    xid = GPU_XID_ERRORS_TOTAL.name
+    other = q.exporter(xid, critical, match("xid", "!~", nvlink5))
+    undecoded = q.exporter(xid, critical, match("xid", "=~", nvlink5))
+    decoded = q.exporter(GPU_XID_NVLINK5_ERRORS_TOTAL.name, critical, 'action="reset_gpu"')
+    kmsg_source = q.exporter(KMSG_UNREADABLE_RECORDS_TOTAL.name)
+    return union(
+        [
+            f"{events(other, window, first_sample_counts=True)}\n> 0",
+            f"{events(undecoded, window, first_sample_counts=True)}\n> 0\n"
+            f"unless on (node)\n{kmsg_source}",
+            f"sum without (action) (\n{events(decoded, window, first_sample_counts=True)}\n) > 0",
+        ]
+    )
+
+
 def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
     (node scope)."""
@@ -128,7 +159,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     temp = GPU_TEMPERATURE_CELSIUS.name
     xid = GPU_XID_ERRORS_TOTAL.name
     window = p("event_window")
-    critical_xid = q.exporter(xid, f'xid=~"{p("xid_critical")}"')
     xid79 = q.exporter(xid, 'xid="79"')
     ecc = q.exporter(GPU_ECC_ERRORS_TOTAL.name, 'severity="uncorrected"')
     # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
@@ -219,11 +249,14 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUXidCritical",
-            expr=f"{events(critical_xid, window, first_sample_counts=True)}\n> 0",
+            expr=_critical_xids(q, p),
             summary="Critical Xid {{ $labels.xid }} on node {{ $labels.node }}",
             description=(
-                f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
-                f"{window}; NVIDIA's catalog asks for a GPU reset, a node reboot or NVIDIA support."
+                f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last {window}"
+                "{{ if $labels.unit }} (NVLink5 unit {{ $labels.unit }}, a message NVIDIA's "
+                "decode table answers with a GPU reset){{ end }}; NVIDIA's catalog asks for "
+                "a GPU reset, a node reboot, a check of the board's seating, power and cooling "
+                "(Xid 54) or NVIDIA support."
             ),
             remediation=Remediation(
                 reason="xid-critical",
