@@ -132,7 +132,7 @@ def test_substitute_reaches_every_parameter() -> None:
     # The untaint thresholds are read by the clear conditions of the remediation contract.
     assert unused == [], "parameters no rule uses"
     overheating = alert_groups(config, placeholder)[0]["rules"][0]
-    assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
+    assert "> <<thresholds.gpu_temperature_celsius>>\nunless" in overheating["expr"]
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
 
