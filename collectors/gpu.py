@@ -41,6 +41,7 @@ from fleetwatch.catalog.gpu import (
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
     GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
@@ -78,6 +79,7 @@ SPECS: Final = (
     GPUS_EXPECTED,
     GPU_TEMPERATURE_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_UTILIZATION_RATIO,
     GPU_POWER_WATTS,
     GPU_POWER_LIMIT_WATTS,
@@ -106,6 +108,7 @@ _Getter = Callable[[GpuReading], float | None]
 _VALUES: Final[tuple[tuple[str, tuple[str, ...], _Getter], ...]] = (
     (GPU_TEMPERATURE_CELSIUS.name, ("gpu",), lambda r: r.temperature_celsius),
     (GPU_TEMPERATURE_CELSIUS.name, ("memory",), lambda r: r.memory_temperature_celsius),
+    (GPU_TEMPERATURE_MARGIN_CELSIUS.name, (), lambda r: r.margin_celsius),
     (GPU_UTILIZATION_RATIO.name, (), lambda r: percent_to_ratio(r.utilization_percent)),
     (GPU_POWER_WATTS.name, (), lambda r: milliwatts_to_watts(r.power_milliwatts)),
     (

@@ -17,8 +17,9 @@ from fleetwatch.report.section import Section, ranked
 from fleetwatch.rules.definitions import (
     is_idle_in_job,
     is_job_slowdown,
-    is_straggler,
+    is_straggler_candidate,
     is_training,
+    straggler_gate,
 )
 
 
@@ -84,7 +85,9 @@ def training_jobs(
     straggler = tensor activity at or above the job median and an SM clock below the job
     median by `straggler_clock_fraction`, or a straggler clock-event reason holding the
     clocks more than `clock_event_fraction` of the bucket, in a job whose median was busy
-    within the preceding `job_slowdown_baseline` (a straggler drags the median down); idle
+    within the preceding `job_slowdown_baseline` (a straggler drags the median down) or
+    that had a straggler in the bucket before (the alert keeps firing while one persists,
+    past the baseline); idle
     in job = activity below `idle_in_job_fraction` of the job median, or below
     `tensor_idle_ratio` whatever the job does (those also get a reclaim action);
     slowdown = the job median fell by `job_slowdown_fraction` below its mean over the
@@ -101,32 +104,20 @@ def training_jobs(
     data["job_median_tensor"] = by_bucket["tensor"].transform("median")
     data["job_median_sm_clock_mhz"] = by_bucket["sm_clock_mhz"].transform("median")
     data["job_gpus"] = by_bucket["uuid"].transform("nunique")
-    # Whether the job was training recently: its median's highest value over the baseline
-    # (this bucket included), which a straggler dragging the job down does not lower.
-    buckets = max(1, round(p.job_slowdown_baseline_seconds / ds.window.bucket))
-    job_medians = (
-        data.drop_duplicates(group)
-        .sort_values(group, kind="stable")
-        .set_index(group)["job_median_tensor"]
-    )
-    recent_max = job_medians.groupby(level=["namespace", "training_job"], observed=True).transform(
-        lambda s: s.rolling(buckets, min_periods=1).max()
-    )
-    data = data.merge(
-        recent_max.rename("job_recent_max_tensor").reset_index(), on=group, how="left"
-    )
     median = data["job_median_tensor"]
     data["busy"] = (data["job_gpus"] >= 2) & is_training(p, job_median_tensor=median)
-    data["straggling"] = is_straggler(
+    data["candidate"] = is_straggler_candidate(
         p,
         tensor=data["tensor"],
         job_median_tensor=median,
-        job_recent_max_tensor=data["job_recent_max_tensor"],
         sm_clock=data["sm_clock_mhz"],
         job_median_sm_clock=data["job_median_sm_clock_mhz"],
         clock_slowed=data["slowed"],
         job_gpus=data["job_gpus"],
     )
+    gate = _straggler_gate(p, data, group, ds.window.bucket)
+    data = data.merge(gate.reset_index(), on=group, how="left")
+    data["straggling"] = data["candidate"] & data["straggler_gate"]
     data["idle_in_job"] = is_idle_in_job(p, tensor=data["tensor"], job_median_tensor=median)
     per_gpu = (
         data.groupby([*GPU, "namespace", "training_job"], observed=True)
@@ -184,6 +175,34 @@ def training_jobs(
     section.tables["job_timeline"] = timeline
     section.tables["job_slowdowns"] = job_slowdowns(ds, timeline, data, fabric_section, p)
     return section
+
+
+def _straggler_gate(
+    p: Policy, data: pd.DataFrame, group: list[str], bucket_seconds: float
+) -> pd.Series:
+    """Per job and bucket, whether the job counts as training for `straggler`: its median
+    busy within the preceding `job_slowdown_baseline` (this bucket included), or a straggler
+    in the bucket before that passed the gate, as GPUStraggler keeps firing while one
+    persists (`straggler_gate`, the rule's definition)."""
+    buckets = max(1, round(p.job_slowdown_baseline_seconds / bucket_seconds))
+    per_bucket = (
+        data.groupby(group, observed=True)
+        .agg(median=("job_median_tensor", "first"), straggled=("candidate", "any"))
+        .sort_index()
+    )
+    gates = [
+        pd.Series(
+            straggler_gate(
+                p,
+                job_recent_max_tensor=job["median"].rolling(buckets, min_periods=1).max().tolist(),
+                straggled=job["straggled"].tolist(),
+            ),
+            index=job.index,
+            dtype=bool,
+        )
+        for _, job in per_bucket.groupby(level=["namespace", "training_job"], observed=True)
+    ]
+    return pd.concat(gates).rename("straggler_gate")
 
 
 def job_slowdowns(

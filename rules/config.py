@@ -77,6 +77,18 @@ class AlertPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelPolicy:
+    """GPUOverheating's policy for one GPU model (`thresholds.overheat_policy`): an
+    absolute temperature (`celsius`) or a margin to the slowdown limit (`margin_celsius`),
+    exactly one of them. `model` is the GPU's name as NVML gives it
+    (fleetwatch_gpu_info's `name`)."""
+
+    model: str
+    celsius: float | None = None
+    margin_celsius: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """config.yaml, validated."""
 
@@ -95,6 +107,8 @@ class Config:
     alerts: Mapping[str, AlertPolicy]
     rule_groups: Mapping[str, Scope]
     """Each rule group's scope (`rule_groups:`): group name -> "node" or "global"."""
+    overheat_policy: tuple[ModelPolicy, ...] = ()
+    """Per-model overheat policies; models not listed use `gpu_temperature_celsius`."""
 
     def scrape_jobs(self) -> dict[str, str]:
         """The scrape job each component's selector matches, by component (`exporter`,
@@ -250,6 +264,7 @@ def load_config(path: Path | None = None) -> Config:
     if thresholds.get("xid_critical") == XID_CATALOG:
         # The one list of Xids worth a taint is NVIDIA's catalog (rules/xid_catalog.yaml).
         thresholds["xid_critical"] = list(shipped_catalog().critical())
+    overheat_policy = _overheat_policy(source, thresholds.pop("overheat_policy", []))
     for name, value in thresholds.items():
         _check_threshold(source, value, f"thresholds.{name}")
     job_label_keys, dcgm_metric = _training_jobs(source, top["training_jobs"])
@@ -271,7 +286,47 @@ def load_config(path: Path | None = None) -> Config:
         thresholds=thresholds,
         alerts={name: _policy(source, name, raw) for name, raw in alerts.items()},
         rule_groups=_rule_groups(source, top["rule_groups"]),
+        overheat_policy=overheat_policy,
     )
+
+
+_MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]*")
+"""A GPU model name as NVML gives it; it goes into a PromQL regex unescaped."""
+
+
+def _overheat_policy(source: str, raw: Any) -> tuple[ModelPolicy, ...]:
+    """`thresholds.overheat_policy`: a list of {model, celsius | margin_celsius}, each
+    model once."""
+    key = "thresholds.overheat_policy"
+    if not isinstance(raw, list):
+        raise _fail(source, key, "expected a list of {model, celsius | margin_celsius}")
+    policies: list[ModelPolicy] = []
+    for index, item in enumerate(raw):
+        where = f"{key}[{index}]"
+        entry = _mapping(source, item, where)
+        for unknown in sorted(set(entry) - {"model", "celsius", "margin_celsius"}):
+            raise _fail(source, f"{where}.{unknown}", "unknown key")
+        model = _string(source, entry.get("model"), f"{where}.model")
+        if not _MODEL_NAME.fullmatch(model):
+            raise _fail(
+                source,
+                f"{where}.model",
+                f"{model!r}: expected a GPU name of letters, digits, spaces, '-', '_' and '.'",
+            )
+        if any(policy.model == model for policy in policies):
+            raise _fail(source, f"{where}.model", f"{model!r} is listed twice")
+        limits = [name for name in ("celsius", "margin_celsius") if name in entry]
+        if len(limits) != 1:
+            raise _fail(source, where, "expected exactly one of celsius and margin_celsius")
+        value = entry[limits[0]]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise _fail(source, f"{where}.{limits[0]}", f"expected a number, got {value!r}")
+        policies.append(ModelPolicy(model=model, **{limits[0]: float(value)}))
+    return tuple(policies)
 
 
 def _rule_groups(source: str, raw: Any) -> dict[str, str]:

@@ -189,27 +189,39 @@ def straggler(
     )
 
 
-def is_straggler(
+def is_straggler_candidate(
     t: JobThresholds,
     *,
     tensor: Any,
     job_median_tensor: Any,
-    job_recent_max_tensor: Any,
     sm_clock: Any,
     job_median_sm_clock: Any,
     clock_slowed: Any,
     job_gpus: Any,
 ) -> Any:
-    """Element-wise `straggler` (`clock_slowed`: the share of time a straggler clock-event
-    reason held the GPU's clocks; `job_recent_max_tensor`: the job median's highest value
-    within the baseline)."""
+    """Element-wise `straggler` without its training gate (`clock_slowed`: the share of
+    time a straggler clock-event reason held the GPU's clocks); `straggler_gate` says
+    whether the job counts as training."""
     clock_low = sm_clock < (1 - t.straggler_clock_fraction) * job_median_sm_clock
     return (
         (tensor >= job_median_tensor)
         & (clock_low | (clock_slowed > t.clock_event_fraction))
-        & is_training(t, job_median_tensor=job_recent_max_tensor)
         & (job_gpus > 1)
     )
+
+
+def straggler_gate(
+    t: JobThresholds, *, job_recent_max_tensor: Sequence[float], straggled: Sequence[bool]
+) -> list[bool]:
+    """`straggler`'s training gate over one job's buckets in time order: the job's median
+    was busy within the baseline (`job_recent_max_tensor`), or the bucket before had a
+    straggler that passed the gate (`straggled`: any GPU a candidate in that bucket), as
+    the alert pending or firing keeps the job training while the straggler persists."""
+    gate: list[bool] = []
+    for recent, candidate_before in zip(job_recent_max_tensor, [False, *straggled], strict=False):
+        persisting = bool(gate) and gate[-1] and bool(candidate_before)
+        gate.append(bool(is_training(t, job_median_tensor=recent)) or persisting)
+    return gate
 
 
 def idle_in_job(*, fraction: str, idle_ratio: str, busy_ratio: str) -> str:

@@ -7,7 +7,7 @@ write the annotation fragments (labels, values, lookups) every area shares.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -133,8 +133,19 @@ class Healthy:
     matchers: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class HealthyBy:
+    """A part of a clear condition over an expression of its own: `build(node, window)`
+    gives each series' value for the node matcher `node`, its worst over `window` when one
+    is given (now when None); the node's `worst` ("max" or "min") of those passes `test`."""
+
+    build: Callable[[str, str | None], str]
+    worst: str
+    test: str
+
+
 def clear_condition(
-    q: Promql, *, collector: str, hold_down: str, healthy: Sequence[Healthy]
+    q: Promql, *, collector: str, hold_down: str, healthy: Sequence[Healthy | HealthyBy]
 ) -> str:
     """A taint's clear condition for node `$node`: positive evidence, never an absence.
 
@@ -154,8 +165,14 @@ def clear_condition(
         f"min by (node) (min_over_time({collector_up}[{hold_down}])) == 1",
     ]
     for part in healthy:
-        series = q.exporter(part.metric, *part.matchers, node)
         worst = part.worst
+        if isinstance(part, HealthyBy):
+            terms += [
+                f"{worst} by (node) ({part.build(node, hold_down)}) {part.test}",
+                f"{worst} by (node) ({part.build(node, None)}) {part.test}",
+            ]
+            continue
+        series = q.exporter(part.metric, *part.matchers, node)
         terms += [
             f"{worst} by (node) ({worst}_over_time({series}[{hold_down}])) {part.test}",
             f"{worst} by (node) ({series}) {part.test}",

@@ -323,7 +323,10 @@ def markdown(catalog: XidCatalog) -> str:
         "## Derived lists",
         "",
         f"- Critical (`GPUXidCritical`; action reset_gpu, reboot_node, check_mechanicals or "
-        f"contact_support; 79 is `GPUFallenOffBus`'s): {critical}.",
+        f"contact_support; 79 is `GPUFallenOffBus`'s): {critical}. On a node with the "
+        "kernel-log source, an NVLink5 Xid (144-150) among them alerts only when the decode "
+        "below answers its message with reset_gpu; on a node with NVML events only, at the "
+        "action above.",
         f"- RMA candidates in `fleetwatch report` (hardware, action reset_gpu or "
         f"contact_support): {rma}.",
         "",

@@ -302,6 +302,11 @@ class FakeNvml:
             raise pynvml.NVMLError_NotSupported()
         return round(_THRESHOLDS[threshold])
 
+    def nvmlDeviceGetMarginTemperature(self, handle: FakeHandle) -> int:
+        """The distance to the slowdown limit, as a driver that reports it answers."""
+        gpu = self._gpu("nvmlDeviceGetMarginTemperature", handle)
+        return round(SLOWDOWN_CELSIUS) - round(self.node.gpu_temperature(gpu))
+
     def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
         gpu = self._gpu("nvmlDeviceGetPowerUsage", handle)
         return round(self.node.power_watts(gpu) * 1000)

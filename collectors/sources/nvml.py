@@ -147,6 +147,7 @@ class GpuReading:
     temperature_celsius: float | None = None
     memory_temperature_celsius: float | None = None
     thresholds_celsius: Mapping[str, float | None] = field(default_factory=dict)
+    margin_celsius: float | None = None
     power_milliwatts: float | None = None
     power_limit_milliwatts: float | None = None
     energy_millijoules: float | None = None
@@ -298,6 +299,19 @@ def _handle_key(handle: Any) -> Any:
         return handle
 
 
+def margin_celsius(
+    reported: float | None, *, slowdown: float | None, temperature: float | None
+) -> float | None:
+    """The GPU's distance to its slowdown limit: the driver's own margin where it reports
+    one (`nvmlDeviceGetMarginTemperature`, what nvidia-smi shows as T.Limit), else the
+    slowdown threshold minus the temperature; None when neither is known."""
+    if reported is not None:
+        return reported
+    if slowdown is None or temperature is None:
+        return None
+    return slowdown - temperature
+
+
 class NvmlSource:
     """The process's one view of NVML: init once, GPUs enumerated once, readings per call.
 
@@ -404,13 +418,20 @@ class NvmlSource:
         memory = calls.get("nvmlDeviceGetMemoryInfo", h)
         remap = calls.get("nvmlDeviceGetRemappedRows", h)
         recovery = fields.get(FIELD_RECOVERY_ACTION)
+        temperature = self._temperature(calls, h)
+        thresholds = {
+            name: calls.number("nvmlDeviceGetTemperatureThreshold", h, code)
+            for name, code in THRESHOLDS.items()
+        }
         return GpuReading(
-            temperature_celsius=self._temperature(calls, h),
+            temperature_celsius=temperature,
             memory_temperature_celsius=fields.get(FIELD_MEMORY_TEMP),
-            thresholds_celsius={
-                name: calls.number("nvmlDeviceGetTemperatureThreshold", h, code)
-                for name, code in THRESHOLDS.items()
-            },
+            thresholds_celsius=thresholds,
+            margin_celsius=margin_celsius(
+                calls.number("nvmlDeviceGetMarginTemperature", h),
+                slowdown=thresholds["slowdown"],
+                temperature=temperature,
+            ),
             power_milliwatts=calls.number("nvmlDeviceGetPowerUsage", h),
             power_limit_milliwatts=calls.number("nvmlDeviceGetEnforcedPowerLimit", h),
             energy_millijoules=calls.number("nvmlDeviceGetTotalEnergyConsumption", h),

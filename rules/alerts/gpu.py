@@ -12,18 +12,24 @@ from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
     GPU_ECC_ERRORS_TOTAL,
+    GPU_INFO,
     GPU_RECOVERY_ACTION,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
     GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
-from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
-from fleetwatch.rules.config import Config, Params
+from fleetwatch.catalog.xid import (
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_NVLINK5_ERRORS_TOTAL,
+    KMSG_UNREADABLE_RECORDS_TOTAL,
+)
+from fleetwatch.rules.config import Config, ModelPolicy, Params
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
 from fleetwatch.rules.promql import (
     GPU,
@@ -31,7 +37,7 @@ from fleetwatch.rules.promql import (
     PERCENT,
     VALUE1,
     Alert,
-    Healthy,
+    HealthyBy,
     Promql,
     Record,
     Remediation,
@@ -40,6 +46,7 @@ from fleetwatch.rules.promql import (
     match,
     union,
 )
+from fleetwatch.rules.xids import NVLINK5_XIDS
 
 
 def _over_threshold(q: Promql, p: Params) -> str:
@@ -121,6 +128,109 @@ def _gpus_missing(q: Promql, p: Params) -> str:
     )
 
 
+def _critical_xids(q: Promql, p: Params) -> str:
+    """New critical Xids per GPU, {gpu, uuid, xid} (and `unit` for a decoded NVLink5 Xid).
+
+    An NVLink5 Xid (144-150) asks for a GPU reset only for some messages: where the node runs
+    the kernel-log source (it exports the unreadable-record counter, at 0 from its start) the
+    decode table's action for the very message counts, and only `reset_gpu` is critical;
+    elsewhere (NVML events only) the Xid counts at its most severe catalog action. Every Xid
+    still has to be in `xid_critical`."""
+    window = p("event_window")
+    critical = match("xid", "=~", p("xid_critical"))
+    nvlink5 = "|".join(map(str, NVLINK5_XIDS))
+    xid = GPU_XID_ERRORS_TOTAL.name
+    other = q.exporter(xid, critical, match("xid", "!~", nvlink5))
+    undecoded = q.exporter(xid, critical, match("xid", "=~", nvlink5))
+    decoded = q.exporter(GPU_XID_NVLINK5_ERRORS_TOTAL.name, critical, 'action="reset_gpu"')
+    kmsg_source = q.exporter(KMSG_UNREADABLE_RECORDS_TOTAL.name)
+    return union(
+        [
+            f"{events(other, window, first_sample_counts=True)}\n> 0",
+            f"{events(undecoded, window, first_sample_counts=True)}\n> 0\n"
+            f"unless on (node)\n{kmsg_source}",
+            f"sum without (action) (\n{events(decoded, window, first_sample_counts=True)}\n) > 0",
+        ]
+    )
+
+
+def _limit(value: float) -> str:
+    """A policy's number as PromQL writes it (78, not 78.0)."""
+    return f"{value:g}"
+
+
+def _model_gpus(q: Promql, policy: ModelPolicy, *matchers: str) -> str:
+    """The GPUs of the policy's model (fleetwatch_gpu_info), to join `on (node, uuid)`."""
+    return q.exporter(GPU_INFO.name, match("name", "=", policy.model), *matchers)
+
+
+def _unlisted(q: Promql, policies: tuple[ModelPolicy, ...], *matchers: str) -> str:
+    """The suffix that leaves out the GPUs of the models with a policy of their own (none
+    without policies): the default policy is for the others."""
+    if not policies:
+        return ""
+    listed = match("name", "=~", "|".join(policy.model for policy in policies))
+    return f"\nunless on (node, uuid)\n{q.exporter(GPU_INFO.name, listed, *matchers)}"
+
+
+def _headroom(q: Promql, p: Params, config: Config, node: str, window: str | None) -> str:
+    """Per GPU, °C left before its model's overheat policy (negative: past it), the worst
+    over `window` when given: the default `gpu_temperature_celsius` minus the temperature
+    for a model with no policy, the policy's temperature minus it, or the margin to the
+    slowdown limit minus the policy's margin. GPUOverheating's clear condition."""
+
+    def worst(selector: str, kind: str) -> str:
+        return selector if window is None else f"{kind}_over_time({selector}[{window}])"
+
+    temp = worst(q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', node), "max")
+    margin = worst(q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name, node), "min")
+    policies = config.overheat_policy
+    parts = [f"{p('gpu_temperature_celsius')} - {temp}{_unlisted(q, policies, node)}"]
+    for policy in policies:
+        if policy.margin_celsius is not None:
+            value = f"{margin} - {_limit(policy.margin_celsius)}"
+        else:
+            value = f"{_limit(policy.celsius or 0)} - {temp}"
+        parts.append(f"{value}\nand on (node, uuid)\n{_model_gpus(q, policy, node)}")
+    return union(parts)
+
+
+def _overheating(q: Promql, p: Params, config: Config) -> str:
+    """GPUs past their model's overheat policy, valued at their temperature: above
+    `gpu_temperature_celsius` for a model with no policy, above the policy's temperature,
+    or closer to the slowdown limit than the policy's margin."""
+    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
+    margin = q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name)
+    policies = config.overheat_policy
+    default = f"{temp} > {p('gpu_temperature_celsius')}"
+    if policies:
+        listed = "|".join(policy.model for policy in policies)
+        default += (
+            f"\nunless on (node, uuid)\n{q.exporter(GPU_INFO.name, match('name', '=~', listed))}"
+        )
+    parts = [default]
+    for policy in policies:
+        if policy.margin_celsius is not None:
+            past = f"{temp}\nand on (node, uuid)\n({margin} < {_limit(policy.margin_celsius)})"
+        else:
+            past = f"{temp} > {_limit(policy.celsius or 0)}"
+        parts.append(f"{past}\nand on (node, uuid)\n{_model_gpus(q, policy)}")
+    return union(parts)
+
+
+def overheat_policy_text(config: Config, p: Params) -> str:
+    """The overheat policy in words, for the alert's description."""
+    words = [f"above {p('gpu_temperature_celsius')} °C"]
+    for policy in config.overheat_policy:
+        if policy.margin_celsius is not None:
+            words.append(
+                f"{policy.model}: within {_limit(policy.margin_celsius)} °C of its slowdown limit"
+            )
+        else:
+            words.append(f"{policy.model}: above {_limit(policy.celsius or 0)} °C")
+    return "; ".join(words)
+
+
 def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
     (node scope)."""
@@ -128,7 +238,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     temp = GPU_TEMPERATURE_CELSIUS.name
     xid = GPU_XID_ERRORS_TOTAL.name
     window = p("event_window")
-    critical_xid = q.exporter(xid, f'xid=~"{p("xid_critical")}"')
     xid79 = q.exporter(xid, 'xid="79"')
     ecc = q.exporter(GPU_ECC_ERRORS_TOTAL.name, 'severity="uncorrected"')
     # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
@@ -150,14 +259,16 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     return [
         Alert(
             name="GPUOverheating",
-            expr=f"{gpu_temp} > {p('gpu_temperature_celsius')}",
-            summary=f"GPU above {p('gpu_temperature_celsius')} °C on node {{{{ $labels.node }}}}",
+            expr=_overheating(q, p, config),
+            summary="GPU overheating on node {{ $labels.node }}",
             description=(
-                f"{GPU} is at {VALUE1} °C, above the fleet limit of "
-                f"{p('gpu_temperature_celsius')} °C."
+                f"{GPU} is at {VALUE1} °C, past the overheat policy of its model "
+                f"({overheat_policy_text(config, p)})."
             ),
-            # Lifted once the node's hottest GPU has read below the (lower) untaint
-            # threshold for the hold-down, so a GPU hovering at the limit is not untainted
+            # Lifted once every GPU of the node was, for the hold-down, further from its
+            # model's limit than the hysteresis (gpu_temperature_celsius minus
+            # untaint_gpu_temperature_celsius): below the untaint temperature, or above the
+            # margin plus the hysteresis, so a GPU hovering at its limit is not untainted
             # and tainted again.
             remediation=Remediation(
                 reason="gpu-overheat",
@@ -166,11 +277,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     collector=GPU_COLLECTOR,
                     hold_down=p("untaint_hold_down"),
                     healthy=[
-                        Healthy(
-                            GPU_TEMPERATURE_CELSIUS.name,
-                            "max",
-                            f"< {p('untaint_gpu_temperature_celsius')}",
-                            (match("sensor", "=", "gpu"),),
+                        HealthyBy(
+                            lambda node, window: _headroom(q, p, config, node, window),
+                            "min",
+                            f"> {p('gpu_temperature_celsius')} - "
+                            f"{p('untaint_gpu_temperature_celsius')}",
                         )
                     ],
                 ),
@@ -219,11 +330,14 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUXidCritical",
-            expr=f"{events(critical_xid, window, first_sample_counts=True)}\n> 0",
+            expr=_critical_xids(q, p),
             summary="Critical Xid {{ $labels.xid }} on node {{ $labels.node }}",
             description=(
-                f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last "
-                f"{window}; NVIDIA's catalog asks for a GPU reset, a node reboot or NVIDIA support."
+                f"{GPU} reported Xid {{{{ $labels.xid }}}} within the last {window}"
+                "{{ if $labels.unit }} (NVLink5 unit {{ $labels.unit }}, a message NVIDIA's "
+                "decode table answers with a GPU reset){{ end }}; NVIDIA's catalog asks for "
+                "a GPU reset, a node reboot, a check of the board's seating, power and cooling "
+                "(Xid 54) or NVIDIA support."
             ),
             remediation=Remediation(
                 reason="xid-critical",

@@ -24,6 +24,7 @@ GPUS = {str(index) for index in range(8)}
 PER_GPU = {
     "fleetwatch_gpu_info": {},
     "fleetwatch_gpu_temperature_celsius": {"sensor": "gpu"},
+    "fleetwatch_gpu_temperature_margin_celsius": {},
     "fleetwatch_gpu_power_watts": {},
     "fleetwatch_gpu_energy_joules_total": {},
     "fleetwatch_gpu_clock_hertz": {"clock": "sm"},
@@ -150,6 +151,16 @@ def test_a_hot_gpu_shows(exporter: MockedExporter) -> None:
     assert {gpu: t for gpu, t in after.items() if gpu != "3"} == {
         gpu: t for gpu, t in before.items() if gpu != "3"
     }
+    # Its margin to the slowdown limit (the mock answers nvmlDeviceGetMarginTemperature)
+    # shrinks with it.
+    slowdown = exporter.by_gpu("fleetwatch_gpu_temperature_threshold_celsius", threshold="slowdown")
+    wait_until(
+        lambda: (
+            exporter.by_gpu("fleetwatch_gpu_temperature_margin_celsius")["3"] == slowdown["3"] - 91
+        ),
+        timeout=TIMEOUT,
+        what=f"GPU 3's margin {slowdown['3'] - 91} °C",
+    )
 
 
 # Families of the GPU and GPM collectors, read through calls the mock fails with

@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -120,6 +121,12 @@ def main() -> int:
     print("\n== MIG (nvmlDeviceGetMigMode and, in MIG mode, each instance; NotSupported: no MIG)")
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {source.read_mig(gpu)}")
+    print(
+        "\n== Thermal margin (nvmlDeviceGetMarginTemperature; where the driver does not report "
+        "it, the exporter derives slowdown threshold minus temperature)"
+    )
+    for gpu in source.gpus():
+        print(f"GPU {gpu.index}: {thermal_margin(gpu)}")
     xid = XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=10.0))
     collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
@@ -162,6 +169,29 @@ def fabric_info(gpu: Gpu) -> str:
         f"state={info.state} status={info.status} cliqueId={info.cliqueId} "
         f"healthMask={info.healthMask:#x} clusterUuid={bytes(info.clusterUuid).hex()}"
     )
+
+
+def thermal_margin(gpu: Gpu) -> str:
+    """The driver's margin to the slowdown limit, the slowdown threshold and the temperature
+    of one GPU, each or the NVML error it answered: whether the margin is the driver's or
+    derived, and whether the two agree."""
+
+    def read(call: Callable[[], int]) -> str:
+        try:
+            return str(call())
+        except pynvml.NVMLError as exc:
+            return error_name(exc)
+
+    margin = read(lambda: pynvml.nvmlDeviceGetMarginTemperature(gpu.handle))
+    slowdown = read(
+        lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
+            gpu.handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        )
+    )
+    temperature = read(
+        lambda: pynvml.nvmlDeviceGetTemperature(gpu.handle, pynvml.NVML_TEMPERATURE_GPU)
+    )
+    return f"margin={margin} slowdown={slowdown} temperature={temperature}"
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def test_the_clear_conditions_read_the_untaint_thresholds_of_the_config() -> Non
     thresholds = dict(config.thresholds)
     thresholds.update(untaint_gpu_temperature_celsius=70, untaint_hold_down="7m")
     contract = remediation_contract(dataclasses.replace(config, thresholds=thresholds))
-    assert "< 70\n" in contract["gpu-overheat"][CLEAR]
+    # The hysteresis is the threshold minus the untaint threshold, for every model.
+    assert "> 78 - 70\n" in contract["gpu-overheat"][CLEAR]
     assert all("[7m]" in e[CLEAR] for e in contract.values() if CLEAR in e)
 
 

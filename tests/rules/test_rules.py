@@ -136,7 +136,7 @@ def test_substitute_reaches_every_parameter() -> None:
     # The untaint thresholds are read by the clear conditions of the remediation contract.
     assert unused == [], "parameters no rule uses"
     overheating = alert_groups(config, placeholder)[0]["rules"][0]
-    assert overheating["expr"].endswith("> <<thresholds.gpu_temperature_celsius>>")
+    assert "> <<thresholds.gpu_temperature_celsius>>\nunless" in overheating["expr"]
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
 
@@ -172,6 +172,22 @@ def test_substitute_reaches_every_parameter() -> None:
             "training_jobs.dcgm_tensor_active_metric: 'DCGM-FI-PROF",
         ),
         (("kube_state_metrics: 'job=", "kube_state_metric: 'job="), "selectors.kube_state_metrics"),
+        (
+            ('"NVIDIA B200", margin_celsius: 5', '"NVIDIA B200", margin_celsius: 5, celsius: 90'),
+            "thresholds.overheat_policy[0]: expected exactly one of celsius and margin_celsius",
+        ),
+        (
+            ('"NVIDIA GB200", margin_celsius: 5', '"NVIDIA B200", margin_celsius: 5'),
+            "thresholds.overheat_policy[1].model: 'NVIDIA B200' is listed twice",
+        ),
+        (
+            ('"NVIDIA B200", margin_celsius: 5', '"NVIDIA B200", margin_celsius: five'),
+            "thresholds.overheat_policy[0].margin_celsius: expected a number, got 'five'",
+        ),
+        (
+            ('model: "NVIDIA B200"', 'model: "NVIDIA B200|.*"'),
+            "thresholds.overheat_policy[0].model: 'NVIDIA B200|.*': expected a GPU name",
+        ),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:

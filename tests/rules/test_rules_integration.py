@@ -236,9 +236,10 @@ def test_gpu_overheating_fires_with_taint_labels_and_values(
         "sensor": "gpu",
     }
     assert alert["annotations"] == {
-        "summary": f"GPU above 78 °C on node {NODE}",
-        "description": f"GPU 3 ({uuid}) on node {NODE} is at 84.0 °C, above the fleet limit "
-        "of 78 °C.",
+        "summary": f"GPU overheating on node {NODE}",
+        "description": f"GPU 3 ({uuid}) on node {NODE} is at 84.0 °C, past the overheat policy "
+        "of its model (above 78 °C; NVIDIA B200: within 5 °C of its slowdown limit; NVIDIA "
+        "GB200: within 5 °C of its slowdown limit).",
         "runbook_url": _runbook("GPUOverheating"),
     }
     memory = _one(firing, "GPUMemoryOverheating")

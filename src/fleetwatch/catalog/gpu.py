@@ -79,6 +79,25 @@ GPU_TEMPERATURE_THRESHOLD_CELSIUS: Final = MetricSpec(
 )
 
 
+GPU_TEMPERATURE_MARGIN_CELSIUS: Final = MetricSpec(
+    "fleetwatch_gpu_temperature_margin_celsius",
+    "gauge",
+    (
+        "How far the GPU is below its slowdown limit (nvidia-smi's T.Limit): what newer GPUs "
+        "(Blackwell) are judged by, rather than an absolute reading."
+    ),
+    ("gpu", "uuid"),
+    unit="°C",
+    source=(
+        "`nvmlDeviceGetMarginTemperature` (`nvmlMarginTemperature_v1`) where the driver "
+        "reports it; otherwise the slowdown threshold "
+        "(`nvmlDeviceGetTemperatureThreshold`, `NVML_TEMPERATURE_THRESHOLD_SLOWDOWN`) minus "
+        "the GPU temperature; absent when neither is known. Negative: past the limit"
+    ),
+    series="G",
+)
+
+
 GPU_TENSOR_ACTIVE_RATIO: Final = MetricSpec(
     "fleetwatch_gpu_tensor_active_ratio",
     "gauge",
@@ -529,7 +548,7 @@ GPU_NVML_ERRORS_TOTAL: Final = MetricSpec(
         "NVML calls of the `gpu` collector that failed other than NotSupported "
         "(Timeout, Unknown, ...)"
     ),
-    series="G × 25 calls × errors seen",
+    series="G × 26 calls × errors seen",
 )
 
 
@@ -539,6 +558,7 @@ FAMILIES: Final = (
     GPUS_EXPECTED,
     GPU_TEMPERATURE_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
     GPU_SM_ACTIVE_RATIO,
     GPU_SM_OCCUPANCY_RATIO,
