@@ -427,7 +427,7 @@ class SlurmNodeApi:
         log.log(
             logging.WARNING if warning else logging.INFO,
             "event",
-            extra={"node": node.name, "event": reason, "message": message},
+            extra={"node": node.name, "event": reason, "detail": message},
         )
 
     # -- leases -------------------------------------------------------------------------
