@@ -21,9 +21,10 @@ backend seam (`tainter.backend`) with `scontrol` and one JSON state file:
   change is made under an exclusive `fcntl` lock on `fleetwatch-tainter.lock` and written
   atomically (a temporary file, fsync, rename), versioned per node and per lease, so two
   controllers' leases compare-and-swap exactly as a Kubernetes Lease does.
-- Every scontrol call has a deadline (its process group is killed after it); a failure is
-  raised as an unreachable-API error (status 0, counted and retried by the controller), and
-  after one the runner answers `Unavailable` at once for a backoff that doubles with each
+- Every scontrol call goes through `fleetwatch.slurm.scontrol` (a deadline, the process
+  killed after it, failures counted by kind) in a thread; a failure is raised as an
+  unreachable-API error (status 0, counted and retried by the controller), and after one
+  `GuardedScontrol` answers `Unavailable` at once for a backoff that doubles with each
   failure in a row, so a slow or failing scontrol never holds a webhook longer than one
   deadline.
 """
@@ -37,14 +38,12 @@ import hashlib
 import json
 import logging
 import os
-import re
-import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError
 from fleetwatch.tainter.backend import Unavailable
 from fleetwatch.tainter.kube_objects import (
     ApiError,
@@ -86,8 +85,9 @@ class HeldByOthers(ApiError):
 # -- scontrol ------------------------------------------------------------------------------
 
 
-class Scontrol:
-    """Runs scontrol with a deadline and backs off after failures.
+class GuardedScontrol:
+    """`fleetwatch.slurm.scontrol.Scontrol` (a deadline per call, its process killed after
+    it, failures counted by kind) run off the event loop, with a backoff after failures.
 
     `command` is found on PATH unless it is a path; `conf` is passed as SLURM_CONF (None:
     the environment's, else Slurm's default)."""
@@ -102,9 +102,9 @@ class Scontrol:
         max_backoff: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._command = command
-        self._env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
-        self._timeout = timeout
+        self.scontrol = Scontrol(
+            binary=command, timeout=timeout, env={"SLURM_CONF": str(conf)} if conf else {}
+        )
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._clock = clock
@@ -113,112 +113,57 @@ class Scontrol:
 
     async def run(self, *args: str) -> str:
         """scontrol's standard output. Raises `Unavailable` at once while backing off,
-        ApiError 404 for a node Slurm does not know, 403 for a refusal, status 0 for any
-        other failure (no answer within the deadline, cannot run, an error exit)."""
+        ApiError 404 for a node Slurm does not know, status 0 for any other failure (no
+        answer within the deadline, cannot run, an error exit, unreadable output)."""
         now = self._clock()
         if now < self._closed_until:
             raise Unavailable(
                 f"scontrol failed {self._failures} time(s) in a row; backing off for "
                 f"{self._closed_until - now:.1f}s more"
             )
-        what = " ".join((self._command, *args))
         try:
-            process = await asyncio.create_subprocess_exec(
-                self._command,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
-                start_new_session=True,
+            out = await asyncio.to_thread(self.scontrol.run, *args)
+        except ScontrolError as exc:
+            if exc.kind == "unknown_node":  # scontrol answered: the node is not Slurm's
+                self._failures, self._closed_until = 0, 0.0
+                raise ApiError(status=404, reason=str(exc)) from exc
+            self._failures += 1
+            pause = min(self._max_backoff, self._backoff * 2.0 ** (self._failures - 1))
+            self._closed_until = self._clock() + pause
+            log.warning(
+                "scontrol failed; backing off",
+                extra={
+                    "kind": exc.kind,
+                    "error": str(exc),
+                    "in_a_row": self._failures,
+                    "backoff_seconds": pause,
+                },
             )
-        except OSError as exc:
-            raise self._failed(f"cannot run {what}: {exc}") from exc
+            raise ApiError(status=0, reason=str(exc)) from exc
+        self._failures, self._closed_until = 0, 0.0
+        return out
+
+    async def nodes(self, name: str | None = None) -> list[Node]:
+        """Every node, or the one named; ApiError as `run` says, status 0 for a line that
+        cannot be read."""
+        text = await self.run("show", "node", "-o", *([name] if name else []))
         try:
-            out, err = await asyncio.wait_for(process.communicate(), self._timeout)
-        except TimeoutError:
-            raise self._failed(f"{what} gave no answer within {self._timeout:g}s") from None
-        finally:
-            if process.returncode is None:  # timed out or cancelled: end it and its children
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-        if process.returncode != 0:
-            text = (err or out).decode(errors="replace").strip()[:300]
-            if "Invalid node name" in text or text.endswith("not found"):
-                self._succeeded()  # scontrol answered: the node is not Slurm's
-                raise ApiError(status=404, reason=f"{what}: {text}")
-            if "ermission denied" in text or "Invalid user" in text:
-                self._succeeded()
-                raise ApiError(status=403, reason=f"{what}: {text}")
-            raise self._failed(f"{what} exited {process.returncode}: {text}")
-        self._succeeded()
-        return out.decode(errors="replace")
-
-    def _failed(self, reason: str) -> ApiError:
-        self._failures += 1
-        pause = min(self._max_backoff, self._backoff * 2.0 ** (self._failures - 1))
-        self._closed_until = self._clock() + pause
-        log.warning(
-            "scontrol failed; backing off",
-            extra={"error": reason, "in_a_row": self._failures, "backoff_seconds": pause},
-        )
-        return ApiError(status=0, reason=reason)
-
-    def _succeeded(self) -> None:
-        self._failures = 0
-        self._closed_until = 0.0
+            return [Node.parse(line) for line in text.splitlines() if line.strip()]
+        except ScontrolError as exc:
+            raise ApiError(status=0, reason=str(exc)) from exc
 
 
-@dataclass(frozen=True, slots=True)
-class SlurmNode:
-    """What the backend reads of one line of `scontrol -o show node`."""
-
-    name: str
-    state: str  # e.g. IDLE+DRAIN
-    reason: str  # without Slurm's ` [user@time]` suffix; empty when none
-
-    @property
-    def flags(self) -> frozenset[str]:
-        """The state's base and flags (`MIXED+DRAIN` → {MIXED, DRAIN}), `*` dropped."""
-        return frozenset(part.strip("*~#!%$@^-") for part in self.state.upper().split("+"))
-
-    @property
-    def drained_by_us(self) -> bool:
-        """Drained with a reason fleetwatch wrote."""
-        return "DRAIN" in self.flags and self.reason.startswith(REASON_PREFIX)
-
-    @property
-    def held_by_others(self) -> bool:
-        """Drained, down or failed other than by fleetwatch's own drain alone."""
-        unavailable = self.flags & UNAVAILABLE_FLAGS
-        return bool(unavailable - {"DRAIN"}) or ("DRAIN" in unavailable and not self.drained_by_us)
+def drained_by_us(node: Node) -> bool:
+    """Drained with a reason fleetwatch wrote."""
+    return node.drained and node.reason.startswith(REASON_PREFIX)
 
 
-_FIELD = re.compile(r"(?:^|\s)(NodeName|State)=(\S*)")
-_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s\[[^\]\s]*@[^\]\s]*\])?\s*$")
-
-
-def parse_nodes(text: str) -> list[SlurmNode]:
-    """The nodes of `scontrol -o show node` (one node a line); ApiError naming the line
-    when one has no NodeName or State."""
-    nodes = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("No nodes"):
-            continue
-        fields = dict(_FIELD.findall(line))
-        if not fields.get("NodeName") or "State" not in fields:
-            raise ApiError(status=0, reason=f"unreadable scontrol node line: {line[:200]!r}")
-        # Reason is the last field scontrol prints that can hold spaces: up to Slurm's
-        # " [user@time]" suffix (or the end of the line).
-        reason_at = line.find(" Reason=")
-        reason = ""
-        if reason_at >= 0:
-            match = _REASON.search(line[reason_at:])
-            reason = match.group(1).strip() if match else ""
-            reason = "" if reason == "(null)" else reason
-        nodes.append(SlurmNode(name=fields["NodeName"], state=fields["State"], reason=reason))
-    return nodes
+def held_by_others(node: Node) -> bool:
+    """Drained, down or failed other than by fleetwatch's own drain alone."""
+    unavailable = {flag.strip("~#!%$@^-") for flag in node.flags} & UNAVAILABLE_FLAGS
+    return bool(unavailable - {"DRAIN", "DRAINING", "DRAINED"}) or (
+        node.drained and not drained_by_us(node)
+    )
 
 
 def drain_reason(holds: Sequence[Taint]) -> str:
@@ -318,7 +263,7 @@ def _merged(current: Mapping[str, str], changes: Mapping[str, str | None]) -> di
 class SlurmNodeApi:
     """`NodeApi` and `LeaseApi` over scontrol and the state file (the module says how)."""
 
-    def __init__(self, *, scontrol: Scontrol, state: StateFile) -> None:
+    def __init__(self, *, scontrol: GuardedScontrol, state: StateFile) -> None:
         self._scontrol = scontrol
         self._state = state
 
@@ -329,9 +274,9 @@ class SlurmNodeApi:
 
     # -- nodes --------------------------------------------------------------------------
 
-    def _view(self, node: SlurmNode, record: Mapping[str, Any]) -> NodeView:
-        taints = list(holds_of(node.reason)) if node.drained_by_us else []
-        if node.held_by_others:
+    def _view(self, node: Node, record: Mapping[str, Any]) -> NodeView:
+        taints = list(holds_of(node.reason)) if drained_by_us(node) else []
+        if held_by_others(node):
             taints.append(
                 Taint(
                     key=OTHERS_KEY, value=f"{node.state} {node.reason}".strip(), effect=DRAIN_EFFECT
@@ -339,7 +284,7 @@ class SlurmNodeApi:
             )
         labels = dict(record.get("labels") or {})
         labels.pop(TAINTED_LABEL, None)
-        if node.drained_by_us:
+        if drained_by_us(node):
             labels[TAINTED_LABEL] = "true"
         annotations = dict(record.get("annotations") or {})
         version = hashlib.sha256(
@@ -354,10 +299,10 @@ class SlurmNodeApi:
             annotations=annotations,
         )
 
-    async def _nodes(self, name: str | None) -> list[tuple[SlurmNode, NodeView]]:
-        text = await self._scontrol.run("-o", "show", "node", *([name] if name else []))
+    async def _nodes(self, name: str | None) -> list[tuple[Node, NodeView]]:
+        nodes = await self._scontrol.nodes(name)
         records = (await asyncio.to_thread(self._state.read))["nodes"]
-        return [(n, self._view(n, records.get(n.name) or {})) for n in parse_nodes(text)]
+        return [(n, self._view(n, records.get(n.name) or {})) for n in nodes]
 
     async def get_node(self, name: str) -> NodeView:
         for node, view in await self._nodes(name):
@@ -392,7 +337,7 @@ class SlurmNodeApi:
             wanted = sorted((t.key, t.value) for t in taints if t.key.startswith(KEY_PREFIX))
             held = sorted((t.key, t.value) for t in view.taints if t.key.startswith(KEY_PREFIX))
             if wanted != held:
-                if node.held_by_others:
+                if held_by_others(node):
                     raise HeldByOthers(name, node.state, node.reason)
                 ours = [t for t in taints if t.key.startswith(KEY_PREFIX)]
                 if ours:
@@ -488,7 +433,7 @@ class SlurmNodeApi:
         return await self._write_lease(namespace, patch, create=False, annotations_only=True)
 
 
-async def state_directory(scontrol: Scontrol) -> Path:
+async def state_directory(scontrol: GuardedScontrol) -> Path:
     """`fleetwatch/` inside slurmctld's StateSaveLocation (`scontrol show config`), which
     every SlurmctldHost shares; ApiError when scontrol does not say."""
     text = await scontrol.run("show", "config")
@@ -503,7 +448,7 @@ async def connect_slurm(access: SlurmAccess) -> SlurmNodeApi:
     """The Slurm backend for `access`: scontrol from PATH (or `--slurm.scontrol`), the state
     directory from `--slurm.state-dir` or slurmctld's StateSaveLocation. Raises ApiError
     when scontrol cannot say where that is."""
-    scontrol = Scontrol(command=access.scontrol, conf=access.conf, timeout=access.timeout)
+    scontrol = GuardedScontrol(command=access.scontrol, conf=access.conf, timeout=access.timeout)
     directory = access.state_dir
     if directory is None:
         try:

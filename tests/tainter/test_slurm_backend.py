@@ -21,6 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.cli import build_parser
+from fleetwatch.slurm.scontrol import Node
 from fleetwatch.tainter import cli
 from fleetwatch.tainter.backend import Unavailable
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
@@ -39,12 +40,13 @@ from fleetwatch.tainter.settings import (
 )
 from fleetwatch.tainter.slurm_backend import (
     OTHERS_KEY,
-    Scontrol,
+    GuardedScontrol,
     SlurmNodeApi,
     StateFile,
     drain_reason,
+    drained_by_us,
+    held_by_others,
     holds_of,
-    parse_nodes,
 )
 from testbed.fake_scontrol import FakeSlurm
 from tests.tainter.conftest import AUTH, FakeEvidence, alert, resolved, webhook
@@ -62,27 +64,23 @@ REAL_LINE = (
 )
 
 
-def test_parse_nodes_reads_state_and_reason_without_slurms_suffix() -> None:
-    admin = REAL_LINE.replace("gpu01", "gpu02").replace(
+def whose(node: Node) -> tuple[bool, bool]:
+    return drained_by_us(node), held_by_others(node)
+
+
+def test_reads_state_and_reason_without_slurms_suffix() -> None:
+    admin = REAL_LINE.replace(
         "Reason=fleetwatch:gpu-overheat GPUOverheating", "Reason=bad fan, ticket 42 (see wiki)"
     )
-    idle = REAL_LINE.replace("gpu01", "gpu03").replace("State=IDLE+DRAIN", "State=MIXED")
-    idle = idle[: idle.index(" Reason=")]
-    ours, theirs, free = parse_nodes("\n".join([REAL_LINE, admin, idle]) + "\n")
-    assert (ours.name, ours.state, ours.reason) == (
-        "gpu01",
-        "IDLE+DRAIN",
-        "fleetwatch:gpu-overheat GPUOverheating",
+    free = REAL_LINE.replace("State=IDLE+DRAIN", "State=MIXED")
+    ours, theirs, idle = (
+        Node.parse(line) for line in (REAL_LINE, admin, free[: free.index(" Reason=")])
     )
-    assert (ours.drained_by_us, ours.held_by_others) == (True, False)
+    assert (ours.state, ours.reason) == ("IDLE+DRAIN", "fleetwatch:gpu-overheat GPUOverheating")
+    assert whose(ours) == (True, False)
     assert theirs.reason == "bad fan, ticket 42 (see wiki)"
-    assert (theirs.drained_by_us, theirs.held_by_others) == (False, True)
-    assert (free.reason, free.drained_by_us, free.held_by_others) == ("", False, False)
-
-
-def test_parse_nodes_names_an_unreadable_line() -> None:
-    with pytest.raises(ApiError, match="unreadable scontrol node line"):
-        parse_nodes("Arch=x86_64 CPUTot=1\n")
+    assert whose(theirs) == (False, True)
+    assert whose(idle) == (False, False)
 
 
 @pytest.mark.parametrize(
@@ -96,12 +94,12 @@ def test_parse_nodes_names_an_unreadable_line() -> None:
     ],
 )
 def test_whose_hold(state: str, reason: str, by_us: bool, by_others: bool) -> None:
-    (node,) = parse_nodes(
+    node = Node.parse(
         REAL_LINE.replace("State=IDLE+DRAIN", f"State={state}").replace(
             "fleetwatch:gpu-overheat GPUOverheating", reason
         )
     )
-    assert (node.drained_by_us, node.held_by_others) == (by_us, by_others)
+    assert whose(node) == (by_us, by_others)
 
 
 def test_drain_reason_names_fleetwatch_the_reason_and_the_alert() -> None:
@@ -125,7 +123,7 @@ def fake(tmp_path: Path) -> FakeSlurm:
 
 def slurm_api(fake: FakeSlurm, state: Path, *, timeout: float = 5.0) -> SlurmNodeApi:
     return SlurmNodeApi(
-        scontrol=Scontrol(command=str(fake.scontrol), timeout=timeout, backoff=0.5),
+        scontrol=GuardedScontrol(command=str(fake.scontrol), timeout=timeout, backoff=0.5),
         state=StateFile(state),
     )
 
