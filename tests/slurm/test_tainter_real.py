@@ -1,0 +1,160 @@
+"""The tainter on a real Slurm (`testbed.slurm`), in process: the controller finds the state
+directory through SLURM_CONF and scontrol on PATH alone (beside slurmctld's
+StateSaveLocation), the breaker holds across a fresh controller, and two controllers on one
+state directory never both drain. The whole story with real servers is
+`test_tainter_e2e_real.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.controller import Controller, NodeSyncError
+from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.service import connect_backend
+from fleetwatch.tainter.settings import (
+    BreakerPolicy,
+    ControllerSettings,
+    ElectionSettings,
+    RetryPolicy,
+    SlurmAccess,
+)
+from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from testbed.slurm import SlurmCluster
+from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
+
+pytestmark = pytest.mark.integration
+
+OURS = "fleetwatch:gpu-overheat GPUOverheating"
+
+
+def drained(slurm: SlurmCluster, node: str) -> bool:
+    """The node is drained or draining."""
+    return "DRAIN" in slurm.state(node).split("+")
+
+
+FAST = RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.01)
+
+
+async def slurm_backend(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmNodeApi:
+    """The backend as `fleetwatch taint --orchestrator=slurm` builds it with no Slurm flag:
+    SLURM_CONF and scontrol on PATH."""
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    api, _ = await connect_backend("slurm", slurm=SlurmAccess())
+    assert isinstance(api, SlurmNodeApi)
+    return api
+
+
+def controller(
+    api: object,
+    *,
+    evidence: FakeEvidence,
+    lease: str,
+    max_new_taints: int = 10,
+    store: SlurmNodeApi | None = None,
+) -> Controller:
+    """A controller on `api` (the backend, or it gated by leadership); the breaker's state
+    on the lease `lease` of `store` (default: `api`)."""
+    return Controller(
+        api=api,  # type: ignore[arg-type]
+        breaker=Breaker(policy=BreakerPolicy(max_new_taints=max_new_taints, max_fraction=1.0)),
+        evidence=evidence,
+        alerts=None,
+        metrics=TainterMetrics(),
+        settings=ControllerSettings(hold_seconds=0.0, retry=FAST),
+        policy=TaintPolicy(declared_reasons=None),
+        breaker_store=BreakerStore(api=store or api, namespace="slurm", name=lease),  # type: ignore[arg-type]
+    )
+
+
+async def test_state_beside_slurmctlds_breaker_and_quarantine_across_controllers(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = await slurm_backend(slurm, monkeypatch)
+    assert api.where == slurm.workdir / "state" / "fleetwatch" / "fleetwatch-tainter.json"
+    evidence = FakeEvidence()
+    first = controller(api, evidence=evidence, lease="breaker", max_new_taints=1)
+    outcome = await first.handle_alerts(
+        parse_webhook(webhook(alert("gpu01", fp="a"), alert("gpu02", fp="b")))
+    )
+    (refused,) = [r.alert.node for r in outcome.refused]  # the rate cap: one node only
+    (taken,) = {"gpu01", "gpu02"} - {refused}
+    assert slurm.node(taken)["Reason"].startswith(OURS)
+    assert not drained(slurm, refused)
+    second = controller(await slurm_backend(slurm, monkeypatch), evidence=evidence, lease="breaker")
+    await second.prepare_to_lead()
+    assert second.breaker.open  # kept in the state file, adopted by a fresh controller
+    outcome = await second.handle_alerts(parse_webhook(webhook(alert(refused, fp="c"))))
+    assert [r.why for r in outcome.refused] == ["breaker_new_taints"]
+    assert not drained(slurm, refused)
+    evidence.clear[taken] = True
+    fp = "a" if taken == "gpu01" else "b"
+    await second.handle_alerts(parse_webhook(webhook(resolved(taken, fp=fp))))
+    await second.reconcile()
+    slurm.wait_for(taken, "IDLE")
+    assert not drained(slurm, taken)
+
+
+async def test_two_controllers_never_both_drain(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two candidates on one state directory: one holds the lease and drains; the other's
+    every node write is refused before scontrol runs."""
+    replicas = []
+    for identity in ("host-a", "host-b"):
+        api = await slurm_backend(slurm, monkeypatch)
+        leadership = Leadership(renew_deadline=4.0)
+        settings = ElectionSettings(
+            namespace="slurm",
+            name="fleetwatch-tainter-ha",
+            identity=identity,
+            lease_duration=6.0,
+            renew_deadline=4.0,
+            retry_period=1.0,
+        )
+
+        async def elected() -> None:
+            return None
+
+        elector = LeaderElector(
+            api=api,
+            settings=settings,
+            leadership=leadership,
+            on_elected=elected,
+            on_change=lambda _: None,
+        )
+        gated = LeaderOnlyNodeApi(real=api, leadership=leadership)
+        replicas.append(
+            (
+                elector,
+                leadership,
+                controller(gated, evidence=FakeEvidence(), lease="ha-breaker", store=api),
+            )
+        )
+    for elector, _, _ in replicas:
+        await elector.step()
+    leaders = [leadership.is_leader for _, leadership, _ in replicas]
+    assert sorted(leaders) == [False, True]
+    follower = replicas[leaders.index(False)][2]
+    leader = replicas[leaders.index(True)][2]
+    with pytest.raises(NodeSyncError) as refused:
+        await follower.handle_alerts(parse_webhook(webhook(alert("gpu02", fp="ha"))))
+    assert all(isinstance(e, NotLeader) for e in refused.value.failures.values())
+    assert not drained(slurm, "gpu02")
+    await leader.handle_alerts(parse_webhook(webhook(alert("gpu02", fp="ha"))))
+    assert slurm.node("gpu02")["Reason"].startswith(OURS)
+    slurm.resume("gpu02")
+
+
+def test_state_file_is_where_the_docs_say(slurm: SlurmCluster) -> None:
+    """StateSaveLocation as slurmctld reports it: the default state directory's parent."""
+    config = slurm.run("scontrol", "show", "config").stdout
+    line = next(x for x in config.splitlines() if x.startswith("StateSaveLocation"))
+    assert Path(line.partition("=")[2].strip()) == slurm.workdir / "state"
