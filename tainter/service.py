@@ -86,10 +86,20 @@ async def connect_backend(
 def _after_sync(
     settings: TaintSettings, *, api: ClusterApi, leadership: Leadership, metrics: TainterMetrics
 ) -> tuple[AfterSync, ...]:
-    """The steps after each node sync: Kubernetes' node condition and eviction; none on
-    Slurm (a drain is the whole take-out there)."""
+    """The steps after each node sync: Kubernetes' node condition and eviction; on Slurm,
+    requeueing or cancelling a drained node's jobs (`tainter.slurm_jobs`)."""
     if settings.orchestrator == "slurm":
-        return ()
+        from fleetwatch.tainter.slurm_jobs import JobRemover
+
+        return (
+            JobRemover(
+                access=settings.slurm,
+                reasons=settings.eviction.reasons,
+                leadership=leadership,
+                metrics=metrics,
+                dry_run=settings.controller.dry_run,
+            ),
+        )
     from fleetwatch.tainter.kube import KubeNodeApi
     from fleetwatch.tainter.remediation import after_sync_steps
 

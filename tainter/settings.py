@@ -115,6 +115,12 @@ class SlurmAccess:
     timeout: float = duration_setting(
         5.0, minimum=0.1, maximum=120.0, help="deadline of one scontrol call"
     )
+    remove_jobs: str = setting(
+        "requeue",
+        choices=("requeue", "cancel"),
+        help="what removal from the run does to the running jobs of a node drained for a "
+        "reason of --evict.reasons: requeue them (batch jobs) or cancel them",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

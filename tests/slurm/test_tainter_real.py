@@ -1,23 +1,27 @@
 """The tainter on a real Slurm (`testbed.slurm`), in process: the controller finds the state
 directory through SLURM_CONF and scontrol on PATH alone (beside slurmctld's
 StateSaveLocation), the breaker holds across a fresh controller, and two controllers on one
-state directory never both drain. The whole story with real servers is
+state directory never both drain; removal from the run requeues a drained node's job once.
+The whole story with real servers is
 `test_tainter_e2e_real.py`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from fleetwatch.sim.servers import wait_until
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy
-from fleetwatch.tainter.service import connect_backend
+from fleetwatch.tainter.remediation import AfterSync
+from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
@@ -26,6 +30,7 @@ from fleetwatch.tainter.settings import (
     SlurmAccess,
 )
 from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from fleetwatch.tainter.slurm_jobs import JobRemover
 from testbed.slurm import SlurmCluster
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
@@ -59,6 +64,8 @@ def controller(
     lease: str,
     max_new_taints: int = 10,
     store: SlurmNodeApi | None = None,
+    after_sync: Sequence[AfterSync] = (),
+    metrics: TainterMetrics | None = None,
 ) -> Controller:
     """A controller on `api` (the backend, or it gated by leadership); the breaker's state
     on the lease `lease` of `store` (default: `api`)."""
@@ -67,10 +74,11 @@ def controller(
         breaker=Breaker(policy=BreakerPolicy(max_new_taints=max_new_taints, max_fraction=1.0)),
         evidence=evidence,
         alerts=None,
-        metrics=TainterMetrics(),
+        metrics=metrics or TainterMetrics(),
         settings=ControllerSettings(hold_seconds=0.0, retry=FAST),
         policy=TaintPolicy(declared_reasons=None),
         breaker_store=BreakerStore(api=store or api, namespace="slurm", name=lease),  # type: ignore[arg-type]
+        after_sync=after_sync,
     )
 
 
@@ -158,3 +166,51 @@ def test_state_file_is_where_the_docs_say(slurm: SlurmCluster) -> None:
     config = slurm.run("scontrol", "show", "config").stdout
     line = next(x for x in config.splitlines() if x.startswith("StateSaveLocation"))
     assert Path(line.partition("=")[2].strip()) == slurm.workdir / "state"
+
+
+async def test_removal_from_the_run_requeues_the_drained_nodes_job_once(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Opted in for gpu-overheat: the batch job running on the drained gpu01 is requeued
+    (Restarts=1), once, however often the node is synced."""
+    submitted = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--requeue",
+        "-w",
+        "gpu01",
+        "-D",
+        str(tmp_path),
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 300",
+    )
+    job = submitted.stdout.strip().split(";")[0]
+
+    def job_state() -> str:
+        return slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+
+    wait_until(lambda: job_state() == "RUNNING", timeout=30, what="the job running on gpu01")
+    api = await slurm_backend(slurm, monkeypatch)
+    metrics = TainterMetrics()
+    remover = JobRemover(
+        access=SlurmAccess(),
+        reasons=frozenset({"gpu-overheat"}),
+        leadership=Leadership(renew_deadline=None),
+        metrics=metrics,
+        dry_run=False,
+    )
+    control = controller(
+        api, evidence=FakeEvidence(), lease="jobs", after_sync=(remover,), metrics=metrics
+    )
+    try:
+        await control.handle_alerts(parse_webhook(webhook(alert("gpu01", fp="jobs"))))
+        wait_until(lambda: job_state() != "RUNNING", timeout=30, what="the job requeued")
+        await control.reconcile()  # a later sync of the drained node: not requeued again
+        shown = slurm.run("scontrol", "show", "job", "-o", job).stdout
+        assert " Restarts=1 " in shown
+        assert metrics.evictions.labels(reason="gpu-overheat", result="evicted")._value.get() == 1
+    finally:
+        slurm.run("scancel", job, check=False)
+        await manual_untaint(api=api, node="gpu01", reasons=None)
