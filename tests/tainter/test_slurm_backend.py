@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from fleetwatch.catalog.tainter import TAINTER_DRY_RUN_ACTIONS_TOTAL
 from fleetwatch.cli import build_parser
 from fleetwatch.slurm.scontrol import Node
 from fleetwatch.tainter import cli
@@ -369,6 +370,7 @@ def test_slurm_controller_never_loads_the_kubernetes_client(
     finding the state directory through `scontrol show config`."""
     code = f"""
 import asyncio, sys
+from fleetwatch.catalog.tainter import TAINTER_DRY_RUN_ACTIONS_TOTAL
 from fleetwatch.cli import build_parser
 from fleetwatch.tainter import cli
 from fleetwatch.tainter.service import build_app
@@ -386,3 +388,23 @@ print("kubernetes_asyncio" in sys.modules)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["built", "False"]
     assert fake.calls() == [["show", "config"]]
+
+
+async def test_dry_run_drains_nothing_and_says_so(fake: FakeSlurm, tmp_path: Path) -> None:
+    app = await build_app(slurm_settings(fake, tmp_path / "state", "--dry-run"))
+    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+
+        async def accepted() -> bool:
+            response = await client.post("/alerts", json=webhook(alert("gpu01")), headers=AUTH)
+            return bool(response.status == 200)
+
+        await wait_for(accepted)  # once it leads
+        metrics = (await (await client.get("/metrics")).text()).splitlines()
+    finally:
+        await client.close()
+    assert fake.updates() == []
+    assert fake.node("gpu01")["state"] == "IDLE"
+    added = f'{TAINTER_DRY_RUN_ACTIONS_TOTAL.name}{{op="add"}} 1.0'
+    assert added in metrics
