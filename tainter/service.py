@@ -247,6 +247,7 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
         extra={
             "listen": f"{host}:{port}",
             "dry_run": settings.controller.dry_run,
+            "orchestrator": settings.orchestrator,
             "prometheus_url": settings.prometheus_url,
             "alertmanager_url": settings.alertmanager_url,
             "breaker_max_new_taints": settings.breaker.max_new_taints,
@@ -263,7 +264,13 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "no --leader-elect.advertise-url: while this replica leads, the others answer "
             "the notifications they receive 503 instead of handing them to it"
         )
-    asyncio.run(serve(settings, host=host, port=port))
+    try:
+        asyncio.run(serve(settings, host=host, port=port))
+    except ApiError as exc:  # the backend cannot be reached at start (scontrol, kubeconfig)
+        log.error(
+            "tainter cannot start", extra={"orchestrator": settings.orchestrator, "error": str(exc)}
+        )
+        return 1
     return 0
 
 

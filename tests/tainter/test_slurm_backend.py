@@ -408,3 +408,27 @@ async def test_dry_run_drains_nothing_and_says_so(fake: FakeSlurm, tmp_path: Pat
     assert fake.node("gpu01")["state"] == "IDLE"
     added = f'{TAINTER_DRY_RUN_ACTIONS_TOTAL.name}{{op="add"}} 1.0'
     assert added in metrics
+
+
+def test_unreachable_slurm_at_start_is_one_clear_error(fake: FakeSlurm) -> None:
+    fake.set(fail=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetwatch",
+            "taint",
+            "--orchestrator=slurm",
+            "--web.insecure-no-token",
+            "--web.listen-address=127.0.0.1:0",
+            f"--slurm.scontrol={fake.scontrol}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "cannot find slurmctld's StateSaveLocation" in done.stderr
+    assert "--slurm.state-dir" in done.stderr
