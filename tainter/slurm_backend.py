@@ -65,7 +65,10 @@ DRAIN_EFFECT: Final = "NoSchedule"
 """A drain lets the running jobs finish and starts no new one: Kubernetes' NoSchedule."""
 OTHERS_KEY: Final = "slurm.schedmd.com/unavailable"
 """The hold a node drained, downed or failed by anyone but fleetwatch carries."""
-UNAVAILABLE_FLAGS: Final = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "MAINT"})
+UNAVAILABLE_FLAGS: Final = frozenset(
+    {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "INVALID_REG"}
+    | {"REBOOT_REQUESTED", "REBOOT_ISSUED"}
+)
 STATE_FILE: Final = "fleetwatch-tainter.json"
 LOCK_FILE: Final = "fleetwatch-tainter.lock"
 
