@@ -3,26 +3,12 @@ prolog and epilog are fleetwatch's, each node keeping its own mapping directory.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from testbed.slurm import MissingSlurm, SlurmCluster, find_binaries, slurm_cluster
-
-MAPS = "maps"
-"""The folder (in the cluster's workdir) holding each node's mapping directory, by name."""
-
-
-def fleetwatch_script(action: str, maps: str) -> list[str]:
-    """`fleetwatch slurm ACTION` with this node's mapping directory: the two nodes share
-    one host, so each keeps its mappings in `maps/$SLURMD_NODENAME`."""
-    return [
-        "sh",
-        "-c",
-        f"exec {sys.executable} -m fleetwatch slurm {action} "
-        f'--mapping-dir="{maps}/$SLURMD_NODENAME"',
-    ]
+from tests.slurm.cluster import MAPS, fleetwatch_script
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_NAMESPACE
 from fleetwatch.sim.servers import fleetwatch_export, http_get, wait_until
 from fleetwatch.slurm.healthcheck import parse_exposition
 from testbed.slurm import SlurmCluster
-from tests.slurm.conftest import MAPS
+from tests.slurm.cluster import MAPS
 
 
 def _job_files(slurm: SlurmCluster, node: str) -> list[Path]:
