@@ -15,6 +15,7 @@ from fleetwatch.collectors import (
     nvlink,
     pci,
     podresources,
+    slurmjobs,
     storage,
     xid,
 )
@@ -27,6 +28,7 @@ COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     nvlink.SPEC,
     xid.SPEC,
     podresources.SPEC,
+    slurmjobs.SPEC,
     infiniband.SPEC,
     storage.SPEC,
 )
