@@ -434,3 +434,20 @@ def test_unreachable_slurm_at_start_is_one_clear_error(fake: FakeSlurm) -> None:
     assert "Traceback" not in done.stderr
     assert "cannot find slurmctld's StateSaveLocation" in done.stderr
     assert "--slurm.state-dir" in done.stderr
+
+
+async def test_the_health_checks_drain_is_fleetwatchs_and_lifts_on_evidence(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """`fleetwatch slurm healthcheck` drains with the controller's reason format, so the
+    controller owns that drain: it holds it while the condition lasts and resumes the node on
+    Prometheus' evidence, as after a restart."""
+    fake.admin("gpu01", state="IDLE+DRAIN", reason="fleetwatch:gpu-overheat GPUOverheating")
+    evidence = FakeEvidence()
+    control = controller(slurm_api(fake, tmp_path / "state"), evidence=evidence)
+    await control.reconcile()
+    assert fake.node("gpu01")["state"] == "IDLE+DRAIN"  # no evidence yet
+    evidence.clear["gpu01"] = True
+    await control.reconcile()
+    assert fake.node("gpu01")["state"] == "IDLE"
+    assert fake.updates() == [["update", "nodename=gpu01", "state=resume"]]
