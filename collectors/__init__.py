@@ -16,6 +16,7 @@ from fleetwatch.collectors import (
     nvlink,
     pci,
     podresources,
+    slurmjobs,
     storage,
     xid,
 )
@@ -29,6 +30,7 @@ COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     nvlink.SPEC,
     xid.SPEC,
     podresources.SPEC,
+    slurmjobs.SPEC,
     infiniband.SPEC,
     storage.SPEC,
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -93,19 +94,10 @@ class PodResourcesCollector:
             allocations = self._allocations
         if not allocations:
             return []
-        by_uuid = {g.identity.uuid: g.identity for g in self._source.gpus()}
-        by_index = {str(g.index): g.identity for g in self._source.gpus()}
+        labels = device_labels(self._source)
         builder = FamilyBuilder(SPECS)
         for allocation in allocations:
-            identity = by_uuid.get(allocation.device_id) or by_index.get(allocation.device_id)
-            gpu, uuid = (
-                ("", allocation.device_id)
-                if identity is None
-                else (
-                    str(identity.index),
-                    identity.uuid,
-                )
-            )
+            gpu, uuid = labels(allocation.device_id)
             builder.add(
                 ALLOCATION,
                 (gpu, uuid, allocation.namespace, allocation.pod, allocation.container),
@@ -117,6 +109,17 @@ class PodResourcesCollector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+
+
+def device_labels(source: NvmlSource) -> Callable[[str], tuple[str, str]]:
+    """device id -> (`gpu`, `uuid`) of the allocation series, for this node's GPUs now: a
+    GPU UUID or an NVML index names a GPU; any other id (a MIG device) keeps its id as
+    `uuid` with an empty `gpu`. The Slurm job mapping (collectors/slurmjobs.py) uses it too."""
+    by_id: dict[str, tuple[str, str]] = {}
+    for reading in source.gpus():
+        labels = (str(reading.identity.index), reading.identity.uuid)
+        by_id[reading.identity.uuid] = by_id[str(reading.identity.index)] = labels
+    return lambda device_id: by_id.get(device_id, ("", device_id))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fleetwatch.durations import format_duration
+from fleetwatch.tainter.backend import LeaseApi
 from fleetwatch.tainter.election import Leadership, NotLeader
-from fleetwatch.tainter.kube import LeaseApi
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Lease,

@@ -25,7 +25,9 @@ from fleetwatch.tainter.settings import (
     KubeAccess,
     LeaseSettings,
     NodeConditionSettings,
+    Orchestrator,
     QuarantineSettings,
+    SlurmAccess,
     TaintSettings,
     TlsFiles,
     UntaintCommand,
@@ -50,6 +52,8 @@ EVICTION: Final = Flags(settings=EvictionSettings, prefix="evict")
 NODE_CONDITION: Final = Flags(settings=NodeConditionSettings, prefix="node-condition")
 LEASE: Final = Flags(settings=LeaseSettings, prefix=_LEASE)
 ELECTION: Final = Flags(settings=ElectionSettings, prefix=_LEASE)
+ORCHESTRATOR: Final = Flags(settings=Orchestrator)
+SLURM: Final = Flags(settings=SlurmAccess, prefix="slurm")
 UNTAINT: Final = Flags(settings=UntaintCommand)
 BREAKER_COMMAND: Final = Flags(settings=BreakerCommand)
 
@@ -64,7 +68,9 @@ def subcommands() -> tuple[Subcommand, ...]:
             "positive evidence from Prometheus.",
             flags=(
                 WEBHOOK,
+                ORCHESTRATOR,
                 KUBE,
+                SLURM,
                 LISTENER,
                 SERVICE,
                 CONTROLLER,
@@ -82,7 +88,7 @@ def subcommands() -> tuple[Subcommand, ...]:
         Subcommand(
             name="untaint",
             help="remove fleetwatch taints from a node now",
-            flags=(UNTAINT, KUBE),
+            flags=(UNTAINT, ORCHESTRATOR, KUBE, SLURM),
             run=_run_untaint,
         ),
         Subcommand(
@@ -90,7 +96,7 @@ def subcommands() -> tuple[Subcommand, ...]:
             help="control the tainter's circuit breaker",
             description="Close the breaker stored on the tainter's Lease, with your own "
             "Kubernetes credentials (RBAC on the Lease decides who may).",
-            flags=(BREAKER_COMMAND, KUBE, LEASE),
+            flags=(BREAKER_COMMAND, ORCHESTRATOR, KUBE, SLURM, LEASE),
             run=_run_breaker,
         ),
     )
@@ -167,12 +173,17 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         except TokenError as exc:
             raise _fail(str(exc)) from exc
     lease: LeaseSettings = LEASE.read(args)
+    orchestrator: Orchestrator = ORCHESTRATOR.read(args)
     election: ElectionSettings = ELECTION.read(
         args,
         namespace=lease.namespace,
         name=lease.name,
         identity=default_identity(),
     )
+    if orchestrator.orchestrator == "slurm":
+        # Several controller hosts may run: only the holder of the lease in the shared state
+        # directory acts, whether or not --leader-elect was given.
+        election = dataclasses.replace(election, enabled=True)
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
@@ -193,6 +204,8 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         eviction=EVICTION.read(args),
         node_condition=NODE_CONDITION.read(args),
         tls=tls,
+        orchestrator=orchestrator.orchestrator,
+        slurm=SLURM.read(args),
     )
     if settings.event_namespace != NODE_EVENT_NAMESPACE:
         # A real API server refuses (422) an Event about a cluster-scoped object in any other
@@ -224,7 +237,11 @@ def _run_untaint(args: argparse.Namespace) -> int:
     command: UntaintCommand = UNTAINT.read(args)
     reasons = frozenset(command.reason) or None
     return untaint_command(
-        kubeconfig=KUBE.read(args).kubeconfig, node=command.node, reasons=reasons
+        kubeconfig=KUBE.read(args).kubeconfig,
+        node=command.node,
+        reasons=reasons,
+        orchestrator=ORCHESTRATOR.read(args).orchestrator,
+        slurm=SLURM.read(args),
     )
 
 
@@ -233,5 +250,9 @@ def _run_breaker(args: argparse.Namespace) -> int:
 
     lease: LeaseSettings = LEASE.read(args)
     return breaker_reset_command(
-        kubeconfig=KUBE.read(args).kubeconfig, namespace=lease.namespace, name=lease.name
+        kubeconfig=KUBE.read(args).kubeconfig,
+        namespace=lease.namespace,
+        name=lease.name,
+        orchestrator=ORCHESTRATOR.read(args).orchestrator,
+        slurm=SLURM.read(args),
     )

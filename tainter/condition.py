@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 
+from fleetwatch.tainter.backend import RemediationApi
 from fleetwatch.tainter.election import Leadership
-from fleetwatch.tainter.kube import RemediationApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeCondition, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX

@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fleetwatch.tainter.backend import NodeApi
 from fleetwatch.tainter.breaker import (
     Breaker,
     BreakerRecord,
@@ -38,7 +39,6 @@ from fleetwatch.tainter.breaker import (
 )
 from fleetwatch.tainter.desired import Intent, ResolvedMemory
 from fleetwatch.tainter.events import SyncReport
-from fleetwatch.tainter.kube import NodeApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState

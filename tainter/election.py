@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from fleetwatch.tainter.kube import LeaseApi, NodeApi
+from fleetwatch.tainter.backend import LeaseApi, NodeApi
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, Lease, NodeView, Taint, now_micro
 from fleetwatch.tainter.settings import ElectionSettings
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from fleetwatch.tainter.backend import NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
 from fleetwatch.tainter.desired import Intent
-from fleetwatch.tainter.kube import NodeApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.policy import TaintPolicy

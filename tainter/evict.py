@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from fleetwatch.rules.definitions import job_of_pod
+from fleetwatch.tainter.backend import RemediationApi
 from fleetwatch.tainter.election import Leadership
-from fleetwatch.tainter.kube import RemediationApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, PodView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX

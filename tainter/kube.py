@@ -1,11 +1,7 @@
 """The Kubernetes side of the tainter: the narrow node/pod/event/Lease API and its real client.
 
-`NodeApi` is the seam: the controller reads nodes as `NodeView`s and writes taints with
-a merge patch guarded by `metadata.resourceVersion` (a stale one answers 409 and the
-controller re-reads). `LeaseApi` reads and writes the `coordination.k8s.io/v1` Lease that
-leader election and the breaker's state live on. `PodApi` is what removal from the run and
-the node condition need: pods bound to a node, the policy/v1 Eviction subresource, the
-node's status conditions. `KubeNodeApi` implements them all with kubernetes_asyncio,
+The seam the controller sees is `fleetwatch.tainter.backend` (`NodeApi`, `LeaseApi`,
+`PodApi`), which knows no orchestrator; `KubeNodeApi` implements them all with kubernetes_asyncio,
 configured from a kubeconfig file or the in-cluster service account by the library
 itself. The objects it returns, and the shape checks on every reply, are in
 `fleetwatch.tainter.kube_objects`.
@@ -17,11 +13,12 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
 
+from fleetwatch.tainter.backend import LeaseApi, NodeApi, PodApi, RemediationApi
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -38,92 +35,10 @@ from fleetwatch.tainter.kube_objects import (
     pods_from_api,
 )
 
+__all__ = ["KubeNodeApi", "LeaseApi", "NodeApi", "PodApi", "RemediationApi"]
+
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-class NodeApi(Protocol):
-    """The node and event operations the controller needs."""
-
-    async def get_node(self, name: str) -> NodeView: ...
-
-    async def list_nodes(self, *, label_selector: str = "") -> list[NodeView]: ...
-
-    async def patch_node(
-        self,
-        name: str,
-        *,
-        resource_version: str,
-        taints: Sequence[Taint] | None,
-        labels: Mapping[str, str | None],
-        annotations: Mapping[str, str | None],
-    ) -> NodeView:
-        """Merge-patch labels/annotations (None deletes) and replace `spec.taints` whole
-        (None leaves it alone), only if the node is still at `resource_version`."""
-        ...
-
-    async def create_event(
-        self,
-        *,
-        node: NodeView,
-        reason: str,
-        message: str,
-        warning: bool,
-    ) -> None: ...
-
-
-class PodApi(Protocol):
-    """The pod, eviction and node-status operations of removal from the run."""
-
-    async def list_pods(
-        self, *, node: str | None = None, namespace: str | None = None, label_selector: str = ""
-    ) -> list[PodView]:
-        """Pods bound to `node` (every namespace), or of `namespace`, matching the selector."""
-        ...
-
-    async def evict_pod(self, *, namespace: str, name: str) -> None:
-        """Create a policy/v1 Eviction: the API server honours PodDisruptionBudgets (429)."""
-        ...
-
-    async def patch_node_conditions(
-        self, name: str, *, resource_version: str, conditions: Sequence[NodeCondition]
-    ) -> NodeView:
-        """Strategic-merge `status.conditions` (merged by type: other conditions stay),
-        only if the node is still at `resource_version` (else Conflict)."""
-        ...
-
-    async def create_pod_event(
-        self, *, pod: PodView, reason: str, message: str, warning: bool
-    ) -> None:
-        """Record an Event on `pod`, in the pod's namespace."""
-        ...
-
-
-class RemediationApi(NodeApi, PodApi, Protocol):
-    """Nodes and pods: what the node condition and removal from the run call (the real
-    client; they check leadership and `--dry-run` themselves)."""
-
-
-class LeaseApi(Protocol):
-    """The Lease operations leader election and the breaker's state need."""
-
-    async def get_lease(self, *, namespace: str, name: str) -> Lease:
-        """The Lease; ApiError with status 404 when it does not exist."""
-        ...
-
-    async def create_lease(self, *, namespace: str, lease: Lease) -> Lease:
-        """Create it; Conflict when another process created it first."""
-        ...
-
-    async def replace_lease(self, *, namespace: str, lease: Lease) -> Lease:
-        """Replace it whole, only if still at `lease.resource_version` (else Conflict)."""
-        ...
-
-    async def patch_lease_annotations(
-        self, *, namespace: str, name: str, resource_version: str, annotations: Mapping[str, str]
-    ) -> Lease:
-        """Merge-patch annotations, only if still at `resource_version` (else Conflict)."""
-        ...
 
 
 class KubeNodeApi:

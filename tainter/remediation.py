@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from fleetwatch.tainter.backend import RemediationApi
 from fleetwatch.tainter.condition import ConditionKeeper
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.evict import Evictor
-from fleetwatch.tainter.kube import RemediationApi
 from fleetwatch.tainter.kube_objects import NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.settings import TaintSettings

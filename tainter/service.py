@@ -1,8 +1,9 @@
-"""Wiring: settings → Kubernetes client, sources, breaker, leader election, controller, app.
+"""Wiring: settings → backend, sources, breaker, leader election, controller, app.
 
 Kept apart from the CLI so tests build the same application the command runs. Also the
-one-shot commands that act on the cluster with the caller's kubeconfig: `untaint` and
-`breaker reset`.
+one-shot commands that act on the cluster with the caller's credentials: `untaint` and
+`breaker reset`. The backend (`connect_backend`) is Kubernetes or Slurm; each is imported
+only when chosen, so a Slurm controller never loads the Kubernetes client.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import signal
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +22,7 @@ from aiohttp import web
 
 from fleetwatch.listener import Listener, start_listener
 from fleetwatch.tainter.auth import TokenFile
+from fleetwatch.tainter.backend import ClusterApi, NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.election import (
@@ -28,14 +31,13 @@ from fleetwatch.tainter.election import (
     Leadership,
 )
 from fleetwatch.tainter.forward import Forwarder, PinnedServingCertificate
-from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.quarantine import release
-from fleetwatch.tainter.remediation import after_sync_steps
+from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
-from fleetwatch.tainter.settings import RetryPolicy, TaintSettings
+from fleetwatch.tainter.settings import RetryPolicy, SlurmAccess, TaintSettings
 from fleetwatch.tainter.sources import (
     AlertmanagerAlerts,
     EvidenceSource,
@@ -54,6 +56,57 @@ from fleetwatch.tainter.writes import (
 log = logging.getLogger(__name__)
 
 
+Close = Callable[[], Awaitable[None]]
+
+
+async def connect_backend(
+    orchestrator: str,
+    *,
+    kubeconfig: Path | None = None,
+    event_namespace: str = "default",
+    slurm: SlurmAccess | None = None,
+) -> tuple[ClusterApi, Close]:
+    """The backend `orchestrator` names, connected, and how to close it. Raises ApiError
+    when it cannot be reached (Slurm: scontrol does not answer `show config`)."""
+    if orchestrator == "slurm":
+        from fleetwatch.tainter.slurm_backend import connect_slurm
+
+        api = await connect_slurm(slurm or SlurmAccess())
+
+        async def nothing() -> None:
+            return None
+
+        return api, nothing
+    from fleetwatch.tainter.kube import KubeNodeApi
+
+    kube = await KubeNodeApi.connect(kubeconfig=kubeconfig, event_namespace=event_namespace)
+    return kube, kube.close
+
+
+def _after_sync(
+    settings: TaintSettings, *, api: ClusterApi, leadership: Leadership, metrics: TainterMetrics
+) -> tuple[AfterSync, ...]:
+    """The steps after each node sync: Kubernetes' node condition and eviction; on Slurm,
+    requeueing or cancelling a drained node's jobs (`tainter.slurm_jobs`)."""
+    if settings.orchestrator == "slurm":
+        from fleetwatch.tainter.slurm_jobs import JobRemover
+
+        return (
+            JobRemover(
+                access=settings.slurm,
+                reasons=settings.eviction.reasons,
+                leadership=leadership,
+                metrics=metrics,
+                dry_run=settings.controller.dry_run,
+            ),
+        )
+    from fleetwatch.tainter.kube import KubeNodeApi
+    from fleetwatch.tainter.remediation import after_sync_steps
+
+    assert isinstance(api, KubeNodeApi)
+    return after_sync_steps(settings, api=api, leadership=leadership, metrics=metrics)
+
+
 def default_identity() -> str:
     """This replica's name in the Lease: the host (the pod name in Kubernetes) and a
     random suffix, so two processes on one host never share it."""
@@ -63,7 +116,7 @@ def default_identity() -> str:
 async def build_app(
     settings: TaintSettings, *, metrics: TainterMetrics | None = None
 ) -> web.Application:
-    """Connect to Kubernetes, Prometheus and Alertmanager and return the tainter's app.
+    """Connect to the orchestrator, Prometheus and Alertmanager and return the tainter's app.
 
     Everything opened here is closed by the app's cleanup, or at once when a later step
     fails."""
@@ -73,8 +126,11 @@ async def build_app(
         if settings.token_file
         else None
     )
-    kube = await KubeNodeApi.connect(
-        kubeconfig=settings.kubeconfig, event_namespace=settings.event_namespace
+    kube, close_backend = await connect_backend(
+        settings.orchestrator,
+        kubeconfig=settings.kubeconfig,
+        event_namespace=settings.event_namespace,
+        slurm=settings.slurm,
     )
     session = aiohttp.ClientSession()
     try:
@@ -112,7 +168,7 @@ async def build_app(
                 name=settings.election.name,
                 leadership=leadership,
             ),
-            after_sync=after_sync_steps(settings, api=kube, leadership=leadership, metrics=metrics),
+            after_sync=_after_sync(settings, api=kube, leadership=leadership, metrics=metrics),
         )
         elector = forwarder = None
         if settings.election.enabled:
@@ -138,12 +194,12 @@ async def build_app(
         metrics.leader.set(0 if settings.election.enabled else 1)
     except BaseException:
         await session.close()
-        await kube.close()
+        await close_backend()
         raise
 
     async def close(_: web.Application) -> None:
         await session.close()
-        await kube.close()
+        await close_backend()
 
     return make_app(
         controller=controller,
@@ -191,6 +247,7 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
         extra={
             "listen": f"{host}:{port}",
             "dry_run": settings.controller.dry_run,
+            "orchestrator": settings.orchestrator,
             "prometheus_url": settings.prometheus_url,
             "alertmanager_url": settings.alertmanager_url,
             "breaker_max_new_taints": settings.breaker.max_new_taints,
@@ -207,7 +264,13 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "no --leader-elect.advertise-url: while this replica leads, the others answer "
             "the notifications they receive 503 instead of handing them to it"
         )
-    asyncio.run(serve(settings, host=host, port=port))
+    try:
+        asyncio.run(serve(settings, host=host, port=port))
+    except ApiError as exc:  # the backend cannot be reached at start (scontrol, kubeconfig)
+        log.error(
+            "tainter cannot start", extra={"orchestrator": settings.orchestrator, "error": str(exc)}
+        )
+        return 1
     return 0
 
 
@@ -227,18 +290,26 @@ async def reset_breaker(*, store: BreakerStore, who: str) -> BreakerRecord | Non
     )
 
 
-def breaker_reset_command(*, kubeconfig: Path | None, namespace: str, name: str) -> int:
+def breaker_reset_command(
+    *,
+    kubeconfig: Path | None,
+    namespace: str,
+    name: str,
+    orchestrator: str = "kubernetes",
+    slurm: SlurmAccess | None = None,
+) -> int:
     """`fleetwatch breaker reset`: close the breaker stored on the tainter's Lease, with the
-    caller's own Kubernetes credentials (RBAC on the Lease decides who may)."""
+    caller's own Kubernetes credentials (RBAC on the Lease decides who may), or in the Slurm
+    state file (its permissions decide)."""
     who = f"{getpass.getuser()}@{socket.gethostname()} (fleetwatch breaker reset)"
 
     async def run() -> BreakerRecord | None:
-        api = await KubeNodeApi.connect(kubeconfig=kubeconfig)
+        api, close = await connect_backend(orchestrator, kubeconfig=kubeconfig, slurm=slurm)
         try:
             store = BreakerStore(api=api, namespace=namespace, name=name)
             return await reset_breaker(store=store, who=who)
         finally:
-            await api.close()
+            await close()
 
     try:
         before = asyncio.run(run())
@@ -297,15 +368,23 @@ async def manual_untaint(
     return sorted(change.remove)
 
 
-def untaint_command(*, kubeconfig: Path | None, node: str, reasons: frozenset[str] | None) -> int:
-    """`fleetwatch untaint`: returns the exit status after printing what was removed."""
+def untaint_command(
+    *,
+    kubeconfig: Path | None,
+    node: str,
+    reasons: frozenset[str] | None,
+    orchestrator: str = "kubernetes",
+    slurm: SlurmAccess | None = None,
+) -> int:
+    """`fleetwatch untaint`: returns the exit status after printing what was removed (on
+    Slurm: resumes the node when no fleetwatch hold is left, and only from its own drain)."""
 
     async def run() -> list[str]:
-        api = await KubeNodeApi.connect(kubeconfig=kubeconfig)
+        api, close = await connect_backend(orchestrator, kubeconfig=kubeconfig, slurm=slurm)
         try:
             return await manual_untaint(api=api, node=node, reasons=reasons)
         finally:
-            await api.close()
+            await close()
 
     try:
         removed = asyncio.run(run())

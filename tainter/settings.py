@@ -74,6 +74,55 @@ class KubeAccess:
     )
 
 
+ORCHESTRATORS = ("kubernetes", "slurm")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Orchestrator:
+    """Which orchestrator the tainter acts on (`--orchestrator`): Kubernetes taints, or
+    Slurm drains (`tainter.slurm_backend`)."""
+
+    orchestrator: str = setting(
+        "kubernetes",
+        choices=ORCHESTRATORS,
+        flag="orchestrator",
+        help="take nodes out with Kubernetes taints, or with Slurm drains",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmAccess:
+    """How `--orchestrator=slurm` reaches Slurm and where it keeps its state (`--slurm.*`)."""
+
+    scontrol: str = setting(
+        "scontrol", metavar="PATH", help="the scontrol to run (a bare name is found on PATH)"
+    )
+    conf: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        help="slurm.conf, passed to scontrol as SLURM_CONF (default: the environment's "
+        "SLURM_CONF, else Slurm's own default)",
+    )
+    state_dir: Path | None = setting(
+        None,
+        parse=Path,
+        metavar="DIR",
+        help="where the taint history, quarantine, breaker and leader lease are kept; every "
+        "controller host must share it (default: fleetwatch/ in slurmctld's "
+        "StateSaveLocation, which its backup host already shares)",
+    )
+    timeout: float = duration_setting(
+        5.0, minimum=0.1, maximum=120.0, help="deadline of one scontrol call"
+    )
+    remove_jobs: str = setting(
+        "requeue",
+        choices=("requeue", "cancel"),
+        help="what removal from the run does to the running jobs of a node drained for a "
+        "reason of --evict.reasons: requeue them (batch jobs) or cancel them",
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSecurity:
     """Where the webhook listens, and how callers prove who they are (`--web.*`): checked
@@ -421,6 +470,8 @@ class TaintSettings:
     eviction: EvictionSettings = field(default_factory=EvictionSettings)
     node_condition: NodeConditionSettings = field(default_factory=NodeConditionSettings)
     tls: TlsFiles | None = None
+    orchestrator: str = "kubernetes"
+    slurm: SlurmAccess = field(default_factory=SlurmAccess)
     prometheus_url: str | None = setting(
         None,
         parse=http_url,

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from fleetwatch.tainter.kube import NodeApi
+from fleetwatch.tainter.backend import NodeApi, Unavailable
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
@@ -124,7 +124,8 @@ async def with_retries(
 ) -> T:
     """Run `call` until it succeeds, retrying what RETRIED_STATUSES names (the guard's
     conflicts, throttling, 5xx, an unreachable API) with jittered backoff; counts every
-    failure. Raises the last ApiError, or at once one retrying cannot fix."""
+    failure. Raises the last ApiError, or at once one retrying cannot fix (a refusal, or a
+    backend that says it is `Unavailable` while it backs off)."""
     last_error: ApiError | None = None
     for attempt in range(retry.attempts):
         if attempt:
@@ -137,7 +138,7 @@ async def with_retries(
                 metrics.api_conflicts.inc()
             else:
                 metrics.api_errors.labels(status=str(exc.status)).inc()
-            if exc.status not in RETRIED_STATUSES:
+            if exc.status not in RETRIED_STATUSES or isinstance(exc, Unavailable):
                 raise
             log.debug(
                 "Kubernetes call retried",

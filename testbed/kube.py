@@ -37,9 +37,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from testbed import processes as daemons
+
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 READY_TIMEOUT = 90.0  # seconds; about 4 s on a quiet 2-core machine
-STOP_TIMEOUT = 15.0
 
 
 class MissingAssets(FileNotFoundError):
@@ -386,23 +387,6 @@ def write_kubeconfig(path: Path, *, url: str, ca: Path, token: str) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _process(argv: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `argv` with output to `log`; on exit stop it by PID (TERM, then KILL)."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=STOP_TIMEOUT)
-
-
 def _wait_ready(
     server: ApiServer, processes: Mapping[str, tuple[subprocess.Popen[bytes], Path]]
 ) -> None:
@@ -473,8 +457,8 @@ def api_server(
         "--profiling=false",
     ]
     with (
-        _process(etcd_argv, workdir / "etcd.log") as etcd,
-        _process(apiserver_argv, workdir / "kube-apiserver.log") as apiserver,
+        daemons.process(etcd_argv, workdir / "etcd.log") as etcd,
+        daemons.process(apiserver_argv, workdir / "kube-apiserver.log") as apiserver,
     ):
         url = f"https://127.0.0.1:{api_port}"
         for identity in everyone:

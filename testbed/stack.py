@@ -8,6 +8,7 @@ given by the caller; gpu-overheat's clear condition with its hold-down shortened
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -71,16 +72,24 @@ def fast_clear_condition() -> str:
 
 
 def start_e2e_stack(
-    workdir: Path, servers: contextlib.ExitStack, *, interval: str, hold: str
+    workdir: Path,
+    servers: contextlib.ExitStack,
+    *,
+    interval: str,
+    hold: str,
+    node: str = NODE,
+    tainter_args: Sequence[str] = (),
 ) -> Stack:
     """Every server of the alerting path on the heating scenario; `servers` stops them all.
-    `interval` is Prometheus' scrape and evaluation interval, `hold` the tainter's."""
+    `interval` is Prometheus' scrape and evaluation interval, `hold` the tainter's; `node`
+    names the heating node, `tainter_args` add to the tainter's flags (a Slurm
+    controller's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     scenario = workdir / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     plan = Plan(
         scenario=str(scenario),
-        node=NODE,
+        node=node,
         interval=interval,
         collection_interval="1s",
         rule_files=fast_rules(workdir),
@@ -90,6 +99,7 @@ def start_e2e_stack(
             "--reconcile-interval=2s",
             "--breaker.max-new-taints=10",
             "--breaker.max-fraction=1",
+            *tainter_args,
         ),
     )
     return start_stack(workdir, servers, plan)

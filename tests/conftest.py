@@ -42,6 +42,7 @@ SERVER_FIXTURES: Final = frozenset(
         "node_exporter_server",  # infiniband/test_node_exporter
         "kubeconfig",  # deploy/test_chart: Helm installs against an API server
         "releases",
+        "slurm",  # slurm/*: munged, slurmctld and two slurmd (testbed/slurm.py)
     }
 )
 # Programs that are real servers or their tools, by executable name.
@@ -62,6 +63,9 @@ SERVER_PROGRAMS: Final = frozenset(
         "victoria-metrics-prod",
         "vmalert",
         "vmalert-prod",
+        "munged",
+        "slurmctld",
+        "slurmd",
     }
 )
 

@@ -33,6 +33,7 @@ def subcommands() -> list[Subcommand]:
     from fleetwatch import demo
     from fleetwatch.exporter import export
     from fleetwatch.report import cli as report_cli
+    from fleetwatch.slurm import cli as slurm_cli
     from fleetwatch.tainter import cli as tainter_cli
 
     return [
@@ -40,22 +41,31 @@ def subcommands() -> list[Subcommand]:
         *demo.subcommands(),
         *tainter_cli.subcommands(),
         *report_cli.subcommands(),
+        *slurm_cli.subcommands(),
     ]
 
 
-def build_parser() -> ArgParser:
-    """The whole CLI: every subcommand with its flags and the common ones."""
+def build_parser(only: Sequence[Subcommand] | None = None) -> ArgParser:
+    """The whole CLI: every subcommand (or `only` these) with its flags and the common ones."""
     return flags.build_parser(
         prog="fleetwatch",
         description=__doc__.splitlines()[0] if __doc__ else "",
         version=f"fleetwatch {__version__}",
-        subcommands=subcommands(),
+        subcommands=subcommands() if only is None else only,
         common=COMMON_FLAGS,
     )
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The parsed command line, with FLEETWATCH_* variables for the flags it does not give."""
+    """The parsed command line, with FLEETWATCH_* variables for the flags it does not give.
+
+    `fleetwatch slurm ...` builds only its own parser: the prolog and epilog run for every
+    Slurm job, and importing every other subcommand (the exporter, the tainter, the report)
+    would add most of a second to each job's start and end."""
+    if argv[:1] == ["slurm"]:
+        from fleetwatch.slurm import cli as slurm_cli
+
+        return flags.parse_args(build_parser(slurm_cli.subcommands()), argv)
     return flags.parse_args(build_parser(), argv)
 
 

@@ -1,7 +1,7 @@
 """The metric catalog: every family fleetwatch exports, declared once.
 
 One module per area (`gpu`, `nvlink`, `infiniband`, `pci`, `xid`, `allocation`,
-`storage`, `exporter`, `tainter`) holds a `MetricSpec` per family: name, type, help,
+`slurm`, `storage`, `exporter`, `tainter`) holds a `MetricSpec` per family: name, type, help,
 labels, and what docs/metrics.md shows of it (unit, source, worst-case series). A spec's
 constant is its name without the `fleetwatch_` prefix, upper-cased (`GPU_TEMPERATURE_CELSIUS`), and
 `str(spec)` is the name, so PromQL builders write `f"{GPU_TEMPERATURE_CELSIUS}{{...}}"`.
@@ -24,6 +24,7 @@ from fleetwatch.catalog import (
     infiniband,
     nvlink,
     pci,
+    slurm,
     storage,
     tainter,
     xid,
@@ -35,6 +36,7 @@ ALL: Final[tuple[MetricSpec, ...]] = (
     *gpu.FAMILIES,
     *xid.FAMILIES,
     *allocation.FAMILIES,
+    *slurm.FAMILIES,
     *pci.FAMILIES,
     *nvlink.FAMILIES,
     *infiniband.FAMILIES,

@@ -19,6 +19,7 @@ from fleetwatch.catalog import (
     infiniband,
     nvlink,
     pci,
+    slurm,
     storage,
     tainter,
     xid,
@@ -133,6 +134,17 @@ its `statvfs` series are absent until the call returns. NFS counters are exporte
 (exact in a float64, as node_exporter does).
 """,
         storage.FAMILIES,
+    ),
+    (
+        "Slurm jobs",
+        """\
+Collector `slurmjobs`: the mapping directory (`--mapping-dir`, default
+`/run/fleetwatch/slurm-jobs`) that `fleetwatch slurm prolog` and `epilog` keep, and
+dcgm-exporter's HPC job-mapping files in the same directory (docs/slurm.md). Each GPU a Slurm
+job holds is a `fleetwatch_gpu_allocation_info` series with `namespace="slurm"` and the job
+ID as `pod`, so a job spanning nodes is one training job. No directory: no series.
+""",
+        slurm.FAMILIES,
     ),
     ("Tainter (`fleetwatch taint`, served on its own `/metrics`)", "", tainter.FAMILIES),
 )

@@ -1,0 +1,135 @@
+"""`fleetwatch slurm prolog|epilog|healthcheck`.
+
+The prolog and epilog run for every job (slurm.conf `Prolog=`/`Epilog=`, as root on each
+node of the job): they import the flag system and `fleetwatch.slurm.mapping`, nothing else,
+and never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
+non-zero, so bad input (no job ID, a GPU list that is neither indices nor UUIDs) is reported
+on standard error, which slurmd logs, and the prolog exits 0 having written nothing.
+The health check (`HealthCheckProgram=`, NHC) is `fleetwatch.slurm.healthcheck`, imported
+only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from fleetwatch.flags import (
+    REQUIRED,
+    Flags,
+    Subcommand,
+    duration_setting,
+    http_url,
+    readable_file,
+    setting,
+)
+from fleetwatch.slurm import mapping
+
+ACTIONS: Final = ("prolog", "epilog", "healthcheck")
+DEFAULT_EXPORTER_URL: Final = "http://127.0.0.1:9842"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmCommand:
+    """`fleetwatch slurm ACTION` and its flags."""
+
+    action: str = setting(
+        REQUIRED,
+        choices=ACTIONS,
+        positional=True,
+        help="prolog: record the job's GPUs; epilog: forget them; healthcheck: drain this "
+        "node on a critical condition",
+    )
+    mapping_dir: Path = setting(
+        mapping.DEFAULT_DIR,
+        parse=Path,
+        metavar="DIR",
+        flag="mapping-dir",
+        help="the job-to-GPU mapping directory (prolog, epilog)",
+    )
+    exporter_url: str = setting(
+        DEFAULT_EXPORTER_URL,
+        parse=http_url,
+        metavar="URL",
+        flag="exporter-url",
+        help="the local exporter the health check reads (URL/metrics)",
+    )
+    node: str = setting(
+        "",
+        metavar="NAME",
+        flag="node",
+        help="the Slurm node the health check judges and drains (default $SLURMD_NODENAME)",
+    )
+    deadline: float = duration_setting(
+        40.0,
+        minimum=5.0,
+        maximum=55.0,
+        flag="deadline",
+        help="the health check's whole budget, inside Slurm's 60 s limit",
+    )
+    rules_config: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="PATH",
+        flag="rules-config",
+        help="the health check's thresholds and taint reasons (default: the shipped "
+        "rules/config.yaml)",
+    )
+    dry_run: bool = setting(
+        False, flag="dry-run", help="health check: report what it would drain, drain nothing"
+    )
+
+
+COMMAND: Final = Flags(settings=SlurmCommand)
+
+
+def subcommands() -> tuple[Subcommand, ...]:
+    """`fleetwatch slurm prolog|epilog|healthcheck`."""
+    return (
+        Subcommand(
+            name="slurm",
+            help="Slurm prolog, epilog and health check",
+            description="prolog/epilog: record which job holds which GPU in the mapping "
+            "directory the exporter reads; healthcheck: drain this node when the local "
+            "exporter shows a critical condition (slurm.conf HealthCheckProgram, NHC).",
+            flags=(COMMAND,),
+            run=run,
+        ),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the action named on the command line."""
+    command: SlurmCommand = COMMAND.read(args)
+    if command.action == "prolog":
+        return prolog(command.mapping_dir, os.environ)
+    if command.action == "epilog":
+        return epilog(command.mapping_dir, os.environ)
+    from fleetwatch.slurm import healthcheck
+
+    return healthcheck.run(command, os.environ)
+
+
+def prolog(directory: Path, environ: os._Environ[str] | dict[str, str]) -> int:
+    """Record the job's GPUs on this node; 0 always (a mapping never fails a job)."""
+    try:
+        job = mapping.from_environment(environ)
+        if not job.gpus:
+            return 0  # a job without GPUs here holds none
+        mapping.write(directory, job)
+    except (mapping.MappingError, OSError) as exc:
+        print(f"fleetwatch slurm prolog: error: {exc}; no mapping written", file=sys.stderr)
+    return 0
+
+
+def epilog(directory: Path, environ: os._Environ[str] | dict[str, str]) -> int:
+    """Forget the job's mapping on this node; 0 always."""
+    try:
+        mapping.remove(directory, environ.get("SLURM_JOB_ID", ""))
+    except (mapping.MappingError, OSError) as exc:
+        print(f"fleetwatch slurm epilog: error: {exc}; nothing removed", file=sys.stderr)
+    return 0

@@ -1,0 +1,216 @@
+"""The tainter on a real Slurm (`testbed.slurm`), in process: the controller finds the state
+directory through SLURM_CONF and scontrol on PATH alone (beside slurmctld's
+StateSaveLocation), the breaker holds across a fresh controller, and two controllers on one
+state directory never both drain; removal from the run requeues a drained node's job once.
+The whole story with real servers is
+`test_tainter_e2e_real.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.sim.servers import wait_until
+from fleetwatch.tainter.breaker import Breaker, BreakerStore
+from fleetwatch.tainter.controller import Controller, NodeSyncError
+from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
+from fleetwatch.tainter.metrics import TainterMetrics
+from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.remediation import AfterSync
+from fleetwatch.tainter.service import connect_backend, manual_untaint
+from fleetwatch.tainter.settings import (
+    BreakerPolicy,
+    ControllerSettings,
+    ElectionSettings,
+    RetryPolicy,
+    SlurmAccess,
+)
+from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from fleetwatch.tainter.slurm_jobs import JobRemover
+from testbed.slurm import SlurmCluster
+from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
+
+pytestmark = pytest.mark.integration
+
+OURS = "fleetwatch:gpu-overheat GPUOverheating"
+
+
+def drained(slurm: SlurmCluster, node: str) -> bool:
+    """The node is drained or draining."""
+    return "DRAIN" in slurm.state(node).split("+")
+
+
+FAST = RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.01)
+
+
+async def slurm_backend(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmNodeApi:
+    """The backend as `fleetwatch taint --orchestrator=slurm` builds it with no Slurm flag:
+    SLURM_CONF and scontrol on PATH."""
+    for key, value in slurm.env.items():
+        monkeypatch.setenv(key, value)
+    api, _ = await connect_backend("slurm", slurm=SlurmAccess())
+    assert isinstance(api, SlurmNodeApi)
+    return api
+
+
+def controller(
+    api: object,
+    *,
+    evidence: FakeEvidence,
+    lease: str,
+    max_new_taints: int = 10,
+    store: SlurmNodeApi | None = None,
+    after_sync: Sequence[AfterSync] = (),
+    metrics: TainterMetrics | None = None,
+) -> Controller:
+    """A controller on `api` (the backend, or it gated by leadership); the breaker's state
+    on the lease `lease` of `store` (default: `api`)."""
+    return Controller(
+        api=api,  # type: ignore[arg-type]
+        breaker=Breaker(policy=BreakerPolicy(max_new_taints=max_new_taints, max_fraction=1.0)),
+        evidence=evidence,
+        alerts=None,
+        metrics=metrics or TainterMetrics(),
+        settings=ControllerSettings(hold_seconds=0.0, retry=FAST),
+        policy=TaintPolicy(declared_reasons=None),
+        breaker_store=BreakerStore(api=store or api, namespace="slurm", name=lease),  # type: ignore[arg-type]
+        after_sync=after_sync,
+    )
+
+
+async def test_state_beside_slurmctlds_breaker_and_quarantine_across_controllers(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = await slurm_backend(slurm, monkeypatch)
+    assert api.where == slurm.workdir / "state" / "fleetwatch" / "fleetwatch-tainter.json"
+    evidence = FakeEvidence()
+    first = controller(api, evidence=evidence, lease="breaker", max_new_taints=1)
+    outcome = await first.handle_alerts(
+        parse_webhook(webhook(alert("gpu01", fp="a"), alert("gpu02", fp="b")))
+    )
+    (refused,) = [r.alert.node for r in outcome.refused]  # the rate cap: one node only
+    (taken,) = {"gpu01", "gpu02"} - {refused}
+    assert slurm.node(taken)["Reason"].startswith(OURS)
+    assert not drained(slurm, refused)
+    second = controller(await slurm_backend(slurm, monkeypatch), evidence=evidence, lease="breaker")
+    await second.prepare_to_lead()
+    assert second.breaker.open  # kept in the state file, adopted by a fresh controller
+    outcome = await second.handle_alerts(parse_webhook(webhook(alert(refused, fp="c"))))
+    assert [r.why for r in outcome.refused] == ["breaker_new_taints"]
+    assert not drained(slurm, refused)
+    evidence.clear[taken] = True
+    fp = "a" if taken == "gpu01" else "b"
+    await second.handle_alerts(parse_webhook(webhook(resolved(taken, fp=fp))))
+    await second.reconcile()
+    slurm.wait_for(taken, "IDLE")
+    assert not drained(slurm, taken)
+
+
+async def test_two_controllers_never_both_drain(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two candidates on one state directory: one holds the lease and drains; the other's
+    every node write is refused before scontrol runs."""
+    replicas = []
+    for identity in ("host-a", "host-b"):
+        api = await slurm_backend(slurm, monkeypatch)
+        leadership = Leadership(renew_deadline=4.0)
+        settings = ElectionSettings(
+            namespace="slurm",
+            name="fleetwatch-tainter-ha",
+            identity=identity,
+            lease_duration=6.0,
+            renew_deadline=4.0,
+            retry_period=1.0,
+        )
+
+        async def elected() -> None:
+            return None
+
+        elector = LeaderElector(
+            api=api,
+            settings=settings,
+            leadership=leadership,
+            on_elected=elected,
+            on_change=lambda _: None,
+        )
+        gated = LeaderOnlyNodeApi(real=api, leadership=leadership)
+        replicas.append(
+            (
+                elector,
+                leadership,
+                controller(gated, evidence=FakeEvidence(), lease="ha-breaker", store=api),
+            )
+        )
+    for elector, _, _ in replicas:
+        await elector.step()
+    leaders = [leadership.is_leader for _, leadership, _ in replicas]
+    assert sorted(leaders) == [False, True]
+    follower = replicas[leaders.index(False)][2]
+    leader = replicas[leaders.index(True)][2]
+    with pytest.raises(NodeSyncError) as refused:
+        await follower.handle_alerts(parse_webhook(webhook(alert("gpu02", fp="ha"))))
+    assert all(isinstance(e, NotLeader) for e in refused.value.failures.values())
+    assert not drained(slurm, "gpu02")
+    await leader.handle_alerts(parse_webhook(webhook(alert("gpu02", fp="ha"))))
+    assert slurm.node("gpu02")["Reason"].startswith(OURS)
+    slurm.resume("gpu02")
+
+
+def test_state_file_is_where_the_docs_say(slurm: SlurmCluster) -> None:
+    """StateSaveLocation as slurmctld reports it: the default state directory's parent."""
+    config = slurm.run("scontrol", "show", "config").stdout
+    line = next(x for x in config.splitlines() if x.startswith("StateSaveLocation"))
+    assert Path(line.partition("=")[2].strip()) == slurm.workdir / "state"
+
+
+async def test_removal_from_the_run_requeues_the_drained_nodes_job_once(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Opted in for gpu-overheat: the batch job running on the drained gpu01 is requeued
+    (Restarts=1), once, however often the node is synced."""
+    submitted = slurm.run(
+        "sbatch",
+        "--parsable",
+        "--requeue",
+        "-w",
+        "gpu01",
+        "-D",
+        str(tmp_path),
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 300",
+    )
+    job = submitted.stdout.strip().split(";")[0]
+
+    def job_state() -> str:
+        return slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+
+    wait_until(lambda: job_state() == "RUNNING", timeout=30, what="the job running on gpu01")
+    api = await slurm_backend(slurm, monkeypatch)
+    metrics = TainterMetrics()
+    remover = JobRemover(
+        access=SlurmAccess(),
+        reasons=frozenset({"gpu-overheat"}),
+        leadership=Leadership(renew_deadline=None),
+        metrics=metrics,
+        dry_run=False,
+    )
+    control = controller(
+        api, evidence=FakeEvidence(), lease="jobs", after_sync=(remover,), metrics=metrics
+    )
+    try:
+        await control.handle_alerts(parse_webhook(webhook(alert("gpu01", fp="jobs"))))
+        wait_until(lambda: job_state() != "RUNNING", timeout=30, what="the job requeued")
+        await control.reconcile()  # a later sync of the drained node: not requeued again
+        shown = slurm.run("scontrol", "show", "job", "-o", job).stdout
+        assert " Restarts=1 " in shown
+        assert metrics.evictions.labels(reason="gpu-overheat", result="evicted")._value.get() == 1
+    finally:
+        slurm.run("scancel", job, check=False)
+        await manual_untaint(api=api, node="gpu01", reasons=None)
