@@ -152,7 +152,7 @@ def test_unreachable_socket_is_reported_not_raised(
 class BrokenClient(PodResourcesClient):
     """A client whose call fails in a way nobody planned for."""
 
-    def list_allocations(self) -> list[Any] | None:
+    def list_allocations(self) -> Any:
         raise RuntimeError("unexpected")
 
 
