@@ -8,7 +8,7 @@ resourceVersion, reconnecting with backoff, and listing again when the server an
 Gone. Nothing is fetched per scrape, and memory is bounded by this node's slices (a few
 devices each) plus one event being decoded.
 
-It speaks plain HTTPS through `urllib` with the pod's ServiceAccount token and CA (or a
+It speaks plain HTTPS through `http.client` with the pod's ServiceAccount token and CA (or a
 kubeconfig's token or client certificate), so the exporter carries no Kubernetes client.
 """
 
@@ -18,15 +18,14 @@ import base64
 import json
 import logging
 import os
+import socket
 import ssl
 import tempfile
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from http.client import HTTPResponse
+from http.client import HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import Any, Final
 
@@ -194,7 +193,7 @@ class ResourceSliceWatcher:
         self._synced = False
         self._off_reason: str | None = None
         self._stop = threading.Event()
-        self._response: HTTPResponse | None = None
+        self._connection: HTTPSConnection | None = None
         self._thread: threading.Thread | None = None
         self.events = 0  # watch events applied, for the benchmark and tests
         self.lists = 0  # full lists, the first included
@@ -223,13 +222,15 @@ class ResourceSliceWatcher:
             self._thread.start()
 
     def close(self) -> None:
+        """Stop the watch: shutting the socket down wakes the reader blocked on it (closing
+        the response from this thread would wait for the reader's lock)."""
         self._stop.set()
-        response = self._response
-        if response is not None:
+        connection = self._connection
+        if connection is not None and connection.sock is not None:
             try:
-                response.close()
-            except OSError as exc:  # the reader thread may be in it; it ends either way
-                log.debug("closing the watch: %s", exc)
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError as exc:  # already closed by the reader: it ends either way
+                log.debug("shutting the watch down: %s", exc)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
@@ -264,35 +265,47 @@ class ResourceSliceWatcher:
                     )
                     failing = str(exc)
             except Exception as exc:  # supervised: any surprise backs off and retries
+                if self._stop.is_set():  # close() cut the stream under the reader
+                    return
                 if repr(exc) != failing:
                     log.exception("ResourceSlices: watch failed", extra={"node": self._node})
                     failing = repr(exc)
             self._stop.wait(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
 
-    def _url(self, **query: str) -> str:
+    def _path(self, **query: str) -> str:
         query["fieldSelector"] = f"spec.nodeName={self._node}"
-        return f"{self._access.server}{SLICES_PATH}?{urllib.parse.urlencode(query)}"
+        return f"{SLICES_PATH}?{urllib.parse.urlencode(query)}"
 
-    def _open(self, url: str, timeout: float) -> HTTPResponse:
+    def _open(self, path: str, timeout: float) -> HTTPResponse:
+        """GET `path`; the connection is kept in `_connection` for close()."""
         headers = {"Accept": "application/json"}
         if self._access.token:
             headers["Authorization"] = f"Bearer {self._access.token}"
-        request = urllib.request.Request(url, headers=headers)  # noqa: S310 - https, checked
+        url = urllib.parse.urlsplit(self._access.server)
+        connection = HTTPSConnection(
+            url.hostname or "", url.port, timeout=timeout, context=self._access.context
+        )
+        self._connection = connection
         try:
-            response: HTTPResponse = urllib.request.urlopen(  # noqa: S310 - https, checked
-                request, timeout=timeout, context=self._access.context
-            )
-        except urllib.error.HTTPError as exc:
-            raise ApiError(exc.code, _status_message(exc.read())) from exc
-        except (urllib.error.URLError, OSError) as exc:
+            connection.request("GET", url.path.rstrip("/") + path, headers=headers)
+            response = connection.getresponse()
+        except (OSError, HTTPException) as exc:
+            connection.close()
             raise ApiError(0, f"cannot reach {self._access.server}: {exc}") from exc
+        if not 200 <= response.status < 300:
+            body = response.read()
+            connection.close()
+            raise ApiError(response.status, _status_message(body))
         return response
 
     def _list(self) -> str:
         """Replace the slices with a fresh list; return its resourceVersion."""
-        with self._open(self._url(), timeout=30) as response:
+        response = self._open(self._path(), timeout=30)
+        try:
             body = json.loads(response.read())
+        finally:
+            self._hang_up(response)
         slices = {item["metadata"]["name"]: slice_devices(item) for item in body["items"]}
         with self._lock:
             self._slices = slices
@@ -303,23 +316,27 @@ class ResourceSliceWatcher:
     def _watch(self, version: str) -> None:
         """Apply watch events until the server ends the watch or we are closed."""
         while not self._stop.is_set():
-            url = self._url(
+            path = self._path(
                 watch="1",
                 resourceVersion=version,
                 allowWatchBookmarks="true",
                 timeoutSeconds=str(WATCH_SECONDS),
             )
-            self._response = self._open(url, timeout=WATCH_SECONDS + 30)
+            response = self._open(path, timeout=WATCH_SECONDS + 30)
             try:
-                for event in _events(self._response):
+                for event in _events(response):
                     version = self._apply(event) or version
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, HTTPException) as exc:
                 if self._stop.is_set():
                     return
                 raise ApiError(0, f"watch stream broke: {exc}") from exc
             finally:
-                self._response.close()
-                self._response = None
+                self._hang_up(response)
+
+    def _hang_up(self, response: HTTPResponse) -> None:
+        response.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def _apply(self, event: Mapping[str, Any]) -> str | None:
         """Apply one watch event; return the resourceVersion it brings."""
