@@ -48,12 +48,23 @@ class KubeAccessError(ValueError):
 
 @dataclass(frozen=True)
 class KubeAccess:
-    """Where the API server is and how to authenticate: a bearer token or a client cert
-    (already loaded into `context`)."""
+    """Where the API server is and how to authenticate: a bearer token, a token file read
+    at each request (the kubelet rotates a projected ServiceAccount token in place), or a
+    client cert (already loaded into `context`)."""
 
     server: str
     context: ssl.SSLContext
     token: str | None
+    token_file: Path | None = None
+
+    def bearer(self) -> str | None:
+        """The token to send now."""
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ApiError(0, f"cannot read {self.token_file}: {exc.strerror}") from exc
+        return self.token
 
     @classmethod
     def in_cluster(cls, environ: Mapping[str, str] | None = None) -> KubeAccess:
@@ -63,14 +74,14 @@ class KubeAccess:
         if not host or not port:
             raise KubeAccessError("not in a cluster: KUBERNETES_SERVICE_HOST/PORT unset")
         try:
-            token = (SERVICE_ACCOUNT / "token").read_text().strip()
+            (SERVICE_ACCOUNT / "token").read_bytes()
             context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
         except OSError as exc:
             raise KubeAccessError(
                 f"no ServiceAccount token at {SERVICE_ACCOUNT}: {exc.strerror}"
             ) from exc
         host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", context, token)
+        return cls(f"https://{host}:{port}", context, None, SERVICE_ACCOUNT / "token")
 
     @classmethod
     def from_kubeconfig(cls, path: Path) -> KubeAccess:
@@ -102,11 +113,10 @@ class KubeAccess:
         if not str(server).startswith("https://"):
             raise KubeAccessError(f"kubeconfig {path}: server {server!r} is not https://")
         token = user.get("token")
-        if token is None and "tokenFile" in user:
-            token = Path(user["tokenFile"]).read_text().strip()
-        if token is None and cert is None:
+        token_file = Path(user["tokenFile"]) if "tokenFile" in user else None
+        if token is None and token_file is None and cert is None:
             raise KubeAccessError(f"kubeconfig {path}: user has neither token nor client cert")
-        return cls(server.rstrip("/"), ssl_context, token)
+        return cls(server.rstrip("/"), ssl_context, token, token_file)
 
 
 def _file_or_data(section: Mapping[str, Any], key: str, spill: Path) -> Path | None:
@@ -173,9 +183,9 @@ def slice_devices(obj: Mapping[str, Any]) -> tuple[SliceDevice, ...]:
 class ResourceSliceWatcher:
     """Keeps this node's ResourceSlices of NVIDIA's drivers; `devices()` reads them.
 
-    `mode` "auto" gives up for good, logging why once, when the API does not serve
-    ResourceSlices (404) or the token may not list them (401/403); "on" keeps retrying
-    with backoff.
+    `mode` "auto" gives up for good, logging why once, when the first list finds that the
+    API does not serve ResourceSlices (404) or the token may not list them (401/403); "on"
+    keeps retrying with backoff, as both modes do on any failure after a first success.
     """
 
     def __init__(
@@ -247,7 +257,9 @@ class ResourceSliceWatcher:
                 backoff = 1.0
                 self._watch(version)
             except ApiError as exc:
-                if self._mode == "auto" and exc.status in (401, 403, 404):
+                # auto gives up only on the first answer: a later 401 (a token being
+                # rotated) or 403 (RBAC being re-applied) is retried like any failure
+                if self._mode == "auto" and exc.status in (401, 403, 404) and not self.synced:
                     reason = _why_off(exc.status)
                     with self._lock:
                         self._off_reason = reason
@@ -280,8 +292,9 @@ class ResourceSliceWatcher:
     def _open(self, path: str, timeout: float) -> HTTPResponse:
         """GET `path`; the connection is kept in `_connection` for close()."""
         headers = {"Accept": "application/json"}
-        if self._access.token:
-            headers["Authorization"] = f"Bearer {self._access.token}"
+        token = self._access.bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         url = urllib.parse.urlsplit(self._access.server)
         connection = HTTPSConnection(
             url.hostname or "", url.port, timeout=timeout, context=self._access.context
