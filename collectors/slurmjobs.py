@@ -59,7 +59,7 @@ class SlurmJobsCollector:
             for device in job.gpus:
                 gpu, uuid = labels(device)
                 builder.add(
-                    GPU_ALLOCATION_INFO.name, (gpu, uuid, SLURM_NAMESPACE, job.job_id, ""), 1
+                    GPU_ALLOCATION_INFO.name, (gpu, uuid, SLURM_NAMESPACE, job.job_id, "", ""), 1
                 )
             if job.source == "fleetwatch":
                 nodes = str(job.nodes) if job.nodes else ""

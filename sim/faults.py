@@ -681,6 +681,7 @@ class MountFilling(MountFault):
         return self.bytes_per_second * self.elapsed_active(t)
 
 
+@dataclass(frozen=True, kw_only=True)
 class MigMode(GpuFault):
     """The GPU switches MIG mode (as `nvidia-smi -mig` and a GPU reset do) while the
     exporter runs: enabled, it holds the scenario's `mig` instances; disabled, none (needs

@@ -6,7 +6,11 @@ dashboards run end to end on a laptop:
 
 - `serve_kubelet(scenario, socket)`: the kubelet PodResources API (gRPC on a unix socket)
   that the exporter's podresources collector reads (`--collector.podresources.socket`),
-  listing each pod's GPUs by NVML index (the device plugin's index strategy);
+  listing each pod's GPUs by NVML index (the device plugin's index strategy), or, for a pod
+  with a `claim:`, as that DRA claim's devices (`dynamic_resources`, driver
+  `gpu.nvidia.com`, pool the node's name, devices `gpu-N`) as a 1.34+ kubelet does;
+- `resource_slice(scenario, node, uuids)`: the ResourceSlice NVIDIA's DRA driver publishes
+  for that node, which resolves those claim devices to GPU UUIDs;
 - `kube_pod_labels(scenarios)`: the `kube_pod_labels` series kube-state-metrics serves for
   those pods when its `--metric-labels-allowlist` allows every pod label key.
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Final
@@ -24,31 +28,48 @@ import grpc
 
 from fleetwatch.collectors.sources import podresources_pb2 as pb
 from fleetwatch.collectors.sources import podresources_pb2_grpc as pb_grpc
-from fleetwatch.sim.scenario import Scenario
+from fleetwatch.sim.scenario import PodSpec, Scenario
 
 RESOURCE: Final = "nvidia.com/gpu"
+DRA_DRIVER: Final = "gpu.nvidia.com"
+
+
+def dra_device(gpu: int) -> str:
+    """The device name NVIDIA's DRA driver gives NVML GPU `gpu` in its ResourceSlice."""
+    return f"gpu-{gpu}"
+
+
+def _container(pod: PodSpec, pool: str) -> Any:
+    """One container's resources: device-plugin ids, or the claim's DRA devices."""
+    if not pod.claim:
+        devices = [
+            pb.ContainerDevices(resource_name=RESOURCE, device_ids=[str(g) for g in pod.gpus])
+        ]
+        return pb.ContainerResources(name=pod.container, devices=devices)
+    claim = pb.DynamicResource(
+        claim_name=pod.claim,
+        claim_namespace=pod.namespace,
+        claim_resources=[
+            pb.ClaimResource(
+                cdi_devices=[pb.CDIDevice(name=f"k8s.{DRA_DRIVER}/claim={pod.claim}-{gpu}")],
+                driver_name=DRA_DRIVER,
+                pool_name=pool,
+                device_name=dra_device(gpu),
+            )
+            for gpu in pod.gpus
+        ],
+    )
+    return pb.ContainerResources(name=pod.container, dynamic_resources=[claim])
 
 
 class _Kubelet(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
     """Answers List with the scenario's pods, one container each."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, pool: str) -> None:
         self._response = pb.ListPodResourcesResponse(
             pod_resources=[
                 pb.PodResources(
-                    name=pod.name,
-                    namespace=pod.namespace,
-                    containers=[
-                        pb.ContainerResources(
-                            name=pod.container,
-                            devices=[
-                                pb.ContainerDevices(
-                                    resource_name=RESOURCE,
-                                    device_ids=[str(gpu) for gpu in pod.gpus],
-                                )
-                            ],
-                        )
-                    ],
+                    name=pod.name, namespace=pod.namespace, containers=[_container(pod, pool)]
                 )
                 for pod in scenario.pods
             ]
@@ -60,16 +81,46 @@ class _Kubelet(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
 
 
 @contextlib.contextmanager
-def serve_kubelet(scenario: Scenario, socket: Path) -> Iterator[None]:
-    """Serve the PodResources API for `scenario`'s pods on unix socket `socket` while open."""
+def serve_kubelet(scenario: Scenario, socket: Path, *, node: str = "") -> Iterator[None]:
+    """Serve the PodResources API for `scenario`'s pods on unix socket `socket` while open;
+    claim devices name pool `node` (NVIDIA's driver names each node's pool after it)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(scenario), server)
+    pb_grpc.add_PodResourcesListerServicer_to_server(_Kubelet(scenario, node), server)
     server.add_insecure_port(f"unix://{socket}")
     server.start()
     try:
         yield
     finally:
         server.stop(grace=None).wait()
+
+
+def resource_slice(scenario: Scenario, node: str, uuids: Sequence[str]) -> dict[str, Any]:
+    """The ResourceSlice (`resource.k8s.io/v1`) NVIDIA's DRA driver publishes for `node`:
+    one device per GPU, `uuids[i]` being NVML GPU i's UUID."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": dra_device(gpu),
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": uuid},
+                        "productName": {"string": scenario.gpu_model},
+                        "index": {"int": gpu},
+                        "driverVersion": {"version": "550.90.7"},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for gpu, uuid in enumerate(uuids)
+            ],
+        },
+    }
 
 
 def kube_pod_labels(scenarios: Iterable[Scenario]) -> str:

@@ -101,6 +101,8 @@ class PodSpec:
     container: str
     gpus: tuple[int, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    claim: str = ""
+    """The DRA ResourceClaim its GPUs come from; empty: from the device plugin."""
 
 
 MIG_SLOTS: Final = 7
@@ -308,10 +310,13 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
             data,
             key,
             frozenset({"namespace", "name", "gpus"}),
-            frozenset({"namespace", "name", "gpus", "container", "labels"}),
+            frozenset({"namespace", "name", "gpus", "container", "labels", "claim"}),
         )
         names = {}
-        for part in ("namespace", "name", "container"):
+        for part in ("namespace", "name", "container", "claim"):
+            if part == "claim" and part not in data:
+                names[part] = ""
+                continue
             value = check.string(data.get(part, "main"), f"{key}.{part}")
             if not is_node_name(value):
                 raise check.fail(f"{key}.{part}", f"{value!r} is not a Kubernetes name")
@@ -338,6 +343,7 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
                 container=names["container"],
                 gpus=tuple(indices),
                 labels=dict(labels),
+                claim=names["claim"],
             )
         )
     return tuple(pods)

@@ -2,7 +2,10 @@
 
 The kubelet serves `PodResourcesLister.List` over the unix socket
 `/var/lib/kubelet/pod-resources/kubelet.sock`. A node with many pods answers with more
-than gRPC's 4 MiB default receive limit, so the client allows `MAX_MESSAGE_BYTES`. No
+than gRPC's 4 MiB default receive limit, so the client allows `MAX_MESSAGE_BYTES`. Each
+container lists device-plugin devices (`devices`, by extended resource) and, from a 1.34
+kubelet on, the DRA claims it uses (`dynamic_resources`: claim, and per device its driver,
+pool and device name); a reply from an older kubelet simply has no claims. No
 socket (not a Kubernetes node, or the kubelet is down) is not an error: the answer is
 None. The stubs in `podresources_pb2*.py` are generated from `podresources.proto`
 (committed; the command is in the .proto).
@@ -30,6 +33,28 @@ class DeviceAllocation:
     device_id: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClaimAllocation:
+    """One device of a DRA ResourceClaim, used by one container of one pod."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allocations:
+    """What one List reply says: device-plugin devices of the watched resources, and DRA
+    claim devices of every driver (the collector decides which it can resolve)."""
+
+    devices: tuple[DeviceAllocation, ...] = ()
+    claims: tuple[ClaimAllocation, ...] = ()
+
+
 class PodResourcesError(Exception):
     """The kubelet socket is there but the List call failed (the gRPC status is the message)."""
 
@@ -42,7 +67,7 @@ class PodResourcesClient:
         self._resources = resources
         self._timeout = timeout
 
-    def list_allocations(self) -> list[DeviceAllocation] | None:
+    def list_allocations(self) -> Allocations | None:
         """Allocations of the watched resources; None when there is no kubelet socket.
 
         Raises `PodResourcesError` when the kubelet is there but the call fails, or when
@@ -73,17 +98,35 @@ class PodResourcesClient:
                 response = stub.List(request, timeout=self._timeout)
         except grpc.RpcError as exc:
             raise PodResourcesError(str(exc)) from exc
-        return [
-            DeviceAllocation(
-                namespace=pod.namespace,
-                pod=pod.name,
-                container=container.name,
-                resource=devices.resource_name,
-                device_id=device_id,
-            )
-            for pod in response.pod_resources
-            for container in pod.containers
-            for devices in container.devices
-            if devices.resource_name in self._resources
-            for device_id in devices.device_ids
-        ]
+        return Allocations(
+            devices=tuple(
+                DeviceAllocation(
+                    namespace=pod.namespace,
+                    pod=pod.name,
+                    container=container.name,
+                    resource=devices.resource_name,
+                    device_id=device_id,
+                )
+                for pod in response.pod_resources
+                for container in pod.containers
+                for devices in container.devices
+                if devices.resource_name in self._resources
+                for device_id in devices.device_ids
+            ),
+            claims=tuple(
+                ClaimAllocation(
+                    # the claim lives in the pod's namespace; an empty field means that too
+                    namespace=claim.claim_namespace or pod.namespace,
+                    pod=pod.name,
+                    container=container.name,
+                    claim=claim.claim_name,
+                    driver=resource.driver_name,
+                    pool=resource.pool_name,
+                    device=resource.device_name,
+                )
+                for pod in response.pod_resources
+                for container in pod.containers
+                for claim in container.dynamic_resources
+                for resource in claim.claim_resources
+            ),
+        )

@@ -486,7 +486,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as kubelets:
         for node, scenario in settings.node_scenario:
-            kubelets.enter_context(serve_kubelet(scenario, kubelet_dir / f"{node}.sock"))
+            kubelets.enter_context(serve_kubelet(scenario, kubelet_dir / f"{node}.sock", node=node))
         try:
             asyncio.run(serve())
         except KeyboardInterrupt:

@@ -76,6 +76,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "open-with-kernel-log": {
         "exporter": {"gpuProfilingAdminOnly": False, "kernelLog": {"enabled": True}},
     },
+    "dra-off": {"exporter": {"podResources": {"dra": "off"}}},
     "no-gpm-no-podresources": {
         "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
     },
@@ -162,7 +163,10 @@ def test_values_schema_describes_every_value() -> None:
 def test_overrides_switch_components(releases: dict[str, Release]) -> None:
     assert releases["defaults"].of_kind("Deployment")
     assert not releases["tainter-off"].of_kind("Deployment")
-    assert not releases["tainter-off"].of_kind("ClusterRole")
+    assert [
+        r["metadata"]["labels"]["app.kubernetes.io/component"]
+        for r in releases["tainter-off"].of_kind("ClusterRole")
+    ] == ["exporter"]
     assert not releases["tainter-off"].of_kind("AlertmanagerConfig")
     assert len(releases["defaults"].of_kind("ServiceMonitor")) == 2
     assert not releases["servicemonitor-off"].of_kind("ServiceMonitor")
@@ -285,7 +289,7 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
     calls = tainter_api_calls()
     assert {("nodes", "patch")} | EVICTION_CALLS | CONDITION_CALLS <= calls
     roles = {r["metadata"]["name"].rsplit("-", 1)[-1]: r for r in release.of_kind("Role")}
-    cluster = _grants(release.one("ClusterRole"))
+    cluster = _grants(release.one("ClusterRole", "tainter"))
     namespaced = _grants(roles["events"])
     # eviction is off by default: no right on pods at all
     assert cluster | namespaced == calls - EVICTION_CALLS
@@ -293,7 +297,7 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
     assert (
         roles["events"]["metadata"]["namespace"] == default_values()["tainter"]["eventsNamespace"]
     )
-    for role in (release.one("ClusterRole"), roles["events"]):
+    for role in (release.one("ClusterRole", "tainter"), roles["events"]):
         assert all(rule["apiGroups"] == [""] for rule in role["rules"])
     # the Lease: exactly the verbs the leader election and breaker code calls, in the
     # release namespace, and all but create limited to the one Lease the tainter uses
@@ -306,11 +310,56 @@ def test_rbac_grants_exactly_what_the_tainter_calls(releases: dict[str, Release]
     lease_name = next(a for a in args if a.startswith("--leader-elect.name=")).split("=", 1)[1]
     for rule in lease_role["rules"]:
         assert rule.get("resourceNames") == (None if rule["verbs"] == ["create"] else [lease_name])
-    account = release.one("ServiceAccount")["metadata"]["name"]
-    for binding in (release.one("ClusterRoleBinding"), *release.of_kind("RoleBinding")):
+    account = release.one("ServiceAccount", "tainter")["metadata"]["name"]
+    for binding in (release.one("ClusterRoleBinding", "tainter"), *release.of_kind("RoleBinding")):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
+
+
+def test_exporter_rbac_reads_resourceslices_and_nothing_more(
+    releases: dict[str, Release],
+) -> None:
+    release = releases["defaults"]
+    role = release.one("ClusterRole", "exporter")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    account = release.one("ServiceAccount", "exporter")["metadata"]["name"]
+    binding = release.one("ClusterRoleBinding", "exporter")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account
+    assert pod["automountServiceAccountToken"] is True
+    containers = _exporter_containers(release)
+    # the collector runs in the admin container; it learns its node from the downward API
+    assert "--collector.podresources.dra=auto" in containers["exporter-admin"]["args"]
+    assert not any("podresources.dra" in a for a in containers["exporter"]["args"])
+    env = {e["name"]: e for e in containers["exporter-admin"]["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+@pytest.mark.parametrize("name", ["dra-off", "no-gpm-no-podresources"])
+def test_no_dra_means_no_token_and_no_exporter_rbac(
+    releases: dict[str, Release], name: str
+) -> None:
+    release = releases[name]
+    assert not [
+        o
+        for o in release.objects
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "exporter"
+        and o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    ]
+    pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod
 
 
 @pytest.mark.parametrize(
@@ -325,7 +374,7 @@ def test_feature_rbac_comes_with_the_feature(
     kubeconfig: Path, values: dict[str, Any], granted: frozenset[tuple[str, str]]
 ) -> None:
     release = install(kubeconfig, {"tainter": values})
-    cluster = _grants(release.one("ClusterRole"))
+    cluster = _grants(release.one("ClusterRole", "tainter"))
     assert cluster - {("nodes", v) for v in ("get", "list", "patch")} == granted | (
         {("events", "create")} if granted >= EVICTION_CALLS else set()
     )
@@ -440,7 +489,8 @@ def test_exporter_pod_reads_the_host_safely(releases: dict[str, Release]) -> Non
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
         assert set(container["resources"]) == {"requests", "limits"}
     assert pod["runtimeClassName"] == "nvidia"
-    assert pod["automountServiceAccountToken"] is False
+    # the token is there only for DRA attribution (test_exporter_rbac_reads_resourceslices...)
+    assert pod["automountServiceAccountToken"] is True
     assert pod["priorityClassName"] == "system-node-critical"
 
     bare = releases["no-operator-no-nvidia-runtime"].one("DaemonSet")
@@ -795,7 +845,7 @@ def test_admission_policy_limits_the_tainter_to_its_own_taints(
     release = releases["defaults"]
     policy = release.one("ValidatingAdmissionPolicy")
     binding = release.one("ValidatingAdmissionPolicyBinding")
-    account = release.one("ServiceAccount")["metadata"]["name"]
+    account = release.one("ServiceAccount", "tainter")["metadata"]["name"]
     assert binding["spec"] == {
         "policyName": policy["metadata"]["name"],
         "validationActions": ["Deny"],

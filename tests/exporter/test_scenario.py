@@ -171,7 +171,10 @@ def test_pods_load_with_their_gpus_and_labels(tmp_path: Path) -> None:
         (0, 1),
     )
     assert pod.labels == {"jobset.sigs.k8s.io/jobset-name": "llm"}
+    assert pod.claim == ""  # from the device plugin
     assert load_scenario("dgx-h100").pods == ()
+    claimed = load_scenario(str(write(tmp_path, {**VALID, "pods": [{**POD, "claim": "gpus"}]})))
+    assert claimed.pods[0].claim == "gpus"
 
 
 @pytest.mark.parametrize(
@@ -187,6 +190,7 @@ def test_pods_load_with_their_gpus_and_labels(tmp_path: Path) -> None:
         ([{**POD, "labels": {"app": "a b"}}], "pods[0].labels.app: 'a b' is not a label value"),
         ([{**POD, "gpus": []}], "pods[0].gpus: expected a non-empty list of GPU indices"),
         ([{**POD, "node": "n1"}], "pods[0].node: unknown key"),
+        ([{**POD, "claim": "My_Claim"}], "pods[0].claim: 'My_Claim' is not a Kubernetes name"),
         ({"name": "x"}, "pods: expected a list of pods"),
     ],
 )

@@ -11,10 +11,15 @@ from typing import Any
 import grpc
 import pytest
 
-from fleetwatch.collectors.podresources import PodResourcesCollector
+from fleetwatch.collectors.podresources import (
+    PodResourcesCollector,
+    PodResourcesSettings,
+    _slice_watcher,
+)
 from fleetwatch.collectors.sources import podresources_pb2 as pb
 from fleetwatch.collectors.sources import podresources_pb2_grpc as pb_grpc
 from fleetwatch.collectors.sources.podresources import DEFAULT_RESOURCES, PodResourcesClient
+from fleetwatch.collectors.sources.resourceslices import slice_devices
 from tests.gpu.simnode import samples, simulated
 
 ALLOCATION = "fleetwatch_gpu_allocation_info"
@@ -152,7 +157,7 @@ def test_unreachable_socket_is_reported_not_raised(
 class BrokenClient(PodResourcesClient):
     """A client whose call fails in a way nobody planned for."""
 
-    def list_allocations(self) -> list[Any] | None:
+    def list_allocations(self) -> Any:
         raise RuntimeError("unexpected")
 
 
@@ -168,3 +173,68 @@ def test_poller_survives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -
             time.sleep(0.01)
     collector.close()
     assert collector.collect() == []
+
+
+def test_time_sliced_replicas_join_their_gpu(kubelet: tuple[Kubelet, Path]) -> None:
+    servicer, socket = kubelet
+    collector = collector_for(socket)
+    uuid2 = collector._source.gpus()[2].identity.uuid
+    servicer.response = pb.ListPodResourcesResponse(
+        pod_resources=[
+            pod("share-a", "main", "nvidia.com/gpu", f"{uuid2}::0"),
+            pod("share-b", "main", "nvidia.com/gpu", f"{uuid2}::1"),
+        ]
+    )
+    collector.poll()
+    found = {
+        (dict(k)["gpu"], dict(k)["uuid"], dict(k)["pod"], dict(k)["claim"])
+        for k in samples(collector.collect(), ALLOCATION)
+    }
+    collector.close()
+    assert found == {("2", uuid2, "share-a", ""), ("2", uuid2, "share-b", "")}
+
+
+def test_dra_auto_without_a_cluster_is_off_and_on_is_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    auto = PodResourcesSettings(node_name="gpu-1", kubeconfig=tmp_path / "missing")
+    with caplog.at_level("INFO"):
+        assert _slice_watcher(auto, env_node="") is None
+    assert any("DRA attribution off" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="no node name"):
+        _slice_watcher(PodResourcesSettings(dra="on"), env_node="")
+    http = tmp_path / "http.yaml"
+    http.write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:8080'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    with pytest.raises(ValueError, match="is not https"):
+        _slice_watcher(PodResourcesSettings(dra="on", kubeconfig=http), env_node="gpu-1")
+    assert _slice_watcher(PodResourcesSettings(dra="off"), env_node="gpu-1") is None
+
+
+def test_slice_devices_read_nvidia_attributes() -> None:
+    obj = {
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "pool": {"name": "node-a"},
+            "devices": [
+                {
+                    "name": "gpu-0-mig-0",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": "MIG-1"},
+                        "profile": {"string": "1g.10gb"},
+                        "productName": {"string": "H100"},
+                    },
+                },
+                {"name": "gpu-1"},
+            ],
+        }
+    }
+    assert [(d.name, d.uuid, d.kind, d.profile) for d in slice_devices(obj)] == [
+        ("gpu-0-mig-0", "MIG-1", "mig", "1g.10gb"),
+        ("gpu-1", "", "", ""),
+    ]
+    assert slice_devices({"spec": {"driver": "fpga.example.com", "devices": [{"name": "x"}]}}) == ()

@@ -76,7 +76,7 @@ def used(release: Release) -> list[Access]:
 
 
 def test_the_chart_binds_the_service_account_the_tests_impersonate(release: Release) -> None:
-    account = release.one("ServiceAccount")["metadata"]
+    account = release.one("ServiceAccount", "tainter")["metadata"]
     assert TAINTER.user == f"system:serviceaccount:{account['namespace']}:{account['name']}"
 
 

@@ -26,6 +26,13 @@ process, so each Xid is counted once). docs/deploy.md names each privilege with 
 {{- end }}
 {{- end }}
 
+{{/* "true" when the podresources collector runs with DRA attribution (its ServiceAccount,
+RBAC and token), else "". */}}
+{{- define "fleetwatch.exporter.dra" -}}
+{{- $placement := include "fleetwatch.exporter.placement" . | fromYaml }}
+{{- if and (ne (get $placement "podresources") "off") (ne .Values.exporter.podResources.dra "off") }}true{{ end }}
+{{- end }}
+
 {{/* "true" when the admin container runs at least one collector, else "". */}}
 {{- define "fleetwatch.exporter.hasAdmin" -}}
 {{- $placement := include "fleetwatch.exporter.placement" . | fromYaml }}

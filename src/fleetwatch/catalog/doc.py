@@ -76,6 +76,17 @@ Per-GPU series on a DGX H100 with the defaults: about 160 (1,290 with NVLink).
         (*gpu.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
     ),
     (
+        "DRA attribution",
+        """\
+Collector `podresources` with `--collector.podresources.dra` not `off`. DRA claims in the
+kubelet's PodResources reply are resolved through this node's ResourceSlices, listed once
+and then watched (never fetched per scrape); GPUs and MIG devices join
+`fleetwatch_gpu_allocation_info` with their `claim`. The counter starts at 0 for every
+reason as soon as the kubelet answers (docs/training-jobs.md, "DRA").
+""",
+        tuple(spec for spec in allocation.FAMILIES if spec is not allocation.GPU_ALLOCATION_INFO),
+    ),
+    (
         "Kernel log",
         """\
 Collector `xid` with `--collector.xid.source=kmsg` or `nvml,kmsg` (absent otherwise). It
