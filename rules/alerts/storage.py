@@ -178,7 +178,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     """Node scope: a hung or read-only checkpoint mount (both taint), a mount filling up,
     an NFS server that stops answering."""
     q = Promql(config)
-    hold_down = p("checkpoint.untaint_hold_down")
+    hold_down = p("untaint_hold_down")
     available = q.exporter(STORAGE_AVAILABLE_BYTES.name)
     timeouts = q.exporter(STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL.name)
     nfs_info = q.exporter(STORAGE_MOUNT_INFO.name, match("fstype", "=~", NFS_FSTYPES))
@@ -187,13 +187,12 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         q.exporter(STORAGE_MOUNT_INFO.name, *mount_filter),
         "node",
         "mountpoint",
-        then="{{ .Labels.fstype }} from {{ if .Labels.server }}server {{ .Labels.server }}"
-        "{{ else }}device {{ .Labels.device }}{{ end }}",
-        otherwise="(no mount info)",
+        then=" ({{ .Labels.fstype }} from {{ if .Labels.server }}server {{ .Labels.server }}"
+        "{{ else }}device {{ .Labels.device }}{{ end }})",
     )
 
     def cleared(*healthy: Healthy) -> str:
-        """A clear condition of this area, with the checkpoint hold-down."""
+        """A clear condition of this area, with the configured hold-down."""
         return clear_condition(q, collector=STORAGE_COLLECTOR, hold_down=hold_down, healthy=healthy)
 
     return [
@@ -202,7 +201,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=f"{q.exporter(STORAGE_HUNG.name)} == 1",
             summary="Checkpoint mount hung on node {{ $labels.node }}",
             description=(
-                f"A call on {MOUNT} ({server}) has been blocked in the kernel longer than the "
+                f"A call on {MOUNT}{server} has been blocked in the kernel longer than the "
                 "exporter's hung deadline: a job on this node will hang at its next "
                 "checkpoint save, and every rank of it with it."
             ),
@@ -218,7 +217,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=f"{q.exporter(CHECKPOINT_READ_ONLY_REMOUNT_RECORD)} == 1",
             summary="Checkpoint mount turned read-only on node {{ $labels.node }}",
             description=(
-                f"{MOUNT} ({server}) is read-only, and was writable within the last "
+                f"{MOUNT}{server} is read-only, and was writable within the last "
                 f"{p('presence_history')}: the kernel or the server remounted it after "
                 "errors, and the next checkpoint save on this node fails."
             ),
@@ -238,7 +237,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             ),
             summary="Checkpoint mount filling up on node {{ $labels.node }}",
             description=(
-                f"{MOUNT} ({server}) has "
+                f"{MOUNT}{server} has "
                 + lookup(
                     q.exporter(STORAGE_AVAILABLE_BYTES.name, *mount_filter),
                     "node",
@@ -255,8 +254,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             name="NFSServerNotResponding",
             expr=(
                 f"sum by (node, server) (\n  rate({timeouts}[{q.window}])\n"
-                "  * on (instance, mountpoint) group_left (server)\n"
-                f"  max by (instance, mountpoint, server) ({nfs_info})\n) > 0"
+                "  * on (node, instance, mountpoint) group_left (server)\n"
+                f"  max by (node, instance, mountpoint, server) ({nfs_info})\n) > 0"
             ),
             summary=("NFS server {{ $labels.server }} not responding to node {{ $labels.node }}"),
             description=(
@@ -284,7 +283,7 @@ def job_alerts(config: Config, p: Params) -> list[Alert]:
             summary=f"Node {{{{ $labels.node }}}} lags training job {JOB_NAME}'s checkpoint",
             description=(
                 f"During a checkpoint save of training job {JOB_NAME}, node "
-                f"{{{{ $labels.node }}}} writes {PERCENT} below the job's median node ("
+                "{{ $labels.node }} writes "
                 + lookup(
                     f"{CHECKPOINT_JOB_NODE_WRITE_RATE_RECORD}{{{job_filter},node=%q}}",
                     "namespace",
@@ -292,8 +291,8 @@ def job_alerts(config: Config, p: Params) -> list[Alert]:
                     "node",
                     then="{{ .Value | humanize1024 }}B/s",
                 )
-                + "): every rank waits for its save. Look at its mounts' RTT and "
-                "retransmissions and its network."
+                + f", {PERCENT} below the job's median node: every rank waits for its save. "
+                "Look at its mounts' RTT and retransmissions and its network."
             ),
         ),
         Alert(
