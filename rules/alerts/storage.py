@@ -57,7 +57,7 @@ STORAGE_COLLECTOR: Final = "storage"
 MOUNT: Final = "mount {{ $labels.mountpoint }} on node {{ $labels.node }}"
 JOB_NAME: Final = "{{ $labels.namespace }}/{{ $labels.training_job }}"
 NFS_FSTYPES: Final = "nfs|nfs4"
-BYTES_PER_SECOND: Final = "{{ $value | humanize1024 }}B/s"
+BYTES_PER_SECOND: Final = "{{ $value | humanize }}B/s"
 
 
 def _in_burst(series: str) -> str:
@@ -217,7 +217,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=f"{q.exporter(CHECKPOINT_READ_ONLY_REMOUNT_RECORD)} == 1",
             summary="Checkpoint mount turned read-only on node {{ $labels.node }}",
             description=(
-                f"{MOUNT}{server} is read-only, and was writable within the last "
+                f"The {MOUNT}{server} is read-only, and was writable within the last "
                 f"{p('presence_history')}: the kernel or the server remounted it after "
                 "errors, and the next checkpoint save on this node fails."
             ),
@@ -237,12 +237,12 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             ),
             summary="Checkpoint mount filling up on node {{ $labels.node }}",
             description=(
-                f"{MOUNT}{server} has "
+                f"The {MOUNT}{server} has "
                 + lookup(
                     q.exporter(STORAGE_AVAILABLE_BYTES.name, *mount_filter),
                     "node",
                     "mountpoint",
-                    then="{{ .Value | humanize1024 }}B",
+                    then="{{ .Value | humanize }}B",
                 )
                 + " available and, at the rate it filled over the last "
                 f"{p('checkpoint.fill_window')}, is full within "
@@ -289,7 +289,7 @@ def job_alerts(config: Config, p: Params) -> list[Alert]:
                     "namespace",
                     "training_job",
                     "node",
-                    then="{{ .Value | humanize1024 }}B/s",
+                    then="{{ .Value | humanize }}B/s",
                 )
                 + f", {PERCENT} below the job's median node: every rank waits for its save. "
                 "Look at its mounts' RTT and retransmissions and its network."
@@ -304,7 +304,7 @@ def job_alerts(config: Config, p: Params) -> list[Alert]:
             summary=f"Training job {JOB_NAME} saves checkpoints below its target",
             description=(
                 f"Training job {JOB_NAME} writes its checkpoint at {BYTES_PER_SECOND}, below "
-                f"the target of {target} bytes per second. Straggler: "
+                f'the target of {{{{ "{target}" | humanize }}}}B/s. Straggler: '
                 + lookup(
                     f'ALERTS{{alertname="CheckpointStraggler",{job_filter}}}',
                     "namespace",
