@@ -19,7 +19,10 @@ Xid 154 announces, and for NVLink5 Xids 144-150 the action NVIDIA's decode table
 (`rules/xid_catalog.yaml`, `nvlink5_decode`) gives the message's unit and error status
 (the Xid's catalog action, its most severe outcome, when no row describes it).
 Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
-once.
+once. The same reader serves checkpoint storage (collectors/sources/kmsg_storage.py): each
+NFS server's state from its last `not responding`/`OK` message, history included, and,
+counted when new, hung tasks, ext4/XFS errors, remounts and shutdowns, NVMe timeouts and
+resets, Lustre client evictions.
 
 The same Xid usually arrives from both sources. `XidLedger` counts it once: an Xid from
 one source cancels one not-yet-matched report of the same GPU and Xid from the other

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from fleetwatch.catalog.storage import (
+    KMSG_NFS_SERVER_NOT_RESPONDING,
     STORAGE_AVAILABLE_BYTES,
     STORAGE_HUNG,
     STORAGE_MOUNT_INFO,
@@ -49,6 +50,7 @@ from fleetwatch.rules.promql import (
     clear_condition,
     lookup,
     match,
+    union,
 )
 
 STORAGE_COLLECTOR: Final = "storage"
@@ -252,17 +254,21 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="NFSServerNotResponding",
-            expr=(
-                f"sum by (node, server) (\n  rate({timeouts}[{q.window}])\n"
-                "  * on (node, instance, mountpoint) group_left (server)\n"
-                f"  max by (node, instance, mountpoint, server) ({nfs_info})\n) > 0"
+            expr=union(
+                [
+                    f"sum by (node, server) (\n  rate({timeouts}[{q.window}])\n"
+                    "  * on (node, instance, mountpoint) group_left (server)\n"
+                    f"  max by (node, instance, mountpoint, server) ({nfs_info})\n) > 0",
+                    f"max by (node, server) ({q.exporter(KMSG_NFS_SERVER_NOT_RESPONDING.name)})"
+                    " == 1",
+                ]
             ),
             summary=("NFS server {{ $labels.server }} not responding to node {{ $labels.node }}"),
             description=(
                 "Requests of node {{ $labels.node }} to NFS server {{ $labels.server }} "
-                "reach their major timeout (the kernel logs `nfs: server "
-                "{{ $labels.server }} not responding`): "
-                '{{ $value | printf "%.2f" }} per second. Saves to its mounts stall.'
+                "reach their major timeout, or the kernel's last word on the server was "
+                "`nfs: server {{ $labels.server }} not responding`. Saves to its mounts stall "
+                "until it answers (`nfs: server {{ $labels.server }} OK`)."
             ),
         ),
     ]
