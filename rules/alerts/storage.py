@@ -108,7 +108,7 @@ def history(config: Config, p: Params) -> list[Record]:
 def job_records(config: Config, p: Params) -> list[Record]:
     """Global scope, per training job (a job's nodes are the nodes holding its GPUs,
     `fleetwatch:gpu_job:info`): its write rate, its recent peak, whether it is saving (a
-    burst: the job writes above `checkpoint.burst_floor_bytes_per_second` and at least
+    burst: the job writes above `checkpoint.burst_floor_megabytes_per_second` and at least
     `checkpoint.burst_peak_fraction` of its peak within `checkpoint.peak_window`), the
     current burst's start, duration and bytes, and each node's lag during a burst.
 
@@ -141,7 +141,7 @@ def job_records(config: Config, p: Params) -> list[Record]:
             record=CHECKPOINT_JOB_BURST_RECORD,
             expr=(
                 f"({CHECKPOINT_JOB_WRITE_RATE_RECORD} > bool "
-                f"{p('checkpoint.burst_floor_bytes_per_second')})\n"
+                f"{p('checkpoint.burst_floor_megabytes_per_second')} * 1e6)\n"
                 f"* ({CHECKPOINT_JOB_WRITE_RATE_RECORD} >= bool "
                 f"{p('checkpoint.burst_peak_fraction')} * {CHECKPOINT_JOB_PEAK_RECORD})"
             ),
