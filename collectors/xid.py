@@ -19,7 +19,10 @@ Xid 154 announces, and for NVLink5 Xids 144-150 the action NVIDIA's decode table
 (`rules/xid_catalog.yaml`, `nvlink5_decode`) gives the message's unit and error status
 (the Xid's catalog action, its most severe outcome, when no row describes it).
 Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
-once.
+once. The same reader serves checkpoint storage (collectors/sources/kmsg_storage.py): each
+NFS server's state from its last `not responding`/`OK` message, history included, and,
+counted when new, hung tasks, ext4/XFS errors, remounts and shutdowns, NVMe timeouts and
+resets, Lustre client evictions.
 
 The same Xid usually arrives from both sources. `XidLedger` counts it once: an Xid from
 one source cancels one not-yet-matched report of the same GPU and Xid from the other
@@ -42,6 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fleetwatch.catalog.storage import (
+    KMSG_FILESYSTEM_ERRORS_TOTAL,
+    KMSG_HUNG_TASKS_TOTAL,
+    KMSG_LUSTRE_EVICTIONS_TOTAL,
+    KMSG_NFS_SERVER_NOT_RESPONDING,
+    KMSG_NVME_ERRORS_TOTAL,
+)
 from fleetwatch.catalog.xid import (
     GPU_FALLEN_OFF_BUS_TOTAL,
     GPU_XID_ERRORS_TOTAL,
@@ -66,6 +76,7 @@ from fleetwatch.collectors.sources.kmsg import (
     normalize_pci,
     parse_record,
 )
+from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
 from fleetwatch.flags import duration_setting, setting
@@ -82,6 +93,11 @@ NVLINK5 = GPU_XID_NVLINK5_ERRORS_TOTAL.name
 OTHER_UNIT: Final = "other"
 """The `unit` label of an NVLink5 Xid whose unit the decode table does not name (bounded)."""
 UNREADABLE = KMSG_UNREADABLE_RECORDS_TOTAL.name
+NFS_NOT_RESPONDING = KMSG_NFS_SERVER_NOT_RESPONDING.name
+HUNG_TASKS = KMSG_HUNG_TASKS_TOTAL.name
+FILESYSTEM_ERRORS = KMSG_FILESYSTEM_ERRORS_TOTAL.name
+NVME_ERRORS = KMSG_NVME_ERRORS_TOTAL.name
+LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
 SPECS: Final = (
     GPU_XID_ERRORS_TOTAL,
     GPU_XID_HISTORY_ERRORS,
@@ -90,6 +106,11 @@ SPECS: Final = (
     GPU_XID_RECOVERY_ACTIONS_TOTAL,
     GPU_XID_NVLINK5_ERRORS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
+    KMSG_NFS_SERVER_NOT_RESPONDING,
+    KMSG_HUNG_TASKS_TOTAL,
+    KMSG_FILESYSTEM_ERRORS_TOTAL,
+    KMSG_NVME_ERRORS_TOTAL,
+    KMSG_LUSTRE_EVICTIONS_TOTAL,
 )
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
@@ -143,7 +164,8 @@ class XidLedger:
 
 
 class KernelLogCounts:
-    """What the kernel-log thread counts besides new Xids; `collect()` reads a copy."""
+    """What the kernel-log thread counts besides new Xids, and each NFS server's state
+    (1 not responding, 0 answering); `collect()` reads a copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -154,6 +176,11 @@ class KernelLogCounts:
             RECOVERY: Counter(),
             NVLINK5: Counter(),
             UNREADABLE: Counter({(reason,): 0 for reason in UNREADABLE_REASONS}),
+            NFS_NOT_RESPONDING: Counter(),
+            HUNG_TASKS: Counter({(): 0}),
+            FILESYSTEM_ERRORS: Counter(),
+            NVME_ERRORS: Counter(),
+            LUSTRE_EVICTIONS: Counter(),
         }
 
     def add(self, family: str, labels: tuple[str, ...]) -> int:
@@ -161,6 +188,11 @@ class KernelLogCounts:
         with self._lock:
             self.families[family][labels] += 1
             return self.families[family][labels]
+
+    def set(self, family: str, labels: tuple[str, ...], value: int) -> None:
+        """Set a state (a gauge family such as an NFS server's)."""
+        with self._lock:
+            self.families[family][labels] = value
 
     def snapshot(self) -> dict[str, dict[tuple[str, ...], int]]:
         with self._lock:
@@ -275,12 +307,39 @@ class XidCollector:
                     FALLEN_OFF_BUS, (*self._identity(found.pci_bus_id), found.pci_bus_id)
                 )
                 log.warning("GPU has fallen off the bus", extra={"pci_bus_id": found.pci_bus_id})
+            case StorageEvent():
+                self._storage_event(found, new=new)
             case SwitchXid() if new:
                 severity = "fatal" if found.fatal else "non_fatal"
                 self.kernel_counts.add(SXID, (found.device, str(found.sxid), severity))
                 log.warning(
                     "SXid", extra={"device": found.device, "sxid": found.sxid, "severity": severity}
                 )
+
+    def _storage_event(self, found: StorageEvent, *, new: bool) -> None:
+        """An NFS server's state follows every message, history included (a server that
+        stopped answering before the exporter started and never came back is still not
+        answering: the last message wins, as gpud reads it); the other storage events count
+        only when new."""
+        match found.kind:
+            case "nfs_not_responding" | "nfs_ok":
+                state = int(found.kind == "nfs_not_responding")
+                self.kernel_counts.set(NFS_NOT_RESPONDING, (found.subject,), state)
+                return
+            case _ if not new:
+                return
+            case "hung_task":
+                self.kernel_counts.add(HUNG_TASKS, ())
+            case "filesystem":
+                self.kernel_counts.add(FILESYSTEM_ERRORS, (found.subject, found.fs, found.detail))
+            case "nvme":
+                self.kernel_counts.add(NVME_ERRORS, (found.subject, found.detail))
+            case "lustre_eviction":
+                self.kernel_counts.add(LUSTRE_EVICTIONS, (found.subject,))
+        log.warning(
+            "storage event in the kernel log",
+            extra={"kind": found.kind, "subject": found.subject, "detail": found.detail},
+        )
 
     def _identity(self, pci_bus_id: str) -> tuple[str, str]:
         """(gpu, uuid) of the GPU at `pci_bus_id`; empty for one NVML never enumerated

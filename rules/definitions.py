@@ -57,6 +57,34 @@ DOMAIN_JOB_GPUS: Final = "fleetwatch:nvlink_domain_job_gpus:count"
 """GPUs each training job holds in each domain: {cluster_uuid, clique_id, namespace,
 training_job}; a job with GPUs in a domain spans it."""
 
+# Checkpoint storage (rules/alerts/storage.py): written bytes per second to the watched
+# mounts (`storage` collector) over `intervals.rate_window`, per node and per training job
+# (a job's nodes are the nodes holding its GPUs), and whether the job is saving now.
+CHECKPOINT_NODE_WRITE_RATE_RECORD: Final = "fleetwatch:node_checkpoint_write_bytes:rate1m"
+"""Bytes per second a node writes to its watched mounts {node}."""
+CHECKPOINT_JOB_NODE_WRITE_RATE_RECORD: Final = "fleetwatch:job_node_checkpoint_write_bytes:rate1m"
+"""`CHECKPOINT_NODE_WRITE_RATE_RECORD` of each node of a training job
+{node, namespace, training_job}."""
+CHECKPOINT_JOB_WRITE_RATE_RECORD: Final = "fleetwatch:job_checkpoint_write_bytes:rate1m"
+"""Bytes per second a training job writes to its checkpoint mounts, summed over its nodes
+{namespace, training_job}."""
+CHECKPOINT_JOB_PEAK_RECORD: Final = "fleetwatch:job_checkpoint_write_bytes:peak"
+"""The job's highest write rate within `checkpoint.peak_window`."""
+CHECKPOINT_JOB_BURST_RECORD: Final = "fleetwatch:job_checkpoint_burst:active"
+"""1 while the job is saving a checkpoint (a burst), else 0 {namespace, training_job}."""
+CHECKPOINT_JOB_BURST_START_RECORD: Final = "fleetwatch:job_checkpoint_burst:start_timestamp_seconds"
+"""When the job's current burst started (Unix seconds); present only during a burst."""
+CHECKPOINT_JOB_BURST_DURATION_RECORD: Final = "fleetwatch:job_checkpoint_burst:duration_seconds"
+"""How long the job's current burst has lasted; present only during a burst."""
+CHECKPOINT_JOB_BURST_BYTES_RECORD: Final = "fleetwatch:job_checkpoint_burst:bytes"
+"""Bytes the job wrote in its current burst so far; present only during a burst."""
+CHECKPOINT_READ_ONLY_REMOUNT_RECORD: Final = "fleetwatch:storage_read_only_remount:bool"
+"""1 for a watched mount that is read-only now and was writable within `presence_history`
+(a remount after errors), 0 for the node's other mounts {node, mountpoint, ...}."""
+CHECKPOINT_NODE_LAG_RECORD: Final = "fleetwatch:job_node_checkpoint_write:lag_ratio"
+"""During a burst, how far each node of the job writes below the job's median node:
+1 - node rate / median node rate {node, namespace, training_job} (0 at or above it)."""
+
 
 def fabric_errors_record(config: Config) -> str:
     """Errors per second on each node's NVLinks and InfiniBand ports, by `fabric`."""

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-from fleetwatch.rules.alerts import domains, fabric, gpu, stack, training
+from fleetwatch.rules.alerts import domains, fabric, gpu, stack, storage, training
 from fleetwatch.rules.config import (
     AlertPolicy,
     Config,
@@ -46,6 +46,8 @@ ALERT_GROUPS: Final[tuple[tuple[str, tuple[AreaAlerts, ...]], ...]] = (
     ("fleetwatch-stack", (stack.alerts,)),
     ("fleetwatch-fleet", (gpu.fleet_alerts, stack.fleet_alerts)),
     ("fleetwatch-tainter", (stack.tainter_alerts,)),
+    ("fleetwatch-storage", (storage.alerts,)),
+    ("fleetwatch-checkpoint-jobs", (storage.job_alerts,)),
 )
 """Alert groups in file order; each one's scope is rules/config.yaml's `rule_groups:`."""
 
@@ -53,9 +55,12 @@ HISTORY_GROUP: Final = "fleetwatch-history"
 """History recording rules, evaluated every `intervals.history`."""
 
 RECORDING_GROUPS: Final[tuple[tuple[str, tuple[AreaRecords, ...]], ...]] = (
-    ("fleetwatch-recording", (gpu.records, fabric.records)),
-    (HISTORY_GROUP, (gpu.history, fabric.history)),
-    ("fleetwatch-fleet-recording", (gpu.fleet_records, training.records, domains.records)),
+    ("fleetwatch-recording", (gpu.records, fabric.records, storage.records)),
+    (HISTORY_GROUP, (gpu.history, fabric.history, storage.history)),
+    (
+        "fleetwatch-fleet-recording",
+        (gpu.fleet_records, training.records, domains.records, storage.job_records),
+    ),
 )
 """Recording groups in file order: within a group, a record comes after the records it
 reads (a group evaluates its rules in order; groups evaluate independently, so a record

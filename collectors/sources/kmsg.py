@@ -12,7 +12,8 @@ microseconds: the clock `CLOCK_MONOTONIC` follows (both stop during suspend, unl
 `CLOCK_BOOTTIME`). A reader notes `CLOCK_MONOTONIC` when it opens the log (`opened_at`):
 records stamped before it are history, logged before the exporter was there to see them.
 
-`parse_record` turns one record into a `KernelXid`, `FallenOffBus` or `SwitchXid`; other
+`parse_record` turns one record into a `KernelXid`, `FallenOffBus`, `SwitchXid` or a storage
+event (`StorageEvent`, fleetwatch.collectors.sources.kmsg_storage); other
 messages give None. The message is unescaped first (the kernel writes every byte below
 0x20 or above 0x7e as `\xNN`, so a report the driver prints over several lines arrives as
 one record with `\x0a` in it). Xid lines with or without the `PCI:` prefix older drivers
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from fleetwatch.collectors.sources.kmsg_storage import StorageEvent, parse_storage
 from fleetwatch.rules.xids import NVLINK5_XIDS
 
 log = logging.getLogger(__name__)
@@ -147,7 +149,7 @@ class Unreadable:
     line: str
 
 
-KernelEvent = KernelXid | FallenOffBus | SwitchXid
+KernelEvent = KernelXid | FallenOffBus | SwitchXid | StorageEvent
 
 
 def normalize_pci(bus_id: str) -> str:
@@ -255,7 +257,7 @@ def parse_record(line: str) -> KernelEvent | Unreadable | None:
                 return FallenOffBus(pci_bus_id=pci, sequence=sequence, seconds=seconds)
         if "NVRM:" in message:
             return _unreadable(line, message, "fallen-off-the-bus")
-    return None
+    return parse_storage(message, sequence=sequence, seconds=seconds)
 
 
 class KernelLog(Protocol):

@@ -43,6 +43,8 @@ def test_every_tainting_alert_has_a_clear_condition_or_is_manual() -> None:
         "gpu-overheat",
         "gpu-fabric",
         "nvlink-down",
+        "checkpoint-mount-hung",
+        "checkpoint-mount-read-only",
     }
 
 

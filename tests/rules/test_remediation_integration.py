@@ -31,6 +31,7 @@ import pytest
 
 from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config, load_config
+from fleetwatch.rules.definitions import CHECKPOINT_READ_ONLY_REMOUNT_RECORD
 from fleetwatch.rules.groups import remediation_contract
 from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.sim.servers import Server, prometheus
@@ -85,6 +86,19 @@ CONDITIONS: dict[str, tuple[str, list[Series]]] = {
         [
             Series("fleetwatch_infiniband_port_up", f'device="mlx5_{d}", port="1"', 1, 0)
             for d in range(2)
+        ],
+    ),
+    "checkpoint-mount-hung": (
+        "storage",
+        [Series("fleetwatch_storage_hung", f'mountpoint="/ckpt{m}"', 0, 1) for m in range(2)],
+    ),
+    # The remount record (1: read-only now, writable within presence_history) is the rules'
+    # own, tested by promtool (rules/tests/storage.test.yaml); here it is backfilled.
+    "checkpoint-mount-read-only": (
+        "storage",
+        [
+            Series(CHECKPOINT_READ_ONLY_REMOUNT_RECORD, f'mountpoint="/ckpt{m}"', 0, 1)
+            for m in range(2)
         ],
     ),
 }

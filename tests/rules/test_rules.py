@@ -31,6 +31,9 @@ RULE_FILES = [
     RULES_DIR / "fleetwatch.global.yaml",
 ]
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.test.yaml"))
+SETTING_TEST_FILES = sorted((RULES_DIR / "tests").glob("*/*.test.yaml"))
+"""Tests of alerts the shipped config turns off, each run on the rules generated with the
+setting its directory names (tests/rules/test_storage_rules.py)."""
 
 
 def committed_alerts() -> list[dict[str, Any]]:
@@ -88,7 +91,7 @@ def test_every_alert_has_firing_not_firing_and_absent_test_cases() -> None:
     firing: set[str] = set()
     silent: set[str] = set()
     absent: set[str] = set()
-    for path in TEST_FILES:
+    for path in (*TEST_FILES, *SETTING_TEST_FILES):
         for case in yaml.safe_load(path.read_text())["tests"]:
             for check in case.get("alert_rule_test", []):
                 if case["name"].startswith("Absent series"):

@@ -369,6 +369,83 @@ STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
 )
 
 
+# The kernel log (the `xid` collector's kernel-log reader, `--collector.xid.source` with
+# `kmsg`): storage events. Counters count records logged since the exporter started (older
+# ones are history, as for Xids); the NFS state reads every record, history included.
+KMSG_SOURCE: Final = "the `xid` collector's kernel-log reader (`--collector.xid.source=...,kmsg`)"
+
+KMSG_NFS_SERVER_NOT_RESPONDING: Final = MetricSpec(
+    "fleetwatch_kmsg_nfs_server_not_responding",
+    "gauge",
+    (
+        "1 when the kernel's last NFS message about the server is `not responding`, 0 once it "
+        "logged `server ... OK` after it."
+    ),
+    ("server",),
+    unit="0/1",
+    source=(
+        "`nfs: server S not responding, ...` / `nfs: server S OK`, history included; "
+        + KMSG_SOURCE
+    ),
+    series="NFS servers",
+)
+
+
+KMSG_HUNG_TASKS_TOTAL: Final = MetricSpec(
+    "fleetwatch_kmsg_hung_tasks_total",
+    "counter",
+    "Hung-task reports (`INFO: task NAME:PID blocked for more than N seconds.`) since start.",
+    (),
+    unit="reports",
+    source=f"new kernel-log records; {KMSG_SOURCE}",
+    series="1",
+)
+
+
+KMSG_FILESYSTEM_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_kmsg_filesystem_errors_total",
+    "counter",
+    "ext4 and XFS error reports since start, by device, filesystem and kind.",
+    ("device", "fs", "kind"),
+    unit="reports",
+    source=(
+        "new kernel-log records: `EXT4-fs error (device D): ...`, `EXT4-fs (D): Remounting "
+        "filesystem read-only`, `XFS (D): ...` error and shutdown reports; " + KMSG_SOURCE
+    ),
+    series="block devices × 3",
+    label_values={
+        "fs": "(`ext4`, `xfs`)",
+        "kind": "(`error`, `read_only_remount`, `shutdown`)",
+    },
+)
+
+
+KMSG_NVME_ERRORS_TOTAL: Final = MetricSpec(
+    "fleetwatch_kmsg_nvme_errors_total",
+    "counter",
+    "NVMe command timeouts and controller resets since start, by controller.",
+    ("device", "kind"),
+    unit="reports",
+    source=(
+        "new kernel-log records: `nvme nvmeN: I/O ... QID Q timeout, ...` (timeout), "
+        "`nvme nvmeN: controller is down; will reset` (reset); " + KMSG_SOURCE
+    ),
+    series="NVMe controllers × 2",
+    label_values={"kind": "(`timeout`, `reset`)"},
+)
+
+
+KMSG_LUSTRE_EVICTIONS_TOTAL: Final = MetricSpec(
+    "fleetwatch_kmsg_lustre_evictions_total",
+    "counter",
+    "Lustre client evictions since start, by the target that evicted the client.",
+    ("target",),
+    unit="evictions",
+    source=f"new kernel-log records `...: This client was evicted by TARGET; ...`; {KMSG_SOURCE}",
+    series="Lustre targets",
+)
+
+
 FAMILIES: Final = (
     STORAGE_MOUNT_INFO,
     STORAGE_HUNG,
@@ -398,5 +475,10 @@ FAMILIES: Final = (
     STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
     STORAGE_PROBE_READ_BYTES_PER_SECOND,
     STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    KMSG_NFS_SERVER_NOT_RESPONDING,
+    KMSG_HUNG_TASKS_TOTAL,
+    KMSG_FILESYSTEM_ERRORS_TOTAL,
+    KMSG_NVME_ERRORS_TOTAL,
+    KMSG_LUSTRE_EVICTIONS_TOTAL,
 )
 """Every family of this module, in the order docs/metrics.md lists them."""
