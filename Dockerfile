@@ -22,6 +22,7 @@ COPY src/ src/
 COPY exporter/ exporter/
 COPY collectors/ collectors/
 COPY tainter/ tainter/
+COPY slurm/ slurm/
 COPY report/ report/
 COPY rules/ rules/
 COPY sim/ sim/

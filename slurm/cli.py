@@ -61,26 +61,28 @@ class SlurmCommand:
     node: str = setting(
         "",
         metavar="NAME",
-        flag="node",
+        flag="healthcheck.node",
         help="the Slurm node the health check judges and drains (default $SLURMD_NODENAME)",
     )
     deadline: float = duration_setting(
         40.0,
         minimum=5.0,
         maximum=55.0,
-        flag="deadline",
+        flag="healthcheck.deadline",
         help="the health check's whole budget, inside Slurm's 60 s limit",
     )
     rules_config: Path | None = setting(
         None,
         parse=readable_file,
         metavar="PATH",
-        flag="rules-config",
+        flag="healthcheck.rules-config",
         help="the health check's thresholds and taint reasons (default: the shipped "
         "rules/config.yaml)",
     )
     dry_run: bool = setting(
-        False, flag="dry-run", help="health check: report what it would drain, drain nothing"
+        False,
+        flag="healthcheck.dry-run",
+        help="health check: report what it would drain, drain nothing",
     )
 
 

@@ -6,17 +6,17 @@ starts one (`fleetwatch export` on a free loopback port, with this process's FLE
 settings) for one collection, under the same deadline, and stops it. It judges the node on the
 conditions one scrape can show of the alerts that take a node out (those with a taint reason
 in rules/config.yaml), with the thresholds of rules/config.yaml (the shipped one, or the file
-`--rules-config` names), and when one holds it drains this node
-(`SLURMD_NODENAME`, or `--node`) with the reason format the drain controller uses,
+`--healthcheck.rules-config` names), and when one holds it drains this node
+(`SLURMD_NODENAME`, or `--healthcheck.node`) with the reason format the drain controller uses,
 `fleetwatch:<reason> <alertname>`. It never resumes a node, and it leaves a node that is
 already drained (by a person, another tool, or itself) as it is.
 
-The whole run stays within `--deadline` (default 40 s, under Slurm's 60 s kill): the scrape,
-the one-shot exporter and every scontrol call have their share, and a hung NVML can cost at
-most the one-shot exporter's share (the process is killed). A check that cannot judge (no
-exporter and none could start, scontrol failing) says so on standard error and exits 0:
-slurmd holds a node's registration until the health check exits 0, and a node must not be
-kept out because the checker, not the node, is broken.
+The whole run stays within `--healthcheck.deadline` (default 40 s, under Slurm's 60 s
+kill): the scrape, the one-shot exporter and every scontrol call have their share, and a
+hung NVML can cost at most the one-shot exporter's share (the process is killed). A check
+that cannot judge (no exporter and none could start, scontrol failing) says so on standard
+error and exits 0: slurmd holds a node's registration until the health check exits 0, and a
+node must not be kept out because the checker, not the node, is broken.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
     if not node:
         print(
             "fleetwatch slurm healthcheck: error: no node: set SLURMD_NODENAME "
-            "(slurmd does) or give --node",
+            "(slurmd does) or give --healthcheck.node",
             file=sys.stderr,
         )
         return 2

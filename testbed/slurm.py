@@ -313,7 +313,9 @@ def slurm_cluster(
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     socket_path = workdir / "munge" / "munge.socket"
-    environment = dict(script_env or {})
+    # Slurm runs the scripts with almost no environment: scontrol in them finds this
+    # cluster through SLURM_CONF (a real node's scontrol reads /etc/slurm/slurm.conf).
+    environment = {"SLURM_CONF": str(workdir / "slurm.conf"), **(script_env or {})}
     scripts = {
         name: _script(workdir / "scripts" / name, argv, environment)
         for name, argv in (("prolog", prolog), ("epilog", epilog), ("health_check", health_check))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.sim.servers import Server, fleetwatch_export
-from testbed.slurm import SlurmCluster
+from testbed.slurm import SlurmCluster, slurm_cluster
 
 SLURM_LIMIT = 60.0
 
@@ -129,3 +129,18 @@ def test_unknown_node_is_named_and_nothing_drains(clean: SlurmCluster, degraded:
     assert "gpu09" in done.stderr
     assert "unknown_node" in done.stderr
     assert not any("DRAIN" in clean.state(n) for n in clean.nodes)
+
+
+@pytest.mark.integration  # starts its own cluster: slurmd runs the health check itself
+def test_slurmd_runs_it_as_health_check_program(degraded: Server, tmp_path: Path) -> None:
+    """slurm.conf HealthCheckProgram: slurmd runs the check (SLURMD_NODENAME set by slurmd,
+    almost no environment) and the node it judges on a degraded fabric is drained."""
+    check = [sys.executable, "-m", "fleetwatch", "slurm", "healthcheck"]
+    with slurm_cluster(
+        tmp_path / "cluster",
+        health_check=[*check, f"--exporter-url={degraded.url}"],
+        health_check_interval=5,
+    ) as cluster:
+        for name in cluster.nodes:
+            node = cluster.wait_for(name, "DRAIN", timeout=60)
+            assert node["Reason"].startswith("fleetwatch:gpu-fabric GPUFabricDegraded [root@")

@@ -11,9 +11,12 @@ process, so each Xid is counted once). docs/deploy.md names each privilege with 
 {{- $exporter := .Values.exporter }}
 {{- $adminOnly := $exporter.gpuProfilingAdminOnly }}
 {{- /* The exporter's collectors; values.schema.json lists the same names. */}}
-{{- range $name := list "gpu" "pci" "gpm" "mig" "nvlink" "xid" "podresources" "infiniband" "storage" }}
+{{- range $name := list "gpu" "pci" "gpm" "mig" "nvlink" "xid" "podresources" "slurmjobs" "infiniband" "storage" }}
 {{- $where := "main" }}
 {{- if not (dig $name true $exporter.collectors) }}
+{{- $where = "off" }}
+{{- else if eq $name "slurmjobs" }}
+{{- /* Slurm's job mapping: a Kubernetes node has pods, not Slurm jobs (docs/slurm.md). */}}
 {{- $where = "off" }}
 {{- else if or (eq $name "gpm") (eq $name "mig") }}
 {{- $where = ternary "admin" "main" $adminOnly }}

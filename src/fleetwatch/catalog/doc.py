@@ -55,7 +55,7 @@ entirely, `fleetwatch_nvlink_errors_total` series until their first error,
 beyond READ, WRITE, COMMIT and GETATTR's counts and times. The rows below say so.
 
 Worst-case series use: G GPUs (8 on a DGX H100, up to 72 on a rack), L NVLinks per GPU
-(18), P InfiniBand ports (10 on a DGX H100 with storage), C collectors (8), M watched mounts,
+(18), P InfiniBand ports (10 on a DGX H100 with storage), C collectors (9), M watched mounts,
 O NFS operations a mount's mountstats lists (NFSv4: up to ~60; lean profile: 4), Q probed
 mounts.
 
