@@ -384,8 +384,7 @@ KMSG_NFS_SERVER_NOT_RESPONDING: Final = MetricSpec(
     ("server",),
     unit="0/1",
     source=(
-        "`nfs: server S not responding, ...` / `nfs: server S OK`, history included; "
-        + KMSG_SOURCE
+        "`nfs: server S not responding, ...` / `nfs: server S OK`, history included; " + KMSG_SOURCE
     ),
     series="NFS servers",
 )
