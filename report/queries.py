@@ -60,6 +60,9 @@ from fleetwatch.catalog.tainter import (
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 from fleetwatch.report.policy import shipped_config, shipped_policy
 from fleetwatch.rules.definitions import (
+    CHECKPOINT_JOB_BURST_RECORD,
+    CHECKPOINT_JOB_WRITE_RATE_RECORD,
+    CHECKPOINT_NODE_WRITE_RATE_RECORD,
     POD_LABELS_METRIC,
     Selector,
     pod_training_job,
@@ -76,12 +79,11 @@ LOST_AFTER_SECONDS = 600.0
 # A mount whose free space, at the window's trend, runs out within this many hours is
 # filling up (a week: time for a person to clean up or grow it).
 FULL_WITHIN_HOURS = 168.0
-# The checkpoint recording rules' names: rules/definitions.py's, to be imported from there at
-# merge (they are defined with the storage alerts). Per training job (namespace,
+# The checkpoint recording rules (rules/alerts/storage.py). Per training job (namespace,
 # training_job): bytes/s written and 1 while it saves; per node: bytes/s written.
-JOB_CHECKPOINT_WRITE = "fleetwatch:job_checkpoint_write_bytes:rate1m"
-NODE_CHECKPOINT_WRITE = "fleetwatch:node_checkpoint_write_bytes:rate1m"
-JOB_CHECKPOINT_BURST = "fleetwatch:job_checkpoint_burst:active"
+JOB_CHECKPOINT_WRITE = CHECKPOINT_JOB_WRITE_RATE_RECORD
+NODE_CHECKPOINT_WRITE = CHECKPOINT_NODE_WRITE_RATE_RECORD
+JOB_CHECKPOINT_BURST = CHECKPOINT_JOB_BURST_RECORD
 
 
 @dataclass(frozen=True, kw_only=True)
