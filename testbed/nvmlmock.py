@@ -34,6 +34,7 @@ NON_NVML = (
     "--no-collector.podresources",
     "--no-collector.pci",
     "--no-collector.storage",
+    "--no-collector.slurmjobs",
 )
 
 

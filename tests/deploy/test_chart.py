@@ -78,7 +78,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "dra-off": {"exporter": {"podResources": {"dra": "off"}}},
     "no-gpm-no-podresources": {
-        "exporter": {"collectors": {"gpm": False}, "podResources": {"enabled": False}},
+        "exporter": {
+            "collectors": {"gpm": False, "mig": False},
+            "podResources": {"enabled": False},
+        },
     },
     # The deprecated value that held the untaint temperature still overrides it.
     "clear-celsius-old-key": {"tainter": {"clearCelsius": 70}},
@@ -242,7 +245,8 @@ def test_prometheus_rule_thresholds_equal_the_values(releases: dict[str, Release
         assert rule["spec"]["groups"] == expected
         groups += rule["spec"]["groups"]
     overheating = next(r for g in groups for r in g["rules"] if r.get("alert") == "GPUOverheating")
-    assert overheating["expr"].endswith("> 81.5")
+    # The default (absolute) policy's threshold; models with a policy of their own follow it.
+    assert 'sensor="gpu"} > 81.5\n' in overheating["expr"]
     assert overheating["for"] == "15s"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
 
@@ -430,9 +434,19 @@ def test_container_args_parse_with_the_real_cli(
         # from the values as the PrometheusRule's are.
         contract = load_contract()
         expected = dict(contract.clear)
-        clear = {"custom-thresholds": " < 72", "clear-celsius-old-key": " < 70"}.get(name)
-        if clear is not None:
-            expected["gpu-overheat"] = expected["gpu-overheat"].replace(" < 75", clear)
+        # gpu-overheat clears at a margin below the threshold: `(T - temperature) > T - U`.
+        threshold, untaint = {
+            "custom-thresholds": ("81.5", "72"),
+            "clear-celsius-old-key": (
+                "78",
+                "70",
+            ),
+        }.get(name, ("78", "75"))
+        expected["gpu-overheat"] = (
+            expected["gpu-overheat"]
+            .replace("((78 - ", f"(({threshold} - ")
+            .replace("> 78 - 75\n", f"> {threshold} - {untaint}\n")
+        )
         assert tainter.evidence_queries == expected
         assert set(tainter.controller.manual_reasons) == set(contract.manual)
         # The breaker's caps and the quarantine; the old maxNodes key still works, 0 too.
@@ -572,16 +586,16 @@ def _collectors_by_container(release: Release, token: Path) -> dict[str, set[str
 @pytest.mark.parametrize(
     ("name", "admin", "adds", "xid_sources"),
     [
-        ("defaults", {"gpm", "podresources"}, ["SYS_ADMIN"], {"exporter": {"nvml"}}),
+        ("defaults", {"gpm", "mig", "podresources"}, ["SYS_ADMIN"], {"exporter": {"nvml"}}),
         (
             "kernel-log",
-            {"gpm", "podresources", "xid"},
+            {"gpm", "mig", "podresources", "xid"},
             ["SYS_ADMIN", "SYSLOG"],
             {"exporter-admin": {"nvml", "kmsg"}},
         ),
         (
             "kernel-log-perfmon",
-            {"gpm", "podresources", "xid"},
+            {"gpm", "mig", "podresources", "xid"},
             ["PERFMON", "SYSLOG"],
             {"exporter-admin": {"nvml", "kmsg"}},
         ),

@@ -7,7 +7,7 @@ Test modules import these from here, never from each other.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from fleetwatch.durations import parse_duration
 
@@ -46,3 +46,23 @@ def job_node_scenario(pod: str, faults: list[dict[str, Any]]) -> dict[str, Any]:
         ],
         "faults": faults,
     }
+
+
+# Dashboard panels whose data these stacks' scenarios do not produce: the simulated nodes here
+# have no checkpoint mount and sit on no NVLink fabric. Their series and records are exercised
+# where those exist: tests/storage/test_simulation.py (a simulated mount under the real
+# collector), rules/tests/storage.test.yaml and rules/tests/domains.test.yaml (the records
+# and alerts the panels read), tests/dashboards (the panels' PromQL parses).
+NEEDS_CHECKPOINT_MOUNT: Final = frozenset(
+    {
+        "Checkpoint mounts: hung, read-only",
+        "Checkpoint mount throughput",
+        "Checkpoint mount space available",
+        "NFS WRITE round trip",
+        "Mount hung",
+        "Checkpoint write throughput and saves",
+        "Checkpoint write rate per node of the job",
+        "Checkpoint alerts on the job's nodes",
+    }
+)
+NEEDS_NVL72_DOMAIN: Final = frozenset({"NVLink domains", "Training jobs in degraded domains"})

@@ -35,7 +35,7 @@ from fleetwatch.sim.servers import (
     wait_until,
 )
 from testbed.servers import prom_query
-from tests.rules.live import cap_for
+from tests.rules.live import NEEDS_CHECKPOINT_MOUNT, NEEDS_NVL72_DOMAIN, cap_for
 from tests.rules.promql import dashboards_generator
 
 pytestmark = pytest.mark.integration
@@ -92,6 +92,7 @@ SCENARIO = {
 NEEDS_TAINTER = {"Taint operations", "Webhook requests", "Tainted nodes", "Circuit breaker open"}
 # Panels of training jobs: this node runs none (test_training_jobs_integration.py runs one).
 NEEDS_TRAINING_JOB = {"Training jobs by median tensor activity"}
+SKIPPED_PANELS = NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 
 
@@ -321,7 +322,10 @@ def test_every_dashboard_query_returns_data(
             continue
         data = json.loads(path.read_text())
         for title, expr in dashboards.panel_queries(data):
-            if title in NEEDS_TAINTER | NEEDS_TRAINING_JOB:
+            if (
+                title
+                in NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
+            ):
                 continue
             concrete = (
                 expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$gpu", ".*")

@@ -209,7 +209,7 @@ async def test_hold_time_keeps_taint_without_asking_prometheus(
     assert evidence.asked == []
 
 
-@pytest.mark.parametrize("reason", ["xid", "gpu-lost", "nvlink-down"])
+@pytest.mark.parametrize("reason", ["xid-critical", "gpu-lost", "made-up-reason"])
 async def test_manual_reasons_and_reasons_without_query_stay_until_untaint(
     make_controller: ControllerFactory,
     cluster: RealCluster,
@@ -219,9 +219,11 @@ async def test_manual_reasons_and_reasons_without_query_stay_until_untaint(
     reason: str,
 ) -> None:
     evidence.clear["gpu-1"] = True
-    evidence.reasons = frozenset({"gpu-overheat", "xid"})  # xid has a query but is manual
+    # xid-critical has a query but is manual (as the contract declares it); gpu-lost is
+    # manual without one; made-up-reason has no query at all, so it waits for a person too.
+    evidence.reasons = frozenset({"gpu-overheat", "xid-critical"})
     alerts_source.firing = list(states(alert("gpu-1", reason="gpu-overheat")))
-    controller = make_controller()
+    controller = make_controller(manual_reasons=("xid-critical", "gpu-lost"))
     await controller.handle_alerts(
         states(alert("gpu-1", reason=reason), alert("gpu-1", reason="gpu-overheat"))
     )
