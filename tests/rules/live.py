@@ -7,9 +7,13 @@ Test modules import these from here, never from each other.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.durations import parse_duration
+from fleetwatch.sim.servers import Server, fleetwatch_command, fleetwatch_export
 
 # The longest `for` a live test waits out; the shipped thresholds themselves stay as they are.
 MAX_FOR_SECONDS = 10
@@ -66,3 +70,44 @@ NEEDS_CHECKPOINT_MOUNT: Final = frozenset(
     }
 )
 NEEDS_NVL72_DOMAIN: Final = frozenset({"NVLink domains", "Training jobs in degraded domains"})
+
+
+def simulated_nodes(
+    stack: contextlib.ExitStack,
+    workdir: Path,
+    scenarios: Mapping[str, Path],
+    exporter_args: Callable[[str], Sequence[str]] = lambda _node: (),
+) -> tuple[Server, list[dict[str, Any]]]:
+    """The simulated cluster of `scenarios` (node -> scenario file) and an exporter per node
+    reading its kubelet's PodResources socket, entered on `stack`: the cluster (its /metrics is the
+    simulated kube-state-metrics) and the exporters' scrape targets, labelled with each node.
+    `exporter_args` adds a node's own exporter flags."""
+    cluster = stack.enter_context(
+        fleetwatch_command(
+            workdir / "cluster",
+            command="simulate-cluster",
+            ready_path="/metrics",
+            args=[
+                *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
+                f"--kubelet-dir={workdir}",
+                f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
+            ],
+        )
+    )
+    targets = []
+    for node, path in scenarios.items():
+        exporter = stack.enter_context(
+            fleetwatch_export(
+                workdir / node,
+                simulate=str(path),
+                args=[
+                    "--collection-interval=1s",
+                    f"--collector.podresources.socket={workdir / f'{node}.sock'}",
+                    "--collector.podresources.refresh-interval=1s",
+                    *exporter_args(node),
+                ],
+            )
+        )
+        address = exporter.url.removeprefix("http://")
+        targets.append({"targets": [address], "labels": {"node": node}})
+    return cluster, targets

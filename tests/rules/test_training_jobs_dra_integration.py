@@ -30,8 +30,6 @@ from fleetwatch.sim.kubelet import resource_slice
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.servers import (
     Server,
-    fleetwatch_command,
-    fleetwatch_export,
     prom_alerts,
     prometheus,
     wait_until,
@@ -41,7 +39,7 @@ from testbed.servers import prom_query
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.deploy.chart import RELEASE, install
-from tests.rules.live import JOB, NAMESPACE, cap_for, job_node_scenario
+from tests.rules.live import JOB, NAMESPACE, cap_for, job_node_scenario, simulated_nodes
 from tests.tainter.realkube import RBAC_KINDS, apply_release, wait_for
 
 pytestmark = pytest.mark.integration
@@ -104,37 +102,16 @@ def dra_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraJob]:
             ),
             what="the chart's exporter RBAC",
         )
-        cluster = stack.enter_context(
-            fleetwatch_command(
-                workdir / "cluster",
-                command="simulate-cluster",
-                ready_path="/metrics",
-                args=[
-                    *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
-                    f"--kubelet-dir={workdir}",
-                    f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
-                ],
-            )
+        cluster, targets = simulated_nodes(
+            stack,
+            workdir,
+            scenarios,
+            lambda node: (
+                "--collector.podresources.dra=on",
+                f"--node-name={node}",
+                f"--kubeconfig={kube.kubeconfig(exporter_identity)}",
+            ),
         )
-        targets = []
-        for node, path in scenarios.items():
-            exporter = stack.enter_context(
-                fleetwatch_export(
-                    workdir / node,
-                    simulate=str(path),
-                    args=[
-                        "--collection-interval=1s",
-                        f"--collector.podresources.socket={workdir / f'{node}.sock'}",
-                        "--collector.podresources.refresh-interval=1s",
-                        "--collector.podresources.dra=on",
-                        f"--node-name={node}",
-                        f"--kubeconfig={kube.kubeconfig(exporter_identity)}",
-                    ],
-                )
-            )
-            targets.append(
-                {"targets": [exporter.url.removeprefix("http://")], "labels": {"node": node}}
-            )
         prom = stack.enter_context(
             prometheus(
                 workdir / "prometheus",

@@ -32,14 +32,19 @@ from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 from fleetwatch.sim.servers import (
     Server,
-    fleetwatch_command,
-    fleetwatch_export,
     prom_alerts,
     prometheus,
     wait_until,
 )
 from testbed.servers import prom_query
-from tests.rules.live import JOB, NAMESPACE, NEEDS_CHECKPOINT_MOUNT, cap_for, job_node_scenario
+from tests.rules.live import (
+    JOB,
+    NAMESPACE,
+    NEEDS_CHECKPOINT_MOUNT,
+    cap_for,
+    job_node_scenario,
+    simulated_nodes,
+)
 from tests.rules.promql import dashboards_generator
 
 pytestmark = pytest.mark.integration
@@ -97,34 +102,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
         scenarios[node] = workdir / f"{node}.yaml"
         scenarios[node].write_text(yaml.safe_dump(scenario))
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(
-            fleetwatch_command(
-                workdir / "cluster",
-                command="simulate-cluster",
-                ready_path="/metrics",
-                args=[
-                    *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
-                    f"--kubelet-dir={workdir}",
-                    f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
-                ],
-            )
-        )
-        targets = []
-        for node, path in scenarios.items():
-            exporter = stack.enter_context(
-                fleetwatch_export(
-                    workdir / node,
-                    simulate=str(path),
-                    args=[
-                        "--collection-interval=1s",
-                        f"--collector.podresources.socket={workdir / f'{node}.sock'}",
-                        "--collector.podresources.refresh-interval=1s",
-                    ],
-                )
-            )
-            targets.append(
-                {"targets": [exporter.url.removeprefix("http://")], "labels": {"node": node}}
-            )
+        cluster, targets = simulated_nodes(stack, workdir, scenarios)
         prom = stack.enter_context(
             prometheus(
                 workdir / "prometheus",
