@@ -367,13 +367,13 @@ def failover() -> None:
 def latency() -> None:
     """Alert-to-taint latency through the real stack with the shipped defaults."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from testbed.stack import OVERHEAT_CELSIUS, start_e2e_stack
+    from fleetwatch.sim.overheat import OVERHEAT_CELSIUS, start_overheat_stack
 
     hot = re.compile(
         rb'fleetwatch_gpu_temperature_celsius\{[^}]*gpu="3"[^}]*sensor="gpu"[^}]*\} (\S+)'
     )
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as servers:
-        stack = start_e2e_stack(Path(tmp), servers, interval="5s", hold="5m")
+        stack = start_overheat_stack(Path(tmp), servers, interval="5s", hold="5m")
         first_hot = tainted = None
         deadline = time.monotonic() + 120
         while tainted is None and time.monotonic() < deadline:

@@ -4,8 +4,9 @@ Each starts as a process of its own on a loopback port (a preferred one when it 
 else any free port), with its log in its own working directory; it is awaited with a
 deadline (never a fixed sleep) and stopped by PID when its context exits. `fleetwatch demo`
 starts its servers with these, and so do the integration tests and the benchmarks, so a
-server is started one way everywhere. Standard library and PyYAML only: the demo runs from
-the base install.
+server is started one way everywhere; `process` runs a daemon with no HTTP readiness endpoint
+(Slurm's, etcd, kube-apiserver) the same way. Standard library and PyYAML only: the demo runs
+from the base install.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -120,13 +122,18 @@ class Server:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period; always reaps the PID."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_GRACE_SECONDS)
+        stop(self.process)
+
+
+def stop(started: subprocess.Popen[bytes]) -> None:
+    """Stop `started` by its PID: SIGTERM, then SIGKILL after a grace period; reaped."""
+    if started.poll() is None:
+        started.send_signal(signal.SIGTERM)
+        try:
+            started.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            started.kill()
+            started.wait(timeout=STOP_GRACE_SECONDS)
 
 
 @contextlib.contextmanager
@@ -145,22 +152,14 @@ def running(
     200, and stop it when the context exits."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            list(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=workdir,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    server = Server(process=process, url=url, workdir=workdir, log_path=log_path)
-    try:
+    log_path.unlink(missing_ok=True)  # this run's log only, when a workdir is reused
+    with process(argv, log_path, env=env, cwd=workdir) as started:
+        server = Server(process=started, url=url, workdir=workdir, log_path=log_path)
 
         def ready() -> bool:
-            if process.poll() is not None:
+            if started.poll() is not None:
                 tail = server.log()[-2000:]
-                raise ServerError(f"{name} exited with {process.returncode}:\n{tail}")
+                raise ServerError(f"{name} exited with {started.returncode}:\n{tail}")
             return http_status(url + ready_path, timeout=2) == 200
 
         try:
@@ -168,8 +167,32 @@ def running(
         except TimeoutError as exc:
             raise ServerError(f"{name} did not become ready: {exc}") from None
         yield server
+
+
+@contextlib.contextmanager
+def process(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` (in `cwd`) with its output appended to `log`, in a session of its own (a
+    Ctrl-C meant for the caller does not reach it), with `env` added to the environment; on
+    exit stop it by PID: SIGTERM, then SIGKILL after a grace period."""
+    with log.open("ab") as out:
+        started = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        yield started
     finally:
-        server.stop()
+        stop(started)
 
 
 @contextlib.contextmanager
@@ -304,3 +327,23 @@ def prom_alerts(prom: Server) -> list[dict[str, Any]]:
     body = json.loads(http_get(f"{prom.url}/api/v1/alerts"))
     alerts: list[dict[str, Any]] = body["data"]["alerts"]
     return alerts
+
+
+def post_alert(alertmanager_url: str, labels: dict[str, str], *, lasting: float = 300.0) -> None:
+    """One firing alert with `labels` straight into Alertmanager's API, as Prometheus sends
+    it, ending `lasting` seconds from now unless sent again."""
+    now = datetime.now(UTC)
+    body = [
+        {
+            "labels": labels,
+            "startsAt": now.isoformat(),
+            "endsAt": (now + timedelta(seconds=lasting)).isoformat(),
+        }
+    ]
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        f"{alertmanager_url}/api/v2/alerts",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback
+        answer.read()

@@ -6,7 +6,7 @@ answers what the backend asks as Slurm 22.05 does (`-o show node [NAME]` one nod
 with `Reason=TEXT [user@time]` last, `show config`, `update nodename=N state=drain|resume
 reason=...`, `Invalid node name specified` for an unknown node). A test makes it hang
 (`hang`) or fail (`fail`) to check deadlines and backoff. The real Slurm tests use
-`testbed.slurm` instead.
+`fleetwatch.sim.slurm` instead.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from testbed import processes as daemons
+from fleetwatch.sim.servers import process
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 READY_TIMEOUT = 90.0  # seconds; about 4 s on a quiet 2-core machine
@@ -395,10 +395,10 @@ def _wait_ready(
     deadline = time.monotonic() + READY_TIMEOUT
     last = "no answer yet"
     while time.monotonic() < deadline:
-        for what, (process, log) in processes.items():
-            if process.poll() is not None:
+        for what, (daemon, log) in processes.items():
+            if daemon.poll() is not None:
                 tail = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{what} exited with {process.returncode}:\n{tail}")
+                raise RuntimeError(f"{what} exited with {daemon.returncode}:\n{tail}")
         try:
             status, body = server.request("GET", "/readyz")
         except (OSError, ValueError) as exc:  # not listening yet
@@ -457,8 +457,8 @@ def api_server(
         "--profiling=false",
     ]
     with (
-        daemons.process(etcd_argv, workdir / "etcd.log") as etcd,
-        daemons.process(apiserver_argv, workdir / "kube-apiserver.log") as apiserver,
+        process(etcd_argv, workdir / "etcd.log") as etcd,
+        process(apiserver_argv, workdir / "kube-apiserver.log") as apiserver,
     ):
         url = f"https://127.0.0.1:{api_port}"
         for identity in everyone:

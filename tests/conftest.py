@@ -34,7 +34,7 @@ SERVER_FIXTURES: Final = frozenset(
     {
         "live",  # exporter/test_exposition: fleetwatch export + Prometheus
         "exporter",  # exporter/test_faults: fleetwatch export
-        "stack",  # rules/test_rules_integration, tainter/test_e2e: the testbed stack
+        "stack",  # rules/test_rules_integration, tainter/test_e2e: fleetwatch.sim.overheat
         "firing",  # rules/test_rules_integration: alerts from that stack
         "job",  # rules/test_training_jobs_integration: Prometheus + kube-state stand-in
         "ha",  # tainter/test_ha: tainter replicas + Alertmanager
@@ -42,7 +42,7 @@ SERVER_FIXTURES: Final = frozenset(
         "node_exporter_server",  # infiniband/test_node_exporter
         "kubeconfig",  # deploy/test_chart: Helm installs against an API server
         "releases",
-        "slurm",  # slurm/*: munged, slurmctld and two slurmd (testbed/slurm.py)
+        "slurm",  # slurm/*: munged, slurmctld and two slurmd (fleetwatch.sim.slurm, sim/slurm.py)
     }
 )
 # Programs that are real servers or their tools, by executable name.

@@ -1,5 +1,5 @@
-"""Fixtures of the Slurm tests: a real cluster (testbed/slurm.py) per test module, whose
-prolog and epilog are fleetwatch's, each node keeping its own mapping directory."""
+"""Fixtures of the Slurm tests: a real cluster (`fleetwatch.sim.slurm`) per test module,
+whose prolog and epilog are fleetwatch's, each node keeping its own mapping directory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.slurm import MissingSlurm, SlurmCluster, find_binaries, slurm_cluster
+from fleetwatch.sim.slurm import MissingSlurm, SlurmCluster, find_binaries, slurm_cluster
 from tests.slurm.cluster import MAPS, fleetwatch_script
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.sim.servers import Server, fleetwatch_export
-from testbed.slurm import SlurmCluster, slurm_cluster
+from fleetwatch.sim.slurm import SlurmCluster, slurm_cluster
 
 SLURM_LIMIT = 60.0
 

@@ -1,5 +1,5 @@
-"""The tainter on a real Slurm, end to end with every server real (`testbed.slurm`,
-`testbed.stack`): the simulated exporter's GPU 3 on gpu01 overheats, Prometheus fires
+"""The tainter on a real Slurm, end to end with every server real (`fleetwatch.sim.slurm`,
+`fleetwatch.sim.overheat`): the simulated exporter's GPU 3 on gpu01 overheats, Prometheus fires
 GPUOverheating, Alertmanager sends it to `fleetwatch taint --orchestrator=slurm`, which drains
 gpu01 with `fleetwatch:gpu-overheat GPUOverheating` so `srun -w gpu01` is refused; an admin's
 drain on gpu02 stays exactly as it was (its `[user@time]` too) even when an alert for gpu02
@@ -9,17 +9,14 @@ arrives; the GPU cools and gpu01 is resumed on Prometheus' evidence.
 from __future__ import annotations
 
 import contextlib
-import json
-import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.overheat import overheat_alert, start_overheat_stack
+from fleetwatch.sim.servers import post_alert, wait_until
+from fleetwatch.sim.slurm import SlurmCluster
 from fleetwatch.sim.stack import Stack
-from testbed.slurm import SlurmCluster
-from testbed.stack import start_e2e_stack
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +33,7 @@ def drained(slurm: SlurmCluster, node: str) -> bool:
 def stack(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     slurm.drain("gpu02", ADMIN)
     with contextlib.ExitStack() as servers:
-        yield start_e2e_stack(
+        yield start_overheat_stack(
             tmp_path_factory.mktemp("e2e-slurm"),
             servers,
             interval="1s",
@@ -45,30 +42,6 @@ def stack(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
             tainter_args=("--orchestrator=slurm", f"--slurm.conf={slurm.conf}"),
         )
     slurm.resume("gpu02")
-
-
-def post_alert(alertmanager: str, node: str) -> None:
-    """An alert for `node` straight into Alertmanager, as Prometheus would send it."""
-    now = datetime.now(UTC)
-    body = [
-        {
-            "labels": {
-                "alertname": "GPUOverheating",
-                "node": node,
-                "gpu": "0",
-                "fleetwatch_taint": "gpu-overheat",
-            },
-            "startsAt": now.isoformat(),
-            "endsAt": (now + timedelta(minutes=5)).isoformat(),
-        }
-    ]
-    request = urllib.request.Request(
-        f"{alertmanager}/api/v2/alerts",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.status == 200
 
 
 def test_overheat_drains_gpu01_leaves_the_admins_gpu02_and_cooling_resumes(
@@ -87,7 +60,7 @@ def test_overheat_drains_gpu01_leaves_the_admins_gpu02_and_cooling_resumes(
     refused = slurm.run("srun", "-w", "gpu01", "--immediate=5", "true", check=False)
     assert refused.returncode != 0
     assert stack.alertmanager is not None
-    post_alert(stack.alertmanager.url, "gpu02")
+    post_alert(stack.alertmanager.url, overheat_alert("gpu02"))
     wait_until(
         lambda: not drained(slurm, "gpu01"),
         timeout=120,

@@ -1,4 +1,4 @@
-"""The tainter on a real Slurm (`testbed.slurm`), in process: the controller finds the state
+"""The tainter on a real Slurm (`fleetwatch.sim.slurm`), in process: the controller finds the state
 directory through SLURM_CONF and scontrol on PATH alone (beside slurmctld's
 StateSaveLocation), the breaker holds across a fresh controller, and two controllers on one
 state directory never both drain; removal from the run requeues a drained node's job once.
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.slurm import SlurmCluster
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
@@ -31,7 +32,6 @@ from fleetwatch.tainter.settings import (
 )
 from fleetwatch.tainter.slurm_backend import SlurmNodeApi
 from fleetwatch.tainter.slurm_jobs import JobRemover
-from testbed.slurm import SlurmCluster
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration

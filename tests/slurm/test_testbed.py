@@ -1,5 +1,5 @@
-"""The real-Slurm harness itself (testbed/slurm.py) and fleetwatch's scontrol wrapper on it:
-the cluster comes up with GPUs as GRES, a job sees its GPUs, a drain takes, and every way
+"""The real-Slurm harness itself (`fleetwatch.sim.slurm`) and fleetwatch's scontrol wrapper
+on it: the cluster comes up with GPUs as GRES, a job sees its GPUs, a drain takes, and every way
 scontrol fails is told apart and counted."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.sim.slurm import SlurmCluster
 from fleetwatch.slurm.scontrol import Scontrol, ScontrolError
-from testbed.slurm import SlurmCluster
 
 
 def test_cluster_is_up_with_gpus(slurm: SlurmCluster) -> None:

@@ -1,6 +1,7 @@
 """End to end with real servers: a simulated exporter whose GPU 3 heats past GPUOverheating's
-threshold (testbed.stack), real Prometheus with the repo's rules, real Alertmanager with the
-shipped taint route, the tainter and a simulated cluster, all as real processes on loopback.
+threshold (`fleetwatch.sim.overheat`), real Prometheus with the repo's rules, real Alertmanager
+with the shipped taint route, the tainter and a simulated cluster, all as real processes on
+loopback.
 
 The node gets `fleetwatch.io/gpu-overheat`; when the scenario cools the GPU the taint is
 removed after the hold time, on Prometheus' positive evidence. Only the rule's
@@ -15,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from fleetwatch.sim.overheat import start_overheat_stack
 from fleetwatch.sim.servers import wait_until
 from fleetwatch.sim.stack import Stack
-from testbed.stack import start_e2e_stack
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with contextlib.ExitStack() as servers:
-        yield start_e2e_stack(tmp_path_factory.mktemp("e2e"), servers, interval="1s", hold="3s")
+        yield start_overheat_stack(
+            tmp_path_factory.mktemp("e2e"), servers, interval="1s", hold="3s"
+        )
 
 
 def test_overheating_gpu_taints_node_then_cooling_untaints_it(stack: Stack) -> None:

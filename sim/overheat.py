@@ -1,8 +1,9 @@
-"""The whole alerting path (`fleetwatch.sim.stack`) as the end-to-end test and the
-alert-to-taint bench run it: a node whose GPU 3 heats past the shipped GPUOverheating
-threshold (`OVERHEAT_CELSIUS`, rules/config.yaml's `gpu_temperature_celsius`) and cools again, the
-shipped rules with GPUOverheating's `keep_firing_for` shortened, and the tainter's timings
-given by the caller; gpu-overheat's clear condition with its hold-down shortened.
+"""The whole alerting path (`fleetwatch.sim.stack`) as the end-to-end tests, the alert-to-taint
+bench and `fleetwatch demo --orchestrator=slurm` run it: a node whose GPU 3 heats past the
+shipped GPUOverheating threshold (`OVERHEAT_CELSIUS`, rules/config.yaml's
+`gpu_temperature_celsius`) and cools again, the shipped rules with GPUOverheating's
+`keep_firing_for` shortened (`FAST_KEEP_FIRING`), and the tainter's timings given by the
+caller; gpu-overheat's clear condition with its hold-down shortened (`FAST_HOLD_DOWN`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -42,14 +44,33 @@ SCENARIO = {
 }
 
 
+FAST_KEEP_FIRING = "5s"
+
+
+ALERT = "GPUOverheating"
+
+
+def _overheating(rules: dict[str, Any]) -> dict[str, Any]:
+    """GPUOverheating's rule in the parsed alert rule file `rules`."""
+    found: dict[str, Any] = next(
+        rule for group in rules["groups"] for rule in group["rules"] if rule.get("alert") == ALERT
+    )
+    return found
+
+
+def overheat_alert(node: str, gpu: str = "0") -> dict[str, str]:
+    """The labels of GPUOverheating on `node`'s GPU `gpu`, as Prometheus sends them to
+    Alertmanager: the alert's name, node and GPU, and the shipped rule's own labels (its
+    severity and the taint it requests)."""
+    rule = _overheating(yaml.safe_load(shipped_text(ALERTS_FILE.name)))
+    return {"alertname": ALERT, "node": node, "gpu": gpu, **rule["labels"]}
+
+
 def fast_rules(workdir: Path) -> list[Path]:
     """The shipped rule files (both scopes), with GPUOverheating's keep_firing_for shortened
-    to 5s."""
+    to FAST_KEEP_FIRING."""
     rules = yaml.safe_load(shipped_text(ALERTS_FILE.name))
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            if rule.get("alert") == "GPUOverheating":
-                rule["keep_firing_for"] = "5s"
+    _overheating(rules)["keep_firing_for"] = FAST_KEEP_FIRING
     paths = [workdir / ALERTS_FILE.name, workdir / RECORDING_FILE.name, workdir / GLOBAL_FILE.name]
     paths[0].write_text(yaml.safe_dump(rules, allow_unicode=True))
     for path in paths[1:]:
@@ -71,7 +92,7 @@ def fast_clear_condition() -> str:
     return query
 
 
-def start_e2e_stack(
+def start_overheat_stack(
     workdir: Path,
     servers: contextlib.ExitStack,
     *,

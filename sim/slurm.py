@@ -1,5 +1,5 @@
-"""A real Slurm cluster on this one machine for the tests: munged, slurmctld, one slurmd per
-node name.
+"""A real Slurm cluster on this one machine, for `fleetwatch demo --orchestrator=slurm` and the
+tests: munged, slurmctld, one slurmd per node name.
 
 Debian 12's `slurm-wlm` (`slurmctld`, `slurmd`, `slurm-client`) and `munge`, run as root with
 no systemd: `slurm_cluster` writes a munge key and a slurm.conf/gres.conf into a temporary
@@ -30,9 +30,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetwatch.sim.servers import free_port
+from fleetwatch.sim.servers import free_port, process
 from fleetwatch.slurm.scontrol import Scontrol, parse_line
-from testbed import processes as daemons
 
 BINARIES = {
     "munged": "munge",
@@ -49,23 +48,39 @@ NVIDIA_MAJOR = 195  # the character-device major of /dev/nvidiaN
 
 
 class MissingSlurm(FileNotFoundError):
-    """A binary the cluster needs is not installed (or this is not root); the message says
-    which and how to get it."""
+    """What running the cluster needs and this machine lacks (a binary not on PATH, root);
+    the message says what and how to get it."""
+
+
+def missing_requirements() -> list[str]:
+    """What this machine lacks to start the cluster, one sentence each saying how to get it:
+    root, and every program of `BINARIES` absent from PATH with the Debian packages that hold
+    them. Empty when nothing is missing."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("it runs as root (slurmd, and mknod for its GPU device files): run as root")
+    missing = [program for program in BINARIES if shutil.which(program) is None]
+    if missing:
+        packages = " ".join(dict.fromkeys(BINARIES[program] for program in missing))
+        problems.append(
+            f"{', '.join(missing)} not on PATH: apt-get install {packages} "
+            "(Debian's Slurm and munge; ./dev.sh test installs them)"
+        )
+    return problems
 
 
 def find_binaries() -> dict[str, Path]:
-    """Each program of `BINARIES` by name, or MissingSlurm naming what is absent."""
-    if os.geteuid() != 0:
-        raise MissingSlurm("a test Slurm cluster runs as root (slurmd, mknod), and this is not")
-    found: dict[str, Path] = {}
-    for program, package in BINARIES.items():
-        path = shutil.which(program, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/usr/bin")
-        if path is None:
-            raise MissingSlurm(
-                f"{program} is missing: apt-get install {package} (./dev.sh test installs it)"
-            )
-        found[program] = Path(path)
-    return found
+    """Each program of `BINARIES` on PATH by name, or MissingSlurm naming everything
+    `missing_requirements` finds."""
+    problems = missing_requirements()
+    if problems:
+        raise MissingSlurm("a local Slurm cannot start: " + "; ".join(problems))
+    return {program: Path(shutil.which(program) or program) for program in BINARIES}
+
+
+class SlurmStartError(RuntimeError):
+    """A daemon exited while the cluster started, or its nodes did not come up in time; the
+    message holds the daemon's log tail or the nodes' last states."""
 
 
 class SlurmCommandFailed(RuntimeError):
@@ -261,10 +276,10 @@ def _wait_ready(
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     while time.monotonic() < deadline:
-        for what, process in processes.items():
-            if process.poll() is not None:
+        for what, daemon in processes.items():
+            if daemon.poll() is not None:
                 tail = cluster.log(what)[-3000:] if what != "munged" else ""
-                raise RuntimeError(f"{what} exited with {process.returncode}:\n{tail}")
+                raise SlurmStartError(f"{what} exited with {daemon.returncode}:\n{tail}")
         done = cluster.run("scontrol", "show", "node", "-o", timeout=10, check=False)
         if done.returncode == 0:
             states = {
@@ -281,7 +296,7 @@ def _wait_ready(
         else:
             last = done.stderr.strip() or done.stdout.strip()
         time.sleep(0.1)
-    raise RuntimeError(f"Slurm nodes not up after {timeout}s (last: {last})")
+    raise SlurmStartError(f"Slurm nodes not up after {timeout}s (last: {last})")
 
 
 @contextlib.contextmanager
@@ -303,7 +318,8 @@ def slurm_cluster(
     `health_check` are argv lists run with `script_env` (and PATH); with `prolog` set the
     prolog runs on every node of a job at allocation (`PrologFlags=Alloc`). A
     `health_check_interval` of 0 runs the health check only at slurmd start. Every daemon is
-    stopped by PID on exit. MissingSlurm when the packages are absent or this is not root."""
+    stopped by PID on exit. MissingSlurm when the packages are absent or this is not root,
+    SlurmStartError when a daemon fails to start."""
     binaries = find_binaries()
     started = time.monotonic()
     for sub in ("state", "spool", "run", "log", "munge", "scripts"):
@@ -344,7 +360,7 @@ def slurm_cluster(
     log = workdir / "log"
     with contextlib.ExitStack() as stack:
         munged = stack.enter_context(
-            daemons.process(
+            process(
                 [
                     str(binaries["munged"]),
                     "-F",
@@ -362,13 +378,13 @@ def slurm_cluster(
         deadline = time.monotonic() + ready_timeout
         while not socket_path.exists():
             if munged.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
+                raise SlurmStartError(
                     f"munged did not start: {(log / 'munged.out').read_text(errors='replace')}"
                 )
             time.sleep(0.05)
         processes: dict[str, subprocess.Popen[bytes]] = {"munged": munged}
         processes["slurmctld"] = stack.enter_context(
-            daemons.process(
+            process(
                 [str(binaries["slurmctld"]), "-D", "-i", "-f", str(conf)],
                 log / "slurmctld.out",
                 env=env,
@@ -376,7 +392,7 @@ def slurm_cluster(
         )
         for node in nodes:
             processes[node] = stack.enter_context(
-                daemons.process(
+                process(
                     [str(binaries["slurmd"]), "-D", "-N", node, "-f", str(conf)],
                     log / f"{node}.out",
                     env=env,
