@@ -27,19 +27,36 @@ from fleetwatch.rules.remediation import CLEAR
 from fleetwatch.sim.stack import Plan, Stack, start_stack
 
 NODE = "e2e-node"
-# GPUOverheating's threshold as shipped: GPU 3 heats 6 °C past it, then cools to 60 °C.
+# GPUOverheating's threshold as shipped: GPU 3 heats 6 °C past it at 5 s, then cools to 60 °C
+# at 35 s (seconds from the exporter's start).
 OVERHEAT_CELSIUS = float(load_config().thresholds["gpu_temperature_celsius"])
+HOT_GPU = 3
 HOT_CELSIUS = OVERHEAT_CELSIUS + 6
+HEAT_AT = 5
+COOL_CELSIUS = 60
+COOL_AT = 35
 SCENARIO = {
-    "description": f"GPU 3 heats to {HOT_CELSIUS:g} °C, then cools to 60 °C",
+    "description": f"GPU {HOT_GPU} heats to {HOT_CELSIUS:g} °C, then cools to {COOL_CELSIUS} °C",
     "gpus": 4,
     "gpu_model": "NVIDIA H100 80GB HBM3",
     "nvlinks_per_gpu": 2,
     "infiniband": [{"device": "mlx5_0", "ports": 1, "rate_gbps": 400, "link_layer": "InfiniBand"}],
     "baseline": {"temperature_celsius": 62, "tensor_active": 0.55},
     "faults": [
-        {"at": 5, "kind": "temperature", "gpu": 3, "celsius": HOT_CELSIUS, "ramp_seconds": 5},
-        {"at": 35, "kind": "temperature", "gpu": 3, "celsius": 60, "ramp_seconds": 3},
+        {
+            "at": HEAT_AT,
+            "kind": "temperature",
+            "gpu": HOT_GPU,
+            "celsius": HOT_CELSIUS,
+            "ramp_seconds": 5,
+        },
+        {
+            "at": COOL_AT,
+            "kind": "temperature",
+            "gpu": HOT_GPU,
+            "celsius": COOL_CELSIUS,
+            "ramp_seconds": 3,
+        },
     ],
 }
 

@@ -13,6 +13,11 @@ with the built-in `demo`, a GPU heats past 78 °C and the node is tainted, and a
 job waits for its thermally throttled GPU while another GPU idles, then its checkpoint mount
 hangs and CheckpointMountHung takes the node out), follows it as it
 happens (firing alerts, node taints) and stops every process it started on Ctrl-C.
+
+`--orchestrator=slurm` runs the Slurm story instead (`fleetwatch.slurm_demo`): a real Slurm
+on this machine, a GPU that overheats and cools, the controller draining and resuming the
+node through scontrol. Both demos run in `run_session`: a temporary folder, the servers on one
+ExitStack, what changes printed until Ctrl-C or `--duration`, every process stopped by PID.
 """
 
 from __future__ import annotations
@@ -64,12 +69,21 @@ from fleetwatch.sim.faults import (
     Xid,
 )
 from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, MissingBinary, ServerError, prom_alerts
+from fleetwatch.sim.servers import (
+    ALERTMANAGER,
+    PROMETHEUS,
+    MissingBinary,
+    Server,
+    ServerError,
+    prom_alerts,
+)
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
+from fleetwatch.tainter.settings import ORCHESTRATORS
 
 log = logging.getLogger(__name__)
 
 NODE: Final = "demo-node"
+DEFAULT_SCENARIO: Final = "demo"
 DEFAULT_PORTS: Final = {
     "exporter": 9842,
     "prometheus": 9090,
@@ -97,9 +111,20 @@ def node_scenario(text: str) -> tuple[str, Scenario]:
 
 @dataclass(frozen=True, kw_only=True)
 class DemoSettings:
-    """`fleetwatch demo`: which scenario, for how long."""
+    """`fleetwatch demo`: which orchestrator, which scenario, for how long."""
 
-    scenario: str = setting("demo", metavar="SCENARIO", help="built-in scenario name or file")
+    orchestrator: str = setting(
+        "kubernetes",
+        choices=ORCHESTRATORS,
+        help="a simulated Kubernetes cluster whose node is tainted, or a real local Slurm "
+        "whose node is drained (as root, with Debian's slurm-wlm and munge)",
+    )
+    scenario: str | None = setting(
+        None,
+        metavar="SCENARIO",
+        help=f"built-in scenario name or file (default: {DEFAULT_SCENARIO}); Kubernetes only, "
+        "the Slurm demo tells its own story",
+    )
     duration: float | None = setting(
         None,
         parse=demo_duration,
@@ -153,7 +178,8 @@ def subcommands() -> tuple[Subcommand, ...]:
         Subcommand(
             name="demo",
             help="run the whole stack locally on simulated hardware",
-            description="Exporter, Prometheus, Alertmanager and the tainter on a simulated node.",
+            description="Exporter, Prometheus, Alertmanager and the tainter on a simulated node, "
+            "which a simulated Kubernetes cluster taints or a real local Slurm drains.",
             flags=(DEMO_FLAGS,),
             run=run_demo,
         ),
@@ -164,6 +190,42 @@ def subcommands() -> tuple[Subcommand, ...]:
 def run_demo(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch demo`."""
     settings: DemoSettings = DEMO_FLAGS.read(args)
+    if settings.orchestrator == "slurm":
+        from fleetwatch.slurm_demo import run_slurm_demo
+
+        return run_slurm_demo(settings)
+    spec = settings.scenario or DEFAULT_SCENARIO
+    try:
+        scenario = load_scenario(spec)
+    except ScenarioError as exc:
+        return fail(str(exc), code=2)
+
+    def start(workdir: Path, servers: contextlib.ExitStack) -> Callable[[], dict[str, str]]:
+        stack = start_stack(workdir, servers, demo_plan(spec))
+        print_banner(stack.urls(), workdir, scenario)
+        return lambda: observe(stack)
+
+    return run_session(start, settings)
+
+
+def fail(message: str, *, code: int) -> int:
+    """Say what went wrong, as the flag parser does, and return the exit status `code`."""
+    print(f"fleetwatch demo: error: {message}", file=sys.stderr)
+    return code
+
+
+Start = Callable[[Path, contextlib.ExitStack], Callable[[], dict[str, str]]]
+"""A demo's start: its servers onto the ExitStack (their files in the folder), its banner
+printed; it returns what to watch (`observe`: one line per thing, by name)."""
+
+
+def run_session(
+    start: Start, settings: DemoSettings, *, errors: tuple[type[Exception], ...] = ()
+) -> int:
+    """Run a demo: `start` in a temporary folder, then print what changes until Ctrl-C (or
+    SIGTERM) or `settings.duration`; stop every process, remove the folder. A server that
+    does not start (or one of `errors`, the demo's own start failures) is one error line and
+    exit status 1."""
     stopping = False
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -172,29 +234,18 @@ def run_demo(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    try:
-        scenario = load_scenario(settings.scenario)
-    except ScenarioError as exc:
-        print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
-        return 2
+    deadline = None if settings.duration is None else time.monotonic() + settings.duration
+    failures: tuple[type[Exception], ...] = (ServerError, MissingBinary, TimeoutError, *errors)
     workdir = Path(tempfile.mkdtemp(prefix="fleetwatch-demo-"))
     try:
         with contextlib.ExitStack() as servers:
             try:
-                stack = start_stack(workdir, servers, demo_plan(settings.scenario))
-                print_banner(stack.urls(), workdir, scenario)
-                follow_story(
-                    stack,
-                    deadline=None
-                    if settings.duration is None
-                    else time.monotonic() + settings.duration,
-                    stopping=lambda: stopping,
-                )
+                watch = start(workdir, servers)
+                follow(watch, deadline=deadline, stopping=lambda: stopping)
             finally:
                 print("\nstopping every process the demo started ...", flush=True)
-    except (ServerError, MissingBinary, TimeoutError) as exc:
-        print(f"fleetwatch demo: error: {exc}", file=sys.stderr)
-        return 1
+    except failures as exc:
+        return fail(str(exc), code=1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
@@ -208,12 +259,12 @@ def demo_plan(scenario: str) -> Plan:
         tainter_args=("--untaint.hold=30s",),
         with_prometheus=Path(PROMETHEUS).exists(),
         with_alertmanager=Path(ALERTMANAGER).exists(),
-        with_tainter=_tainter_available(),
+        with_tainter=tainter_available(),
         ports=DEFAULT_PORTS,
     )
 
 
-def _tainter_available() -> bool:
+def tainter_available() -> bool:
     """Whether the tainter's extra is installed (the base install has no Kubernetes client)."""
     return importlib.util.find_spec("kubernetes_asyncio") is not None
 
@@ -228,7 +279,15 @@ def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> 
     ]
     if scenario.description:
         lines.append(f"  ({scenario.description})")
-    lines.append(f"  exporter      {urls['exporter']}/            (landing page, /metrics)")
+    lines += server_lines(urls)
+    lines += ["", *story(scenario, workdir)]
+    lines += [f"Logs: {workdir}. Press Ctrl-C to stop.", ""]
+    print("\n".join(lines), flush=True)
+
+
+def server_lines(urls: Mapping[str, str]) -> list[str]:
+    """The banner's lines of where to look: each server of `urls` that runs, by name."""
+    lines = [f"  exporter      {urls['exporter']}/            (landing page, /metrics)"]
     if "prometheus" in urls:
         query = f"{GPU_TEMPERATURE_CELSIUS}%7Bsensor%3D%22gpu%22%7D"
         lines += [
@@ -249,9 +308,7 @@ def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> 
         ]
     if "tainter" in urls:
         lines.append(f"  tainter       {urls['tainter']}/metrics")
-    lines += ["", *story(scenario, workdir)]
-    lines += [f"Logs: {workdir}. Press Ctrl-C to stop.", ""]
-    print("\n".join(lines), flush=True)
+    return lines
 
 
 def story(scenario: Scenario, workdir: Path) -> list[str]:
@@ -402,12 +459,15 @@ def _mount_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
     return f"{fault.kind} on {gpu}{lasting}"
 
 
-def follow_story(stack: Stack, *, deadline: float | None, stopping: Callable[[], bool]) -> None:
-    """Print what changes: firing alerts, node taints."""
+def follow(
+    watch: Callable[[], dict[str, str]], *, deadline: float | None, stopping: Callable[[], bool]
+) -> None:
+    """Print each line of `watch` when it changes, about once a second, with the time since
+    the start."""
     start = time.monotonic()
     last: dict[str, str] = {}
     while not stopping() and (deadline is None or time.monotonic() < deadline):
-        for key, value in observe(stack).items():
+        for key, value in watch().items():
             if last.get(key) != value:
                 print(f"[t={time.monotonic() - start:5.0f}s] {key}: {value}", flush=True)
                 last[key] = value
@@ -420,17 +480,24 @@ def follow_story(stack: Stack, *, deadline: float | None, stopping: Callable[[],
 def observe(stack: Stack) -> dict[str, str]:
     """The firing alerts and the node's taints, as one line each; what cannot be read now
     (a server still starting or busy) is left out until the next look."""
-    seen: dict[str, str] = {}
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        if stack.prometheus is not None:
-            alerts = prom_alerts(stack.prometheus)
-            firing = sorted({a["labels"]["alertname"] for a in alerts if a["state"] == "firing"})
-            seen["firing alerts"] = ", ".join(firing) or "none"
+    seen = firing_alerts(stack.prometheus)
     with contextlib.suppress(OSError, ValueError, KeyError):
         taints = stack.taints()
         seen["node taints"] = (
             ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in taints) or "none"
         )
+    return seen
+
+
+def firing_alerts(prometheus: Server | None) -> dict[str, str]:
+    """`firing alerts`: the names of the alerts `prometheus` fires now, or nothing when it
+    does not run or cannot be read now."""
+    seen: dict[str, str] = {}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if prometheus is not None:
+            alerts = prom_alerts(prometheus)
+            firing = sorted({a["labels"]["alertname"] for a in alerts if a["state"] == "firing"})
+            seen["firing alerts"] = ", ".join(firing) or "none"
     return seen
 
 
