@@ -175,19 +175,19 @@ class SlurmStory:
         once gpu01 is back, whether the admin's drain on gpu02 is as the admin wrote it;
         what cannot be read now is left out until the next look."""
         seen = firing_alerts(self._prometheus)
-        nodes = {}
+        nodes: dict[str, tuple[str, str]] = {}  # name -> (State, Reason)
         for name in (HOT, SPARE):
             with contextlib.suppress(SlurmCommandFailed, subprocess.TimeoutExpired, KeyError):
-                nodes[name] = self._cluster.node(name)
-        for name, fields in nodes.items():
-            reason = fields.get("Reason")
-            seen[name] = fields["State"] + (f", reason {reason!r}" if reason else "")
+                fields = self._cluster.node(name)
+                nodes[name] = (fields["State"], fields.get("Reason", ""))
+        for name, (state, reason) in nodes.items():
+            seen[name] = state + (f", reason {reason!r}" if reason else "")
         if HOT in nodes:
-            self._follow_hot("DRAIN" in nodes[HOT]["State"].split("+"))
+            self._follow_hot("DRAIN" in nodes[HOT][0].split("+"))
         if self._srun:
             seen[f"srun -w {HOT} true"] = self._srun
         if self._resumed and SPARE in nodes:
-            now = nodes[SPARE].get("Reason", "")
+            now = nodes[SPARE][1]
             seen[f"the admin's drain on {SPARE}"] = (
                 "untouched, its reason as the admin wrote it"
                 if now == self._admins
@@ -196,20 +196,18 @@ class SlurmStory:
         return seen
 
     def _follow_hot(self, drained: bool) -> None:
-        """On each change of gpu01's drain: try srun on it; the first time it is drained,
-        post the overheat alert for gpu02."""
-        if drained == self._hot_drained:
-            return
-        self._hot_drained = drained
-        self._srun = self._try_srun()
+        """On each change of gpu01's drain, try srun on it; while it is drained, post the
+        overheat alert for gpu02 until Alertmanager has taken it once."""
+        if drained != self._hot_drained:
+            self._hot_drained = drained
+            self._srun = self._try_srun()
+            self._resumed = self._resumed or (not drained and self._posted)
         if drained and not self._posted:
             from fleetwatch.sim.overheat import overheat_alert
 
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # Alertmanager busy: the next look posts it
                 post_alert(self._alertmanager_url, overheat_alert(SPARE))
                 self._posted = True
-        if not drained and self._posted:
-            self._resumed = True
 
     def _try_srun(self) -> str:
         """`srun -w gpu01 true`, waiting at most SRUN_WAIT seconds for the node: `ran` or

@@ -72,10 +72,10 @@ TAINTER_WEBHOOK_FORWARDS_TOTAL: Final = MetricSpec(
 TAINTER_WEBHOOK_DURATION_SECONDS: Final = MetricSpec(
     "fleetwatch_tainter_webhook_duration_seconds",
     "histogram",
-    "Time to handle one webhook request, Kubernetes writes included.",
+    "Time to handle one webhook request, node writes (Kubernetes or scontrol) included.",
     (),
     unit="seconds",
-    source="webhook handler, Kubernetes writes included",
+    source="webhook handler, node writes (Kubernetes or scontrol) included",
     series="14",
 )
 
@@ -109,13 +109,17 @@ TAINTER_API_CONFLICTS_TOTAL: Final = MetricSpec(
 TAINTER_API_ERRORS_TOTAL: Final = MetricSpec(
     "fleetwatch_tainter_api_errors_total",
     "counter",
-    "Failed Kubernetes API calls by HTTP status (0 when unreachable).",
+    "Failed orchestrator calls (the Kubernetes API; on Slurm scontrol and the state file) "
+    "by HTTP status (0 when unreachable, failing or timed out).",
     ("status",),
     unit="calls",
-    source="Kubernetes client",
+    source="Kubernetes client; on Slurm (`--orchestrator=slurm`) scontrol and the state file",
     series="~10",
     label_values={
-        "status": "(HTTP status, 0 when unreachable)",
+        "status": (
+            "(HTTP status, 0 when unreachable; on Slurm 0 for an scontrol call that failed or "
+            "timed out, 404 for a node Slurm does not know, 500 for an unreadable state file)"
+        ),
     },
 )
 
