@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,9 @@ from dataclasses import dataclass, field
 DEFAULT_TIMEOUT = 10.0  # seconds; scontrol answers in milliseconds when slurmctld is up
 ERROR_KINDS = ("missing", "timeout", "auth", "unreachable", "unknown_node", "failed", "malformed")
 
+# A `gpu` entry of a node's comma-separated `Gres` (name, then `:type:count`, `:count` or a
+# socket list in parentheses).
+GPU_GRES = re.compile(r"(?:^|,)gpu(?:[:(]|,|$)")
 # Node fields that 22.05 and later may print after `Reason=`; the reason runs up to one.
 _AFTER_REASON = ("Comment=", "Extra=", "InstanceId=", "InstanceType=", "ResumeAfterTime=")
 
@@ -78,6 +82,12 @@ class Node:
     def drained(self) -> bool:
         """Drained or draining: Slurm schedules nothing new on it."""
         return bool({"DRAIN", "DRAINING", "DRAINED"} & self.flags)
+
+    @property
+    def has_gpus(self) -> bool:
+        """Its `Gres` names a `gpu` GRES (`gpu:8`, `gpu:h100:8(S:0-1)`, `nic:1,gpu:4`); a
+        node configured without GPUs shows `Gres=(null)`."""
+        return GPU_GRES.search(self.fields.get("Gres", "")) is not None
 
     @classmethod
     def parse(cls, line: str) -> Node:

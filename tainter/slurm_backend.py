@@ -13,6 +13,9 @@ backend seam (`tainter.backend`) with `scontrol` and one JSON state file:
   that is not fleetwatch's (`slurm.schedmd.com/unavailable`, its state and reason as value):
   a write that would change such a node's holds raises `HeldByOthers` and runs no scontrol
   command, so its reason is never changed, not even rewritten with the same text.
+- A node whose `Gres` names GPUs carries the label `nvidia.com/gpu.present=true`, as GPU
+  feature discovery labels a Kubernetes GPU node, so `--node-selector` picks the GPU nodes
+  whose share the breaker counts, on either orchestrator.
 - Labels and annotations (the taint history and quarantine, the audit records, a person's
   untaint request) and the record leader election and the breaker live on (`LeaseApi`) are
   kept in `fleetwatch-tainter.json` in the state directory: by default `fleetwatch/` inside
@@ -63,6 +66,10 @@ REASON_PREFIX: Final = "fleetwatch:"
 HOLD_SEPARATOR: Final = "; "
 DRAIN_EFFECT: Final = "NoSchedule"
 """A drain lets the running jobs finish and starts no new one: Kubernetes' NoSchedule."""
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+"""Set to `true` on a node whose GRES names GPUs, as GPU feature discovery labels a Kubernetes
+GPU node: `--node-selector=nvidia.com/gpu.present=true` makes the breaker's share count GPU
+nodes on either orchestrator."""
 OTHERS_KEY: Final = "slurm.schedmd.com/unavailable"
 """The hold a node drained, downed or failed by anyone but fleetwatch carries."""
 UNAVAILABLE_FLAGS: Final = frozenset(
@@ -287,8 +294,11 @@ class SlurmNodeApi:
             )
         labels = dict(record.get("labels") or {})
         labels.pop(TAINTED_LABEL, None)
+        labels.pop(GPU_PRESENT_LABEL, None)
         if drained_by_us(node):
             labels[TAINTED_LABEL] = "true"
+        if node.has_gpus:
+            labels[GPU_PRESENT_LABEL] = "true"
         annotations = dict(record.get("annotations") or {})
         version = hashlib.sha256(
             json.dumps([node.state, node.reason, record.get("version", 0)]).encode()
@@ -350,7 +360,7 @@ class SlurmNodeApi:
                     )
                 else:
                     await self._scontrol.run("update", f"nodename={name}", "state=resume")
-        changes = {k: v for k, v in labels.items() if k != TAINTED_LABEL}
+        changes = {k: v for k, v in labels.items() if k not in (TAINTED_LABEL, GPU_PRESENT_LABEL)}
         if changes or annotations:
 
             def store(data: dict[str, Any]) -> None:

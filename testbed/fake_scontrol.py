@@ -25,7 +25,15 @@ CALLS = "calls.jsonl"
 class FakeSlurm:
     """The fake's directory, its scontrol and its state, seen from a test."""
 
-    def __init__(self, directory: Path, nodes: tuple[str, ...] = ("gpu01", "gpu02")) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        nodes: tuple[str, ...] = ("gpu01", "gpu02"),
+        *,
+        cpu_nodes: tuple[str, ...] = (),
+    ) -> None:
+        """Nodes `nodes` with two GPUs each (`Gres=gpu:2`), and `cpu_nodes` with none
+        (`Gres=(null)`)."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.scontrol = directory / "scontrol"
@@ -36,7 +44,11 @@ class FakeSlurm:
         self.save_location = directory / "statesave"
         self._write(
             {
-                "nodes": {n: {"state": "IDLE", "reason": "", "user": ""} for n in nodes},
+                "nodes": {
+                    name: {"state": "IDLE", "reason": "", "user": "", "gres": gres}
+                    for names, gres in ((nodes, "gpu:2"), (cpu_nodes, "(null)"))
+                    for name in names
+                },
                 "config": {"StateSaveLocation": str(self.save_location)},
                 "hang": False,
                 "fail": False,
@@ -59,13 +71,13 @@ class FakeSlurm:
     def admin(self, node: str, *, state: str, reason: str) -> None:
         """What a person's scontrol (or NHC) does to `node`."""
         data = self._read()
-        data["nodes"][node] = {"state": state, "reason": reason, "user": "admin"}
+        data["nodes"][node].update(state=state, reason=reason, user="admin")
         self._write(data)
 
     def node(self, name: str) -> dict[str, str]:
         """`name`'s state, reason and who set it."""
         node: dict[str, str] = self._read()["nodes"][name]
-        return node
+        return {key: node[key] for key in ("state", "reason", "user")}
 
     def calls(self) -> list[list[str]]:
         """Every call so far, its arguments."""
@@ -86,7 +98,7 @@ def _line(name: str, node: dict[str, str]) -> str:
         else ""
     )
     return (
-        f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=1 Gres=gpu:2 "
+        f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=1 Gres={node['gres']} "
         f"NodeAddr=127.0.0.1 NodeHostName=localhost Version=22.05.8 RealMemory=1 "
         f"State={node['state']} ThreadsPerCore=1 Partitions=main CfgTRES=cpu=1 "
         f"CurrentWatts=0 AveWatts=0{reason}"

@@ -19,6 +19,7 @@ def test_cluster_is_up_with_gpus(slurm: SlurmCluster) -> None:
         assert fields["State"] == "IDLE", fields
         assert fields["Gres"] == "gpu:2"
     assert slurm.startup_seconds < 60
+    assert all(node.has_gpus for node in slurm.scontrol().nodes())  # the breaker's GPU nodes
 
 
 def test_a_job_gets_its_gpus(slurm: SlurmCluster) -> None:

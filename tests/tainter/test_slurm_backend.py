@@ -451,3 +451,57 @@ async def test_the_health_checks_drain_is_fleetwatchs_and_lifts_on_evidence(
     await control.reconcile()
     assert fake.node("gpu01")["state"] == "IDLE"
     assert fake.updates() == [["update", "nodename=gpu01", "state=resume"]]
+
+
+# -- GPU nodes: the breaker's share ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gres", "has_gpus"),
+    [
+        ("gpu:2", True),
+        ("gpu:h100:8(S:0-1)", True),
+        ("nic:1,gpu:4", True),
+        ("gpu", True),
+        ("(null)", False),
+        ("gpumem:1", False),
+        ("mps:100", False),
+        (None, False),
+    ],
+)
+def test_a_node_has_gpus_when_its_gres_names_gpu(gres: str | None, has_gpus: bool) -> None:
+    line = "NodeName=n1 State=IDLE CPUTot=8" + (f" Gres={gres}" if gres is not None else "")
+    assert Node.parse(line).has_gpus is has_gpus
+
+
+async def test_gpu_nodes_carry_the_gpu_present_label(tmp_path: Path) -> None:
+    fake = FakeSlurm(tmp_path / "slurm", cpu_nodes=("login01",))
+    api = slurm_api(fake, tmp_path / "state")
+    selected = await api.list_nodes(label_selector="nvidia.com/gpu.present=true")
+    assert sorted(n.name for n in selected) == ["gpu01", "gpu02"]
+    assert sorted(n.name for n in await api.list_nodes()) == ["gpu01", "gpu02", "login01"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "drained"),
+    [("nvidia.com/gpu.present=true", ["gpu01", "gpu02"]), ("", ["gpu01", "gpu02", "gpu03"])],
+)
+async def test_the_share_of_gpu_nodes_leaves_out_cpu_nodes(
+    tmp_path: Path, selector: str, drained: list[str]
+) -> None:
+    """Half of the nodes out at most: of the four GPU nodes with the GPU selector (two), of
+    all eight nodes without (four, so all three overheating GPU nodes go)."""
+    gpus = ("gpu01", "gpu02", "gpu03", "gpu04")
+    fake = FakeSlurm(tmp_path / "slurm", gpus, cpu_nodes=("cpu01", "cpu02", "cpu03", "cpu04"))
+    control = Controller(
+        api=slurm_api(fake, tmp_path / "state"),
+        breaker=Breaker(policy=BreakerPolicy(max_new_taints=100, max_fraction=0.5)),
+        evidence=FakeEvidence(),
+        alerts=None,
+        metrics=TainterMetrics(),
+        settings=ControllerSettings(hold_seconds=0.0, retry=FAST, node_selector=selector),
+        policy=TaintPolicy(declared_reasons=None),
+    )
+    for name in gpus[:3]:
+        await control.handle_alerts(alerts(alert(name)))
+    assert [name for name in gpus if "DRAIN" in fake.node(name)["state"]] == drained
