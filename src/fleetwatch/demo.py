@@ -234,13 +234,14 @@ def run_session(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    deadline = None if settings.duration is None else time.monotonic() + settings.duration
     failures: tuple[type[Exception], ...] = (ServerError, MissingBinary, TimeoutError, *errors)
     workdir = Path(tempfile.mkdtemp(prefix="fleetwatch-demo-"))
     try:
         with contextlib.ExitStack() as servers:
             try:
                 watch = start(workdir, servers)
+                duration = settings.duration  # counted from when everything runs
+                deadline = None if duration is None else time.monotonic() + duration
                 follow(watch, deadline=deadline, stopping=lambda: stopping)
             finally:
                 print("\nstopping every process the demo started ...", flush=True)

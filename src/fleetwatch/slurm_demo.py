@@ -31,6 +31,20 @@ from fleetwatch.demo import (
     tainter_available,
 )
 from fleetwatch.rules.config import load_config, parameters
+from fleetwatch.sim.overheat import (
+    ALERT,
+    COOL_AT,
+    COOL_CELSIUS,
+    FAST_HOLD_DOWN,
+    FAST_KEEP_FIRING,
+    HEAT_AT,
+    HOLD_DOWN_PARAMETER,
+    HOT_CELSIUS,
+    HOT_GPU,
+    OVERHEAT_CELSIUS,
+    overheat_alert,
+    start_overheat_stack,
+)
 from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, post_alert
 from fleetwatch.sim.slurm import (
     MissingSlurm,
@@ -85,8 +99,6 @@ def run_slurm_demo(settings: DemoSettings) -> int:
 def start(workdir: Path, servers: contextlib.ExitStack) -> Callable[[], dict[str, str]]:
     """Slurm, the admin's drain on gpu02, then the alerting path with its controller on this
     Slurm; the banner printed. Returns what to watch."""
-    from fleetwatch.sim.overheat import FAST_HOLD_DOWN, FAST_KEEP_FIRING, start_overheat_stack
-
     print("starting Slurm (munged, slurmctld, slurmd for gpu01 and gpu02) ...", flush=True)
     cluster = servers.enter_context(slurm_cluster(workdir / "slurm", nodes=(HOT, SPARE)))
     cluster.drain(SPARE, ADMIN_REASON)
@@ -117,17 +129,7 @@ def start(workdir: Path, servers: contextlib.ExitStack) -> Callable[[], dict[str
 
 def story(*, keep_firing: str, hold_down: str) -> list[str]:
     """What happens, in time order, with the timings the demo shortens."""
-    from fleetwatch.sim.overheat import (
-        ALERT,
-        COOL_AT,
-        COOL_CELSIUS,
-        HEAT_AT,
-        HOLD_DOWN_PARAMETER,
-        HOT_CELSIUS,
-        HOT_GPU,
-        OVERHEAT_CELSIUS,
-        overheat_alert,
-    )
+    # The controller's modules: `missing()` has checked that its extra is installed.
     from fleetwatch.tainter.payload import TAINT_LABEL
     from fleetwatch.tainter.slurm_backend import REASON_PREFIX
 
@@ -203,8 +205,6 @@ class SlurmStory:
             self._srun = self._try_srun()
             self._resumed = self._resumed or (not drained and self._posted)
         if drained and not self._posted:
-            from fleetwatch.sim.overheat import overheat_alert
-
             with contextlib.suppress(OSError):  # Alertmanager busy: the next look posts it
                 post_alert(self._alertmanager_url, overheat_alert(SPARE))
                 self._posted = True
