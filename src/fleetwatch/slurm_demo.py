@@ -188,6 +188,8 @@ class SlurmStory:
             self._follow_hot("DRAIN" in nodes[HOT][0].split("+"))
         if self._srun:
             seen[f"srun -w {HOT} true"] = self._srun
+        if self._posted:
+            seen[f"{ALERT} for {SPARE}"] = "posted to Alertmanager; its drain is the admin's"
         if self._resumed and SPARE in nodes:
             now = nodes[SPARE][1]
             seen[f"the admin's drain on {SPARE}"] = (

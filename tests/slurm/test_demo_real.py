@@ -81,6 +81,7 @@ def test_the_slurm_demo_drains_gpu01_leaves_the_admins_gpu02_and_resumes(tmp_pat
     spare = said["gpu02"]
     assert len(spare) == 1, text  # never changed while the demo watched
     assert spare[0].startswith("IDLE+DRAIN, reason 'admin: fan check ["), text
+    assert said["GPUOverheating for gpu02"] == ["posted to Alertmanager; its drain is the admin's"]
     assert said["the admin's drain on gpu02"] == ["untouched, its reason as the admin wrote it"]
     assert "stopping every process the demo started" in text
     workdir = re.search(r"^Logs: (\S+)\. Press Ctrl-C", text, re.M)
