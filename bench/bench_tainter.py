@@ -366,7 +366,6 @@ def failover() -> None:
 
 def latency() -> None:
     """Alert-to-taint latency through the real stack with the shipped defaults."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from fleetwatch.sim.overheat import OVERHEAT_CELSIUS, start_overheat_stack
 
     hot = re.compile(
