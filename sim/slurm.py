@@ -45,6 +45,13 @@ BINARIES = {
 READY_TIMEOUT = 60.0  # seconds; about 1 s on a quiet machine
 COMMAND_TIMEOUT = 30.0
 NVIDIA_MAJOR = 195  # the character-device major of /dev/nvidiaN
+SYSTEM_DIRECTORIES = "/usr/sbin:/sbin"  # Debian's daemons, absent from a plain user's PATH
+
+
+def search_path() -> str:
+    """Where the programs are looked for: PATH, then the system directories (a root shell
+    entered with `su` keeps a user's PATH, which lacks them)."""
+    return f"{os.environ.get('PATH', os.defpath)}{os.pathsep}{SYSTEM_DIRECTORIES}"
 
 
 class MissingSlurm(FileNotFoundError):
@@ -59,7 +66,7 @@ def missing_requirements() -> list[str]:
     problems = []
     if os.geteuid() != 0:
         problems.append("it runs as root (slurmd, and mknod for its GPU device files): run as root")
-    missing = [program for program in BINARIES if shutil.which(program) is None]
+    missing = [program for program in BINARIES if shutil.which(program, path=search_path()) is None]
     if missing:
         packages = " ".join(dict.fromkeys(BINARIES[program] for program in missing))
         problems.append(
@@ -70,12 +77,14 @@ def missing_requirements() -> list[str]:
 
 
 def find_binaries() -> dict[str, Path]:
-    """Each program of `BINARIES` on PATH by name, or MissingSlurm naming everything
+    """Each program of `BINARIES` on the search path by name, or MissingSlurm naming everything
     `missing_requirements` finds."""
     problems = missing_requirements()
     if problems:
         raise MissingSlurm("a local Slurm cannot start: " + "; ".join(problems))
-    return {program: Path(shutil.which(program) or program) for program in BINARIES}
+    return {
+        program: Path(shutil.which(program, path=search_path()) or program) for program in BINARIES
+    }
 
 
 class SlurmStartError(RuntimeError):
@@ -356,7 +365,7 @@ def slurm_cluster(
         extra_conf=extra_conf,
         devices=devices,
     )
-    env = {"SLURM_CONF": str(conf), "PATH": f"{os.environ.get('PATH', '')}:/usr/sbin"}
+    env = {"SLURM_CONF": str(conf), "PATH": search_path()}
     log = workdir / "log"
     with contextlib.ExitStack() as stack:
         munged = stack.enter_context(

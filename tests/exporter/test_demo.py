@@ -14,7 +14,7 @@ import pytest
 
 from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
-from fleetwatch.sim.slurm import BINARIES
+from fleetwatch.sim.slurm import BINARIES, SYSTEM_DIRECTORIES, search_path
 from fleetwatch.slurm_demo import missing
 
 
@@ -75,8 +75,9 @@ def test_the_orchestrator_comes_from_its_environment_variable(
 def test_without_slurm_the_slurm_demo_names_the_packages_and_starts_nothing(
     tmp_path: Path,
 ) -> None:
-    """With nothing on PATH: every missing program and the Debian packages holding them, one
-    error, no traceback, exit 1, nothing started (no temporary folder named)."""
+    """With an empty PATH: every program missing from it and from the system directories, and
+    the Debian packages holding them, one error, no traceback, exit 1, nothing started (no
+    temporary folder named)."""
     result = subprocess.run(
         [sys.executable, "-m", "fleetwatch", "demo", "--orchestrator=slurm"],
         env={**os.environ, "PATH": str(tmp_path)},
@@ -90,10 +91,11 @@ def test_without_slurm_the_slurm_demo_names_the_packages_and_starts_nothing(
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert lines[0] == "fleetwatch demo: error: the Slurm demo needs what this machine lacks:"
-    assert (
-        "  - munged, slurmctld, slurmd, scontrol, srun, sbatch, sinfo not on PATH: "
-        "apt-get install munge slurmctld slurmd slurm-client"
-    ) in result.stderr
+    search = f"{tmp_path}{os.pathsep}{SYSTEM_DIRECTORIES}"
+    absent = [program for program in BINARIES if shutil.which(program, path=search) is None]
+    assert {"scontrol", "srun", "sbatch", "sinfo"} <= set(absent)  # /usr/bin is not searched
+    packages = " ".join(dict.fromkeys(BINARIES[program] for program in absent))
+    assert f"  - {', '.join(absent)} not on PATH: apt-get install {packages}" in result.stderr
 
 
 def test_not_root_is_named_among_what_the_slurm_demo_lacks() -> None:
@@ -110,7 +112,7 @@ def test_not_root_is_named_among_what_the_slurm_demo_lacks() -> None:
     assert problems[0] == (
         "it runs as root (slurmd, and mknod for its GPU device files): run as root"
     )
-    if all(shutil.which(program) for program in BINARIES):
+    if all(shutil.which(program, path=search_path()) for program in BINARIES):
         assert not any("not on PATH" in problem for problem in problems), problems
 
 
