@@ -119,10 +119,13 @@ def write_procfs(
     mountstats: str = MOUNTSTATS,
     diskstats: str = DISKSTATS,
     llite: dict[str, str] | None = None,
+    host: tuple[str, str] | None = None,
 ) -> Path:
     """A procfs tree under `root`: `self` a link to a process directory, as in /proc
-    (node_exporter resolves it), holding mountinfo and mountstats; diskstats; and `llite`,
-    Lustre stats files by instance name (`fs/lustre/llite/INSTANCE/stats`). `root`."""
+    (node_exporter resolves it), holding mountinfo and mountstats; diskstats; `llite`,
+    Lustre stats files by instance name (`fs/lustre/llite/INSTANCE/stats`); and, given
+    `host` (mountinfo, mountstats), pid 1's of another mount namespace, as the host's /proc
+    seen from a container. `root`."""
     process = root / "26231"
     process.mkdir(parents=True, exist_ok=True)
     if not (root / "self").is_symlink():
@@ -130,6 +133,10 @@ def write_procfs(
     (process / "mountinfo").write_text(mountinfo)
     (process / "mountstats").write_text(mountstats)
     (root / "diskstats").write_text(diskstats)
+    if host is not None:
+        (root / "1").mkdir(exist_ok=True)
+        (root / "1" / "mountinfo").write_text(host[0])
+        (root / "1" / "mountstats").write_text(host[1])
     for instance, text in (llite or {}).items():
         (root / "fs" / "lustre" / "llite" / instance).mkdir(parents=True, exist_ok=True)
         (root / "fs" / "lustre" / "llite" / instance / "stats").write_text(text)

@@ -6,27 +6,12 @@ import os
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
-from fleetwatch.exporter.render import Renderer
 from testbed.mounts import LLITE_STATS, LUSTRE_MOUNT, MOUNTINFO, write_procfs
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _samples(collector: StorageCollector) -> Samples:
-    text = Renderer().render(collector.collect()).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _get(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
+from tests.storage.exposition import collect_and_close
+from tests.storage.exposition import collect_samples as _samples
+from tests.storage.exposition import sample as _get
 
 
 def _local_mount(point: Path, fstype: str = "ext4") -> str:
@@ -106,12 +91,7 @@ def test_lean_keeps_only_the_data_path_operations(tmp_path: Path) -> None:
 
 def test_malformed_lines_are_counted_by_file_and_the_rest_served(tmp_path: Path) -> None:
     procfs = write_procfs(tmp_path / "proc", mountinfo=MOUNTINFO + "garbage line\n")
-    collector = _collector(procfs)
-    try:
-        samples = _samples(collector)
-        again = _samples(collector)
-    finally:
-        collector.close()
+    samples, again = collect_and_close(_collector(procfs), 2)
     assert _get(samples, storage.PARSE_ERRORS, file="mountinfo") == 1
     assert _get(again, storage.PARSE_ERRORS, file="mountinfo") == 2  # counted each read
     assert _get(samples, storage.READ_BYTES, mountpoint="/mnt/checkpoints") == 1210214218
