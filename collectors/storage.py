@@ -6,7 +6,8 @@ gpfs, wekafs, beegfs, ceph and the like: `sources.mounts.NETWORK_FSTYPES`), with
 configuration. Per mount: capacity, free and available bytes, inodes and read-only from
 `statvfs`; bytes moved and operations from `<procfs>/1/mountstats` (NFS, per operation:
 count, transmissions, major timeouts, bytes, queue, round-trip and execution time), a Lustre
-client's llite stats where it exposes them under `<procfs>/fs/lustre`, or, for a local
+client's llite stats (`<procfs>/fs/lustre/llite` before Lustre 2.12, debugfs, `<sysfs>/kernel/
+debug/lustre/llite`, from 2.12 on: root's, mode 0700), or, for a local
 filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector.storage.
 probe-dir` names a fleetwatch-owned directory whose mount gets a bounded canary write,
 fsync, read back and delete every `--collector.storage.probe-interval`.
@@ -172,8 +173,17 @@ class ProcReading:
     fallbacks: tuple[tuple[str, str], ...] = ()
 
 
-def read_procfs(root: Path, rootfs: str = "/") -> ProcReading:
-    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`.
+def llite_dirs(procfs: Path, sysfs: Path) -> tuple[Path, ...]:
+    """Where a Lustre client keeps its llite instances' stats: under /proc before Lustre
+    2.12, in debugfs (mounted at `<sysfs>/kernel/debug`) from 2.12 on."""
+    return (procfs / "fs" / "lustre" / "llite", sysfs / "kernel" / "debug" / "lustre" / "llite")
+
+
+def read_procfs(
+    root: Path, *, rootfs: str = "/", llite: tuple[Path, ...] | None = None
+) -> ProcReading:
+    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`,
+    and the Lustre client stats in the `llite` directories (default `<root>/fs/lustre/llite`).
 
     A mount table read from `self` names mounts as this process sees them: with a `rootfs`
     other than `/` (a container that reaches the host's root there), only those under it are
@@ -202,7 +212,7 @@ def read_procfs(root: Path, rootfs: str = "/") -> ProcReading:
             for d in found.disks
         }
         problems.extend(found.problems)
-    lustre = _read_llite(root, problems)
+    lustre = _read_llite(llite or (root / "fs" / "lustre" / "llite",), problems)
     return ProcReading(
         mounts=mounts,
         stats=stats,
@@ -217,16 +227,21 @@ def read_procfs(root: Path, rootfs: str = "/") -> ProcReading:
     )
 
 
-def _read_llite(root: Path, problems: list[LineProblem]) -> dict[str, LustreStats]:
-    """Lustre client stats by filesystem name (a name mounted twice is left out: which
-    instance is which mount cannot be told from /proc)."""
+def _read_llite(dirs: tuple[Path, ...], problems: list[LineProblem]) -> dict[str, LustreStats]:
+    """Lustre client stats by filesystem name, from the first of `dirs` that lists an
+    instance (a name mounted twice is left out: which instance is which mount cannot be
+    told from its stats). An unreadable directory (debugfs is root's) lists nothing."""
+    files: dict[str, Path] = {}
+    for directory in dirs:
+        for stats in sorted(directory.glob("*/stats")):
+            files.setdefault(stats.parent.name, stats)
     found: dict[str, list[LustreStats]] = {}
-    for stats in sorted((root / "fs" / "lustre" / "llite").glob("*/stats")):
+    for instance, stats in sorted(files.items()):
         try:
             text = stats.read_text(errors="replace")
         except OSError:
-            continue  # the instance went away while listed (an unmount)
-        parsed = parse_llite_stats(stats.parent.name, text, "llite")
+            continue  # the instance went away while listed (an unmount), or is root's
+        parsed = parse_llite_stats(instance, text, "llite")
         if isinstance(parsed, LineProblem):
             problems.append(parsed)
         else:
@@ -257,6 +272,7 @@ class StorageCollector:
         *,
         procfs: Path,
         rootfs: Path = Path("/"),
+        sysfs: Path = Path("/sys"),
         settings: StorageSettings,
         discover: bool = True,
         wait: float = _WAIT_SECONDS,
@@ -265,6 +281,7 @@ class StorageCollector:
     ) -> None:
         self._procfs = procfs
         self._rootfs = rootfs
+        self._llite = llite_dirs(procfs, sysfs)
         self._settings = settings
         self._discover = discover
         self._wait = wait
@@ -285,7 +302,9 @@ class StorageCollector:
     # -- one cycle ------------------------------------------------------------------------
     def collect(self) -> list[SeriesFamily]:
         deadline = self._clock() + min(self._wait, self._settings.hung_timeout)
-        self._procfs_lane.submit(lambda: read_procfs(self._procfs, str(self._rootfs)))
+        self._procfs_lane.submit(
+            lambda: read_procfs(self._procfs, rootfs=str(self._rootfs), llite=self._llite)
+        )
         self._procfs_lane.wait(deadline)
         reading = self._proc_reading()
         builder = FamilyBuilder(self._labels)
@@ -323,7 +342,8 @@ class StorageCollector:
             self._procfs_seen = outcome.finished_at
             assert outcome.value is not None
             for file, reason in outcome.value.fallbacks:
-                self._once.warning(
+                self._once.log(
+                    logging.INFO,  # expected in the chart: mountstats is root's, the exporter not
                     ("fallback", file),
                     "cannot read pid 1's mount file: reading this process's own instead (in a "
                     "container, only the host's mounts under --path.rootfs are then seen)",
@@ -623,6 +643,7 @@ def _create(context: CollectorContext, settings: StorageSettings) -> StorageColl
     return StorageCollector(
         procfs=context.procfs_root,
         rootfs=context.rootfs_root,
+        sysfs=context.sysfs_root,
         settings=settings,
         discover=context.discover_mounts,
         calls=context.mount_calls(context.rootfs_root),

@@ -13,10 +13,10 @@ Three procfs files, parsed into frozen readings in native units (bytes, millisec
 - `<procfs>/diskstats`: per block device, sectors read and written (512-byte sectors) and
   completed reads and writes, for a local filesystem's device.
 
-- `<procfs>/fs/lustre/llite/FSNAME-INSTANCE/stats`: a Lustre client's counters
-  (`read_bytes 11 samples [bytes] MIN MAX SUM`; `open 2 samples [usecs] ...`), where the
-  client exposes them under /proc (Lustre 2.12 and later moved them to debugfs, which is not
-  read).
+- `llite/FSNAME-INSTANCE/stats`: a Lustre client's counters (`read_bytes 11 samples [bytes]
+  MIN MAX SUM [SUMSQUARE]`; `open 2 samples [usecs] ...`), under `<procfs>/fs/lustre` before
+  Lustre 2.12 and in debugfs (`/sys/kernel/debug/lustre`) from 2.12 on, where the format is
+  the same (lprocfs's `snapshot_time`, `start_time`, `elapsed_time` lines first).
 
 A malformed line is a `LineProblem` (file, line number, reason) and the rest of the file is
 still read: one odd mount never hides the others.

@@ -80,7 +80,7 @@ def test_pid_1s_mounts_are_watched_and_reached_under_rootfs(
     collector = _collector(
         procfs, rootfs, mounts=NAMED, probe_dir=("/ckpt/fleetwatch",), probe_bytes=65536
     )
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         (samples,) = collect_and_close(collector)
     expected = os.statvfs(rootfs / "ckpt")
     # statvfs of the host's /ckpt, reached at <rootfs>/ckpt, labelled with the host's path.
@@ -115,7 +115,7 @@ def test_unreadable_pid_1_mountstats_falls_back_to_self_under_rootfs(
     (procfs / "1" / "mountstats").unlink()
     (procfs / "1" / "mountstats").mkdir()  # read() fails: IsADirectoryError, as EACCES would
     collector = _collector(procfs, rootfs, mounts=NAMED)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         samples, again = collect_and_close(collector, 2)
     assert _get(samples, storage.WRITTEN_BYTES, mountpoint="/mnt/host-nfs") == 777000
     assert _get(again, storage.WRITTEN_BYTES, mountpoint="/mnt/host-nfs") == 777000
