@@ -10,10 +10,11 @@ counters (bytes written, WRITE calls and their round-trip time) follow the node'
 saves. `SimulatedMountCalls` answers statvfs of a simulated mount from the node (size, free
 space, read-only) and blocks while a `mount_hung` fault holds the mount, as a hard NFS
 mount's caller does; a call on any other mount goes to the real helper process (under
-`--path.rootfs`). The canary
-probe is not simulated: a probe directory on a simulated mount is never probed. Lustre client
-stats (`fs/lustre`) are not carried over: a real Lustre mount named beside simulated mounts
-has capacity and hung, not its client counters.
+`--path.rootfs`). A probe directory on a simulated mount (`--collector.storage.probe-dir`) is
+probed by the node: its phases take the mount's rate and round trip (slowed by `mount_slow`),
+a read-only mount fails it `read_only` and a full one `no_space`; the directory itself is
+taken to exist. Lustre client stats (`fs/lustre`) are not carried over: a real Lustre mount
+named beside simulated mounts has capacity and hung, not its client counters.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Final
 
 from fleetwatch.collectors.sources.mount_calls import Capacity, MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import read_mount_file
+from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
 from fleetwatch.sim.scenario import MountSpec
 from fleetwatch.sim.world import MOUNT_WSIZE, SimulatedNode
 
@@ -131,8 +133,8 @@ class SimulatedMountCalls:
         self._real: MountCalls | None = None
 
     def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
-        """statvfs of `mountpoint` (blocking while the node hangs it); no probe on a
-        simulated mount."""
+        """statvfs of `mountpoint` (blocking while the node hangs it), then the probe if
+        given."""
         if mountpoint not in self._simulated:
             if self._real is None:
                 self._real = MountCalls(rootfs=self.rootfs)
@@ -148,7 +150,16 @@ class SimulatedMountCalls:
             inodes_free=_INODES // 2,
             read_only=self.node.mount_read_only(mountpoint),
         )
-        return MountReading(capacity=capacity, error=None, probe=None)
+        found = None if probe is None else self._probe(mountpoint, probe[1])
+        return MountReading(capacity=capacity, error=None, probe=found)
+
+    def _probe(self, mountpoint: str, size: int) -> ProbeResult | ProbeFailed:
+        """A canary probe of `size` bytes on a simulated mount, as the node has it now."""
+        if self.node.mount_read_only(mountpoint):
+            return ProbeFailed("read_only", "write", "Read-only file system")
+        if self.node.mount_free_bytes(mountpoint) < size:
+            return ProbeFailed("no_space", "write", "No space left on device")
+        return ProbeResult(seconds=self.node.mount_probe_seconds(mountpoint, size), size=size)
 
     def close(self) -> None:
         """Stop the real helper, if one was started."""
