@@ -179,11 +179,9 @@ def llite_dirs(procfs: Path, sysfs: Path) -> tuple[Path, ...]:
     return (procfs / "fs" / "lustre" / "llite", sysfs / "kernel" / "debug" / "lustre" / "llite")
 
 
-def read_procfs(
-    root: Path, *, rootfs: str = "/", llite: tuple[Path, ...] | None = None
-) -> ProcReading:
+def read_procfs(root: Path, *, rootfs: str, llite: tuple[Path, ...]) -> ProcReading:
     """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`,
-    and the Lustre client stats in the `llite` directories (default `<root>/fs/lustre/llite`).
+    and the Lustre client stats in the `llite` directories (`llite_dirs`).
 
     A mount table read from `self` names mounts as this process sees them: with a `rootfs`
     other than `/` (a container that reaches the host's root there), only those under it are
@@ -212,7 +210,7 @@ def read_procfs(
             for d in found.disks
         }
         problems.extend(found.problems)
-    lustre = _read_llite(llite or (root / "fs" / "lustre" / "llite",), problems)
+    lustre = _read_llite(llite, problems)
     return ProcReading(
         mounts=mounts,
         stats=stats,
