@@ -52,22 +52,25 @@ class CollectorContext:
     `nvml` is the `pynvml` module on real hardware or a stand-in with the same call
     surface; `sysfs_root` is `/sys` or a tree shaped like it; `tool_path` is searched
     before `PATH` for infiniband-diags; `open_kernel_log` opens the kernel log a flag
-    names; `procfs_root` is `/proc` or a tree shaped like it (the host's, in a DaemonSet).
+    names; `procfs_root` is `/proc` or a tree shaped like it (the host's, in a DaemonSet);
+    `rootfs_root` is where the host's root is reached (`/`, or the host's `/` mounted in a
+    DaemonSet): the storage collector's calls on a mount go there.
     `discover_mounts` is False under simulation: the storage collector then watches only
     the mounts and probe directories the command line names (real ones), never the host's
     own network mounts, which a simulated node does not have (only its simulated ones, which
-    the set-up names). `mount_calls` makes the storage collector's calls on mounts (statvfs,
-    the probe): the helper process on a real node, the simulated mounts' stand-in under
-    simulation. Collector code does not know which hardware it runs on.
+    the set-up names). `mount_calls(rootfs_root)` makes the storage collector's calls on
+    mounts (statvfs, the probe): the helper process on a real node, the simulated mounts'
+    stand-in under simulation. Collector code does not know which hardware it runs on.
     """
 
     sysfs_root: Path
     procfs_root: Path = Path("/proc")
+    rootfs_root: Path = Path("/")
     discover_mounts: bool = True
     nvml: Any
     tool_path: str | None = None
     open_kernel_log: Callable[[Path], KernelLog] = open_kmsg
-    mount_calls: Callable[[], MountCaller] = MountCalls
+    mount_calls: Callable[[Path], MountCaller] = MountCalls
 
     @functools.cached_property
     def nvml_source(self) -> NvmlSource:

@@ -1,15 +1,24 @@
 """Storage collector: the mounts that hold checkpoints, and a canary probe on them.
 
 Which mounts: those `--collector.storage.mounts` names (any filesystem type, FUSE included),
-else every network or parallel filesystem in `<procfs>/self/mountinfo` (nfs, nfs4, lustre,
+else every network or parallel filesystem in `<procfs>/1/mountinfo` (nfs, nfs4, lustre,
 gpfs, wekafs, beegfs, ceph and the like: `sources.mounts.NETWORK_FSTYPES`), with no
 configuration. Per mount: capacity, free and available bytes, inodes and read-only from
-`statvfs`; bytes moved and operations from `<procfs>/self/mountstats` (NFS, per operation:
+`statvfs`; bytes moved and operations from `<procfs>/1/mountstats` (NFS, per operation:
 count, transmissions, major timeouts, bytes, queue, round-trip and execution time), a Lustre
-client's llite stats where it exposes them under `<procfs>/fs/lustre`, or, for a local
+client's llite stats (`<procfs>/fs/lustre/llite` before Lustre 2.12, debugfs, `<sysfs>/kernel/
+debug/lustre/llite`, from 2.12 on: root's, mode 0700), or, for a local
 filesystem, its block device in `<procfs>/diskstats`. Opt in, `--collector.storage.
 probe-dir` names a fleetwatch-owned directory whose mount gets a bounded canary write,
 fsync, read back and delete every `--collector.storage.probe-interval`.
+
+Whose mounts: the host's. pid 1's mount table is the host's mount namespace when
+`--path.procfs` is the host's /proc (a DaemonSet mounts it at /host/proc); where pid 1's
+files cannot be read (hidepid; mountstats is readable by root only) this process's own
+(`self`) are read instead, said once in the log, keeping the mounts under `--path.rootfs`
+named by their host paths. Mount points, `--collector.storage.mounts` and `--collector.
+storage.probe-dir` are host paths throughout; a call on a mount reaches it under
+`--path.rootfs` (`/`, or where the container mounts the host's root).
 
 Every call that touches a mount (statvfs, the probe) runs in a helper process
 (`sources.mount_calls`: a FUSE call stuck in the kernel cannot be killed, and would keep
@@ -87,6 +96,8 @@ from fleetwatch.collectors.sources.mounts import (
     parse_llite_stats,
     parse_mountinfo,
     parse_mountstats,
+    read_mount_file,
+    under_rootfs,
     watched_mounts,
 )
 from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
@@ -151,28 +162,43 @@ SPECS: Final = FAMILIES
 
 @dataclass(frozen=True, kw_only=True)
 class ProcReading:
-    """One read of the procfs mount files (the stats files are optional)."""
+    """One read of the procfs mount files (the stats files are optional); `fallbacks` names
+    each mount file read from `self` because pid 1's could not be, with the reason."""
 
     mounts: tuple[Mount, ...]
     stats: dict[str, MountStatsEntry]
     disks: dict[tuple[int, int], tuple[int, int, int, int]]
     lustre: dict[str, LustreStats]
     problems: tuple[LineProblem, ...]
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
 
-def read_procfs(root: Path) -> ProcReading:
-    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`."""
-    info = (root / "self" / "mountinfo").read_text(errors="replace")
-    parsed = parse_mountinfo(info, "mountinfo")
+def llite_dirs(procfs: Path, sysfs: Path) -> tuple[Path, ...]:
+    """Where a Lustre client keeps its llite instances' stats: under /proc before Lustre
+    2.12, in debugfs (mounted at `<sysfs>/kernel/debug`) from 2.12 on."""
+    return (procfs / "fs" / "lustre" / "llite", sysfs / "kernel" / "debug" / "lustre" / "llite")
+
+
+def read_procfs(root: Path, *, rootfs: str, llite: tuple[Path, ...]) -> ProcReading:
+    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`,
+    and the Lustre client stats in the `llite` directories (`llite_dirs`).
+
+    A mount table read from `self` names mounts as this process sees them: with a `rootfs`
+    other than `/` (a container that reaches the host's root there), only those under it are
+    kept, named by the host's mount points."""
+    info = read_mount_file(root, "mountinfo")
+    if info is None:
+        raise FileNotFoundError(f"no mountinfo under {root / '1'} or {root / 'self'}")
+    parsed = parse_mountinfo(info.text, "mountinfo")
+    mounts = parsed.mounts if info.host else under_rootfs(parsed.mounts, rootfs)
     problems = list(parsed.problems)
     stats: dict[str, MountStatsEntry] = {}
     disks: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-    try:
-        found = parse_mountstats((root / "self" / "mountstats").read_text(errors="replace"))
-    except FileNotFoundError:
-        pass  # no mountstats (a kernel without it): capacity is still read
-    else:
-        stats = {entry.mountpoint: entry for entry in found.stats}
+    mountstats = read_mount_file(root, "mountstats")
+    if mountstats is not None:  # else no mountstats (a kernel without it): capacity still read
+        found = parse_mountstats(mountstats.text)
+        entries = found.stats if mountstats.host else under_rootfs(found.stats, rootfs)
+        stats = {entry.mountpoint: entry for entry in entries}
         problems.extend(found.problems)
     try:
         found = parse_diskstats((root / "diskstats").read_text(errors="replace"))
@@ -184,22 +210,36 @@ def read_procfs(root: Path) -> ProcReading:
             for d in found.disks
         }
         problems.extend(found.problems)
-    lustre = _read_llite(root, problems)
+    lustre = _read_llite(llite, problems)
     return ProcReading(
-        mounts=parsed.mounts, stats=stats, disks=disks, lustre=lustre, problems=tuple(problems)
+        mounts=mounts,
+        stats=stats,
+        disks=disks,
+        lustre=lustre,
+        problems=tuple(problems),
+        fallbacks=tuple(
+            (f"1/{file.name}", file.fallback)
+            for file in (info, mountstats)
+            if file is not None and file.fallback is not None
+        ),
     )
 
 
-def _read_llite(root: Path, problems: list[LineProblem]) -> dict[str, LustreStats]:
-    """Lustre client stats by filesystem name (a name mounted twice is left out: which
-    instance is which mount cannot be told from /proc)."""
+def _read_llite(dirs: tuple[Path, ...], problems: list[LineProblem]) -> dict[str, LustreStats]:
+    """Lustre client stats by filesystem name, from the first of `dirs` that lists an
+    instance (a name mounted twice is left out: which instance is which mount cannot be
+    told from its stats). An unreadable directory (debugfs is root's) lists nothing."""
+    files: dict[str, Path] = {}
+    for directory in dirs:
+        for stats in sorted(directory.glob("*/stats")):
+            files.setdefault(stats.parent.name, stats)
     found: dict[str, list[LustreStats]] = {}
-    for stats in sorted((root / "fs" / "lustre" / "llite").glob("*/stats")):
+    for instance, stats in sorted(files.items()):
         try:
             text = stats.read_text(errors="replace")
         except OSError:
-            continue  # the instance went away while listed (an unmount)
-        parsed = parse_llite_stats(stats.parent.name, text, "llite")
+            continue  # the instance went away while listed (an unmount), or is root's
+        parsed = parse_llite_stats(instance, text, "llite")
         if isinstance(parsed, LineProblem):
             problems.append(parsed)
         else:
@@ -229,6 +269,8 @@ class StorageCollector:
         self,
         *,
         procfs: Path,
+        rootfs: Path = Path("/"),
+        sysfs: Path = Path("/sys"),
         settings: StorageSettings,
         discover: bool = True,
         wait: float = _WAIT_SECONDS,
@@ -236,6 +278,8 @@ class StorageCollector:
         calls: MountCaller | None = None,
     ) -> None:
         self._procfs = procfs
+        self._rootfs = rootfs
+        self._llite = llite_dirs(procfs, sysfs)
         self._settings = settings
         self._discover = discover
         self._wait = wait
@@ -244,7 +288,7 @@ class StorageCollector:
         self._once = LogOnce(log)
         self._procfs_lane: Lane[ProcReading] = Lane(_PROCFS_LANE, clock=clock)
         self._lanes: dict[str, Lane[MountReading]] = {}
-        self._calls = MountCalls() if calls is None else calls
+        self._calls = MountCalls(rootfs=rootfs) if calls is None else calls
         self._seen: dict[str, float] = {}  # finished_at of the lane outcome already counted
         self._call_errors: Counter[tuple[str, str]] = Counter()
         self._parse_errors: Counter[str] = Counter()
@@ -256,7 +300,9 @@ class StorageCollector:
     # -- one cycle ------------------------------------------------------------------------
     def collect(self) -> list[SeriesFamily]:
         deadline = self._clock() + min(self._wait, self._settings.hung_timeout)
-        self._procfs_lane.submit(lambda: read_procfs(self._procfs))
+        self._procfs_lane.submit(
+            lambda: read_procfs(self._procfs, rootfs=str(self._rootfs), llite=self._llite)
+        )
         self._procfs_lane.wait(deadline)
         reading = self._proc_reading()
         builder = FamilyBuilder(self._labels)
@@ -293,6 +339,15 @@ class StorageCollector:
         if outcome.finished_at != self._procfs_seen:
             self._procfs_seen = outcome.finished_at
             assert outcome.value is not None
+            for file, reason in outcome.value.fallbacks:
+                self._once.log(
+                    logging.INFO,  # expected in the chart: mountstats is root's, the exporter not
+                    ("fallback", file),
+                    "cannot read pid 1's mount file: reading this process's own instead (in a "
+                    "container, only the host's mounts under --path.rootfs are then seen)",
+                    file=str(self._procfs / file),
+                    reason=reason,
+                )
             for problem in outcome.value.problems:
                 self._parse_errors[problem.path] += 1
                 self._once.warning(
@@ -542,18 +597,19 @@ class StorageSettings:
         parse=_mount_point,
         repeatable=True,
         metavar="MOUNTPOINT",
-        help="watch this mount point, whatever its filesystem type (FUSE included; repeat the "
-        "flag for more); none given: every network or parallel filesystem (nfs, nfs4, lustre, "
-        "gpfs, wekafs, beegfs, ceph, ...)",
+        help="watch this mount point (a host path), whatever its filesystem type (FUSE "
+        "included; repeat the flag for more); none given: every network or parallel "
+        "filesystem (nfs, nfs4, lustre, gpfs, wekafs, beegfs, ceph, ...)",
     )
     probe_dir: tuple[str, ...] = setting(
         (),
         parse=_mount_point,
         repeatable=True,
         metavar="DIR",
-        help="a fleetwatch-owned directory to run the canary probe in (write, fsync, read back, "
-        "delete), probing the mount it lies on, which must be a watched one; never created: "
-        "missing, unwritable or on another filesystem is reported (repeatable, one per mount)",
+        help="a fleetwatch-owned directory (a host path) to run the canary probe in (write, "
+        "fsync, read back, delete), probing the mount it lies on, which must be a watched "
+        "one; never created: missing, unwritable or on another filesystem is reported "
+        "(repeatable, one per mount)",
     )
     probe_bytes: float = number_setting(
         8 << 20,
@@ -584,9 +640,11 @@ class StorageSettings:
 def _create(context: CollectorContext, settings: StorageSettings) -> StorageCollector:
     return StorageCollector(
         procfs=context.procfs_root,
+        rootfs=context.rootfs_root,
+        sysfs=context.sysfs_root,
         settings=settings,
         discover=context.discover_mounts,
-        calls=context.mount_calls(),
+        calls=context.mount_calls(context.rootfs_root),
     )
 
 

@@ -61,7 +61,10 @@ def real_hardware(settings: ExportSettings) -> Hardware:
     import pynvml
 
     context = CollectorContext(
-        sysfs_root=settings.sysfs_root, procfs_root=settings.procfs_root, nvml=pynvml
+        sysfs_root=settings.sysfs_root,
+        procfs_root=settings.procfs_root,
+        rootfs_root=settings.rootfs_root,
+        nvml=pynvml,
     )
     return Hardware(context=context, settings=settings)
 
@@ -85,11 +88,12 @@ def simulated_hardware(node: SimulatedNode, root: Path, settings: ExportSettings
     context = CollectorContext(
         sysfs_root=root,
         procfs_root=procfs_root,
+        rootfs_root=settings.rootfs_root,
         discover_mounts=False,
         nvml=FakeNvml(node=node),
         tool_path=str(tool_dir()),
         open_kernel_log=lambda path: _simulated_kernel_log(node, path),
-        mount_calls=lambda: SimulatedMountCalls(node),
+        mount_calls=lambda rootfs: SimulatedMountCalls(node, rootfs=rootfs),
     )
     return Hardware(context=context, settings=_scenario_settings(node, settings), refresh=refresh)
 

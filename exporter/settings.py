@@ -71,8 +71,18 @@ class ExportFlags:
         parse=Path,
         metavar="DIR",
         flag="path.procfs",
-        help="procfs mount point, for the mounts (the DaemonSet mounts the host's; read under "
-        "--simulate too: mounts are always the real ones)",
+        help="procfs mount point, for the mounts: pid 1's mount table, the host's when this is "
+        "the host's /proc (the DaemonSet mounts it; read under --simulate too: mounts are "
+        "always the real ones)",
+    )
+    rootfs: Path = setting(
+        Path("/"),
+        parse=Path,
+        metavar="DIR",
+        flag="path.rootfs",
+        help="where the host's root is reached: the storage collector's calls on a mount "
+        "(statvfs, the probe) go to the host's mount point under it, labels keep the host's "
+        "path (the DaemonSet mounts the host's mounts under /host/root)",
     )
     collection_interval: float = duration_setting(
         5.0,
@@ -153,6 +163,7 @@ class ExportSettings:
     simulate: str | None
     sysfs_root: Path
     procfs_root: Path
+    rootfs_root: Path
     enabled: tuple[str, ...]
     intervals: dict[str, float]
     timeouts: dict[str, float]
@@ -187,6 +198,7 @@ class ExportSettings:
             simulate=flags.simulate,
             sysfs_root=flags.sysfs,
             procfs_root=flags.procfs,
+            rootfs_root=flags.rootfs,
             enabled=enabled,
             intervals=intervals,
             timeouts=timeouts,

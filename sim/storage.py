@@ -1,17 +1,20 @@
 """Simulated checkpoint mounts: procfs mount files that move, and calls answered by the node.
 
-The storage collector reads `<procfs>/self/mountinfo`, `<procfs>/self/mountstats` and
+The storage collector reads `<procfs>/1/mountinfo`, `<procfs>/1/mountstats` and
 `<procfs>/diskstats`, and makes its calls on mounts (statvfs, the canary probe) through a
 `MountCaller`. Under `--simulate` with a scenario that has `mounts:`, `SimulatedProcfs`
-writes those files into a directory of its own: the host's lines as they are (a mount the
-command line names stays the real one) followed by one line per simulated mount, whose NFS
+writes those files into a directory of its own, as the simulated node's init (`1/`): the
+host's lines as the collector would read them (pid 1's, else its own: a mount the command
+line names stays the real one) followed by one line per simulated mount, whose NFS
 counters (bytes written, WRITE calls and their round-trip time) follow the node's checkpoint
 saves. `SimulatedMountCalls` answers statvfs of a simulated mount from the node (size, free
 space, read-only) and blocks while a `mount_hung` fault holds the mount, as a hard NFS
-mount's caller does; a call on any other mount goes to the real helper process. The canary
-probe is not simulated: a probe directory on a simulated mount is never probed. Lustre client
-stats (`fs/lustre`) are not carried over: a real Lustre mount named beside simulated mounts
-has capacity and hung, not its client counters.
+mount's caller does; a call on any other mount goes to the real helper process (under
+`--path.rootfs`). A probe directory on a simulated mount (`--collector.storage.probe-dir`) is
+probed by the node: its phases take the mount's rate and round trip (slowed by `mount_slow`),
+a read-only mount fails it `read_only` and a full one `no_space`; the directory itself is
+taken to exist. Lustre client stats (`fs/lustre`) are not carried over: a real Lustre mount
+named beside simulated mounts has capacity and hung, not its client counters.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from fleetwatch.collectors.sources.mount_calls import Capacity, MountCalls, MountReading
+from fleetwatch.collectors.sources.mounts import read_mount_file
+from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
 from fleetwatch.sim.scenario import MountSpec
 from fleetwatch.sim.world import MOUNT_WSIZE, SimulatedNode
 
@@ -46,22 +51,30 @@ class SimulatedProcfs:
         """Rewrite the three files at simulated time `t` (each replaced whole, atomically:
         the collector reads them on its own thread)."""
         t = self.node.now() if t is None else t
-        mountinfo = [self._host("self/mountinfo")]
-        mountstats = [self._host("self/mountstats")]
+        mountinfo = [self._host("mountinfo")]
+        mountstats = [self._host("mountstats")]
         for index, mount in enumerate(self.node.scenario.mounts):
             mountinfo.append(self._mountinfo_line(index, mount, t))
             mountstats.append(self._mountstats_block(mount, t))
-        self._replace("self/mountinfo", "".join(mountinfo))
-        self._replace("self/mountstats", "".join(mountstats))
-        self._replace("diskstats", self._host("diskstats"))
+        self._replace("1/mountinfo", "".join(mountinfo))
+        self._replace("1/mountstats", "".join(mountstats))
+        self._replace("diskstats", self._host_diskstats())
 
     def _host(self, name: str) -> str:
-        """The host's file (empty when it has none: no host mount is then watched)."""
+        """The host's mount file, pid 1's or its own (empty when it has none, or cannot be
+        read: no host mount is then watched)."""
         try:
-            text = (self.host / name).read_text(errors="replace")
+            found = read_mount_file(self.host, name)
         except OSError:
             return ""
-        return text if not text or text.endswith("\n") else text + "\n"
+        return "" if found is None else _line_ended(found.text)
+
+    def _host_diskstats(self) -> str:
+        """The host's diskstats (empty when it has none)."""
+        try:
+            return _line_ended((self.host / "diskstats").read_text(errors="replace"))
+        except OSError:
+            return ""
 
     def _mountinfo_line(self, index: int, mount: MountSpec, t: float) -> str:
         mode = "ro" if self.node.mount_read_only(mount.mountpoint, t) else "rw"
@@ -104,21 +117,27 @@ class SimulatedProcfs:
         temporary.replace(path)
 
 
+def _line_ended(text: str) -> str:
+    """`text` ending in a newline (unless empty), so lines can follow it."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 class SimulatedMountCalls:
     """The collector's mount calls: a simulated mount answered by the node, any other by the
     real helper process (started only when a real mount is called)."""
 
-    def __init__(self, node: SimulatedNode) -> None:
+    def __init__(self, node: SimulatedNode, *, rootfs: Path = Path("/")) -> None:
         self.node = node
+        self.rootfs = rootfs
         self._simulated = frozenset(m.mountpoint for m in node.scenario.mounts)
         self._real: MountCalls | None = None
 
     def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
-        """statvfs of `mountpoint` (blocking while the node hangs it); no probe on a
-        simulated mount."""
+        """statvfs of `mountpoint` (blocking while the node hangs it), then the probe if
+        given."""
         if mountpoint not in self._simulated:
             if self._real is None:
-                self._real = MountCalls()
+                self._real = MountCalls(rootfs=self.rootfs)
             return self._real.call(mountpoint, probe)
         self.node.block_for_mount_hang(mountpoint)
         mount = self.node.mount(mountpoint)
@@ -131,7 +150,16 @@ class SimulatedMountCalls:
             inodes_free=_INODES // 2,
             read_only=self.node.mount_read_only(mountpoint),
         )
-        return MountReading(capacity=capacity, error=None, probe=None)
+        found = None if probe is None else self._probe(mountpoint, probe[1])
+        return MountReading(capacity=capacity, error=None, probe=found)
+
+    def _probe(self, mountpoint: str, size: int) -> ProbeResult | ProbeFailed:
+        """A canary probe of `size` bytes on a simulated mount, as the node has it now."""
+        if self.node.mount_read_only(mountpoint):
+            return ProbeFailed("read_only", "write", "Read-only file system")
+        if self.node.mount_free_bytes(mountpoint) < size:
+            return ProbeFailed("no_space", "write", "No space left on device")
+        return ProbeResult(seconds=self.node.mount_probe_seconds(mountpoint, size), size=size)
 
     def close(self) -> None:
         """Stop the real helper, if one was started."""

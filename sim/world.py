@@ -318,6 +318,18 @@ class SimulatedNode:
             rtt_ms += moved / MOUNT_WSIZE * _MOUNT_RTT_MS * slowdown
         return written, rtt_ms
 
+    def mount_probe_seconds(
+        self, mountpoint: str, size: int, t: float | None = None
+    ) -> dict[str, float]:
+        """Seconds per phase of a canary probe of `size` bytes on the mount at `t`: written and
+        read back at the mount's rate, fsync and delete one WRITE round trip each, every
+        phase multiplied by the mount's slowdown."""
+        t = self.now() if t is None else t
+        slowdown = self._mount_slowdown(mountpoint, t)
+        transfer = size / self.mount(mountpoint).write_bytes_per_second * slowdown
+        round_trip = _MOUNT_RTT_MS / 1000 * slowdown
+        return {"write": transfer, "fsync": round_trip, "read": transfer, "delete": round_trip}
+
     def mount_free_bytes(self, mountpoint: str, t: float | None = None) -> float:
         """Free bytes: the mount's `free_bytes` less what faults have filled (never below 0)."""
         t = self.now() if t is None else t

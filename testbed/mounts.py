@@ -112,6 +112,30 @@ getattr                   9 samples [usecs] 3 30 101
 """
 
 
+# The same client on Lustre 2.12 and later, in debugfs (`/sys/kernel/debug/lustre/llite/
+# INSTANCE/stats`): lprocfs_stats_header's three time lines, then each counter with min, max,
+# sum and, for the byte counters, the sum of squares (LPROCFS_CNTR_STDDEV).
+LLITE_STATS_DEBUGFS: Final = """\
+snapshot_time             1764720000.421302584 secs.nsecs
+start_time                1764633600.000000000 secs.nsecs
+elapsed_time              86400.421302584 secs.nsecs
+read_bytes                11 samples [bytes] 4096 1048576 4202496 2216648638464
+write_bytes               4096 samples [bytes] 1048576 4194304 12884901888 54043195528445952
+read                      11 samples [usecs] 31 2205 4120 10124513
+write                     4096 samples [usecs] 220 19884 3114002 5102554210
+open                      2 samples [usecs] 12 40 52 1744
+getattr                   9 samples [usecs] 3 30 101 1717
+statfs                    1 samples [usecs] 88 88 88 7744
+"""
+
+
+def write_llite(directory: Path, instances: dict[str, str]) -> None:
+    """Lustre client stats files `directory/INSTANCE/stats`, by instance name."""
+    for instance, text in instances.items():
+        (directory / instance).mkdir(parents=True, exist_ok=True)
+        (directory / instance / "stats").write_text(text)
+
+
 def write_procfs(
     root: Path,
     *,
@@ -119,10 +143,13 @@ def write_procfs(
     mountstats: str = MOUNTSTATS,
     diskstats: str = DISKSTATS,
     llite: dict[str, str] | None = None,
+    host: tuple[str, str] | None = None,
 ) -> Path:
     """A procfs tree under `root`: `self` a link to a process directory, as in /proc
-    (node_exporter resolves it), holding mountinfo and mountstats; diskstats; and `llite`,
-    Lustre stats files by instance name (`fs/lustre/llite/INSTANCE/stats`). `root`."""
+    (node_exporter resolves it), holding mountinfo and mountstats; diskstats; `llite`,
+    Lustre stats files by instance name (`fs/lustre/llite/INSTANCE/stats`); and, given
+    `host` (mountinfo, mountstats), pid 1's of another mount namespace, as the host's /proc
+    seen from a container. `root`."""
     process = root / "26231"
     process.mkdir(parents=True, exist_ok=True)
     if not (root / "self").is_symlink():
@@ -130,9 +157,11 @@ def write_procfs(
     (process / "mountinfo").write_text(mountinfo)
     (process / "mountstats").write_text(mountstats)
     (root / "diskstats").write_text(diskstats)
-    for instance, text in (llite or {}).items():
-        (root / "fs" / "lustre" / "llite" / instance).mkdir(parents=True, exist_ok=True)
-        (root / "fs" / "lustre" / "llite" / instance / "stats").write_text(text)
+    if host is not None:
+        (root / "1").mkdir(exist_ok=True)
+        (root / "1" / "mountinfo").write_text(host[0])
+        (root / "1" / "mountstats").write_text(host[1])
+    write_llite(root / "fs" / "lustre" / "llite", llite or {})
     return root
 
 

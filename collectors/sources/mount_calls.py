@@ -9,6 +9,10 @@ exporter's side (`MountCalls.call`) only waits on a pipe, which never blocks an 
 exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
 stuck one keeps only the helper, in the kernel, until the mount answers).
 
+Callers name mounts and probe directories by the host's paths; `MountCalls` reaches them
+under its `rootfs` (`--path.rootfs`: `/` on a plain node, where a container mounts the host's
+root in a DaemonSet), so the helper is sent the paths as this process sees them.
+
 The protocol is JSON lines: a request `{"id", "mountpoint", "probe": [DIR, BYTES] | null}`,
 a reply `{"id", "statvfs": {...} | null, "error": "ENOENT" | null, "probe": {...} | null}`.
 """
@@ -24,8 +28,10 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+from fleetwatch.collectors.sources.mounts import reach
 from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult, run_probe
 
 _STATVFS_FIELDS: Final = (
@@ -122,7 +128,8 @@ class MountCalls:
     `HelperFailed`.
     """
 
-    def __init__(self, argv: list[str] | None = None) -> None:
+    def __init__(self, rootfs: Path = Path("/"), argv: list[str] | None = None) -> None:
+        self._rootfs = str(rootfs)
         self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
@@ -131,8 +138,11 @@ class MountCalls:
         self._closed = False
 
     def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
-        """statvfs on `mountpoint`, then the probe if given, in the helper; waits for it."""
+        """statvfs on `mountpoint`, then the probe if given, in the helper; waits for it.
+        Both are host paths, reached under `rootfs`."""
         pending = _Pending()
+        reached = reach(mountpoint, self._rootfs)
+        sent = None if probe is None else (reach(probe[0], self._rootfs), probe[1])
         with self._lock:
             if self._closed:
                 raise HelperFailed("closed")
@@ -140,7 +150,7 @@ class MountCalls:
             self._next_id += 1
             ident = self._next_id
             self._pending[ident] = pending
-            line = json.dumps({"id": ident, "mountpoint": mountpoint, "probe": probe})
+            line = json.dumps({"id": ident, "mountpoint": reached, "probe": sent})
             try:
                 assert process.stdin is not None
                 process.stdin.write(line.encode() + b"\n")

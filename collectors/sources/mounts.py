@@ -2,9 +2,9 @@
 
 Three procfs files, parsed into frozen readings in native units (bytes, milliseconds, counts):
 
-- `<procfs>/self/mountinfo`: one line per mount (`ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS
+- `<procfs>/PID/mountinfo`: one line per mount (`ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS
   [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`); octal escapes (`\\040` for a space) decoded.
-- `<procfs>/self/mountstats`: one `device SOURCE mounted on MOUNTPOINT with fstype TYPE
+- `<procfs>/PID/mountstats`: one `device SOURCE mounted on MOUNTPOINT with fstype TYPE
   [statvers=V]` line per mount, then, for NFS, tab-indented `bytes:`, `xprt:` and per-operation
   lines (`NAME: requests transmissions major_timeouts bytes_sent bytes_received queue_ms
   rtt_ms execute_ms [errors]`; the ninth field comes with newer kernels). Counters are
@@ -13,21 +13,31 @@ Three procfs files, parsed into frozen readings in native units (bytes, millisec
 - `<procfs>/diskstats`: per block device, sectors read and written (512-byte sectors) and
   completed reads and writes, for a local filesystem's device.
 
-- `<procfs>/fs/lustre/llite/FSNAME-INSTANCE/stats`: a Lustre client's counters
-  (`read_bytes 11 samples [bytes] MIN MAX SUM`; `open 2 samples [usecs] ...`), where the
-  client exposes them under /proc (Lustre 2.12 and later moved them to debugfs, which is not
-  read).
+- `llite/FSNAME-INSTANCE/stats`: a Lustre client's counters (`read_bytes 11 samples [bytes]
+  MIN MAX SUM [SUMSQUARE]`; `open 2 samples [usecs] ...`), under `<procfs>/fs/lustre` before
+  Lustre 2.12 and in debugfs (`/sys/kernel/debug/lustre`) from 2.12 on, where the format is
+  the same (lprocfs's `snapshot_time`, `start_time`, `elapsed_time` lines first).
 
 A malformed line is a `LineProblem` (file, line number, reason) and the rest of the file is
 still read: one odd mount never hides the others.
+
+PID is `1`, the host's init, whose mount namespace is the host's when `--path.procfs` is the
+host's /proc (as node_exporter reads it), else `self`. A mount table read from `self` inside a
+container holds the container's own mounts, among them the host's under `--path.rootfs`:
+`from_rootfs` maps those back to the host's mount points, so a mount is named the same
+whichever table it came from; `reach` is the other way, where this process finds the host's
+path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from pathlib import Path
+from typing import Final, TypeVar
 
 # Filesystem types watched with no configuration: network and parallel filesystems, where a
 # checkpoint lives and where a call can block on a server.
@@ -409,3 +419,65 @@ def mount_of(path: str, mounts: Iterable[Mount]) -> Mount | None:
         ):
             best = mount
     return best
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountFile:
+    """A mount file's text; `host` when it is pid 1's, else `fallback` says why pid 1's
+    could not be read and the text is this process's own (`self`)."""
+
+    name: str
+    text: str
+    host: bool
+    fallback: str | None
+
+
+def read_mount_file(procfs: Path, name: str) -> MountFile | None:
+    """`<procfs>/1/<name>` (the host's init: the host's mount namespace when `procfs` is the
+    host's /proc, as node_exporter reads it), else `<procfs>/self/<name>` (pid 1 hidden by
+    hidepid, or mountstats, readable by root only); None when `self`'s does not exist either
+    (a kernel without mountstats). Raises when `self`'s exists but cannot be read."""
+    try:
+        text = (procfs / "1" / name).read_text(errors="replace")
+    except OSError as exc:
+        host_error = exc
+    else:
+        return MountFile(name=name, text=text, host=True, fallback=None)
+    try:
+        text = (procfs / "self" / name).read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    reason = host_error.strerror or str(host_error)
+    return MountFile(name=name, text=text, host=False, fallback=reason)
+
+
+def reach(path: str, rootfs: str) -> str:
+    """Where this process reaches the host's `path`: under `rootfs` (`/`: the path itself)."""
+    return os.path.normpath(os.path.join(rootfs, path.lstrip("/")))
+
+
+def from_rootfs(path: str, rootfs: str) -> str | None:
+    """The host's path of `path`, a path of this process that lies under `rootfs`; None for
+    one outside it (the container's own mounts: its /, /proc, ...)."""
+    root = os.path.normpath(rootfs)
+    if root == "/":
+        return path
+    if path == root:
+        return "/"
+    if path.startswith(root + "/"):
+        return path[len(root) :]
+    return None
+
+
+_Placed = TypeVar("_Placed", Mount, MountStatsEntry)
+
+
+def under_rootfs(items: Iterable[_Placed], rootfs: str) -> tuple[_Placed, ...]:
+    """This process's mounts (mountinfo or mountstats entries) that lie under `rootfs`,
+    named by the host's mount points; the others, the container's own, left out."""
+    found: list[_Placed] = []
+    for item in items:
+        point = from_rootfs(item.mountpoint, rootfs)
+        if point is not None:
+            found.append(dataclasses.replace(item, mountpoint=point))
+    return tuple(found)

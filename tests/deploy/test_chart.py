@@ -17,7 +17,7 @@ import yaml
 
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
+from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
@@ -77,6 +77,17 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "exporter": {"gpuProfilingAdminOnly": False, "kernelLog": {"enabled": True}},
     },
     "dra-off": {"exporter": {"podResources": {"dra": "off"}}},
+    "storage": {
+        "exporter": {
+            "storage": {
+                "enabled": True,
+                "mounts": ["/mnt/ckpt", "/mnt/with space"],
+                "probeDirs": ["/mnt/ckpt/fleetwatch"],
+                "hungTimeout": "15s",
+            },
+        },
+    },
+    "storage-discovered": {"exporter": {"storage": {"enabled": True}}},
     "no-gpm-no-podresources": {
         "exporter": {
             "collectors": {"gpm": False, "mig": False},
@@ -645,6 +656,107 @@ def test_chart_collector_names_are_the_exporters() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     collectors = schema["properties"]["exporter"]["properties"]["collectors"]
     assert collectors["propertyNames"]["enum"] == names
+
+
+_STORAGE_VOLUMES = {"host-proc", "host-root"}
+
+
+def _export_settings(container: Mapping[str, Any], tmp_path: Path) -> ExportSettings:
+    """What `fleetwatch export` runs with, from the container's args."""
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    return ExportSettings.from_args(_parse(container["args"], token), COLLECTORS)
+
+
+def test_storage_mounts_the_nodes_proc_and_root_and_only_probe_dirs_read_write(
+    releases: dict[str, Release], tmp_path: Path
+) -> None:
+    daemonset = releases["storage"].one("DaemonSet")
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["host-proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
+    assert volumes["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
+    # A probe directory is never created: kubelet checks it exists.
+    assert volumes["storage-probe-0"]["hostPath"] == {
+        "path": "/mnt/ckpt/fleetwatch",
+        "type": "Directory",
+    }
+    main = _container(daemonset, "exporter")
+    mounts = {m["name"]: m for m in main["volumeMounts"]}
+    assert mounts["host-proc"] == {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    assert mounts["host-root"] == {
+        "name": "host-root",
+        "mountPath": "/host/root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    assert mounts["storage-probe-0"] == {
+        "name": "storage-probe-0",
+        "mountPath": "/host/root/mnt/ckpt/fleetwatch",
+        "mountPropagation": "HostToContainer",
+    }
+    # Read-write host paths: the probe directories and nothing else.
+    host_paths = {name for name, volume in volumes.items() if "hostPath" in volume}
+    writable = {m["name"] for m in main["volumeMounts"] if not m.get("readOnly")}
+    assert writable & host_paths == {"storage-probe-0"}
+    # No propagation the container could push to the host, no privilege for it.
+    assert {m.get("mountPropagation", "None") for m in main["volumeMounts"]} <= {
+        "None",
+        "HostToContainer",
+    }
+    settings = _export_settings(main, tmp_path)
+    assert (settings.procfs_root, settings.rootfs_root) == (Path("/host/proc"), Path("/host/root"))
+    storage = settings.collectors["storage"]
+    assert storage.mounts == ("/mnt/ckpt", "/mnt/with space")
+    assert storage.probe_dir == ("/mnt/ckpt/fleetwatch",)
+    assert storage.hung_timeout == 15.0
+    # The admin container (gpm, podresources) sees none of it.
+    admin = _container(daemonset, "exporter-admin")
+    assert not _STORAGE_VOLUMES & {m["name"] for m in admin["volumeMounts"]}
+    assert not [a for a in admin["args"] if a.startswith(("--path.procfs", "--path.rootfs"))]
+
+
+def test_storage_without_named_mounts_discovers_and_probes_nothing(
+    releases: dict[str, Release], tmp_path: Path
+) -> None:
+    daemonset = releases["storage-discovered"].one("DaemonSet")
+    volumes = {v["name"] for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes >= _STORAGE_VOLUMES
+    assert not [v for v in volumes if v.startswith("storage-probe")]
+    settings = _export_settings(_container(daemonset, "exporter"), tmp_path)
+    assert settings.rootfs_root == Path("/host/root")
+    assert (settings.collectors["storage"].mounts, settings.collectors["storage"].probe_dir) == (
+        (),
+        (),
+    )
+    assert settings.collectors["storage"].hung_timeout == 10.0
+
+
+@pytest.mark.parametrize("name", ["defaults", "profiling-open", "no-operator-no-nvidia-runtime"])
+def test_storage_off_mounts_nothing_of_the_host(releases: dict[str, Release], name: str) -> None:
+    pod = releases[name].one("DaemonSet")["spec"]["template"]["spec"]
+    volumes = {v["name"] for v in pod["volumes"]}
+    assert not (_STORAGE_VOLUMES | {"storage-probe-0"}) & volumes
+    for container in pod["containers"]:
+        assert not [
+            a for a in container["args"] if a.startswith(("--path.procfs", "--path.rootfs"))
+        ]
+        assert "mountPropagation" not in json.dumps(container["volumeMounts"])
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"probeDirs": ["relative/fleetwatch"]},
+        {"mounts": ["/mnt/../etc"]},
+        {"mounts": ["/mnt/ckpt/"]},
+        {"probeDirs": ["/"]},
+        {"mounts": ["/mnt/ckpt", "/mnt/ckpt"]},
+        {"hungTimeout": "soon"},
+        {"privileged": True},
+    ],
+)
+def test_helm_lint_rejects_bad_storage_values(tmp_path: Path, storage: dict[str, Any]) -> None:
+    assert lint(tmp_path, {"exporter": {"storage": {"enabled": True, **storage}}}) != []
 
 
 def test_helm_lint_rejects_an_unknown_profile(tmp_path: Path) -> None:

@@ -1,9 +1,14 @@
-"""The report's checkpoint section against a real Prometheus holding a backfilled half hour:
-one mount hangs for ten minutes, one fills up, a job saves twice, one node writes slowly.
-The section finds exactly those; without the checkpoint records it says so."""
+"""The report's checkpoint section against a real store holding a backfilled half hour: one
+mount hangs for ten minutes, one fills up, a job saves twice, one node writes slowly. The
+section finds exactly those; without the checkpoint records it says so. Each test runs on
+both stores the report supports: Prometheus (backfilled with promtool) and VictoriaMetrics
+(Debian's, through its import API), so its queries are proven on each engine."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +33,7 @@ from fleetwatch.report.queries import (
 from fleetwatch.report.section import Section
 from fleetwatch.sim.servers import prometheus
 from testbed.servers import promtool
+from testbed.victoria import import_series, victoria_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +85,26 @@ def write_openmetrics(path: Path, families: dict[str, dict[str, list[float]]]) -
     path.write_text("\n".join([*lines, "# EOF", ""]))
 
 
-def run_report(root: Path, families: dict[str, dict[str, list[float]]]) -> Dataset:
+def victoria_lines(families: dict[str, dict[str, list[float]]]) -> Iterator[dict[str, object]]:
+    """The same history as VictoriaMetrics' JSON-lines import (one item per series)."""
+    start = END - (MINUTES - 1) * 60
+    for name, rows in families.items():
+        for labels, values in rows.items():
+            yield {
+                "metric": {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', labels))},
+                "values": values,
+                "timestamps": [(start + 60 * i) * 1000 for i in range(len(values))],
+            }
+
+
+@contextlib.contextmanager
+def store(engine: str, root: Path, families: dict[str, dict[str, list[float]]]) -> Iterator[str]:
+    """A real `engine` holding `families`; its URL."""
+    if engine == "victoriametrics":
+        with victoria_metrics(root / "vm") as vm:
+            import_series(vm, victoria_lines(families))
+            yield vm.url
+        return
     write_openmetrics(root / "history.om", families)
     result = promtool(
         "tsdb", "create-blocks-from", "openmetrics", str(root / "history.om"), str(root / "data")
@@ -91,10 +116,17 @@ def run_report(root: Path, families: dict[str, dict[str, list[float]]]) -> Datas
         storage=root / "data",
         extra_args=["--storage.tsdb.retention.time=100y"],
     ) as prom:
+        yield prom.url
+
+
+def run_report(
+    root: Path, families: dict[str, dict[str, list[float]]], engine: str = "prometheus"
+) -> Dataset:
+    with store(engine, root, families) as url:
         status = main(
             [
                 "report",
-                f"--prometheus-url={prom.url}",
+                f"--prometheus-url={url}",
                 "--since=30m",
                 f"--until={END}",
                 "--step=60s",
@@ -112,9 +144,13 @@ def section(dataset: Dataset) -> Section:
     return next(s for s in analyse(dataset).sections if s.title == TITLE)
 
 
-@pytest.fixture(scope="module")
-def found(tmp_path_factory: pytest.TempPathFactory) -> Section:
-    return section(run_report(tmp_path_factory.mktemp("checkpoints"), history()))
+ENGINES = ("prometheus", "victoriametrics")
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def found(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Section:
+    engine: str = request.param
+    return section(run_report(tmp_path_factory.mktemp(engine), history(), engine))
 
 
 def rows(frame: pd.DataFrame, *columns: str) -> list[tuple[object, ...]]:
@@ -147,12 +183,13 @@ def test_the_jobs_saves_and_the_slow_node(found: Section) -> None:
     assert found.notes == []
 
 
-def test_without_the_checkpoint_records_the_section_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_without_the_checkpoint_records_the_section_says_so(tmp_path: Path, engine: str) -> None:
     families = history()
     for record in (JOB_CHECKPOINT_BURST, JOB_CHECKPOINT_WRITE, NODE_CHECKPOINT_WRITE):
         del families[record]
     del families[STORAGE_HUNG.name]
-    quiet = section(run_report(tmp_path, families))
+    quiet = section(run_report(tmp_path, families, engine))
     assert "checkpoint_saves" not in quiet.tables
     assert "checkpoint_slow_nodes" not in quiet.tables
     assert "mounts_hung" not in quiet.tables

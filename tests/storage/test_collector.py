@@ -6,27 +6,19 @@ import os
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
-from fleetwatch.exporter.render import Renderer
-from testbed.mounts import LLITE_STATS, LUSTRE_MOUNT, MOUNTINFO, write_procfs
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _samples(collector: StorageCollector) -> Samples:
-    text = Renderer().render(collector.collect()).decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _get(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
+from testbed.mounts import (
+    LLITE_STATS,
+    LLITE_STATS_DEBUGFS,
+    LUSTRE_MOUNT,
+    MOUNTINFO,
+    write_llite,
+    write_procfs,
+)
+from tests.storage.exposition import collect_and_close
+from tests.storage.exposition import collect_samples as _samples
+from tests.storage.exposition import sample as _get
 
 
 def _local_mount(point: Path, fstype: str = "ext4") -> str:
@@ -106,12 +98,7 @@ def test_lean_keeps_only_the_data_path_operations(tmp_path: Path) -> None:
 
 def test_malformed_lines_are_counted_by_file_and_the_rest_served(tmp_path: Path) -> None:
     procfs = write_procfs(tmp_path / "proc", mountinfo=MOUNTINFO + "garbage line\n")
-    collector = _collector(procfs)
-    try:
-        samples = _samples(collector)
-        again = _samples(collector)
-    finally:
-        collector.close()
+    samples, again = collect_and_close(_collector(procfs), 2)
     assert _get(samples, storage.PARSE_ERRORS, file="mountinfo") == 1
     assert _get(again, storage.PARSE_ERRORS, file="mountinfo") == 2  # counted each read
     assert _get(samples, storage.READ_BYTES, mountpoint="/mnt/checkpoints") == 1210214218
@@ -211,3 +198,30 @@ def test_lustre_client_stats_by_filesystem_name(tmp_path: Path) -> None:
     info = (storage.INFO, (("device", "10.0.1.1@o2ib:/ckptfs"), ("fstype", "lustre"),
                            ("mountpoint", point), ("server", "10.0.1.1@o2ib")))  # fmt: skip
     assert samples[info] == 1
+
+
+def test_lustre_client_stats_from_debugfs_since_lustre_2_12(tmp_path: Path) -> None:
+    procfs = write_procfs(tmp_path / "proc", mountinfo=MOUNTINFO + LUSTRE_MOUNT)
+    sysfs = tmp_path / "sys"
+    debugfs = sysfs / "kernel" / "debug" / "lustre" / "llite"
+    write_llite(debugfs, {"ckptfs-ffff8b1b2c3d4000": LLITE_STATS_DEBUGFS})
+    collector = StorageCollector(procfs=procfs, sysfs=sysfs, settings=StorageSettings(), wait=30.0)
+    (samples,) = collect_and_close(collector)
+    point = "/lustre/ckpt"
+    assert _get(samples, storage.READ_BYTES, mountpoint=point) == 4202496
+    assert _get(samples, storage.WRITTEN_BYTES, mountpoint=point) == 12884901888
+    assert _get(samples, storage.OPERATIONS, mountpoint=point, operation="write") == 4096
+    assert _get(samples, storage.OPERATIONS, mountpoint=point, operation="statfs") == 1
+    assert _get(samples, storage.PARSE_ERRORS, file="llite") is None
+
+
+def test_an_instance_in_both_proc_and_debugfs_is_read_once(tmp_path: Path) -> None:
+    """A client listing one instance in both places is one mount, not two (which would be
+    left out as a filesystem mounted twice)."""
+    instance = {"ckptfs-ffff8b1b2c3d4000": LLITE_STATS}
+    procfs = write_procfs(tmp_path / "proc", mountinfo=MOUNTINFO + LUSTRE_MOUNT, llite=instance)
+    sysfs = tmp_path / "sys"
+    write_llite(sysfs / "kernel" / "debug" / "lustre" / "llite", instance)
+    collector = StorageCollector(procfs=procfs, sysfs=sysfs, settings=StorageSettings(), wait=30.0)
+    (samples,) = collect_and_close(collector)
+    assert _get(samples, storage.WRITTEN_BYTES, mountpoint="/lustre/ckpt") == 6442450944

@@ -15,6 +15,10 @@ from fleetwatch.catalog.storage import (
     STORAGE_FREE_BYTES,
     STORAGE_HUNG,
     STORAGE_MOUNT_INFO,
+    STORAGE_PROBE_FAILURES_TOTAL,
+    STORAGE_PROBE_READ_BYTES_PER_SECOND,
+    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
+    STORAGE_PROBES_TOTAL,
     STORAGE_READ_ONLY,
     STORAGE_SIZE_BYTES,
     STORAGE_WRITTEN_BYTES_TOTAL,
@@ -169,6 +173,45 @@ def test_the_collector_reads_a_simulated_mount(tmp_path: Path) -> None:
     assert values[(STORAGE_WRITTEN_BYTES_TOTAL.name, MOUNT)] == 0  # read-only from the start
     labels = f'device="ckpt-nfs:/export/checkpoints",fstype="nfs4",mountpoint="{MOUNT}"'
     assert f'{STORAGE_MOUNT_INFO.name}{{{labels},server="ckpt-nfs"}} 1.0' in text
+
+
+def test_a_probe_directory_on_a_simulated_mount_is_probed_by_the_node(tmp_path: Path) -> None:
+    scenario = tmp_path / "probe.yaml"
+    slow = {"at": 0, "kind": "mount_slow", "mountpoint": MOUNT, "factor": 4}
+    node = write_scenario(scenario, [slow])
+    flags = (
+        f"--collector.storage.probe-dir={MOUNT}/.fleetwatch",
+        "--collector.storage.probe-bytes=1048576",
+    )
+    sim = Simulated(node, tmp_path / "sysfs", scenario, *flags)
+    try:
+        values = sim.wait_for(STORAGE_PROBES_TOTAL.name, 1)
+    finally:
+        sim.collector.close()
+    # 1 MiB at 1e9 bytes/s and a 2 ms round trip, everything 4 times slower.
+    transfer, round_trip = (1 << 20) / 1e9 * 4, 0.002 * 4
+    assert values[(STORAGE_PROBE_WRITE_BYTES_PER_SECOND.name, MOUNT)] == pytest.approx(
+        (1 << 20) / (transfer + round_trip)
+    )
+    assert values[(STORAGE_PROBE_READ_BYTES_PER_SECOND.name, MOUNT)] == pytest.approx(
+        (1 << 20) / transfer
+    )
+
+
+def test_a_probe_on_a_read_only_simulated_mount_fails_read_only(tmp_path: Path) -> None:
+    scenario = tmp_path / "probe-ro.yaml"
+    node = write_scenario(scenario, [{"at": 0, "kind": "mount_read_only", "mountpoint": MOUNT}])
+    sim = Simulated(node, tmp_path / "sysfs", scenario, f"--collector.storage.probe-dir={MOUNT}/fw")
+    try:
+        values = sim.wait_for(STORAGE_PROBE_FAILURES_TOTAL.name, 1)
+        text = Renderer().render(sim.collector.collect()).decode()
+    finally:
+        sim.collector.close()
+    assert values[(STORAGE_PROBES_TOTAL.name, MOUNT)] == 0
+    assert (
+        f'{STORAGE_PROBE_FAILURES_TOTAL.name}{{mountpoint="{MOUNT}",reason="read_only"}} 1.0'
+        in text
+    )
 
 
 def test_writes_move_then_a_hung_mount_goes_hung_after_the_deadline(tmp_path: Path) -> None:

@@ -138,8 +138,10 @@ storage), H = `hw_counters` counters per port (25 on a ConnectX-7 with mlx5), D 
         "Checkpoint storage",
         """\
 The mounts that hold checkpoints: every network or parallel filesystem (nfs, nfs4, lustre,
-gpfs, wekafs, beegfs, ceph, ...) in `/proc/self/mountinfo` (`--path.procfs`), or the mounts
-`--collector.storage.mounts` names. Calls on a mount run in a helper process, one at a time
+gpfs, wekafs, beegfs, ceph, ...) in the host's mount table, `/proc/1/mountinfo`
+(`--path.procfs`; `self/mountinfo` where pid 1's cannot be read), or the mounts
+`--collector.storage.mounts` names; `mountpoint` is the host's path (reached under
+`--path.rootfs`). Calls on a mount run in a helper process, one at a time
 per mount; a mount whose call is blocked past `--collector.storage.hung-timeout` is hung and
 its `statvfs` series are absent until the call returns. NFS counters are exported modulo 2^53
 (exact in a float64, as node_exporter does).
