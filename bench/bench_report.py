@@ -4,7 +4,9 @@ Streams the fleet's history (sim/fleet.py, only the families the report reads, n
 by node chunk) into a real VictoriaMetrics through its `/api/v1/import` API, then runs
 `fleetwatch report` on it as a child process and prints its wall time, its peak RSS (the
 child's `ru_maxrss`, from `os.wait4`) and the bytes it read from the store (its own count,
-logged as "read the store"). Import time is printed but is not part of the report's figure.
+logged as "read the store"), and what each query with a recorded form read (the bench
+imports raw series only, so the raw expression). Import time is printed but is not part of
+the report's figure.
 The machine's load average is printed beside the figures: this machine is shared.
 
 With `--store DIR` the imported store is kept in DIR and reused: the first run imports and
@@ -114,6 +116,17 @@ def bytes_read(stderr: str) -> int:
     raise SystemExit("the report logged no 'read the store' line")
 
 
+def sources(stderr: str) -> list[str]:
+    """What each query with a recorded form read, as the report logged it ("report: QUERY
+    reads SOURCE"): a recording rule's series, or the raw expression (a store without
+    recorded series, as this bench's: it imports raw series only)."""
+    found = []
+    for line in stderr.splitlines():
+        if line.startswith("{") and " reads " in line:
+            found.append(str(json.loads(line)["msg"]).removeprefix("report: "))
+    return found
+
+
 def kept_store(store: Path, spec: FleetSpec) -> bool:
     """Whether `store` already holds `spec`'s imported history (True) or must be imported
     (False: it is empty or absent). Refuses a store that holds another fleet, or data without
@@ -187,6 +200,7 @@ def main() -> None:
             f"{bytes_read(stderr) / 2**20:.1f} MiB read from the store; {actions} actions"
         )
         print(f"load average (1 min) before/after the report: {load_before:.1f}/{load_after:.1f}")
+        print(f"sources: {'; '.join(sources(stderr)) or 'no query with a recorded form ran'}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ fleetwatch series in the window, listed first, then one request per query and ba
 most `--query.concurrency` in flight), so no single answer or store evaluation covers the
 whole fleet. A batch that fails, times out or comes back partial leaves its query's other
 batches standing and is named in `Dataset.missing`, which the report shows per section.
+
+A query with a recorded form (`Query.recorded`) reads the recording rule's series when the
+store holds them over the whole window, its raw expression otherwise; which one each such
+query read is logged and kept in `Dataset.sources` (and in a snapshot's manifest).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +37,12 @@ from fleetwatch.report.promapi import (
     Series,
     chunks,
 )
-from fleetwatch.report.queries import QUERIES, Query, Window, node_list_lookups
+from fleetwatch.report.queries import QUERIES, Query, Window, coverage, node_list_lookups
+
+log = logging.getLogger(__name__)
+
+RAW = "raw expression"
+"""`Dataset.sources` of a query that read its raw expression rather than recorded series."""
 
 
 @dataclass
@@ -44,6 +54,8 @@ class Dataset:
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    """For each query with a recorded form that ran: the recording rule it read, or `RAW`."""
 
     def frame(self, name: str) -> pd.DataFrame | None:
         """The frame, or None when its query could not run (see `problems`)."""
@@ -144,7 +156,20 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
     """
     present = await client.metric_names(start=window.start, end=window.end, match=None)
     dataset = Dataset(window=window)
-    runnable = [q for q in QUERIES if _runnable(q, present, dataset)]
+    recorded = {
+        q.name
+        for q in QUERIES
+        if q.recorded is not None and await _recorded(client, window, q.recorded.record, present)
+    }
+    runnable = [q for q in QUERIES if _runnable(q, present, dataset, q.name in recorded)]
+    builds = {q.name: q.build for q in runnable}
+    for query in runnable:
+        if query.recorded is not None:
+            source = RAW
+            if query.name in recorded:
+                builds[query.name], source = query.recorded.build, query.recorded.record
+            dataset.sources[query.name] = source
+            log.info("report: %s reads %s", query.name, source, extra={"query": query.name})
     groups = (
         batches(await fleet_nodes(client, window, present), batch_nodes)
         if any(q.batched for q in runnable)
@@ -162,7 +187,7 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
         client.progress.set_postfix_str(_waiting(waiting))
         start, end, step = _range_for(query, window)
         try:
-            expr = query.build(dataclasses.replace(window, nodes=batch.regex))
+            expr = builds[query.name](dataclasses.replace(window, nodes=batch.regex))
             answer = await client.query_range(expr, start=start, end=end, step=step)
             return query, batch, Part(_columns(answer.series, query.keys), answer.warnings)
         except PrometheusAuthError:
@@ -195,10 +220,36 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
     return dataset
 
 
-def _runnable(query: Query, present: set[str], dataset: Dataset) -> bool:
-    """Whether `query`'s metrics have samples; if not, why not goes in `dataset.problems`."""
-    missing = [m for m in query.required if m not in present]
-    if query.any_of is not None and not present.intersection(query.any_of()):
+async def _recorded(
+    client: PrometheusClient, window: Window, record: str, present: set[str]
+) -> bool:
+    """Whether the store holds `record`'s series over the whole window: it has samples in
+    the window (`present`, no extra request), and some series of it have a sample in the
+    window's first bucket and in its last (one small query, `coverage`). A store that
+    cannot answer that query counts as not holding them: the raw expression is read."""
+    if record not in present:
+        return False
+    first = window.start + window.bucket
+    points = 2 if window.end > first else 1
+    step = window.end - first if points == 2 else window.bucket
+    try:
+        answer = await client.query_range(
+            coverage(window, record), start=first, end=max(first, window.end), step=step
+        )
+    except PrometheusAuthError:
+        raise
+    except PrometheusError as exc:
+        log.warning("report: cannot tell whether %s covers the window: %s", record, exc)
+        return False
+    counts = [v for series in answer.series for v in series.values]
+    return len(counts) == points and all(count > 0 for count in counts)
+
+
+def _runnable(query: Query, present: set[str], dataset: Dataset, recorded: bool) -> bool:
+    """Whether `query`'s metrics (or, `recorded`, its recorded series, present already)
+    have samples; if not, why not goes in `dataset.problems`."""
+    missing = [] if recorded else [m for m in query.required if m not in present]
+    if not recorded and query.any_of is not None and not present.intersection(query.any_of()):
         missing.append(" or ".join(query.any_of()))
     if not present:
         dataset.problems[query.name] = (
@@ -231,6 +282,7 @@ def save_snapshot(dataset: Dataset, directory: Path) -> None:
         "window": asdict(dataset.window),
         "problems": dataset.problems,
         "missing": dataset.missing,
+        "sources": dataset.sources,
         "frames": sorted(dataset.frames),
     }
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -245,6 +297,7 @@ def load_snapshot(directory: Path) -> Dataset:
         names = [str(n) for n in manifest["frames"]]
         problems = {str(k): str(v) for k, v in manifest["problems"].items()}
         missing = {str(k): [str(p) for p in v] for k, v in manifest.get("missing", {}).items()}
+        sources = {str(k): str(v) for k, v in manifest.get("sources", {}).items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{manifest_path}: not a fleetwatch report snapshot ({exc})") from exc
     frames = {}
@@ -254,4 +307,6 @@ def load_snapshot(directory: Path) -> Dataset:
             frames[name] = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: cannot read snapshot frame ({exc})") from exc
-    return Dataset(window=window, frames=frames, problems=problems, missing=missing)
+    return Dataset(
+        window=window, frames=frames, problems=problems, missing=missing, sources=sources
+    )

@@ -14,6 +14,12 @@ network grows with the nodes and the findings, not with raw samples. Each expres
 takes a `Window`, whose `nodes` regex scopes it to one node batch. The training-job,
 straggler and idle definitions come from the rules (`fleetwatch.rules.definitions`).
 Running the queries is `fleetwatch.report.dataset`.
+
+Where a recording rule's series answers a query (`Query.recorded`: tensor activity per
+GPU, `fleetwatch:gpu_tensor_active:ratio`), the query reads it when the store holds it
+over the window, and falls back to its raw expression when it does not (a store without
+the rules, such as a long-term store fed raw series only): `coverage` is the one cheap
+query that tells which.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_WRITE_RATE_RECORD,
     CHECKPOINT_NODE_WRITE_RATE_RECORD,
     POD_LABELS_METRIC,
+    TENSOR_ACTIVE_RECORD,
     Selector,
     pod_training_job,
     straggler_clock_events,
@@ -105,6 +112,17 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """A recording rule's series that answer a query: `record`, the rule's name (from
+    `fleetwatch.rules.definitions`), and `build`, the query over it, which yields what the
+    query's raw expression yields (the same keys, the value the rule computes the same way)
+    while the store reads one series a key instead of evaluating the rule's expression."""
+
+    record: str
+    build: Callable[[Window], str]
+
+
+@dataclass(frozen=True)
 class Query:
     """One PromQL query: the metrics it needs and the label columns it yields.
 
@@ -125,6 +143,8 @@ class Query:
     batched: bool = True
     """Read in node batches; False for queries that compare across the fleet or carry no
     node label (their answers hold findings only, or a handful of series)."""
+    recorded: Recorded | None = None
+    """The recorded series that answer this query where the store holds them."""
 
 
 def _sel(
@@ -229,6 +249,15 @@ def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") ->
         return f"{fn}({_sel(w, metric, matchers, scoped=scoped, node=node)}[{_d(w.bucket)}])"
 
     return select
+
+
+def coverage(window: Window, record: str) -> str:
+    """How many series of `record` (within the selector) have a sample in a bucket: asked
+    at the end of the window's first bucket and at its end, it tells whether the store
+    holds the recorded series over the whole window (rules deployed, or removed, within
+    it would leave part of the window without them). One index lookup and one bucket of
+    samples a series, whatever the window's length."""
+    return f"count(last_over_time({_sel(window, record)}[{_d(window.bucket)}]))"
 
 
 def _tensor(w: Window) -> str:
@@ -395,6 +424,11 @@ QUERIES: tuple[Query, ...] = (
         (),
         _tensor,
         any_of=lambda: (TENSOR, shipped_config().dcgm_tensor_active_metric),
+        # The rule's series, fleetwatch's GPM else dcgm-exporter's, already {node, gpu, uuid}.
+        recorded=Recorded(
+            TENSOR_ACTIVE_RECORD,
+            _bucket("avg_over_time", lambda w: _sel(w, TENSOR_ACTIVE_RECORD), GPU),
+        ),
     ),
     Query(
         "sm_clock",
