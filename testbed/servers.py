@@ -16,11 +16,14 @@ import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
+
+if TYPE_CHECKING:
+    from fleetwatch.sim.fleet import FleetSpec, Injected
 
 PROMTOOL = "/usr/bin/promtool"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
@@ -83,6 +86,20 @@ def promtool(
         timeout=120,
         check=False,
     )
+
+
+def backfill_fleet(spec: FleetSpec, root: Path) -> Injected:
+    """The simulated fleet's history (sim/fleet.py) as Prometheus blocks in `root/data`
+    (through OpenMetrics in `root/fleet.om` and `promtool tsdb create-blocks-from
+    openmetrics`), for a Prometheus started on that storage; returns what was injected."""
+    from fleetwatch.sim.fleet import write_openmetrics  # numpy: only where a history is made
+
+    plan = write_openmetrics(spec, root / "fleet.om")
+    result = promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
+    )
+    assert result.returncode == 0, result.stderr
+    return plan
 
 
 def promtool_check_metrics(exposition: str) -> list[str]:

@@ -28,9 +28,9 @@ from fleetwatch.report.queries import QUERIES
 from fleetwatch.rules.config import PACKAGE, RECORDING_FILE, load_config
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD
 from fleetwatch.rules.groups import dump_groups, recording_groups
-from fleetwatch.sim.fleet import FleetSpec, Injected, write_openmetrics
+from fleetwatch.sim.fleet import FleetSpec, Injected
 from fleetwatch.sim.servers import prometheus
-from testbed.servers import promtool
+from testbed.servers import backfill_fleet, promtool
 
 pytestmark = pytest.mark.integration
 
@@ -79,11 +79,7 @@ def rules_the_report_reads(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
     root = tmp_path_factory.mktemp("recorded")
-    plan = write_openmetrics(SPEC, root / "fleet.om")
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
+    plan = backfill_fleet(SPEC, root)
     prom_args = ["--storage.tsdb.retention.time=100y"]
     with prometheus(
         root / "raw", scrape_configs=[], storage=root / "data", extra_args=prom_args
