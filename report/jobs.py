@@ -36,8 +36,8 @@ def _gpu_values(ds: Dataset, section: Section, name: str, column: str) -> pd.Dat
                 column: pd.Series(dtype="float64"),
             }
         )
-    out = frame[[*keys, "value"]].rename(columns={"value": column})
-    return out.astype(dict.fromkeys(GPU, "string"))
+    # The GPU keys stay categorical (one dtype across the frames): joined on codes.
+    return frame[[*keys, "value"]].rename(columns={"value": column})
 
 
 def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataFrame:
