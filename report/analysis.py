@@ -122,7 +122,7 @@ def activity(ds: Dataset, p: Policy) -> tuple[Section, pd.DataFrame | None]:
         return section, None
     tensor = ds.frames["tensor_active"]
     keys = [*GPU, "timestamp"]
-    # The GPU keys stay categorical, one dtype across the frames (`share_categories`):
+    # The label columns stay categorical, one dtype across the frames (`share_categories`):
     # the joins below compare integer codes, not 2 million Python strings a frame.
     frame = tensor[[*keys, "value"]].rename(columns={"value": "tensor"})
     util = ds.frame("gpu_utilization")
@@ -158,7 +158,6 @@ def activity(ds: Dataset, p: Policy) -> tuple[Section, pd.DataFrame | None]:
             "no per-pod activity, idle allocations or training jobs"
         )
         return section, None
-    alloc = alloc.astype(dict.fromkeys(("namespace", "pod"), "string"))
     owned = frame.merge(alloc[[*keys, "namespace", "pod"]], on=keys, how="inner")
     section.tables["activity_by_allocation"] = (
         owned.groupby(["namespace", "pod"], observed=True)
