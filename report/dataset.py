@@ -37,7 +37,14 @@ from fleetwatch.report.promapi import (
     Series,
     chunks,
 )
-from fleetwatch.report.queries import QUERIES, Query, Window, coverage, node_list_lookups
+from fleetwatch.report.queries import (
+    COVERAGE_LOOKBACK_SECONDS,
+    QUERIES,
+    Query,
+    Window,
+    coverage,
+    node_list_lookups,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +163,7 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
     """
     present = await client.metric_names(start=window.start, end=window.end, match=None)
     dataset = Dataset(window=window)
-    recorded = {
-        q.name
-        for q in QUERIES
-        if q.recorded is not None and await _recorded(client, window, q.recorded.record, present)
-    }
+    recorded = {q.name for q in QUERIES if await _recorded(client, window, q, present)}
     runnable = [q for q in QUERIES if _runnable(q, present, dataset, q.name in recorded)]
     builds = {q.name: q.build for q in runnable}
     for query in runnable:
@@ -243,28 +246,31 @@ def share_categories(frames: dict[str, pd.DataFrame]) -> None:
 
 
 async def _recorded(
-    client: PrometheusClient, window: Window, record: str, present: set[str]
+    client: PrometheusClient, window: Window, query: Query, present: set[str]
 ) -> bool:
-    """Whether the store holds `record`'s series over the whole window: it has samples in
-    the window (`present`, no extra request), and some series of it have a sample in the
-    window's first bucket and in its last (one small query, `coverage`). A store that
-    cannot answer that query counts as not holding them: the raw expression is read."""
-    if record not in present:
+    """Whether the store holds `query`'s recorded series over the whole window: the name
+    has samples in the window (`present`, no extra request), and at the window's start and
+    at its end they answer for every key the raw expression does (`coverage`, one query of
+    two points). A store that cannot answer that counts as not holding them: the raw
+    expression is read."""
+    if query.recorded is None or query.recorded.record not in present:
         return False
-    first = window.start + window.bucket
+    first = window.start + COVERAGE_LOOKBACK_SECONDS
     points = 2 if window.end > first else 1
-    step = window.end - first if points == 2 else window.bucket
+    step = window.end - first if points == 2 else COVERAGE_LOOKBACK_SECONDS
     try:
         answer = await client.query_range(
-            coverage(window, record), start=first, end=max(first, window.end), step=step
+            coverage(window, query), start=first, end=max(first, window.end), step=step
         )
     except PrometheusAuthError:
         raise
     except PrometheusError as exc:
-        log.warning("report: cannot tell whether %s covers the window: %s", record, exc)
+        log.warning(
+            "report: cannot tell whether %s covers the window: %s", query.recorded.record, exc
+        )
         return False
-    counts = [v for series in answer.series for v in series.values]
-    return len(counts) == points and all(count > 0 for count in counts)
+    covered = [v for series in answer.series for v in series.values]
+    return len(covered) == points and all(v == 1 for v in covered)
 
 
 def _runnable(query: Query, present: set[str], dataset: Dataset, recorded: bool) -> bool:

@@ -18,12 +18,13 @@ Running the queries is `fleetwatch.report.dataset`.
 Where a recording rule's series answers a query (`Query.recorded`: tensor activity per
 GPU, `fleetwatch:gpu_tensor_active:ratio`), the query reads it when the store holds it
 over the window, and falls back to its raw expression when it does not (a store without
-the rules, such as a long-term store fed raw series only): `coverage` is the one cheap
-query that tells which.
+the rules, such as a long-term store fed raw series only, or rules deployed within the
+window): `coverage` is the one cheap query that tells which.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -251,13 +252,23 @@ def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") ->
     return select
 
 
-def coverage(window: Window, record: str) -> str:
-    """How many series of `record` (within the selector) have a sample in a bucket: asked
-    at the end of the window's first bucket and at its end, it tells whether the store
-    holds the recorded series over the whole window (rules deployed, or removed, within
-    it would leave part of the window without them). One index lookup and one bucket of
-    samples a series, whatever the window's length."""
-    return f"count(last_over_time({_sel(window, record)}[{_d(window.bucket)}]))"
+COVERAGE_LOOKBACK_SECONDS = 300.0
+"""How far back `coverage` looks for a series' latest sample (Prometheus' lookback)."""
+
+
+def coverage(window: Window, query: Query) -> str:
+    """Whether `query`'s recorded series answer for every key its raw expression does:
+    1 where the recorded form yields at least as many series as the raw one over the last
+    `COVERAGE_LOOKBACK_SECONDS` (a store holding the recorded series only counts too),
+    nothing where it yields fewer (rules that ran on only part of the fleet, or not then).
+    Asked at the start of the window and at its end, it tells whether the store holds them
+    over the whole window. Whole fleet, one lookback of samples a series: cheap."""
+    if query.recorded is None:
+        raise ValueError(f"query {query.name} has no recorded form")
+    recent = dataclasses.replace(window, bucket=COVERAGE_LOOKBACK_SECONDS, nodes="")
+    return (
+        f"count({query.recorded.build(recent)}) >= bool (count({query.build(recent)}) or vector(0))"
+    )
 
 
 def _tensor(w: Window) -> str:

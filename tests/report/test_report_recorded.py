@@ -7,13 +7,16 @@ read (`Query.recorded`, as the generator writes them) over the same window and w
 as blocks (`promtool tsdb create-blocks-from rules`), and a second Prometheus, with the
 rules loaded, serves the raw and the recorded history: the report must read the recorded
 series there, say so, and find the same. A window that starts before the recorded series
-do falls back to the raw expression.
+do, and recorded series of only part of the fleet (one node's deleted), fall back to the
+raw expression.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -28,7 +31,7 @@ from fleetwatch.report.queries import QUERIES
 from fleetwatch.rules.config import PACKAGE, RECORDING_FILE, load_config
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD
 from fleetwatch.rules.groups import dump_groups, recording_groups
-from fleetwatch.sim.fleet import FleetSpec, Injected
+from fleetwatch.sim.fleet import FleetSpec, Injected, node_name
 from fleetwatch.sim.servers import prometheus
 from testbed.servers import backfill_fleet, promtool
 
@@ -44,6 +47,7 @@ class Outputs:
     raw: Path
     recorded: Path
     early: Path
+    partial: Path
 
 
 def report(url: str, out: Path, *, hours: int = int(SPEC.hours)) -> Path:
@@ -105,13 +109,23 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
         scrape_configs=[],
         rule_files=[shipped],
         storage=root / "data",
-        extra_args=prom_args,
+        extra_args=[*prom_args, "--web.enable-admin-api"],
     ) as recorded:
+        recorded_out = report(recorded.url, root / "recorded-out")
+        early = report(recorded.url, root / "early-out", hours=int(SPEC.hours) + 1)
+        # The recorded series of one node gone: the rules ran on only part of the fleet.
+        one_node = urllib.parse.quote(f'{TENSOR_ACTIVE_RECORD}{{node="{node_name(SPEC, 0)}"}}')
+        request = urllib.request.Request(
+            f"{recorded.url}/api/v1/admin/tsdb/delete_series?match[]={one_node}", method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 204
         yield Outputs(
             plan=plan,
             raw=raw_out,
-            recorded=report(recorded.url, root / "recorded-out"),
-            early=report(recorded.url, root / "early-out", hours=int(SPEC.hours) + 1),
+            recorded=recorded_out,
+            early=early,
+            partial=report(recorded.url, root / "partial-out"),
         )
 
 
@@ -134,6 +148,10 @@ def test_with_recorded_series_over_the_window_they_are_read(outputs: Outputs) ->
 def test_a_window_the_recorded_series_do_not_cover_falls_back(outputs: Outputs) -> None:
     # The window starts an hour before the history (and its recorded series) do.
     assert sources(outputs.early) == {"tensor_active": RAW}
+
+
+def test_recorded_series_of_part_of_the_fleet_fall_back(outputs: Outputs) -> None:
+    assert sources(outputs.partial) == {"tensor_active": RAW}
 
 
 def actions(out: Path) -> set[tuple[str, str]]:
