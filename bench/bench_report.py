@@ -16,6 +16,12 @@ so before/after runs of a change cost one import (the 10,000-node history takes 
 minutes to import on a quiet machine). A different fleet, or data without the record of a
 finished import, is refused, naming what differs.
 
+With `--record` the bench also writes the recorded series the report reads (the shipped
+recording rules behind `Query.recorded`, evaluated by vmalert's replay mode over the
+history at its step, into the same store; once per kept store, DIR/recorded.json), so the
+report reads them instead of the raw expressions; the figures say which it read. Without
+it the store holds raw series only, as a long-term store fed by remote-write of raw series.
+
     .venv/bin/python bench/bench_report.py --nodes 1000 --hours 24 --step 60
     .venv/bin/python bench/bench_report.py --nodes 10000 --step 300 --store /var/tmp/fleet10k
 """
@@ -39,11 +45,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fleetwatch.sim.fleet import FleetSpec, write_victoria_import
-from testbed.victoria import force_flush, victoria_metrics
+from testbed.servers import report_recording_rules
+from testbed.victoria import force_flush, victoria_metrics, vmalert_replay
 
 BLOCK = 1 << 20
-# The record of a finished import in a kept store: the FleetSpec it holds.
+# The record of a finished import in a kept store: the FleetSpec it holds, and whether
+# its history carries the exporter's scrape job (the rules select on it; older stores lack it).
 STORE_RECORD = "fleet.json"
+SCRAPE_JOB = "scrape_job"
+# The record of the recorded series replayed into a kept store.
+RECORDED = "recorded.json"
 
 
 def stream_import(url: str, spec: FleetSpec) -> int:
@@ -127,6 +138,17 @@ def sources(stderr: str) -> list[str]:
     return found
 
 
+def record(vm_url: str, spec: FleetSpec, workdir: Path) -> float:
+    """Replay the recording rules the report reads over the history into the store at
+    `vm_url`, evaluated at the history's step; returns the seconds it took."""
+    rules = report_recording_rules(workdir / "report-rules.yaml", interval=f"{spec.step_seconds}s")
+    started = time.monotonic()
+    # From a step before the history, so the report's window is covered from its start.
+    start, end = spec.start - spec.step_seconds, spec.end
+    vmalert_replay(workdir / "vmalert", rule_files=[rules], url=vm_url, start=start, end=end)
+    return time.monotonic() - started
+
+
 def kept_store(store: Path, spec: FleetSpec) -> bool:
     """Whether `store` already holds `spec`'s imported history (True) or must be imported
     (False: it is empty or absent). Refuses a store that holds another fleet, or data without
@@ -134,6 +156,7 @@ def kept_store(store: Path, spec: FleetSpec) -> bool:
     record = store / STORE_RECORD
     if record.exists():
         held = json.loads(record.read_text())
+        held.pop(SCRAPE_JOB, None)
         wanted = asdict(spec)
         if held != wanted:
             differs = {k: (held.get(k), v) for k, v in wanted.items() if held.get(k) != v}
@@ -156,6 +179,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(
         "--store", type=Path, default=None, help="keep the imported store here and reuse it"
+    )
+    parser.add_argument(
+        "--record", action="store_true", help="also write the recorded series the report reads"
     )
     parser.add_argument("report_flags", nargs="*", help="extra `fleetwatch report` flags")
     args = parser.parse_args()
@@ -188,7 +214,21 @@ def main() -> None:
             print(f"import: {imported:.1f} s ({sent / 2**30:.2f} GiB JSON lines)")
             if args.store is not None:
                 # Written once VictoriaMetrics has stopped, so its data is on disk whole.
-                (store / STORE_RECORD).write_text(json.dumps(asdict(spec)))
+                (store / STORE_RECORD).write_text(json.dumps(asdict(spec) | {SCRAPE_JOB: True}))
+        if args.record and not (store / RECORDED).exists():
+            held = store / STORE_RECORD
+            if held.exists() and not json.loads(held.read_text()).get(SCRAPE_JOB, False):
+                raise SystemExit(
+                    f"{store}: its history has no scrape job for the rules to select (imported "
+                    "by an older bench): import it again to --record"
+                )
+            with victoria_metrics(store / "vm", extra_args=vm_args) as vm:
+                replayed = record(vm.url, spec, root)
+                force_flush(vm)
+            if vm.process.returncode != 0:
+                raise SystemExit(f"VictoriaMetrics exited {vm.process.returncode} after replay")
+            print(f"recorded series: {replayed:.1f} s (vmalert replay)")
+            (store / RECORDED).write_text(json.dumps({"seconds": replayed}))
         # The report always reads a store started afresh, imported or kept alike.
         with victoria_metrics(store / "vm", extra_args=vm_args) as vm:
             load_before = os.getloadavg()[0]

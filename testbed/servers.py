@@ -102,6 +102,31 @@ def backfill_fleet(spec: FleetSpec, root: Path) -> Injected:
     return plan
 
 
+def report_recording_rules(path: Path, *, interval: str | None = None) -> Path:
+    """Write to `path` the shipped recording rules whose series a report query reads
+    (`Query.recorded`), as the generator builds them, and return it: what a backfill
+    (`promtool tsdb create-blocks-from rules`, vmalert's replay) evaluates over a history.
+    `interval` is their groups' evaluation interval (the history's step); None leaves it
+    out, for the evaluator's own (promtool's `--eval-interval`)."""
+    from fleetwatch.report.queries import QUERIES  # pandas: only where the report is tested
+    from fleetwatch.rules.config import load_config
+    from fleetwatch.rules.groups import dump_groups, recording_groups
+
+    records = {q.recorded.record for q in QUERIES if q.recorded is not None}
+    groups: list[dict[str, Any]] = []
+    for group in recording_groups(load_config()):
+        rules = [rule for rule in group["rules"] if rule["record"] in records]
+        if rules:
+            groups.append({"name": group["name"], "rules": rules})
+            if interval is not None:
+                groups[-1]["interval"] = interval
+    found = {rule["record"] for group in groups for rule in group["rules"]}
+    if found != records:
+        raise ValueError(f"no recording rule writes {sorted(records - found)}")
+    path.write_text(dump_groups(groups))
+    return path
+
+
 def promtool_check_metrics(exposition: str) -> list[str]:
     """Every problem `promtool check metrics` finds in an exposition (lints included)."""
     result = promtool("check", "metrics", stdin=exposition)

@@ -27,18 +27,15 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.report.dataset import RAW
-from fleetwatch.report.queries import QUERIES
-from fleetwatch.rules.config import PACKAGE, RECORDING_FILE, load_config
+from fleetwatch.rules.config import PACKAGE, RECORDING_FILE
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD
-from fleetwatch.rules.groups import dump_groups, recording_groups
 from fleetwatch.sim.fleet import FleetSpec, Injected, node_name
 from fleetwatch.sim.servers import prometheus
-from testbed.servers import backfill_fleet, promtool
+from testbed.servers import backfill_fleet, promtool, report_recording_rules
 
 pytestmark = pytest.mark.integration
 
 SPEC = FleetSpec(nodes=6, gpus_per_node=8, ib_ports_per_node=8, hours=4)
-RECORDS = {q.recorded.record for q in QUERIES if q.recorded is not None}
 
 
 @dataclass
@@ -67,19 +64,6 @@ def report(url: str, out: Path, *, hours: int = int(SPEC.hours)) -> Path:
     return out
 
 
-def rules_the_report_reads(path: Path) -> Path:
-    """The shipped recording rules whose series a report query reads, evaluated at the
-    backfill's interval (the history's step) rather than the groups' own."""
-    groups = []
-    for group in recording_groups(load_config()):
-        rules = [rule for rule in group["rules"] if rule["record"] in RECORDS]
-        if rules:
-            groups.append({"name": group["name"], "rules": rules})
-    assert {rule["record"] for group in groups for rule in group["rules"]} == RECORDS
-    path.write_text(dump_groups(groups))
-    return path
-
-
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
     root = tmp_path_factory.mktemp("recorded")
@@ -98,7 +82,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
             f"--end={SPEC.end}",
             f"--eval-interval={SPEC.step_seconds}s",
             f"--output-dir={root / 'recorded-blocks'}",
-            str(rules_the_report_reads(root / "report-rules.yaml")),
+            str(report_recording_rules(root / "report-rules.yaml")),
         )
         assert result.returncode == 0, result.stderr
     for block in (root / "recorded-blocks").iterdir():
