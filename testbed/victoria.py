@@ -143,6 +143,13 @@ def vmalert(
         yield server
 
 
+REPLAY_POINTS = 12
+"""Points of each rule per replay request (an hour at a 5-minute step)."""
+REPLAY_QUEUE = 10_000_000
+"""vmalert's write queue in replay, in points: a request's answer at 80,000 series x
+`REPLAY_POINTS` (960,000 points) with room for the next."""
+
+
 def vmalert_replay(
     workdir: Path, *, rule_files: Sequence[Path], url: str, start: float, end: float
 ) -> None:
@@ -168,6 +175,12 @@ def vmalert_replay(
                 f"-replay.timeFrom={rfc3339(start)}",
                 f"-replay.timeTo={rfc3339(end)}",
                 "-replay.disableProgressBar",
+                # A rule's answer per request is its series times these points; the write
+                # queue must hold it whole, or vmalert drops what does not fit (by default
+                # 1,000 points a request into a 100,000-point queue: 7,000 of 80,000 GPUs).
+                f"-replay.maxDatapointsPerQuery={REPLAY_POINTS}",
+                f"-remoteWrite.maxQueueSize={REPLAY_QUEUE}",
+                "-remoteWrite.concurrency=4",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
