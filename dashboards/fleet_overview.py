@@ -78,6 +78,11 @@ def build(q: Queries) -> Dashboard:
             "fleet:fleetwatch_gpu_over_temperature_threshold:count",
             limits=[(1, "red")],
             height=8,
+            description=(
+                "GPUs past their model's overheat policy, where GPUOverheating taints: the "
+                "taint threshold, or a margin to the slowdown limit for the models "
+                "rules/config.yaml lists (thresholds.overheat_policy)."
+            ),
         ),
         lay.row("Failures"),
         table(

@@ -122,14 +122,15 @@ def activity(ds: Dataset, p: Policy) -> tuple[Section, pd.DataFrame | None]:
         return section, None
     tensor = ds.frames["tensor_active"]
     keys = [*GPU, "timestamp"]
+    # The label columns stay categorical, one dtype across the frames (`share_categories`):
+    # the joins below compare integer codes, not 2 million Python strings a frame.
     frame = tensor[[*keys, "value"]].rename(columns={"value": "tensor"})
-    frame = frame.astype(dict.fromkeys(GPU, "string"))
     util = ds.frame("gpu_utilization")
     if util is None:
         section.notes.append(f"gpu_utilization: {ds.problems.get('gpu_utilization')}")
         frame["utilization"] = np.nan
     else:
-        util = util.astype(dict.fromkeys(GPU, "string")).rename(columns={"value": "utilization"})
+        util = util.rename(columns={"value": "utilization"})
         frame = frame.merge(util[[*keys, "utilization"]], on=keys, how="left")
     bucket_hours = ds.window.bucket / 3600
     per_gpu = (
@@ -157,7 +158,6 @@ def activity(ds: Dataset, p: Policy) -> tuple[Section, pd.DataFrame | None]:
             "no per-pod activity, idle allocations or training jobs"
         )
         return section, None
-    alloc = alloc.astype(dict.fromkeys((*GPU, "namespace", "pod"), "string"))
     owned = frame.merge(alloc[[*keys, "namespace", "pod"]], on=keys, how="inner")
     section.tables["activity_by_allocation"] = (
         owned.groupby(["namespace", "pod"], observed=True)

@@ -36,8 +36,8 @@ def _gpu_values(ds: Dataset, section: Section, name: str, column: str) -> pd.Dat
                 column: pd.Series(dtype="float64"),
             }
         )
-    out = frame[[*keys, "value"]].rename(columns={"value": column})
-    return out.astype(dict.fromkeys(GPU, "string"))
+    # The GPU keys stay categorical (one dtype across the frames): joined on codes.
+    return frame[[*keys, "value"]].rename(columns={"value": column})
 
 
 def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataFrame:
@@ -58,13 +58,15 @@ def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataF
         )
         data = owned.assign(training_job=owned["pod"])
     else:
-        jobs = jobs.astype(dict.fromkeys(("namespace", "pod", "training_job"), "string"))
+        # Joined on the pods' categorical codes (one dtype with the allocations'); the job
+        # names become strings, as a pod without a job label is named after the pod.
         data = owned.merge(
             jobs[[*pod_keys, "training_job"]].drop_duplicates(pod_keys),
             on=pod_keys,
             how="left",
         )
-        data["training_job"] = data["training_job"].fillna(data["pod"])
+        pods = data["pod"].astype("string")
+        data["training_job"] = data["training_job"].astype("string").fillna(pods)
     for name, column, scale in (
         ("sm_clock", "sm_clock_mhz", 1e-6),
         ("clock_slowed", "slowed", 1.0),

@@ -14,10 +14,17 @@ network grows with the nodes and the findings, not with raw samples. Each expres
 takes a `Window`, whose `nodes` regex scopes it to one node batch. The training-job,
 straggler and idle definitions come from the rules (`fleetwatch.rules.definitions`).
 Running the queries is `fleetwatch.report.dataset`.
+
+Where a recording rule's series answers a query (`Query.recorded`: tensor activity per
+GPU, `fleetwatch:gpu_tensor_active:ratio`), the query reads it when the store holds it
+over the window, and falls back to its raw expression when it does not (a store without
+the rules, such as a long-term store fed raw series only, or rules deployed within the
+window): `coverage` is the one cheap query that tells which.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,6 +71,7 @@ from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_WRITE_RATE_RECORD,
     CHECKPOINT_NODE_WRITE_RATE_RECORD,
     POD_LABELS_METRIC,
+    TENSOR_ACTIVE_RECORD,
     Selector,
     pod_training_job,
     straggler_clock_events,
@@ -105,6 +113,17 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """A recording rule's series that answer a query: `record`, the rule's name (from
+    `fleetwatch.rules.definitions`), and `build`, the query over it, which yields what the
+    query's raw expression yields (the same keys, the value the rule computes the same way)
+    while the store reads one series a key instead of evaluating the rule's expression."""
+
+    record: str
+    build: Callable[[Window], str]
+
+
+@dataclass(frozen=True)
 class Query:
     """One PromQL query: the metrics it needs and the label columns it yields.
 
@@ -125,6 +144,8 @@ class Query:
     batched: bool = True
     """Read in node batches; False for queries that compare across the fleet or carry no
     node label (their answers hold findings only, or a handful of series)."""
+    recorded: Recorded | None = None
+    """The recorded series that answer this query where the store holds them."""
 
 
 def _sel(
@@ -229,6 +250,25 @@ def _over_bucket(w: Window, fn: str, *, scoped: bool = True, extra: str = "") ->
         return f"{fn}({_sel(w, metric, matchers, scoped=scoped, node=node)}[{_d(w.bucket)}])"
 
     return select
+
+
+COVERAGE_LOOKBACK_SECONDS = 300.0
+"""How far back `coverage` looks for a series' latest sample (Prometheus' lookback)."""
+
+
+def coverage(window: Window, query: Query) -> str:
+    """Whether `query`'s recorded series answer for every key its raw expression does:
+    1 where the recorded form yields at least as many series as the raw one over the last
+    `COVERAGE_LOOKBACK_SECONDS` (a store holding the recorded series only counts too),
+    nothing where it yields fewer (rules that ran on only part of the fleet, or not then).
+    Asked at the start of the window and at its end, it tells whether the store holds them
+    over the whole window. Whole fleet, one lookback of samples a series: cheap."""
+    if query.recorded is None:
+        raise ValueError(f"query {query.name} has no recorded form")
+    recent = dataclasses.replace(window, bucket=COVERAGE_LOOKBACK_SECONDS, nodes="")
+    return (
+        f"count({query.recorded.build(recent)}) >= bool (count({query.build(recent)}) or vector(0))"
+    )
 
 
 def _tensor(w: Window) -> str:
@@ -395,6 +435,11 @@ QUERIES: tuple[Query, ...] = (
         (),
         _tensor,
         any_of=lambda: (TENSOR, shipped_config().dcgm_tensor_active_metric),
+        # The rule's series, fleetwatch's GPM else dcgm-exporter's, already {node, gpu, uuid}.
+        recorded=Recorded(
+            TENSOR_ACTIVE_RECORD,
+            _bucket("avg_over_time", lambda w: _sel(w, TENSOR_ACTIVE_RECORD), GPU),
+        ),
     ),
     Query(
         "sm_clock",

@@ -20,7 +20,10 @@ Node roles (0-based index; a fleet needs at least 6 nodes):
 5 saturated symbol_error counter on mlx5_1/1; GPU 3 idles in the `llm` job.
 Nodes from 6 on are healthy members of 4-node batch Jobs. Pods carry their job's name in
 kube-state-metrics' `kube_pod_labels` (`label_jobset_sigs_k8s_io_jobset_name`,
-`label_batch_kubernetes_io_job_name`).
+`label_batch_kubernetes_io_job_name`). Every series carries the scrape job a real store
+gives it (the exporter's `job="fleetwatch"`, the tainter's, kube-state-metrics'), so the
+shipped rules evaluate on this history as they do on a scraped one; dcgm-exporter's series
+are labelled as dcgm-exporter labels them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
+from fleetwatch.catalog import ALL
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
@@ -65,6 +69,8 @@ PINNED_SYMBOL_ERRORS = 65535
 SM_CLOCK_HZ = 1980e6
 THROTTLED_SM_CLOCK_HZ = 1410e6
 KSM = 'job="kube-state-metrics"'
+EXPORTER = 'job="fleetwatch"'
+"""The exporter's scrape job (rules/config.yaml's `selectors.exporter`)."""
 DCGM_NODE = 4
 
 
@@ -203,7 +209,7 @@ def write_openmetrics(spec: FleetSpec, path: Path) -> Injected:
     plan = injected(spec)
     with path.open("w") as out:
         w = _Writer(out=out, timestamps=spec.timestamps)
-        for name, kind, rows in _families(
+        for name, kind, rows in _scraped(
             spec, plan, range(spec.nodes), np.random.default_rng(spec.seed)
         ):
             w.family(name, kind, rows)
@@ -223,7 +229,7 @@ def write_victoria_import(spec: FleetSpec, out: BinaryIO, *, chunk_nodes: int = 
     for first in range(0, spec.nodes, chunk_nodes):
         nodes = range(first, min(spec.nodes, first + chunk_nodes))
         seed = spec.seed if first == 0 else (spec.seed, first)
-        for name, kind, rows in _families(spec, plan, nodes, np.random.default_rng(seed)):
+        for name, kind, rows in _scraped(spec, plan, nodes, np.random.default_rng(seed)):
             sample = f"{name}_total" if kind == "counter" else name
             for labels, values in rows:
                 out.write(_import_line(sample, labels, values, spec.timestamps))
@@ -241,6 +247,22 @@ def _import_line(name: str, labels: str, values: np.ndarray, timestamps: np.ndar
         f'"timestamps":[{",".join(map(str, (timestamps[present] * 1000).tolist()))}]}}\n'
     )
     return line.encode()
+
+
+def _scraped(
+    spec: FleetSpec, plan: Injected, nodes: range, rng: np.random.Generator
+) -> Iterator[tuple[str, str, Rows]]:
+    """`_families` as a store holds them: the exporter's families (the catalog's, those
+    without a scrape job of their own, as the tainter's have) carry its scrape job."""
+    exported = {metric.family_name for metric in ALL}
+    for name, kind, rows in _families(spec, plan, nodes, rng):
+        scraped = ((_with_job(labels), values) for labels, values in rows)
+        yield name, kind, scraped if name in exported else rows
+
+
+def _with_job(labels: str) -> str:
+    """`labels` with the exporter's scrape job, unless they name a job already."""
+    return labels if labels.startswith("job=") or ',job="' in labels else f"{EXPORTER},{labels}"
 
 
 def _families(

@@ -16,11 +16,14 @@ import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
+
+if TYPE_CHECKING:
+    from fleetwatch.sim.fleet import FleetSpec, Injected
 
 PROMTOOL = "/usr/bin/promtool"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
@@ -83,6 +86,45 @@ def promtool(
         timeout=120,
         check=False,
     )
+
+
+def backfill_fleet(spec: FleetSpec, root: Path) -> Injected:
+    """The simulated fleet's history (sim/fleet.py) as Prometheus blocks in `root/data`
+    (through OpenMetrics in `root/fleet.om` and `promtool tsdb create-blocks-from
+    openmetrics`), for a Prometheus started on that storage; returns what was injected."""
+    from fleetwatch.sim.fleet import write_openmetrics  # numpy: only where a history is made
+
+    plan = write_openmetrics(spec, root / "fleet.om")
+    result = promtool(
+        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
+    )
+    assert result.returncode == 0, result.stderr
+    return plan
+
+
+def report_recording_rules(path: Path, *, interval: str | None = None) -> Path:
+    """Write to `path` the shipped recording rules whose series a report query reads
+    (`Query.recorded`), as the generator builds them, and return it: what a backfill
+    (`promtool tsdb create-blocks-from rules`, vmalert's replay) evaluates over a history.
+    `interval` is their groups' evaluation interval (the history's step); None leaves it
+    out, for the evaluator's own (promtool's `--eval-interval`)."""
+    from fleetwatch.report.queries import QUERIES  # pandas: only where the report is tested
+    from fleetwatch.rules.config import load_config
+    from fleetwatch.rules.groups import dump_groups, recording_groups
+
+    records = {q.recorded.record for q in QUERIES if q.recorded is not None}
+    groups: list[dict[str, Any]] = []
+    for group in recording_groups(load_config()):
+        rules = [rule for rule in group["rules"] if rule["record"] in records]
+        if rules:
+            groups.append({"name": group["name"], "rules": rules})
+            if interval is not None:
+                groups[-1]["interval"] = interval
+    found = {rule["record"] for group in groups for rule in group["rules"]}
+    if found != records:
+        raise ValueError(f"no recording rule writes {sorted(records - found)}")
+    path.write_text(dump_groups(groups))
+    return path
 
 
 def promtool_check_metrics(exposition: str) -> list[str]:

@@ -8,6 +8,8 @@ a taint lifts (its `Remediation`) is beside the alert's expression.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
@@ -49,19 +51,12 @@ from fleetwatch.rules.promql import (
 from fleetwatch.rules.xids import NVLINK5_XIDS
 
 
-def _over_threshold(q: Promql, p: Params) -> str:
-    """1 for each GPU above the temperature threshold, 0 for the others."""
-    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
-    return f"{temp} > bool {p('gpu_temperature_celsius')}"
-
-
 def records(config: Config, p: Params) -> list[Record]:
     """Tensor activity per GPU from either source, and node views of activity, utilization
     and heat (`level:metric:operation`): node scope."""
     q = Promql(config)
     util = q.exporter(GPU_UTILIZATION_RATIO.name)
     temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
-    above = _over_threshold(q, p)
     activity = tensor_active(
         config, own=q.exporter, dcgm=lambda metric, matcher: f"{metric}{{{matcher}}}"
     )
@@ -75,7 +70,7 @@ def records(config: Config, p: Params) -> list[Record]:
         Record(record=f"node:{GPU_TEMPERATURE_CELSIUS}:max", expr=f"max by (node) ({temp})"),
         Record(
             record="node:fleetwatch_gpu_over_temperature_threshold:count",
-            expr=f"sum by (node) ({above})",
+            expr=f"sum by (node) ({_past_policy(q, p, config)})",
         ),
     ]
 
@@ -90,7 +85,7 @@ def fleet_records(config: Config, p: Params) -> list[Record]:
         Record(record=f"fleet:{GPU_UTILIZATION_RATIO}:avg", expr=f"avg({util})"),
         Record(
             record="fleet:fleetwatch_gpu_over_temperature_threshold:count",
-            expr=f"sum({_over_threshold(q, p)})",
+            expr=f"sum({_past_policy(q, p, config)})",
         ),
     ]
 
@@ -173,26 +168,50 @@ def _unlisted(q: Promql, policies: tuple[ModelPolicy, ...], *matchers: str) -> s
     return f"\nunless on (node, uuid)\n{q.exporter(GPU_INFO.name, listed, *matchers)}"
 
 
-def _headroom(q: Promql, p: Params, config: Config, node: str, window: str | None) -> str:
-    """Per GPU, °C left before its model's overheat policy (negative: past it), the worst
-    over `window` when given: the default `gpu_temperature_celsius` minus the temperature
-    for a model with no policy, the policy's temperature minus it, or the margin to the
-    slowdown limit minus the policy's margin. GPUOverheating's clear condition."""
+def _headroom(
+    q: Promql,
+    p: Params,
+    config: Config,
+    *matchers: str,
+    reading: Callable[[str, str], str] = lambda selector, worst: selector,
+) -> str:
+    """Per GPU, °C left before its model's overheat policy (negative: past it): the default
+    `gpu_temperature_celsius` minus the temperature for a model with no policy, the policy's
+    temperature minus it, or the margin to the slowdown limit minus the policy's margin.
 
-    def worst(selector: str, kind: str) -> str:
-        return selector if window is None else f"{kind}_over_time({selector}[{window}])"
-
-    temp = worst(q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', node), "max")
-    margin = worst(q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name, node), "min")
+    The one comparison with the per-model policy: GPUOverheating, its clear condition,
+    GPUOverheatingSoon and the over-threshold counts all read it. `reading(selector, worst)`
+    turns each series read (the temperature, whose worst is its "max"; the margin, "min")
+    into what is compared: the series as it is now by default, its worst over a window for
+    the clear condition, its linear trend for the warning (the headroom is linear in both,
+    so the trend of the headroom is the headroom of the trends). `matchers` narrow every
+    series read (the clear condition's node)."""
+    temp = reading(q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', *matchers), "max")
+    margin = reading(q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name, *matchers), "min")
     policies = config.overheat_policy
-    parts = [f"{p('gpu_temperature_celsius')} - {temp}{_unlisted(q, policies, node)}"]
+    parts = [f"{p('gpu_temperature_celsius')} - {temp}{_unlisted(q, policies, *matchers)}"]
     for policy in policies:
         if policy.margin_celsius is not None:
             value = f"{margin} - {_limit(policy.margin_celsius)}"
         else:
             value = f"{_limit(policy.celsius or 0)} - {temp}"
-        parts.append(f"{value}\nand on (node, uuid)\n{_model_gpus(q, policy, node)}")
+        parts.append(f"{value}\nand on (node, uuid)\n{_model_gpus(q, policy, *matchers)}")
     return union(parts)
+
+
+def _worst_over(window: str | None) -> Callable[[str, str], str]:
+    """A `_headroom` reading: each series' worst over `window`, or as it is now (None)."""
+
+    def reading(selector: str, worst: str) -> str:
+        return selector if window is None else f"{worst}_over_time({selector}[{window}])"
+
+    return reading
+
+
+def _past_policy(q: Promql, p: Params, config: Config) -> str:
+    """1 for each GPU past its model's overheat policy (where GPUOverheating fires), 0 for
+    the others: the over-threshold counts."""
+    return f"(\n{_headroom(q, p, config)}\n) < bool 0"
 
 
 def _overheating(q: Promql, p: Params, config: Config) -> str:
@@ -200,22 +219,26 @@ def _overheating(q: Promql, p: Params, config: Config) -> str:
     `gpu_temperature_celsius` for a model with no policy, above the policy's temperature,
     or closer to the slowdown limit than the policy's margin."""
     temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
-    margin = q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name)
-    policies = config.overheat_policy
-    default = f"{temp} > {p('gpu_temperature_celsius')}"
-    if policies:
-        listed = "|".join(policy.model for policy in policies)
-        default += (
-            f"\nunless on (node, uuid)\n{q.exporter(GPU_INFO.name, match('name', '=~', listed))}"
-        )
-    parts = [default]
-    for policy in policies:
-        if policy.margin_celsius is not None:
-            past = f"{temp}\nand on (node, uuid)\n({margin} < {_limit(policy.margin_celsius)})"
-        else:
-            past = f"{temp} > {_limit(policy.celsius or 0)}"
-        parts.append(f"{past}\nand on (node, uuid)\n{_model_gpus(q, policy)}")
-    return union(parts)
+    return f"{temp}\nand on (node, uuid)\n(\n{_headroom(q, p, config)}\n) < 0"
+
+
+def _overheating_soon(q: Promql, p: Params, config: Config) -> str:
+    """GPUs within `overheat_warning_margin_celsius` of their model's overheat policy, not
+    past it, whose trend over `overheat_trend_window` passes it within
+    `overheat_horizon_seconds`; valued at the temperature the trend reaches."""
+    window, horizon = p("overheat_trend_window"), p("overheat_horizon_seconds")
+
+    def trend(selector: str, worst: str) -> str:
+        del worst
+        return f"predict_linear({selector}[{window}], {horizon})"
+
+    temp = q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"')
+    return (
+        f"{trend(temp, 'max')}\nand on (node, uuid)\n"
+        f"(\n{_headroom(q, p, config, reading=trend)}\n) < 0\nand on (node, uuid)\n"
+        # Not past the policy yet (0 °C left or more), and closer to it than the margin.
+        f"(\n{_headroom(q, p, config)}\n) >= 0 < {p('overheat_warning_margin_celsius')}"
+    )
 
 
 def overheat_policy_text(config: Config, p: Params) -> str:
@@ -242,7 +265,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     ecc = q.exporter(GPU_ECC_ERRORS_TOTAL.name, 'severity="uncorrected"')
     # One-hot by action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset).
     recovery = q.exporter(GPU_RECOVERY_ACTION.name, match("action", "!=", "none"))
-    gpu_temp = q.exporter(temp, match("sensor", "=", "gpu"))
     memory_temp = q.exporter(temp, match("sensor", "=", "memory"))
     clock_window, clock_fraction = p("clock_event_window"), p("clock_event_fraction")
 
@@ -278,7 +300,9 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     hold_down=p("untaint_hold_down"),
                     healthy=[
                         HealthyBy(
-                            lambda node, window: _headroom(q, p, config, node, window),
+                            lambda node, window: _headroom(
+                                q, p, config, node, reading=_worst_over(window)
+                            ),
                             "min",
                             f"> {p('gpu_temperature_celsius')} - "
                             f"{p('untaint_gpu_temperature_celsius')}",
@@ -289,20 +313,13 @@ def alerts(config: Config, p: Params) -> list[Alert]:
         ),
         Alert(
             name="GPUOverheatingSoon",
-            expr=(
-                f"predict_linear({gpu_temp}[{p('overheat_trend_window')}], "
-                f"{p('overheat_horizon_seconds')})\n> {p('gpu_temperature_celsius')}\n"
-                f"and\n{gpu_temp} <= {p('gpu_temperature_celsius')}\n"
-                f"and\n{gpu_temp} > {p('gpu_temperature_celsius')} - "
-                f"{p('overheat_warning_margin_celsius')}"
-            ),
-            summary=f"GPU heading above {p('gpu_temperature_celsius')} °C on node "
-            "{{ $labels.node }}",
+            expr=_overheating_soon(q, p, config),
+            summary="GPU heading past its overheat policy on node {{ $labels.node }}",
             description=(
-                f"{GPU} is on a trend to {VALUE1} °C within "
-                f"{p('overheat_horizon_seconds')} seconds, above the fleet limit of "
-                f"{p('gpu_temperature_celsius')} °C where the node is tainted: let its job "
-                "checkpoint now."
+                f"{GPU} is on a trend to pass the overheat policy of its model "
+                f"({overheat_policy_text(config, p)}) within "
+                f"{p('overheat_horizon_seconds')} seconds, at {VALUE1} °C then, where the "
+                "node is tainted: let its job checkpoint now."
             ),
         ),
         Alert(
@@ -404,7 +421,6 @@ def alerts(config: Config, p: Params) -> list[Alert]:
 
 def fleet_alerts(config: Config, p: Params) -> list[Alert]:
     """Many nodes hot at once (global scope: it counts nodes)."""
-    del config
     return [
         Alert(
             name="GPUOverheatingFleetWide",
@@ -412,12 +428,10 @@ def fleet_alerts(config: Config, p: Params) -> list[Alert]:
                 "count(node:fleetwatch_gpu_over_temperature_threshold:count > 0)\n"
                 f"> {p('fleet_overheating_nodes')}"
             ),
-            summary=(
-                f"GPUs above {p('gpu_temperature_celsius')} °C on {{{{ $value }}}} nodes at once"
-            ),
+            summary="GPUs past their overheat policy on {{ $value }} nodes at once",
             description=(
-                "{{ $value }} nodes have a GPU above "
-                f"{p('gpu_temperature_celsius')} °C, more than "
+                "{{ $value }} nodes have a GPU past the overheat policy of its model "
+                f"({overheat_policy_text(config, p)}), more than "
                 f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
                 "that tainting nodes one by one does not fix, and the tainter's breaker "
                 "caps how many it takes out."

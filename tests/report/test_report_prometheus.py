@@ -26,10 +26,9 @@ from fleetwatch.sim.fleet import (
     Injected,
     node_name,
     uuid,
-    write_openmetrics,
 )
 from fleetwatch.sim.servers import Server, prometheus, require_binary
-from testbed.servers import promtool
+from testbed.servers import backfill_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -64,11 +63,7 @@ def report(prom: Server, out: Path, *extra: str) -> int:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("report")
-    plan = write_openmetrics(SPEC, root / "fleet.om")
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
+    plan = backfill_fleet(SPEC, root)
     with prometheus(
         root / "prom",
         scrape_configs=[],

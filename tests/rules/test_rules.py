@@ -114,7 +114,8 @@ def test_taint_alerts_carry_the_contract_labels() -> None:
     assert {name: taints[name] for name in untainted} == dict.fromkeys(untainted)
     overheating = next(r for r in committed_alerts() if r["alert"] == "GPUOverheating")
     assert overheating["keep_firing_for"] == "2m"
-    assert "> 78" in overheating["expr"]
+    # The default policy's 78 °C, as the headroom every overheat rule compares with 0.
+    assert "(78 - " in overheating["expr"]
 
 
 def test_substitute_reaches_every_parameter() -> None:
@@ -139,7 +140,7 @@ def test_substitute_reaches_every_parameter() -> None:
     # The untaint thresholds are read by the clear conditions of the remediation contract.
     assert unused == [], "parameters no rule uses"
     overheating = alert_groups(config, placeholder)[0]["rules"][0]
-    assert "> <<thresholds.gpu_temperature_celsius>>\nunless" in overheating["expr"]
+    assert "(<<thresholds.gpu_temperature_celsius>> - " in overheating["expr"]
     assert overheating["for"] == "<<alerts.GPUOverheating.for>>"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
 
