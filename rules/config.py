@@ -110,6 +110,27 @@ class Config:
     overheat_policy: tuple[ModelPolicy, ...] = ()
     """Per-model overheat policies; models not listed use `gpu_temperature_celsius`."""
 
+    def overheat_limit(self, model: str) -> ModelPolicy:
+        """The overheat policy a GPU of `model` (NVML's name) is judged by: its own entry
+        of `overheat_policy`, or the default `gpu_temperature_celsius` as a policy."""
+        for policy in self.overheat_policy:
+            if policy.model == model:
+                return policy
+        return ModelPolicy(model=model, celsius=float(self.thresholds["gpu_temperature_celsius"]))
+
+    def overheat_headroom(
+        self, model: str, celsius: float | None, margin: float | None
+    ) -> float | None:
+        """°C left before the overheat policy of a GPU of `model` (negative: past it), from
+        its temperature and its margin to the slowdown limit as read once: what the rules'
+        headroom (rules/alerts/gpu.py) computes per series, for readers of one scrape (the
+        Slurm health check). None where the reading its policy needs is missing (a margin
+        the driver does not report)."""
+        policy = self.overheat_limit(model)
+        if policy.margin_celsius is not None:
+            return None if margin is None else margin - policy.margin_celsius
+        return None if celsius is None else (policy.celsius or 0.0) - celsius
+
     def scrape_jobs(self) -> dict[str, str]:
         """The scrape job each component's selector matches, by component (`exporter`,
         `tainter`, `kube_state_metrics`): the `job_name` a scrape config gives that

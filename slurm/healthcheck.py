@@ -35,8 +35,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.catalog.gpu import (
     GPU_FABRIC_DEGRADED,
+    GPU_INFO,
     GPU_ROW_REMAP_FAILED,
     GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
@@ -95,12 +97,31 @@ Check = Callable[[Samples, Config], list[str]]
 
 
 def _overheating(samples: Samples, config: Config) -> list[str]:
-    limit = float(config.thresholds["gpu_temperature_celsius"])
-    return [
-        f"{_gpu(labels)} at {value:g} °C, above {limit:g} °C"
-        for labels, value in _values(samples, GPU_TEMPERATURE_CELSIUS.name, sensor="gpu")
-        if value > limit
-    ]
+    """GPUs past their model's overheat policy (config.yaml's `overheat_policy`, else
+    `gpu_temperature_celsius`), the model from fleetwatch_gpu_info by UUID."""
+    models = {
+        labels.get("uuid"): labels.get("name", "") for labels, _ in _values(samples, GPU_INFO.name)
+    }
+    margins = {
+        labels.get("uuid"): value
+        for labels, value in _values(samples, GPU_TEMPERATURE_MARGIN_CELSIUS.name)
+    }
+    found = []
+    for labels, value in _values(samples, GPU_TEMPERATURE_CELSIUS.name, sensor="gpu"):
+        model = models.get(labels.get("uuid"), "")
+        margin = margins.get(labels.get("uuid"))
+        headroom = config.overheat_headroom(model, value, margin)
+        if headroom is None or headroom >= 0:
+            continue
+        policy = config.overheat_limit(model)
+        if policy.margin_celsius is not None and margin is not None:
+            found.append(
+                f"{_gpu(labels)} at {value:g} °C, {margin:g} °C from its slowdown limit, "
+                f"closer than {model}'s policy of {policy.margin_celsius:g} °C"
+            )
+        else:
+            found.append(f"{_gpu(labels)} at {value:g} °C, above {policy.celsius:g} °C")
+    return found
 
 
 def _fallen_off_bus(samples: Samples, config: Config) -> list[str]:
