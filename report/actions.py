@@ -7,7 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from fleetwatch.report.queries import Window
 from fleetwatch.report.section import Section
+from fleetwatch.rules.definitions import overheat_policy_text
 from fleetwatch.rules.xids import FALLEN_OFF_BUS, shipped_catalog
 
 RMA_XIDS = frozenset(str(code) for code in shipped_catalog().rma())
@@ -18,8 +20,19 @@ def _gpu(row: Any) -> str:
     return f"{row.node} GPU {row.gpu}"
 
 
-def actions(sections: dict[str, Section], temperature_celsius: float) -> pd.DataFrame:
-    """The short list at the top: drain, reseat/recable, RMA, reclaim, investigate."""
+def overheat_words(window: Window) -> str:
+    """What a hot GPU's row says it was past: "above 78 °C", or with models judged by their
+    own policy, the whole policy in words."""
+    default = f"{window.threshold_celsius:g}"
+    if not window.overheat_policy:
+        return f"above {default} °C"
+    policy = overheat_policy_text(window.overheat_policy, default)
+    return f"past its model's overheat policy ({policy})"
+
+
+def actions(sections: dict[str, Section], overheat: str) -> pd.DataFrame:
+    """The short list at the top: drain, reseat/recable, RMA, reclaim, investigate.
+    `overheat` is what a hot GPU was past (`overheat_words`)."""
     rows: list[tuple[str, str, str]] = []
 
     def table(section: str, name: str) -> pd.DataFrame:
@@ -30,7 +43,7 @@ def actions(sections: dict[str, Section], temperature_celsius: float) -> pd.Data
             (
                 "drain",
                 r.node,
-                f"GPU {r.gpu} above {temperature_celsius:g} °C for "
+                f"GPU {r.gpu} {overheat} for "
                 f"{r.minutes_above:.0f} min (max {r.max_celsius:.1f} °C, "
                 f"{r.slowdown_minutes:.0f} min thermal slowdown)",
             )

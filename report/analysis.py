@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fleetwatch.report.actions import actions
+from fleetwatch.report.actions import actions, overheat_words
 from fleetwatch.report.checkpoints import TITLE as CHECKPOINTS
 from fleetwatch.report.checkpoints import checkpoints
 from fleetwatch.report.dataset import Dataset
@@ -493,7 +493,8 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
     """Every section plus the action list; thresholds from the rules config by default.
 
     The window's `threshold_celsius` (the report's flag, which defaults to the rules
-    config's) is the temperature threshold.
+    config's) is the overheat policy's default temperature; its `overheat_policy` the
+    models judged by their own.
     """
     p = policy or shipped_policy()
     activity_section, owned = activity(ds, p)
@@ -512,6 +513,6 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
         missing_data(ds, section)
     return Report(
         dataset=ds,
-        actions=actions({s.title: s for s in sections}, ds.window.threshold_celsius),
+        actions=actions({s.title: s for s in sections}, overheat_words(ds.window)),
         sections=sections,
     )

@@ -122,7 +122,10 @@ class ReportSettings:
         maximum=150.0,
         unit="°C",
         flag="thermal.threshold-celsius",
-        help="the taint threshold (default: the rules config's gpu_temperature_celsius)",
+        help=(
+            "the overheat policy's default temperature (default: the rules config's "
+            "gpu_temperature_celsius); models listed in its overheat_policy keep their own"
+        ),
     )
     concurrency: int = number_setting(
         4,
@@ -184,7 +187,7 @@ EDGE_OFFSET_SECONDS = 0.001
 
 
 def _window(settings: ReportSettings) -> Window:
-    from fleetwatch.report.policy import shipped_policy
+    from fleetwatch.report.policy import shipped_config, shipped_policy
     from fleetwatch.report.queries import Window
 
     if settings.since < settings.bucket:
@@ -204,6 +207,7 @@ def _window(settings: ReportSettings) -> Window:
         step=settings.step,
         bucket=settings.bucket,
         threshold_celsius=shipped_policy().temperature_celsius if threshold is None else threshold,
+        overheat_policy=shipped_config().overheat_policy,
         selector=settings.node_selector,
     )
 

@@ -45,6 +45,7 @@ from fleetwatch.report.queries import (
     coverage,
     node_list_lookups,
 )
+from fleetwatch.rules.config import ModelPolicy
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +322,10 @@ def load_snapshot(directory: Path) -> Dataset:
     manifest_path = directory / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
-        window = Window(**manifest["window"])
+        fields = dict(manifest["window"])
+        policies = fields.get("overheat_policy", ())
+        fields["overheat_policy"] = tuple(ModelPolicy(**policy) for policy in policies)
+        window = Window(**fields)
         names = [str(n) for n in manifest["frames"]]
         problems = {str(k): str(v) for k, v in manifest["problems"].items()}
         missing = {str(k): [str(p) for p in v] for k, v in manifest.get("missing", {}).items()}

@@ -36,10 +36,12 @@ from fleetwatch.catalog.gpu import (
     GPU_FABRIC_DEGRADED,
     GPU_FABRIC_INFO,
     GPU_FABRIC_STATE_ID,
+    GPU_INFO,
     GPU_POWER_WATTS,
     GPU_REMAPPED_ROWS,
     GPU_ROW_REMAP_FAILED,
     GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
     GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
@@ -66,6 +68,7 @@ from fleetwatch.catalog.tainter import (
 )
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 from fleetwatch.report.policy import shipped_config, shipped_policy
+from fleetwatch.rules.config import ModelPolicy
 from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_BURST_RECORD,
     CHECKPOINT_JOB_WRITE_RATE_RECORD,
@@ -73,6 +76,7 @@ from fleetwatch.rules.definitions import (
     POD_LABELS_METRIC,
     TENSOR_ACTIVE_RECORD,
     Selector,
+    overheat_headroom,
     pod_training_job,
     straggler_clock_events,
     tensor_active,
@@ -103,6 +107,10 @@ class Window:
     step: float
     bucket: float
     threshold_celsius: float
+    """The overheat policy's default (`thresholds.gpu_temperature_celsius`, or the report's
+    --thermal.threshold-celsius)."""
+    overheat_policy: tuple[ModelPolicy, ...] = ()
+    """The models judged by a policy of their own (`thresholds.overheat_policy`)."""
     selector: str = ""
     nodes: str = ""
     """A regex of the nodes of one batch (empty: every node the selector matches)."""
@@ -215,6 +223,20 @@ FABRIC_INFO = GPU_FABRIC_INFO.name
 FABRIC_DEGRADED = GPU_FABRIC_DEGRADED.name
 FABRIC_STATE = GPU_FABRIC_STATE_ID.name
 DOMAIN = ("cluster_uuid", "clique_id")
+
+
+def _headroom(w: Window) -> str:
+    """Per GPU, °C left before its model's overheat policy, as the rules read it."""
+
+    def select(metric: str, matcher: str) -> str:
+        return _sel(w, metric, matcher)
+
+    return overheat_headroom(
+        lambda metric, matcher, worst: select(metric, matcher),
+        select,
+        w.overheat_policy,
+        default_celsius=f"{w.threshold_celsius:g}",
+    )
 
 
 def _temp(w: Window) -> str:
@@ -399,9 +421,10 @@ QUERIES: tuple[Query, ...] = (
         (TEMP,),
         lambda w: (
             "max by (node,gpu,uuid) ("
-            + _time_in_state(w, f"{_temp(w)} > bool {w.threshold_celsius:g}")
+            + _time_in_state(w, f"(\n{_headroom(w)}\n) < bool 0")
             + ") > 0"
         ),
+        optional=(GPU_INFO.name, GPU_TEMPERATURE_MARGIN_CELSIUS.name),
     ),
     Query(
         "thermal_slowdown_seconds",

@@ -17,9 +17,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from fleetwatch.catalog.gpu import GPU_CLOCK_EVENT_SECONDS_TOTAL, GPU_TENSOR_ACTIVE_RATIO
-from fleetwatch.rules.config import Config
-from fleetwatch.rules.promql import match
+from fleetwatch.catalog.gpu import (
+    GPU_CLOCK_EVENT_SECONDS_TOTAL,
+    GPU_INFO,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
+    GPU_TENSOR_ACTIVE_RATIO,
+)
+from fleetwatch.rules.config import Config, ModelPolicy
+from fleetwatch.rules.promql import match, union
 
 Selector = Callable[[str, str], str]
 """(metric, one label matcher) -> PromQL reading that metric; it may wrap the selector (for
@@ -146,6 +152,63 @@ def tensor_active(config: Config, *, own: Selector, dcgm: Selector) -> str:
         f'  label_replace({dcgm(metric, match("node", "!=", ""))}, "uuid", "$1", "UUID", "(.+)")\n'
         ")"
     )
+
+
+Reading = Callable[[str, str, str], str]
+"""(metric, one label matcher or "", its worst: "max" or "min") -> PromQL reading that
+metric, as `Selector`, told which way the series gets worse (for a worst-over-window)."""
+
+
+def _number(value: float) -> str:
+    """A policy's number as PromQL writes it (78, not 78.0)."""
+    return f"{value:g}"
+
+
+def overheat_headroom(
+    read: Reading,
+    info: Selector,
+    policies: Sequence[ModelPolicy],
+    *,
+    default_celsius: str,
+) -> str:
+    """Per GPU {node, gpu, uuid}, °C left before its model's overheat policy (negative:
+    past it): `default_celsius` (`thresholds.gpu_temperature_celsius`) minus the temperature
+    for a model with no policy, the policy's temperature minus it, or the margin to the
+    slowdown limit minus the policy's margin. The model is fleetwatch_gpu_info's `name`
+    (`info`), joined on (node, uuid).
+
+    The one comparison with the per-model policy: the rules (GPUOverheating, its clear
+    condition, GPUOverheatingSoon, the over-threshold counts) and the report's time past
+    the policy read it; `read` says how each series is read (now, its worst over a window,
+    its trend, a batch's nodes)."""
+    temp = read(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', "max")
+    margin = read(GPU_TEMPERATURE_MARGIN_CELSIUS.name, "", "min")
+    unlisted = ""
+    if policies:
+        listed = match("name", "=~", "|".join(policy.model for policy in policies))
+        unlisted = f"\nunless on (node, uuid)\n{info(GPU_INFO.name, listed)}"
+    parts = [f"{default_celsius} - {temp}{unlisted}"]
+    for policy in policies:
+        if policy.margin_celsius is not None:
+            value = f"{margin} - {_number(policy.margin_celsius)}"
+        else:
+            value = f"{_number(policy.celsius or 0)} - {temp}"
+        model = info(GPU_INFO.name, match("name", "=", policy.model))
+        parts.append(f"{value}\nand on (node, uuid)\n{model}")
+    return union(parts)
+
+
+def overheat_policy_text(policies: Sequence[ModelPolicy], default_celsius: str) -> str:
+    """The overheat policy in words: alerts' descriptions, the report's findings."""
+    words = [f"above {default_celsius} °C"]
+    for policy in policies:
+        if policy.margin_celsius is not None:
+            words.append(
+                f"{policy.model}: within {_number(policy.margin_celsius)} °C of its slowdown limit"
+            )
+        else:
+            words.append(f"{policy.model}: above {_number(policy.celsius or 0)} °C")
+    return "; ".join(words)
 
 
 def straggler_clock_events(select: Selector, *, reasons: str) -> str:

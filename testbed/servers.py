@@ -14,13 +14,21 @@ import json
 import subprocess
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
+from fleetwatch.sim.servers import (
+    Server,
+    free_port,
+    http_get,
+    prometheus,
+    require_binary,
+    running,
+)
+from testbed.victoria import import_series, victoria_metrics
 
 if TYPE_CHECKING:
     from fleetwatch.sim.fleet import FleetSpec, Injected
@@ -88,18 +96,65 @@ def promtool(
     )
 
 
+def backfill(openmetrics: Path, data: Path) -> None:
+    """Prometheus blocks in `data` from an OpenMetrics file (`promtool tsdb
+    create-blocks-from openmetrics`), for a Prometheus started on that storage."""
+    result = promtool("tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data))
+    assert result.returncode == 0, result.stderr
+
+
 def backfill_fleet(spec: FleetSpec, root: Path) -> Injected:
     """The simulated fleet's history (sim/fleet.py) as Prometheus blocks in `root/data`
-    (through OpenMetrics in `root/fleet.om` and `promtool tsdb create-blocks-from
-    openmetrics`), for a Prometheus started on that storage; returns what was injected."""
+    (through OpenMetrics in `root/fleet.om`), for a Prometheus started on that storage;
+    returns what was injected."""
     from fleetwatch.sim.fleet import write_openmetrics  # numpy: only where a history is made
 
     plan = write_openmetrics(spec, root / "fleet.om")
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
+    backfill(root / "fleet.om", root / "data")
     return plan
+
+
+@contextlib.contextmanager
+def history_store(
+    engine: str,
+    root: Path,
+    *,
+    openmetrics: Callable[[Path], object],
+    victoria: Callable[[], Iterable[Mapping[str, Any]]],
+) -> Iterator[Server]:
+    """A real store holding one history: "prometheus" on blocks backfilled from the
+    OpenMetrics `openmetrics(path)` writes, or "victoriametrics" fed `victoria()`'s
+    JSON-lines series through its import API. Both keep samples of any age."""
+    root.mkdir(parents=True, exist_ok=True)
+    if engine == "victoriametrics":
+        with victoria_metrics(root / "vm") as vm:
+            import_series(vm, victoria())
+            yield vm
+        return
+    openmetrics(root / "history.om")
+    backfill(root / "history.om", root / "data")
+    with history_prometheus(root) as prom:
+        yield prom
+
+
+@contextlib.contextmanager
+def history_prometheus(
+    root: Path,
+    *,
+    name: str = "prom",
+    rule_files: Sequence[Path] = (),
+    extra_args: Sequence[str] = (),
+) -> Iterator[Server]:
+    """A real Prometheus (working directory `root/name`) on the blocks in `root/data`,
+    scraping nothing and keeping samples of any age."""
+    with prometheus(
+        root / name,
+        scrape_configs=[],
+        rule_files=rule_files,
+        storage=root / "data",
+        extra_args=["--storage.tsdb.retention.time=100y", *extra_args],
+    ) as prom:
+        yield prom
 
 
 def report_recording_rules(path: Path, *, interval: str | None = None) -> Path:

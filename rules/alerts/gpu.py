@@ -14,12 +14,10 @@ from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
     GPU_ECC_ERRORS_TOTAL,
-    GPU_INFO,
     GPU_RECOVERY_ACTION,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
     GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
@@ -31,8 +29,13 @@ from fleetwatch.catalog.xid import (
     GPU_XID_NVLINK5_ERRORS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
 )
-from fleetwatch.rules.config import Config, ModelPolicy, Params
-from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD, tensor_active
+from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.definitions import (
+    TENSOR_ACTIVE_RECORD,
+    overheat_headroom,
+    overheat_policy_text,
+    tensor_active,
+)
 from fleetwatch.rules.promql import (
     GPU,
     GPU_COLLECTOR,
@@ -149,25 +152,6 @@ def _critical_xids(q: Promql, p: Params) -> str:
     )
 
 
-def _limit(value: float) -> str:
-    """A policy's number as PromQL writes it (78, not 78.0)."""
-    return f"{value:g}"
-
-
-def _model_gpus(q: Promql, policy: ModelPolicy, *matchers: str) -> str:
-    """The GPUs of the policy's model (fleetwatch_gpu_info), to join `on (node, uuid)`."""
-    return q.exporter(GPU_INFO.name, match("name", "=", policy.model), *matchers)
-
-
-def _unlisted(q: Promql, policies: tuple[ModelPolicy, ...], *matchers: str) -> str:
-    """The suffix that leaves out the GPUs of the models with a policy of their own (none
-    without policies): the default policy is for the others."""
-    if not policies:
-        return ""
-    listed = match("name", "=~", "|".join(policy.model for policy in policies))
-    return f"\nunless on (node, uuid)\n{q.exporter(GPU_INFO.name, listed, *matchers)}"
-
-
 def _headroom(
     q: Promql,
     p: Params,
@@ -175,28 +159,24 @@ def _headroom(
     *matchers: str,
     reading: Callable[[str, str], str] = lambda selector, worst: selector,
 ) -> str:
-    """Per GPU, °C left before its model's overheat policy (negative: past it): the default
-    `gpu_temperature_celsius` minus the temperature for a model with no policy, the policy's
-    temperature minus it, or the margin to the slowdown limit minus the policy's margin.
+    """Per GPU, °C left before its model's overheat policy (`overheat_headroom`), read from
+    the exporter's series. GPUOverheating, its clear condition, GPUOverheatingSoon and the
+    over-threshold counts all read it. `reading(selector, worst)` turns each series read
+    (the temperature, whose worst is its "max"; the margin, "min") into what is compared:
+    the series as it is now by default, its worst over a window for the clear condition,
+    its linear trend for the warning (the headroom is linear in both, so the trend of the
+    headroom is the headroom of the trends). `matchers` narrow every series read (the clear
+    condition's node)."""
 
-    The one comparison with the per-model policy: GPUOverheating, its clear condition,
-    GPUOverheatingSoon and the over-threshold counts all read it. `reading(selector, worst)`
-    turns each series read (the temperature, whose worst is its "max"; the margin, "min")
-    into what is compared: the series as it is now by default, its worst over a window for
-    the clear condition, its linear trend for the warning (the headroom is linear in both,
-    so the trend of the headroom is the headroom of the trends). `matchers` narrow every
-    series read (the clear condition's node)."""
-    temp = reading(q.exporter(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', *matchers), "max")
-    margin = reading(q.exporter(GPU_TEMPERATURE_MARGIN_CELSIUS.name, *matchers), "min")
-    policies = config.overheat_policy
-    parts = [f"{p('gpu_temperature_celsius')} - {temp}{_unlisted(q, policies, *matchers)}"]
-    for policy in policies:
-        if policy.margin_celsius is not None:
-            value = f"{margin} - {_limit(policy.margin_celsius)}"
-        else:
-            value = f"{_limit(policy.celsius or 0)} - {temp}"
-        parts.append(f"{value}\nand on (node, uuid)\n{_model_gpus(q, policy, *matchers)}")
-    return union(parts)
+    def select(metric: str, matcher: str) -> str:
+        return q.exporter(metric, *filter(None, (matcher,)), *matchers)
+
+    return overheat_headroom(
+        lambda metric, matcher, worst: reading(select(metric, matcher), worst),
+        select,
+        config.overheat_policy,
+        default_celsius=p("gpu_temperature_celsius"),
+    )
 
 
 def _worst_over(window: str | None) -> Callable[[str, str], str]:
@@ -241,23 +221,11 @@ def _overheating_soon(q: Promql, p: Params, config: Config) -> str:
     )
 
 
-def overheat_policy_text(config: Config, p: Params) -> str:
-    """The overheat policy in words, for the alert's description."""
-    words = [f"above {p('gpu_temperature_celsius')} °C"]
-    for policy in config.overheat_policy:
-        if policy.margin_celsius is not None:
-            words.append(
-                f"{policy.model}: within {_limit(policy.margin_celsius)} °C of its slowdown limit"
-            )
-        else:
-            words.append(f"{policy.model}: above {_limit(policy.celsius or 0)} °C")
-    return "; ".join(words)
-
-
 def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
     (node scope)."""
     q = Promql(config)
+    policy_words = overheat_policy_text(config.overheat_policy, p("gpu_temperature_celsius"))
     temp = GPU_TEMPERATURE_CELSIUS.name
     xid = GPU_XID_ERRORS_TOTAL.name
     window = p("event_window")
@@ -284,8 +252,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             expr=_overheating(q, p, config),
             summary="GPU overheating on node {{ $labels.node }}",
             description=(
-                f"{GPU} is at {VALUE1} °C, past the overheat policy of its model "
-                f"({overheat_policy_text(config, p)})."
+                f"{GPU} is at {VALUE1} °C, past the overheat policy of its model ({policy_words})."
             ),
             # Lifted once every GPU of the node was, for the hold-down, further from its
             # model's limit than the hysteresis (gpu_temperature_celsius minus
@@ -317,7 +284,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             summary="GPU heading past its overheat policy on node {{ $labels.node }}",
             description=(
                 f"{GPU} is on a trend to pass the overheat policy of its model "
-                f"({overheat_policy_text(config, p)}) within "
+                f"({policy_words}) within "
                 f"{p('overheat_horizon_seconds')} seconds, at {VALUE1} °C then, where the "
                 "node is tainted: let its job checkpoint now."
             ),
@@ -431,7 +398,8 @@ def fleet_alerts(config: Config, p: Params) -> list[Alert]:
             summary="GPUs past their overheat policy on {{ $value }} nodes at once",
             description=(
                 "{{ $value }} nodes have a GPU past the overheat policy of its model "
-                f"({overheat_policy_text(config, p)}), more than "
+                f"({overheat_policy_text(config.overheat_policy, p('gpu_temperature_celsius'))}), "
+                "more than "
                 f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
                 "that tainting nodes one by one does not fix, and the tainter's breaker "
                 "caps how many it takes out."

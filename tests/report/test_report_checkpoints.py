@@ -6,7 +6,6 @@ both stores the report supports: Prometheus (backfilled with promtool) and Victo
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +30,7 @@ from fleetwatch.report.queries import (
     NODE_CHECKPOINT_WRITE,
 )
 from fleetwatch.report.section import Section
-from fleetwatch.sim.servers import prometheus
-from testbed.servers import promtool
-from testbed.victoria import import_series, victoria_metrics
+from testbed.servers import history_store
 
 pytestmark = pytest.mark.integration
 
@@ -97,32 +94,16 @@ def victoria_lines(families: dict[str, dict[str, list[float]]]) -> Iterator[dict
             }
 
 
-@contextlib.contextmanager
-def store(engine: str, root: Path, families: dict[str, dict[str, list[float]]]) -> Iterator[str]:
-    """A real `engine` holding `families`; its URL."""
-    if engine == "victoriametrics":
-        with victoria_metrics(root / "vm") as vm:
-            import_series(vm, victoria_lines(families))
-            yield vm.url
-        return
-    write_openmetrics(root / "history.om", families)
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "history.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
-    with prometheus(
-        root / "prom",
-        scrape_configs=[],
-        storage=root / "data",
-        extra_args=["--storage.tsdb.retention.time=100y"],
-    ) as prom:
-        yield prom.url
-
-
 def run_report(
     root: Path, families: dict[str, dict[str, list[float]]], engine: str = "prometheus"
 ) -> Dataset:
-    with store(engine, root, families) as url:
+    with history_store(
+        engine,
+        root,
+        openmetrics=lambda path: write_openmetrics(path, families),
+        victoria=lambda: victoria_lines(families),
+    ) as server:
+        url = server.url
         status = main(
             [
                 "report",

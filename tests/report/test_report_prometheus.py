@@ -27,8 +27,8 @@ from fleetwatch.sim.fleet import (
     node_name,
     uuid,
 )
-from fleetwatch.sim.servers import Server, prometheus, require_binary
-from testbed.servers import backfill_fleet
+from fleetwatch.sim.servers import Server, require_binary
+from testbed.servers import backfill_fleet, history_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -64,12 +64,7 @@ def report(prom: Server, out: Path, *extra: str) -> int:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("report")
     plan = backfill_fleet(SPEC, root)
-    with prometheus(
-        root / "prom",
-        scrape_configs=[],
-        storage=root / "data",
-        extra_args=["--storage.tsdb.retention.time=100y"],
-    ) as prom:
+    with history_prometheus(root) as prom:
         status = report(prom, root / "out", f"--save-snapshot={root / 'snapshot'}")
         yield Run(prom=prom, plan=plan, out=root / "out", snapshot=root / "snapshot", status=status)
 

@@ -30,8 +30,7 @@ from fleetwatch.report.dataset import RAW
 from fleetwatch.rules.config import PACKAGE, RECORDING_FILE
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD
 from fleetwatch.sim.fleet import FleetSpec, Injected, node_name
-from fleetwatch.sim.servers import prometheus
-from testbed.servers import backfill_fleet, promtool, report_recording_rules
+from testbed.servers import backfill_fleet, history_prometheus, promtool, report_recording_rules
 
 pytestmark = pytest.mark.integration
 
@@ -68,10 +67,7 @@ def report(url: str, out: Path, *, hours: int = int(SPEC.hours)) -> Path:
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
     root = tmp_path_factory.mktemp("recorded")
     plan = backfill_fleet(SPEC, root)
-    prom_args = ["--storage.tsdb.retention.time=100y"]
-    with prometheus(
-        root / "raw", scrape_configs=[], storage=root / "data", extra_args=prom_args
-    ) as raw:
+    with history_prometheus(root, name="raw") as raw:
         raw_out = report(raw.url, root / "raw-out")
         result = promtool(
             "tsdb",
@@ -88,12 +84,8 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
     for block in (root / "recorded-blocks").iterdir():
         shutil.move(block, root / "data" / block.name)
     shipped = Path(str(resources.files(PACKAGE) / RECORDING_FILE.name))
-    with prometheus(
-        root / "with-rules",
-        scrape_configs=[],
-        rule_files=[shipped],
-        storage=root / "data",
-        extra_args=[*prom_args, "--web.enable-admin-api"],
+    with history_prometheus(
+        root, name="with-rules", rule_files=[shipped], extra_args=["--web.enable-admin-api"]
     ) as recorded:
         recorded_out = report(recorded.url, root / "recorded-out")
         early = report(recorded.url, root / "early-out", hours=int(SPEC.hours) + 1)

@@ -20,9 +20,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.sim.fleet import FleetSpec, write_openmetrics, write_victoria_import
-from fleetwatch.sim.servers import prometheus
-from testbed.servers import promtool
-from testbed.victoria import import_series, victoria_metrics
+from testbed.servers import history_store
 
 pytestmark = pytest.mark.integration
 
@@ -71,23 +69,22 @@ def report(url: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     root = tmp_path_factory.mktemp("engines")
-    write_openmetrics(SPEC, root / "fleet.om")
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "fleet.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
     lines = io.BytesIO()
     write_victoria_import(SPEC, lines, chunk_nodes=SPEC.nodes)
     with (
-        prometheus(
-            root / "prom",
-            scrape_configs=[],
-            storage=root / "data",
-            extra_args=["--storage.tsdb.retention.time=100y"],
+        history_store(
+            "prometheus",
+            root,
+            openmetrics=lambda path: write_openmetrics(SPEC, path),
+            victoria=list,
         ) as prom,
-        victoria_metrics(root / "vm") as vm,
+        history_store(
+            "victoriametrics",
+            root,
+            openmetrics=lambda path: None,
+            victoria=lambda: (json.loads(line) for line in lines.getvalue().splitlines()),
+        ) as vm,
     ):
-        import_series(vm, (json.loads(line) for line in lines.getvalue().splitlines()))
         yield report(prom.url, root / "prom-out"), report(vm.url, root / "vm-out")
 
 

@@ -34,10 +34,10 @@ from fleetwatch.rules.config import Config, load_config
 from fleetwatch.rules.definitions import CHECKPOINT_READ_ONLY_REMOUNT_RECORD
 from fleetwatch.rules.groups import remediation_contract
 from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
-from fleetwatch.sim.servers import Server, prometheus
+from fleetwatch.sim.servers import Server
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.sources import PrometheusEvidence, promql_string
-from testbed.servers import prom_query, promtool
+from testbed.servers import backfill, history_prometheus, prom_query
 
 pytestmark = pytest.mark.integration
 
@@ -230,11 +230,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     # The history ends now, so the tainter's own query (at the present) reads its end.
     start = int(time.time()) // STEP * STEP - SPAN
     write_history(root / "history.om", start)
-    result = promtool(
-        "tsdb", "create-blocks-from", "openmetrics", str(root / "history.om"), str(root / "data")
-    )
-    assert result.returncode == 0, result.stderr
-    with prometheus(root / "prom", scrape_configs=[], storage=root / "data") as prom:
+    backfill(root / "history.om", root / "data")
+    with history_prometheus(root) as prom:
         yield History(prom=prom, start=start)
 
 
