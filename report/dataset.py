@@ -23,8 +23,10 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -130,6 +132,7 @@ class Batch:
 
     regex: str
     label: str
+    nodes: tuple[str, ...] = ()
 
 
 def batches(nodes: list[str], size: int) -> list[Batch]:
@@ -141,8 +144,24 @@ def batches(nodes: list[str], size: int) -> list[Batch]:
         group = nodes[i : i + size]
         regex = "|".join(re.escape(n).replace("\\", "\\\\") for n in group)
         label = group[0] if len(group) == 1 else f"{group[0]} … {group[-1]} ({len(group)} nodes)"
-        out.append(Batch(regex, label))
+        out.append(Batch(regex, label, tuple(group)))
     return out
+
+
+MAX_QUERY_BYTES: Final = 16 * 1024
+"""The longest query sent: VictoriaMetrics' default `-search.maxQueryLen`. A query that
+names a batch's nodes in several selectors (the overheat policy's, one per model) would pass
+it at `--query.batch-nodes=200`, so its batches are split until it fits."""
+
+
+def fitted(build: Callable[[Window], str], window: Window, batch: Batch) -> list[Batch]:
+    """`batch`, or its halves (recursively) where the query `build` makes for it is longer
+    than MAX_QUERY_BYTES; a single node is sent as it is (the store says if it is too long)."""
+    expr = build(dataclasses.replace(window, nodes=batch.regex))
+    if len(expr.encode()) <= MAX_QUERY_BYTES or len(batch.nodes) < 2:
+        return [batch]
+    half = batches(list(batch.nodes), (len(batch.nodes) + 1) // 2)
+    return [part for piece in half for part in fitted(build, window, piece)]
 
 
 async def fleet_nodes(client: PrometheusClient, window: Window, present: set[str]) -> list[str]:
@@ -179,7 +198,12 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
         if any(q.batched for q in runnable)
         else []
     )
-    work = [(q, b) for q in runnable for b in (groups if q.batched else [Batch("", "")])]
+    work = [
+        (q, part)
+        for q in runnable
+        for b in (groups if q.batched else [Batch("", "")])
+        for part in fitted(builds[q.name], window, b)
+    ]
     client.progress.reset(total=sum(len(chunks(*_range_for(q, window))) for q, _ in work))
     waiting: list[str] = []
 
