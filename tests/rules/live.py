@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.durations import parse_duration
-from fleetwatch.sim.servers import Server, fleetwatch_command, fleetwatch_export
+from fleetwatch.rules.config import Config
+from fleetwatch.sim.servers import Server, fleetwatch_command, fleetwatch_export, prometheus
 
 # The longest `for` a live test waits out; the shipped thresholds themselves stay as they are.
 MAX_FOR_SECONDS = 10
@@ -111,3 +112,31 @@ def simulated_nodes(
         address = exporter.url.removeprefix("http://")
         targets.append({"targets": [address], "labels": {"node": node}})
     return cluster, targets
+
+
+def cluster_prometheus(
+    stack: contextlib.ExitStack,
+    workdir: Path,
+    nodes: tuple[Server, list[dict[str, Any]]],
+    config: Config,
+    rule_files: Sequence[Path],
+) -> Server:
+    """A real Prometheus, entered on `stack`, scraping what `simulated_nodes` started (the
+    exporters as job fleetwatch, the cluster as kube-state-metrics) and evaluating
+    `rule_files` at the config's intervals."""
+    cluster, targets = nodes
+    return stack.enter_context(
+        prometheus(
+            workdir / "prometheus",
+            scrape_configs=[
+                {"job_name": "fleetwatch", "static_configs": targets},
+                {
+                    "job_name": "kube-state-metrics",
+                    "static_configs": [{"targets": [cluster.url.removeprefix("http://")]}],
+                },
+            ],
+            rule_files=rule_files,
+            scrape_interval=config.scrape_interval,
+            evaluation_interval=config.evaluation_interval,
+        )
+    )

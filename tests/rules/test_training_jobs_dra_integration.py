@@ -31,7 +31,6 @@ from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.servers import (
     Server,
     prom_alerts,
-    prometheus,
     wait_until,
 )
 from testbed.kube import MissingAssets, api_server, find_assets, service_account
@@ -39,7 +38,14 @@ from testbed.servers import prom_query
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.deploy.chart import RELEASE, install
-from tests.rules.live import JOB, NAMESPACE, cap_for, job_node_scenario, simulated_nodes
+from tests.rules.live import (
+    JOB,
+    NAMESPACE,
+    cap_for,
+    cluster_prometheus,
+    job_node_scenario,
+    simulated_nodes,
+)
 from tests.tainter.realkube import RBAC_KINDS, apply_release, wait_for
 
 pytestmark = pytest.mark.integration
@@ -112,20 +118,8 @@ def dra_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraJob]:
                 f"--kubeconfig={kube.kubeconfig(exporter_identity)}",
             ),
         )
-        prom = stack.enter_context(
-            prometheus(
-                workdir / "prometheus",
-                scrape_configs=[
-                    {"job_name": "fleetwatch", "static_configs": targets},
-                    {
-                        "job_name": "kube-state-metrics",
-                        "static_configs": [{"targets": [cluster.url.removeprefix("http://")]}],
-                    },
-                ],
-                rule_files=[alerts_path, recording_path],
-                scrape_interval=config.scrape_interval,
-                evaluation_interval=config.evaluation_interval,
-            )
+        prom = cluster_prometheus(
+            stack, workdir, (cluster, targets), config, [alerts_path, recording_path]
         )
         wait_until(
             lambda: len(prom_query(prom, GPU_INFO.name)) == 8,

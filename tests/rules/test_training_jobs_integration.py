@@ -33,7 +33,6 @@ from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 from fleetwatch.sim.servers import (
     Server,
     prom_alerts,
-    prometheus,
     wait_until,
 )
 from testbed.servers import prom_query
@@ -42,6 +41,7 @@ from tests.rules.live import (
     NAMESPACE,
     NEEDS_CHECKPOINT_MOUNT,
     cap_for,
+    cluster_prometheus,
     job_node_scenario,
     simulated_nodes,
 )
@@ -103,20 +103,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
         scenarios[node].write_text(yaml.safe_dump(scenario))
     with contextlib.ExitStack() as stack:
         cluster, targets = simulated_nodes(stack, workdir, scenarios)
-        prom = stack.enter_context(
-            prometheus(
-                workdir / "prometheus",
-                scrape_configs=[
-                    {"job_name": "fleetwatch", "static_configs": targets},
-                    {
-                        "job_name": "kube-state-metrics",
-                        "static_configs": [{"targets": [cluster.url.removeprefix("http://")]}],
-                    },
-                ],
-                rule_files=[alerts_path, recording_path],
-                scrape_interval=config.scrape_interval,
-                evaluation_interval=config.evaluation_interval,
-            )
+        prom = cluster_prometheus(
+            stack, workdir, (cluster, targets), config, [alerts_path, recording_path]
         )
         wait_until(
             lambda: len(prom_query(prom, f'fleetwatch:gpu_job:info{{training_job="{JOB}"}}')) == 8,
