@@ -38,7 +38,7 @@ RUN pip install --no-cache-dir './[tainter]'
 
 # What both images share: labels, environment and the unprivileged user.
 FROM ${PYTHON_IMAGE} AS runtime
-ARG VERSION=0.1.0
+ARG VERSION=0.4.0
 LABEL org.opencontainers.image.title="fleetwatch" \
       org.opencontainers.image.description="GPU fleet telemetry exporter, alert rules and taint controller" \
       org.opencontainers.image.version="${VERSION}" \

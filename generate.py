@@ -5,9 +5,10 @@ and the metric catalog.
 (rules/*.yaml and docs/runbooks.md), the dashboards generator (helm/fleetwatch/dashboards/
 *.json), the chart generator (the chart's PrometheusRule, values and schema), each reading
 the checkout's rules/config.yaml, the metrics page (docs/metrics.md, from
-`fleetwatch.catalog`), and the simulator's fault table in docs/simulation.md (from the fault
-kinds of sim/faults.py), in that order. `--check` writes nothing and exits 1
-when a committed file differs from what the step would write; the drift test runs
+`fleetwatch.catalog`), the simulator's fault table in docs/simulation.md (from the fault
+kinds of sim/faults.py), and the release's version in the chart's Chart.yaml and the
+Dockerfile (from pyproject.toml, its one home), in that order. `--check` writes nothing and
+exits 1 when a committed file differs from what the step would write; the drift test runs
 `main(["--check"])`, the same path.
 
 The dashboards and the chart build on the rules package (the chart's alert groups, the
@@ -17,7 +18,9 @@ those packages the checkout's rules/ and sim/, so every generator reads the tree
 
 from __future__ import annotations
 
+import re
 import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,16 @@ FAULT_TABLE_BEGIN: Final = (
     "<!-- BEGIN fault kinds: generated from sim/faults.py by ./dev.sh generate; do not edit -->"
 )
 FAULT_TABLE_END: Final = "<!-- END fault kinds -->"
+CHART: Final = Path("helm/fleetwatch/Chart.yaml")
+DOCKERFILE: Final = Path("Dockerfile")
+# The lines that carry the release's version outside pyproject.toml, which is its one home.
+VERSION_LINES: Final = {
+    CHART: (
+        (re.compile(r"^version: .*$", re.M), "version: {v}"),
+        (re.compile(r"^appVersion: .*$", re.M), 'appVersion: "{v}"'),
+    ),
+    DOCKERFILE: ((re.compile(r"^ARG VERSION=.*$", re.M), "ARG VERSION={v}"),),
+}
 
 
 class DocError(ValueError):
@@ -62,7 +75,28 @@ def rendered_files(config: Config) -> dict[Path, str]:
         **chart_generator.rendered_files(config),
         ROOT / metrics_page.PATH: metrics_page.render(),
         doc: with_fault_table(doc.read_text(), source=SIMULATION_DOC),
+        **versioned_files(package_version()),
     }
+
+
+def package_version() -> str:
+    """The release's version, from its one home: pyproject.toml's `project.version`."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return str(tomllib.load(f)["project"]["version"])
+
+
+def versioned_files(version: str) -> dict[Path, str]:
+    """The chart's `version` and `appVersion` and the image's `VERSION` label, set to
+    `version`: the chart and the images are released with the package, never apart."""
+    files = {}
+    for path, lines in VERSION_LINES.items():
+        text = (ROOT / path).read_text()
+        for pattern, line in lines:
+            text, found = pattern.subn(line.format(v=version), text, count=1)
+            if not found:
+                raise DocError(f"{path}: no line matching {pattern.pattern!r}")
+        files[ROOT / path] = text
+    return files
 
 
 def fault_table(kinds: Mapping[str, type[Fault]] = FAULT_KINDS) -> str:

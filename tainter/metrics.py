@@ -6,8 +6,12 @@ Each family's name, help and labels come from the metric catalog
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from fleetwatch import __version__
+from fleetwatch.catalog.exporter import BUILD_INFO
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.catalog.tainter import (
     TAINTER_API_CONFLICTS_TOTAL,
@@ -55,6 +59,7 @@ class TainterMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        _gauge(BUILD_INFO, self.registry).labels(__version__, platform.python_version()).set(1)
         self.webhook_requests = _counter(TAINTER_WEBHOOK_REQUESTS_TOTAL, self.registry)
         self.standby_requests = _counter(TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL, self.registry)
         self.webhook_forwards = _counter(TAINTER_WEBHOOK_FORWARDS_TOTAL, self.registry)

@@ -9,6 +9,7 @@ import base64
 import json
 import re
 from collections.abc import Iterator, Mapping
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -812,9 +813,10 @@ def test_every_exporter_container_is_scraped_and_only_by_prometheus(
 def test_each_workload_runs_its_own_image(releases: dict[str, Release]) -> None:
     values = default_values()
     defaults, own = releases["defaults"], releases["own-images"]
+    release_version = version("fleetwatch")
     for release, exporter_image, tainter_image in (
-        (defaults, f"{values['exporter']['image']['repository']}:0.1.0",
-         f"{values['tainter']['image']['repository']}:0.1.0"),
+        (defaults, f"{values['exporter']['image']['repository']}:{release_version}",
+         f"{values['tainter']['image']['repository']}:{release_version}"),
         (own, "registry.example.com/fw-exporter:1.2", "registry.example.com/fw-tainter:1.3"),
     ):  # fmt: skip
         assert {c["image"] for c in _exporter_containers(release).values()} == {exporter_image}

@@ -1,5 +1,5 @@
 """The tainter's metric families are exactly those of the catalog's tainter module (the
-`fleetwatch_tainter_*` rows of docs/metrics.md), and its exposition passes
+`fleetwatch_tainter_*` rows of docs/metrics.md) and the build's, and its exposition passes
 `promtool check metrics`."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
+from fleetwatch import __version__
 from fleetwatch.catalog import tainter
+from fleetwatch.catalog.exporter import BUILD_INFO
 from fleetwatch.tainter.metrics import TainterMetrics
 from testbed.servers import promtool_check_metrics
 
@@ -18,10 +20,17 @@ def test_every_tainter_family_is_catalogued_and_nothing_else() -> None:
         (family.name + "_total" if family.type == "counter" else family.name)
         for family in metrics.registry.collect()
     }
-    assert exposed == {spec.name for spec in tainter.FAMILIES}
+    families = (*tainter.FAMILIES, BUILD_INFO)
+    assert exposed == {spec.name for spec in families}
     for family in metrics.registry.collect():
-        spec = next(s for s in tainter.FAMILIES if s.family_name == family.name)
+        spec = next(s for s in families if s.family_name == family.name)
         assert (family.type, family.documentation) == (spec.kind, spec.help)
+
+
+def test_the_build_is_exported() -> None:
+    (build,) = (f for f in TainterMetrics().registry.collect() if f.name == BUILD_INFO.name)
+    (sample,) = build.samples
+    assert (sample.labels["version"], sample.value) == (__version__, 1.0)
 
 
 @pytest.mark.integration  # runs promtool

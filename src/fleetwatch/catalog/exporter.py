@@ -15,7 +15,7 @@ BUILD_INFO: Final = MetricSpec(
     "fleetwatch build; value 1.",
     ("version", "python_version"),
     unit="info (1)",
-    source="package metadata",
+    source="package metadata (the exporter's and the tainter's /metrics)",
     series="1",
 )
 
