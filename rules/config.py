@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import yaml
 
+from fleetwatch.catalog.nvidia_xids import shipped_catalog
 from fleetwatch.durations import DurationError, parse_duration
 from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_key, is_taint_reason
-from fleetwatch.rules.xids import shipped_catalog
 
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""

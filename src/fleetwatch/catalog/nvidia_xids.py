@@ -24,7 +24,7 @@ import yaml
 from fleetwatch.catalog.xid import GPU_XID_NVLINK5_ERRORS_TOTAL
 from fleetwatch.flags import REQUIRED, parse_tool_settings, setting
 
-CATALOG: Final = "xid_catalog.yaml"
+CATALOG: Final = "nvidia_xids.yaml"
 ACTIONS: Final = (
     "none",
     "update_software",
