@@ -30,9 +30,9 @@ COMMON_FLAGS = (Flags(settings=LogSettings, prefix="log"),)
 
 def subcommands() -> list[Subcommand]:
     """Every subcommand. Subcommand modules are listed here, explicitly."""
-    from fleetwatch import demo
     from fleetwatch.exporter import export
     from fleetwatch.report import cli as report_cli
+    from fleetwatch.sim import demo
     from fleetwatch.slurm import cli as slurm_cli
     from fleetwatch.tainter import cli as tainter_cli
 

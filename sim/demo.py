@@ -191,7 +191,7 @@ def run_demo(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch demo`."""
     settings: DemoSettings = DEMO_FLAGS.read(args)
     if settings.orchestrator == "slurm":
-        from fleetwatch.slurm_demo import run_slurm_demo
+        from fleetwatch.sim.demo_slurm import run_slurm_demo
 
         return run_slurm_demo(settings)
     spec = settings.scenario or DEFAULT_SCENARIO

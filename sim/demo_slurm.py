@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from fleetwatch.demo import (
+from fleetwatch.rules.config import load_config, parameters
+from fleetwatch.sim.demo import (
     INSTALL_HINT,
     DemoSettings,
     fail,
@@ -30,7 +31,6 @@ from fleetwatch.demo import (
     server_lines,
     tainter_available,
 )
-from fleetwatch.rules.config import load_config, parameters
 from fleetwatch.sim.overheat import (
     ALERT,
     COOL_AT,
