@@ -283,7 +283,7 @@ def load_config(path: Path | None = None) -> Config:
     intervals = _mapping(source, top["intervals"], "intervals")
     thresholds = _mapping(source, top["thresholds"], "thresholds")
     if thresholds.get("xid_critical") == XID_CATALOG:
-        # The one list of Xids worth a taint is NVIDIA's catalog (rules/xid_catalog.yaml).
+        # The one list of Xids worth a taint is NVIDIA's catalog (fleetwatch.catalog.nvidia_xids).
         thresholds["xid_critical"] = list(shipped_catalog().critical())
     overheat_policy = _overheat_policy(source, thresholds.pop("overheat_policy", []))
     for name, value in thresholds.items():
