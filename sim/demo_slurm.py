@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from fleetwatch.rules.config import load_config, parameters
-from fleetwatch.sim.demo import (
+from fleetwatch.sim.demo_session import (
     INSTALL_HINT,
     DemoSettings,
     fail,

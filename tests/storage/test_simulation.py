@@ -29,8 +29,8 @@ from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.storage import SPEC
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
-from fleetwatch.sim.demo import NODE as NODE_NAME
 from fleetwatch.sim.demo import story
+from fleetwatch.sim.demo_session import NODE as NODE_NAME
 from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from fleetwatch.sim.world import SimulatedNode, WallClock
