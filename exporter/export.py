@@ -21,8 +21,9 @@ from fleetwatch import __version__
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
-from fleetwatch.exporter.hardware import Refresh, hardware
+from fleetwatch.exporter.hardware import hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
+from fleetwatch.exporter.machine import Refresh
 from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 from fleetwatch.flags import Subcommand

@@ -10,27 +10,11 @@ no simulator module (tests/exporter/test_lean.py reads a real process's modules)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 from fleetwatch.collectors.base import CollectorContext
+from fleetwatch.exporter.machine import Hardware
 from fleetwatch.exporter.settings import ExportSettings
-
-Refresh = Callable[[], None]
-"""Rewrites the simulated sysfs tree as simulated time moves."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Hardware:
-    """What the collectors read, and the settings they are built with on this hardware.
-
-    `refresh` is None on real hardware; under simulation the exporter calls it every
-    second so the generated sysfs tree (and procfs mount files) follow simulated time.
-    """
-
-    context: CollectorContext
-    settings: ExportSettings
-    refresh: Refresh | None = None
 
 
 def real_hardware(settings: ExportSettings) -> Hardware:

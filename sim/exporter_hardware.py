@@ -29,7 +29,7 @@ from fleetwatch.collectors.infiniband import InfinibandSettings
 from fleetwatch.collectors.infiniband_layout import ExpectedRate
 from fleetwatch.collectors.sources.kmsg import DEFAULT_PATH, KernelLog
 from fleetwatch.collectors.storage import StorageSettings
-from fleetwatch.exporter.hardware import Hardware, Refresh
+from fleetwatch.exporter.machine import Hardware, Refresh
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import tool_dir
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
