@@ -72,11 +72,11 @@ from fleetwatch.sim.faults import (
     Throttle,
     Xid,
 )
-from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     ALERTMANAGER,
     PROMETHEUS,
 )
+from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
 
 log = logging.getLogger(__name__)

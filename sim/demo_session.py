@@ -24,7 +24,7 @@ from typing import Final
 
 from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
 from fleetwatch.flags import bounded_duration, setting
-from fleetwatch.sim.servers import MissingBinary, Server, ServerError, prom_alerts
+from fleetwatch.sim.loopback_servers import MissingBinary, Server, ServerError, prom_alerts
 from fleetwatch.tainter.settings import ORCHESTRATORS
 
 NODE: Final = "demo-node"

@@ -31,6 +31,7 @@ from fleetwatch.sim.demo_session import (
     server_lines,
     tainter_available,
 )
+from fleetwatch.sim.loopback_servers import ALERTMANAGER, PROMETHEUS, post_alert
 from fleetwatch.sim.overheat import (
     ALERT,
     COOL_AT,
@@ -45,7 +46,6 @@ from fleetwatch.sim.overheat import (
     overheat_alert,
     start_overheat_stack,
 )
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, post_alert
 from fleetwatch.sim.slurm import (
     MissingSlurm,
     SlurmCluster,

@@ -89,7 +89,7 @@ def _after_sync(
     """The steps after each node sync: Kubernetes' node condition and eviction; on Slurm,
     requeueing or cancelling a drained node's jobs (`tainter.slurm_jobs`)."""
     if settings.orchestrator == "slurm":
-        from fleetwatch.tainter.slurm_jobs import JobRemover
+        from fleetwatch.tainter.slurm_requeue import JobRemover
 
         return (
             JobRemover(

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from fleetwatch.sim.servers import process
+from fleetwatch.sim.loopback_servers import process
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 READY_TIMEOUT = 90.0  # seconds; about 4 s on a quiet 2-core machine

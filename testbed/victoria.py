@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
+from fleetwatch.sim.loopback_servers import Server, free_port, http_get, require_binary, running
 
 VICTORIA_METRICS = "/usr/bin/victoria-metrics"
 VMAGENT = "/usr/bin/vmagent"

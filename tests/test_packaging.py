@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fleetwatch
-from fleetwatch.sim.servers import free_port, http_get, running
+from fleetwatch.sim.loopback_servers import free_port, http_get, running
 from tests.install import WHEEL_RUN, imported_source, mismatch, wheel_run
 
 # Modules that need an extra's dependencies; the rest must import with the base install.

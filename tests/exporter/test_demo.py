@@ -14,7 +14,7 @@ import pytest
 
 from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.sim.demo_slurm import missing
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
+from fleetwatch.sim.loopback_servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
 from fleetwatch.sim.slurm import BINARIES, SYSTEM_DIRECTORIES, search_path
 
 

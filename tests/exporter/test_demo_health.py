@@ -25,7 +25,7 @@ from fleetwatch.cli import main
 from fleetwatch.report.dataset import load_snapshot
 from fleetwatch.rules.config import load_config
 from fleetwatch.sim.demo import demo_plan
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     ALERTMANAGER,
     PROMETHEUS,
     http_get,

@@ -31,8 +31,8 @@ from fleetwatch.catalog.storage import (
 from fleetwatch.collectors.nvlink import has_erred
 from fleetwatch.collectors.storage import LEAN_OPERATIONS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
-from fleetwatch.sim.servers import free_port
-from testbed.servers import promtool
+from fleetwatch.sim.loopback_servers import free_port
+from testbed.tool_servers import promtool
 from tests.exporter.node import collect_node
 
 RULES = Path(__file__).parents[2] / "rules"

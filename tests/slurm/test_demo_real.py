@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.sim.demo_slurm import missing
-from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.loopback_servers import wait_until
 
 pytestmark = pytest.mark.integration
 

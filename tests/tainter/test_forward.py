@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fleetwatch.sim.servers import free_port
+from fleetwatch.sim.loopback_servers import free_port
 from fleetwatch.tainter.forward import (
     FORWARDED_HEADER,
     Forwarder,

@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 
 from fleetwatch.catalog import tainter
 from fleetwatch.tainter.metrics import TainterMetrics
-from testbed.servers import promtool_check_metrics
+from testbed.tool_servers import promtool_check_metrics
 
 
 def test_every_tainter_family_is_catalogued_and_nothing_else() -> None:
