@@ -29,7 +29,7 @@ LINT_WARNING = 2  # Helm's support.WarningSev; 1 is INFO
 
 
 def chart_generator() -> Any:
-    """helm/generate.py, the chart generator."""
+    """helm/write_chart.py, the chart generator."""
     return importlib.import_module("helm.write_chart")
 
 
