@@ -41,7 +41,7 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
 )
 from fleetwatch.tainter.sources import NoEvidence
-from testbed.kube import ADMIN, ApiServer, api_server, bound_pod
+from testbed.kube_apiserver import ADMIN, ApiServer, api_server, bound_pod
 
 NAMESPACE = "bench"
 JOB_LABEL = "jobset.sigs.k8s.io/jobset-name"

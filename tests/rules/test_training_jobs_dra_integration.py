@@ -33,7 +33,7 @@ from fleetwatch.sim.loopback_servers import (
     wait_until,
 )
 from fleetwatch.sim.scenario import load_scenario
-from testbed.kube import MissingAssets, api_server, find_assets, service_account
+from testbed.kube_apiserver import MissingAssets, api_server, find_assets, service_account
 from testbed.tool_servers import prom_query
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.kube import ApiServer, Identity, bound_pod, service_account
+from testbed.kube_apiserver import ApiServer, Identity, bound_pod, service_account
 from tests.deploy.chart import NAMESPACE, RELEASE, Release
 
 # The chart's tainter ServiceAccount (release RELEASE in NAMESPACE), as the API server sees

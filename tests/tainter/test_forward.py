@@ -21,7 +21,7 @@ from fleetwatch.tainter.forward import (
     first_certificate,
 )
 from fleetwatch.tainter.settings import TlsFiles
-from testbed.kube import write_pki
+from testbed.kube_apiserver import write_pki
 
 
 def tls_files(folder: Path) -> TlsFiles:
