@@ -5,7 +5,9 @@
 #   docker build --target tainter -t fleetwatch-tainter .     # `pip install './[tainter]'`
 #   docker run --rm fleetwatch-exporter export --simulate dgx-h100
 # The exporter image holds the base install only (no Kubernetes client, no report
-# libraries): every GPU node of the fleet pulls it. The Helm chart runs the exporter's
+# libraries): every GPU node of the fleet pulls it. `export` on a node loads neither the
+# simulator (fleetwatch.sim, only under --simulate) nor the rules (fleetwatch.rules); both
+# still ship in the one distribution, for `export --simulate` and the other subcommands. The Helm chart runs the exporter's
 # privileged collectors in a second container of the same image as root with only the
 # capabilities they need (docs/deploy.md, "Privileges on the node").
 # No HEALTHCHECK: Kubernetes probes /healthz and /readyz.

@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dashboards import generate as dashboards_generator
+from dashboards import write_dashboards as dashboards_generator
 from fleetwatch.catalog import doc as metrics_page
 
 # The rules writer: its entry points (load_config, rendered_files, sync_files) are called
 # from here only.
 from fleetwatch.flags import parse_tool_settings, setting
-from fleetwatch.rules import generate as rules_writer
+from fleetwatch.rules import write_rules as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
 from fleetwatch.sim.faults import FAULT_KINDS, Fault
-from helm import generate as chart_generator
+from helm import write_chart as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
 COMMAND: Final = "./dev.sh generate"

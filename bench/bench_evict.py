@@ -1,6 +1,6 @@
 """Taint-to-eviction latency on a real Kubernetes API server (`KUBEBUILDER_ASSETS`).
 
-Starts kube-apiserver and etcd on loopback (testbed/kube.py), creates `--nodes` GPU nodes
+Starts kube-apiserver and etcd on loopback (testbed/kube_apiserver.py), creates `--nodes` GPU nodes
 each running one opted-in GPU pod of its own training job, and runs the tainter's
 controller with the node condition and removal from the run (`--evict.reasons
 gpu-overheat`, `--evict.max-per-minute 1000`) through the real kubernetes_asyncio client.
@@ -41,7 +41,7 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
 )
 from fleetwatch.tainter.sources import NoEvidence
-from testbed.kube import ADMIN, ApiServer, api_server, bound_pod
+from testbed.kube_apiserver import ADMIN, ApiServer, api_server, bound_pod
 
 NAMESPACE = "bench"
 JOB_LABEL = "jobset.sigs.k8s.io/jobset-name"

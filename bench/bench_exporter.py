@@ -36,15 +36,15 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.metrics import SeriesFamily, series_count
 from fleetwatch.exporter.export import close_collectors, create_collectors
-from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
+from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
 from testbed.nvml_timing import timed
-from testbed.servers import node_exporter
+from testbed.tool_servers import node_exporter
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -50,13 +50,13 @@ from fleetwatch.collectors.metrics import series_count
 from fleetwatch.collectors.sources.sysfs import InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents
 from fleetwatch.exporter.render import Renderer
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
+from fleetwatch.sim.loopback_servers import http_get
 from fleetwatch.sim.scenario import parse_scenario
-from fleetwatch.sim.servers import http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
-from testbed.servers import node_exporter
+from testbed.tool_servers import node_exporter
 
 START: float = 600.0
 STEP: float = 10.0

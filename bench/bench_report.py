@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fleetwatch.report.dataset import RAW
 from fleetwatch.sim.fleet import FleetSpec, write_victoria_import
-from testbed.servers import report_recording_rules
+from testbed.tool_servers import report_recording_rules
 from testbed.victoria import force_flush, victoria_metrics, vmalert_replay
 
 BLOCK = 1 << 20

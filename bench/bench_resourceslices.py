@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetwatch.collectors.sources.resourceslices import KubeAccess, ResourceSliceWatcher
 from fleetwatch.sim.kubelet import resource_slice
 from fleetwatch.sim.scenario import load_scenario
-from testbed.kube import api_server
+from testbed.kube_apiserver import api_server
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 PROFILES = ("1g.10gb",) * 7

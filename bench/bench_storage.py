@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
-from fleetwatch.sim.servers import fleetwatch_command, http_get, wait_until
+from fleetwatch.sim.loopback_servers import fleetwatch_command, http_get, wait_until
 from testbed.mounts import nfs_node, write_procfs
 
 OTHER_COLLECTORS = ("gpu", "pci", "gpm", "nvlink", "xid", "podresources", "infiniband")

@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 
 SCRAPE_INTERVAL = "5s"
 MIB = 1024 * 1024

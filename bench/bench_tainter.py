@@ -66,7 +66,7 @@ from aiohttp.test_utils import TestServer
 
 from fleetwatch.rules.config import shipped_text
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.sim.servers import fleetwatch_command, free_port, http_status
+from fleetwatch.sim.loopback_servers import fleetwatch_command, free_port, http_status
 from fleetwatch.sim.stack import ALERTMANAGER_ROUTE
 from fleetwatch.tainter.breaker import Breaker, BreakerStore, node_out
 from fleetwatch.tainter.controller import Controller
@@ -307,7 +307,7 @@ def failover() -> None:
     import signal
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from testbed.servers import served_in_thread
+    from testbed.tool_servers import served_in_thread
 
     cluster = FakeCluster(token="kube")
     for index in range(20):
@@ -462,9 +462,9 @@ def ha_latency(replicas: int) -> None:
     tainter processes (shipped Lease timings, each advertising its URL); with two, half the
     notifications land on the follower, which hands them to the leader."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fleetwatch.sim.servers import alertmanager, prometheus
+    from fleetwatch.sim.loopback_servers import alertmanager, prometheus
     from fleetwatch.sim.stack import shipped_rules
-    from testbed.servers import served_in_thread
+    from testbed.tool_servers import served_in_thread
 
     cluster = FakeCluster(token="kube")
     for node in HA_NODES:

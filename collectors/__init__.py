@@ -16,7 +16,7 @@ from fleetwatch.collectors import (
     nvlink,
     pci,
     podresources,
-    slurmjobs,
+    slurm_allocation,
     storage,
     xid,
 )
@@ -30,7 +30,7 @@ COLLECTORS: tuple[CollectorSpec[Any], ...] = (
     nvlink.SPEC,
     xid.SPEC,
     podresources.SPEC,
-    slurmjobs.SPEC,
+    slurm_allocation.SPEC,
     infiniband.SPEC,
     storage.SPEC,
 )

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 from fleetwatch.catalog.storage import (
     KMSG_FILESYSTEM_ERRORS_TOTAL,
     KMSG_HUNG_TASKS_TOTAL,
@@ -80,7 +81,6 @@ from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
 from fleetwatch.flags import duration_setting, setting
-from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 
 log = logging.getLogger(__name__)
 

@@ -1,3 +1,3 @@
 """Grafana dashboards in grafanalib: one module per dashboard and the panel builders they
-share; `generate.py` renders them as the JSON the chart ships (a package so the generate step
-and the tests import it)."""
+share; `write_dashboards.py` renders them as the JSON the chart ships (a package so the
+generate step and the tests import it)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Panel
 
+from dashboards.panel_promql import Queries
 from dashboards.panels import NODE, Layout, dashboard, table, timeseries, variables
-from dashboards.queries import Queries
 from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_ERROR_SATURATED,
     INFINIBAND_PORT_ERRORS_TOTAL,

@@ -8,6 +8,7 @@ from typing import Final
 
 from grafanalib.core import Dashboard, DashboardLink, Heatmap, Panel
 
+from dashboards.panel_promql import Queries
 from dashboards.panels import (
     DS,
     NODE,
@@ -19,7 +20,6 @@ from dashboards.panels import (
     timeseries,
     variables,
 )
-from dashboards.queries import Queries
 from dashboards.training_job import TRAINING_JOB_UID
 from fleetwatch.catalog.gpu import (
     GPU_TEMPERATURE_CELSIUS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Panel
 
+from dashboards.panel_promql import Queries
 from dashboards.panels import GPU, NODE, Layout, dashboard, table, timeseries, variables
-from dashboards.queries import Queries
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_CLOCK_HERTZ,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard, Panel
 
+from dashboards.panel_promql import Queries
 from dashboards.panels import NODE, Layout, dashboard, stat, timeseries, variables
-from dashboards.queries import Queries
 from fleetwatch.catalog.exporter import (
     COLLECTOR_DURATION_SECONDS,
     COLLECTOR_ERRORS_TOTAL,

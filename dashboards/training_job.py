@@ -8,6 +8,7 @@ from typing import Final
 
 from grafanalib.core import Dashboard, Heatmap, Panel, Templating
 
+from dashboards.panel_promql import Queries
 from dashboards.panels import (
     DS,
     Layout,
@@ -18,7 +19,6 @@ from dashboards.panels import (
     targets,
     timeseries,
 )
-from dashboards.queries import Queries
 from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
 
 TRAINING_JOB_UID: Final = "fleetwatch-training-job"

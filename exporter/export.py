@@ -1,7 +1,8 @@
 """`fleetwatch export`: the DaemonSet process (flags, hardware or simulation, serving).
 
 Builds the settings from flags and environment, the hardware the collectors read (real,
-or the simulated node under `--simulate`: `exporter.hardware`), starts the engine and the
+or the simulated node under `--simulate`: `exporter.hardware`, which loads the simulator only
+then; `--simulate list` imports it here, on demand), starts the engine and the
 HTTP server, and stops on SIGTERM/SIGINT within `--shutdown-timeout`: engine, HTTP server,
 collectors and NVML in that order, or a log line naming what still ran and exit status 3.
 """
@@ -20,13 +21,13 @@ from fleetwatch import __version__
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
-from fleetwatch.exporter.hardware import Refresh, hardware
+from fleetwatch.exporter.hardware import hardware
 from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
+from fleetwatch.exporter.machine import Refresh
 from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 from fleetwatch.flags import Subcommand
 from fleetwatch.listener import listen
-from fleetwatch.sim.scenario import ScenarioError, builtin_names, load_scenario
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def subcommands() -> tuple[Subcommand, ...]:
 def run_export(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch export`."""
     if EXPORT_FLAGS.read(args).simulate == "list":
-        for name in builtin_names():
-            print(f"{name}\t{load_scenario(name).description}")
+        from fleetwatch.sim.exporter_hardware import list_scenarios
+
+        print("\n".join(list_scenarios()))
         return 0
     try:
         settings = ExportSettings.from_args(args, COLLECTORS)
@@ -66,7 +68,7 @@ def run_export(args: argparse.Namespace) -> int:
                 close_collectors(collectors)
                 deadline.step("closing the hardware context (NVML)")
                 machine.context.close()
-    except (ScenarioError, ValueError) as exc:
+    except ValueError as exc:  # a bad scenario too (ScenarioError)
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -1,2 +1,2 @@
-"""The Helm chart: `generate.py` renders its derived parts (a package so the generate step and
+"""The Helm chart: `write_chart.py` renders its derived parts (a package so the generate step and
 the tests import it)."""

@@ -7,10 +7,10 @@ from typing import Any
 
 import pandas as pd
 
+from fleetwatch.catalog.nvidia_xids import FALLEN_OFF_BUS, shipped_catalog
 from fleetwatch.report.queries import Window
 from fleetwatch.report.section import Section
 from fleetwatch.rules.definitions import overheat_policy_text
-from fleetwatch.rules.xids import FALLEN_OFF_BUS, shipped_catalog
 
 RMA_XIDS = frozenset(str(code) for code in shipped_catalog().rma())
 FELL_OFF_BUS_XID = str(FALLEN_OFF_BUS)

@@ -187,8 +187,8 @@ EDGE_OFFSET_SECONDS = 0.001
 
 
 def _window(settings: ReportSettings) -> Window:
-    from fleetwatch.report.policy import shipped_config, shipped_policy
     from fleetwatch.report.queries import Window
+    from fleetwatch.report.thresholds import shipped_config, shipped_policy
 
     if settings.since < settings.bucket:
         raise ValueError(

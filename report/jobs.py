@@ -11,9 +11,9 @@ from __future__ import annotations
 import pandas as pd
 
 from fleetwatch.report.dataset import Dataset
-from fleetwatch.report.policy import Policy
 from fleetwatch.report.queries import GPU
 from fleetwatch.report.section import Section, ranked
+from fleetwatch.report.thresholds import Policy
 from fleetwatch.rules.definitions import (
     is_idle_in_job,
     is_job_slowdown,

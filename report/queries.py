@@ -67,7 +67,7 @@ from fleetwatch.catalog.tainter import (
     TAINTER_TAINTED_NODES,
 )
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
-from fleetwatch.report.policy import shipped_config, shipped_policy
+from fleetwatch.report.thresholds import shipped_config, shipped_policy
 from fleetwatch.rules.config import ModelPolicy
 from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_BURST_RECORD,

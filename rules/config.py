@@ -24,9 +24,9 @@ from typing import Any, Final
 
 import yaml
 
+from fleetwatch.catalog.nvidia_xids import shipped_catalog
 from fleetwatch.durations import DurationError, parse_duration
 from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_key, is_taint_reason
-from fleetwatch.rules.xids import shipped_catalog
 
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
@@ -283,7 +283,7 @@ def load_config(path: Path | None = None) -> Config:
     intervals = _mapping(source, top["intervals"], "intervals")
     thresholds = _mapping(source, top["thresholds"], "thresholds")
     if thresholds.get("xid_critical") == XID_CATALOG:
-        # The one list of Xids worth a taint is NVIDIA's catalog (rules/xid_catalog.yaml).
+        # The one list of Xids worth a taint is NVIDIA's catalog (fleetwatch.catalog.nvidia_xids).
         thresholds["xid_critical"] = list(shipped_catalog().critical())
     overheat_policy = _overheat_policy(source, thresholds.pop("overheat_policy", []))
     for name, value in thresholds.items():

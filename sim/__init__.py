@@ -6,7 +6,7 @@ instant; the fake NVML (`fake_nvml`), the generated sysfs tree (`sysfs_tree`) an
 InfiniBand tools (`bin/`) read that state, so every collector runs unchanged. The cluster:
 `kubeapi` (a Kubernetes API) and `kubelet` (PodResources and kube-state-metrics' pod labels).
 The fleet's history for the report: `fleet`. Real servers for the demo, tests and benches:
-`servers` and `stack`. Only `fleet` needs an extra (numpy, from `[report]`); the exporter
+`loopback_servers` and `stack`. Only `fleet` needs an extra (numpy, from `[report]`); the exporter
 imports only the hardware modules, which need the base install alone.
 """
 

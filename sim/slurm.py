@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetwatch.sim.servers import free_port, process
+from fleetwatch.sim.loopback_servers import free_port, process
 from fleetwatch.slurm.scontrol import Scontrol, parse_line
 
 BINARIES = {

@@ -29,8 +29,7 @@ from fleetwatch.rules.config import (
     load_config,
     shipped_text,
 )
-from fleetwatch.sim.scenario import load_scenario
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     alertmanager,
     fleetwatch_command,
@@ -39,6 +38,7 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
+from fleetwatch.sim.scenario import load_scenario
 
 ALERTMANAGER_ROUTE: Final = "alertmanager.yml"
 KUBECONFIG: Final = "simulated-kubeconfig.yaml"

@@ -87,9 +87,9 @@ def _after_sync(
     settings: TaintSettings, *, api: ClusterApi, leadership: Leadership, metrics: TainterMetrics
 ) -> tuple[AfterSync, ...]:
     """The steps after each node sync: Kubernetes' node condition and eviction; on Slurm,
-    requeueing or cancelling a drained node's jobs (`tainter.slurm_jobs`)."""
+    requeueing or cancelling a drained node's jobs (`tainter.slurm_requeue`)."""
     if settings.orchestrator == "slurm":
-        from fleetwatch.tainter.slurm_jobs import JobRemover
+        from fleetwatch.tainter.slurm_requeue import JobRemover
 
         return (
             JobRemover(

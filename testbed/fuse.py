@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.loopback_servers import wait_until
 
 FUSERMOUNT = "fusermount3"
 _WRITE_ERRORS = {"erofs": errno.EROFS, "enospc": errno.ENOSPC}

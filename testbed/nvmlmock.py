@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetwatch.sim.servers import Server, fleetwatch_command, http_get
+from fleetwatch.sim.loopback_servers import Server, fleetwatch_command, http_get
 
 ENVIRONMENT = "FLEETWATCH_NVML_MOCK"
 LIBRARY = Path("lib") / "libnvidia-ml.so.1"

@@ -4,7 +4,7 @@ The second engine the rules must agree with: single-node VictoriaMetrics as the 
 vmagent scraping targets and remote-writing into it, vmalert evaluating rule files against
 it with MetricsQL (which does not extrapolate `increase()`), its state remote-written back.
 Each server starts on a free loopback port with a temporary directory, is awaited with a
-deadline and stopped by PID, through the same machinery as testbed.servers.
+deadline and stopped by PID, through the same machinery as testbed.tool_servers.
 
 Debian ships 1.79, whose vmalert refuses `keep_firing_for` (read from vmalert v1.92.0 on):
 `rules_for_vmalert` strips it when the installed vmalert does not read it.
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fleetwatch.sim.servers import Server, free_port, http_get, require_binary, running
+from fleetwatch.sim.loopback_servers import Server, free_port, http_get, require_binary, running
 
 VICTORIA_METRICS = "/usr/bin/victoria-metrics"
 VMAGENT = "/usr/bin/vmagent"
@@ -283,7 +283,7 @@ def query_range(
     server: Server, expr: str, *, start: float, end: float, step: str
 ) -> list[dict[str, Any]]:
     """A range query through the Prometheus HTTP API (VictoriaMetrics and Prometheus alike);
-    returns `data.result` (a matrix). Instant queries: testbed.servers.prom_query."""
+    returns `data.result` (a matrix). Instant queries: testbed.tool_servers.prom_query."""
     params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
     body = json.loads(http_get(f"{server.url}/api/v1/query_range?{params}", timeout=60))
     if body.get("status") != "success":

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import generate
-from dashboards.generate import DASHBOARDS_DIR
+from dashboards.write_dashboards import DASHBOARDS_DIR
 
 
 def test_committed_files_are_what_the_generate_step_writes(

@@ -98,7 +98,7 @@ def test_helpers_may_import_helpers_and_testbed(tmp_path: Path) -> None:
     (tmp_path / "bench").mkdir()
     (tmp_path / "tests" / "a").mkdir(parents=True)
     (tmp_path / "tests" / "a" / "test_one.py").write_text(
-        "from tests.a.helpers import x\nfrom testbed.servers import promtool\n"
+        "from tests.a.helpers import x\nfrom testbed.tool_servers import promtool\n"
     )
     (tmp_path / "tests" / "a" / "helpers.py").write_text("from tests.golden import GOLDEN_DIR\n")
     (tmp_path / "bench" / "bench_x.py").write_text("from testbed.clock import FixedClock\n")

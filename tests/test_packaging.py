@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fleetwatch
-from fleetwatch.sim.servers import free_port, http_get, running
+from fleetwatch.sim.loopback_servers import free_port, http_get, running
 from tests.install import WHEEL_RUN, imported_source, mismatch, wheel_run
 
 # Modules that need an extra's dependencies; the rest must import with the base install.
@@ -148,7 +148,7 @@ def test_simulated_exporter_runs_from_the_base_install(tmp_path: Path) -> None:
         ("fleetwatch.rules", "fleetwatch.recording.yaml"),
         ("fleetwatch.rules", "fleetwatch.global.yaml"),
         ("fleetwatch.rules", "alertmanager.yml"),
-        ("fleetwatch.rules", "xid_catalog.yaml"),
+        ("fleetwatch.catalog", "nvidia_xids.yaml"),
         ("fleetwatch.sim.scenarios", "dgx-h100.yaml"),
         ("fleetwatch.sim.scenarios", "demo.yaml"),
         ("fleetwatch.sim", "bin/perfquery"),

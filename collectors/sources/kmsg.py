@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent, parse_storage
-from fleetwatch.rules.xids import NVLINK5_XIDS
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from fleetwatch.catalog.gpu import (
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
+from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
 from fleetwatch.catalog.xid import (
     GPU_XID_ERRORS_TOTAL,
@@ -51,7 +52,6 @@ from fleetwatch.rules.promql import (
     match,
     union,
 )
-from fleetwatch.rules.xids import NVLINK5_XIDS
 
 
 def records(config: Config, p: Params) -> list[Record]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from fleetwatch import __version__, flags
 from fleetwatch.flags import ArgParser, Flags, Subcommand, deprecated_flags_used, env_name
@@ -28,21 +29,57 @@ COMMON_FLAGS = (Flags(settings=LogSettings, prefix="log"),)
 """The flags every subcommand has."""
 
 
-def subcommands() -> list[Subcommand]:
-    """Every subcommand. Subcommand modules are listed here, explicitly."""
-    from fleetwatch import demo
+def _export() -> tuple[Subcommand, ...]:
     from fleetwatch.exporter import export
-    from fleetwatch.report import cli as report_cli
-    from fleetwatch.slurm import cli as slurm_cli
+
+    return export.subcommands()
+
+
+def _demo() -> tuple[Subcommand, ...]:
+    from fleetwatch.sim import demo
+
+    return demo.subcommands()
+
+
+def _tainter() -> tuple[Subcommand, ...]:
     from fleetwatch.tainter import cli as tainter_cli
 
-    return [
-        *export.subcommands(),
-        *demo.subcommands(),
-        *tainter_cli.subcommands(),
-        *report_cli.subcommands(),
-        *slurm_cli.subcommands(),
-    ]
+    return tainter_cli.subcommands()
+
+
+def _report() -> tuple[Subcommand, ...]:
+    from fleetwatch.report import cli as report_cli
+
+    return report_cli.subcommands()
+
+
+def _slurm() -> tuple[Subcommand, ...]:
+    from fleetwatch.slurm import cli as slurm_cli
+
+    return slurm_cli.subcommands()
+
+
+SUBCOMMAND_MODULES: Final[dict[str, Callable[[], tuple[Subcommand, ...]]]] = {
+    "export": _export,
+    "demo": _demo,
+    "simulate-cluster": _demo,
+    "taint": _tainter,
+    "untaint": _tainter,
+    "breaker": _tainter,
+    "report": _report,
+    "slurm": _slurm,
+}
+"""Each subcommand's name and the module that declares it, imported only when asked: the
+exporter on a node loads neither the simulator nor the rules, and `fleetwatch slurm` (run for
+every Slurm job's prolog and epilog) neither the exporter nor the tainter."""
+
+
+def subcommands(name: str | None = None) -> list[Subcommand]:
+    """Every subcommand, or only those of the module that declares `name`."""
+    loaders = dict.fromkeys(SUBCOMMAND_MODULES.values())
+    if name is not None:
+        loaders = {SUBCOMMAND_MODULES[name]: None}
+    return [subcommand for load in loaders for subcommand in load()]
 
 
 def build_parser(only: Sequence[Subcommand] | None = None) -> ArgParser:
@@ -59,13 +96,12 @@ def build_parser(only: Sequence[Subcommand] | None = None) -> ArgParser:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The parsed command line, with FLEETWATCH_* variables for the flags it does not give.
 
-    `fleetwatch slurm ...` builds only its own parser: the prolog and epilog run for every
-    Slurm job, and importing every other subcommand (the exporter, the tainter, the report)
-    would add most of a second to each job's start and end."""
-    if argv[:1] == ["slurm"]:
-        from fleetwatch.slurm import cli as slurm_cli
-
-        return flags.parse_args(build_parser(slurm_cli.subcommands()), argv)
+    A command line that starts with a subcommand builds only the parser of the module that
+    declares it (`SUBCOMMAND_MODULES`); anything else (`--help`, `--version`) builds them
+    all."""
+    first = argv[0] if argv else None
+    if first in SUBCOMMAND_MODULES:
+        return flags.parse_args(build_parser(subcommands(first)), argv)
     return flags.parse_args(build_parser(), argv)
 
 

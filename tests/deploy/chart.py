@@ -29,8 +29,8 @@ LINT_WARNING = 2  # Helm's support.WarningSev; 1 is INFO
 
 
 def chart_generator() -> Any:
-    """helm/generate.py, the chart generator."""
-    return importlib.import_module("helm.generate")
+    """helm/write_chart.py, the chart generator."""
+    return importlib.import_module("helm.write_chart")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.export import close_collectors, create_collectors
-from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock

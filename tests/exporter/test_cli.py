@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.cli import build_parser, main, parse_args
+from fleetwatch.cli import SUBCOMMAND_MODULES, build_parser, main, parse_args, subcommands
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.podresources import PodResourcesSettings
 from fleetwatch.collectors.xid import XidSettings
@@ -34,6 +34,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         env=env,
         check=False,
     )
+
+
+def test_each_subcommand_is_listed_beside_the_module_that_declares_it() -> None:
+    """The parser of `fleetwatch NAME` is built from NAME's module alone, so the table must
+    name every subcommand, and each under the module that declares it."""
+    for name, load in SUBCOMMAND_MODULES.items():
+        assert name in {command.name for command in load()}
+    assert sorted(SUBCOMMAND_MODULES) == sorted(command.name for command in subcommands())
 
 
 def test_env_names() -> None:

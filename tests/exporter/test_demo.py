@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import build_parser, main, parse_args
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
+from fleetwatch.sim.demo_slurm import missing
+from fleetwatch.sim.loopback_servers import ALERTMANAGER, PROMETHEUS, http_status, require_binary
 from fleetwatch.sim.slurm import BINARIES, SYSTEM_DIRECTORIES, search_path
-from fleetwatch.slurm_demo import missing
 
 
 @pytest.mark.parametrize(

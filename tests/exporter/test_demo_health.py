@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import main
-from fleetwatch.demo import demo_plan
 from fleetwatch.report.dataset import load_snapshot
 from fleetwatch.rules.config import load_config
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.demo import demo_plan
+from fleetwatch.sim.loopback_servers import (
     ALERTMANAGER,
     PROMETHEUS,
     http_get,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetwatch.demo import print_banner, story
+from fleetwatch.sim.demo import print_banner, story
 from fleetwatch.sim.scenario import load_scenario
 
 

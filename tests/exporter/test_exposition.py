@@ -22,13 +22,13 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.engine import SELF_METRICS, Engine, ScheduledCollector
 from fleetwatch.exporter.export import close_collectors, create_collectors
-from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.settings import ExportSettings
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
+from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
-from testbed.servers import prom_query, promtool_check_metrics
+from testbed.tool_servers import prom_query, promtool_check_metrics
 from tests.exporter.node import collect_node
 from tests.golden import GOLDEN_DIR
 

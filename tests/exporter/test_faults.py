@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 
 SCENARIO = {
     "gpus": 8,

@@ -16,7 +16,7 @@ from fleetwatch.exporter.engine import Engine
 from fleetwatch.exporter.http import accepts_gzip, make_app
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.listener import Listener, ListenerSettings, listen
-from fleetwatch.sim.servers import free_port
+from fleetwatch.sim.loopback_servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

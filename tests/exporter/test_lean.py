@@ -6,10 +6,15 @@ flags at 0, the NVLink error counters still at 0 and the storage per-operation s
 the data path's counts and times (`LEAN_OPERATIONS`), and nothing else. An NVLink error
 counter under lean appears at its first error, so NVLinkErrorsRising is checked with
 promtool on the shipped rules against a series that is absent until then.
+
+Lean also means what the exporter loads: on a node (no `--simulate`) a real `fleetwatch
+export` process imports no module of the simulator and none of the rules.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,8 @@ from fleetwatch.catalog.storage import (
 from fleetwatch.collectors.nvlink import has_erred
 from fleetwatch.collectors.storage import LEAN_OPERATIONS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS
-from testbed.servers import promtool
+from fleetwatch.sim.loopback_servers import free_port
+from testbed.tool_servers import promtool
 from tests.exporter.node import collect_node
 
 RULES = Path(__file__).parents[2] / "rules"
@@ -148,3 +154,64 @@ def test_nvlink_error_alert_fires_on_a_series_that_appears_at_its_first_error(
     test_file.write_text(yaml.safe_dump(promtool_test(values, eval_time, firing)))
     result = promtool("test", "rules", str(test_file))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+EXPORT_ON_A_NODE = """
+import os, signal, sys, threading, time, urllib.request
+from fleetwatch.cli import main
+
+port, root = sys.argv[1], sys.argv[2]
+ready = threading.Event()
+
+
+def stop_when_ready():
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ready.is_set():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+                ready.set()
+        except OSError:
+            time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+threading.Thread(target=stop_when_ready, daemon=True).start()
+status = main([
+    "export",
+    f"--web.listen-address=127.0.0.1:{port}",
+    f"--path.sysfs={root}/sys",
+    f"--path.procfs={root}/proc",
+    f"--path.rootfs={root}",
+    f"--collector.xid.kmsg-path={root}/kmsg",
+])
+print("status", status, "ready", ready.is_set())
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_the_exporter_on_a_node_loads_neither_the_simulator_nor_the_rules(
+    tmp_path: Path,
+) -> None:
+    """`fleetwatch export` without `--simulate`, through the console script's entry point
+    (`fleetwatch.cli.main`) in a process of its own, on an empty node (no GPU, no fabric):
+    it serves until /readyz answers after the first cycle, stops on SIGTERM as in a pod, and
+    then lists every module it loaded. An import of the simulator or the rules anywhere on
+    that path (the parser, the hardware set-up, a collector, the Xid catalog) fails here."""
+    for folder in ("sys", "proc"):
+        (tmp_path / folder).mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT_ON_A_NODE, str(free_port()), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status, *modules = done.stdout.splitlines()
+    assert status == "status 0 ready True", done.stderr
+    assert {"fleetwatch.exporter.export", "fleetwatch.collectors.xid"} <= set(modules)
+    assert "fleetwatch.catalog.nvidia_xids" in modules, "the Xid collector reads the catalog"
+    loaded = [
+        m for m in modules if m.split(".")[:2] in (["fleetwatch", "sim"], ["fleetwatch", "rules"])
+    ]
+    assert loaded == []

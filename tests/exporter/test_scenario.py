@@ -18,7 +18,7 @@ from fleetwatch.sim.scenario import (
 )
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
-from testbed.servers import promtool_check_metrics
+from testbed.tool_servers import promtool_check_metrics
 
 VALID = {
     "gpus": 8,

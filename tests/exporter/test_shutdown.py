@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.exporter.shutdown import EXIT_SHUTDOWN_TIMEOUT, ShutdownDeadline
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 
 # Real exporter processes, signalled: 40 s in all, kept out of the fast lane.
 pytestmark = [pytest.mark.timeout(600), pytest.mark.integration]

@@ -25,8 +25,8 @@ from fleetwatch.collectors.sources.podresources import DEFAULT_RESOURCES, PodRes
 from fleetwatch.collectors.sources.resourceslices import KubeAccess, ResourceSliceWatcher
 from fleetwatch.sim.kubelet import resource_slice, serve_kubelet
 from fleetwatch.sim.scenario import PodSpec, load_scenario
-from testbed.kube import ApiServer, Identity, MissingAssets, find_assets, service_account
-from testbed.kube import api_server as start_api_server
+from testbed.kube_apiserver import ApiServer, Identity, MissingAssets, find_assets, service_account
+from testbed.kube_apiserver import api_server as start_api_server
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE, RELEASE, Release, install
 from tests.gpu.simnode import samples, simulated

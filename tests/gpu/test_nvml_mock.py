@@ -16,7 +16,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.loopback_servers import wait_until
 from testbed.nvmlmock import MissingNvmlMock, MockedExporter, NvmlMock, exporter_on_mock
 
 GPUS = {str(index) for index in range(8)}

@@ -23,7 +23,7 @@ from fleetwatch.collectors.sources.pci import nvml_bus_id
 from fleetwatch.collectors.xid import FALLEN_OFF_BUS, XidCollector, XidLedger
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.settings import ExportSettings
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.faults import Fault, GpuFault, GpuLost, GpuOffBus
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs

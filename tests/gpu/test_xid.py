@@ -24,7 +24,7 @@ from fleetwatch.collectors.sources.kmsg import (
     unescape,
 )
 from fleetwatch.collectors.xid import XidCollector, XidLedger
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog, simulated_pci_bus_id
 from fleetwatch.sim.faults import GpuLost, Xid
 from tests.gpu.kmsglines import an_hour_ago, record

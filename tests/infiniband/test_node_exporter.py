@@ -13,12 +13,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.exporter.render import Renderer
+from fleetwatch.sim.loopback_servers import Server, http_get
 from fleetwatch.sim.scenario import parse_scenario
-from fleetwatch.sim.servers import Server, http_get
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
-from testbed.servers import node_exporter
+from testbed.tool_servers import node_exporter
 from tests.infiniband.fixtures import FIXTURES, make_collector
 
 E = "fleetwatch_infiniband_port_errors_total"

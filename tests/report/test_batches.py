@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetwatch.report.dataset import MAX_QUERY_BYTES, batches, fitted
-from fleetwatch.report.policy import shipped_config
 from fleetwatch.report.queries import QUERIES, Window
+from fleetwatch.report.thresholds import shipped_config
 
 TEMP_ABOVE = next(q for q in QUERIES if q.name == "temp_above_seconds")
 WINDOW = Window(

@@ -30,7 +30,7 @@ from fleetwatch.report.promapi import (
     chunks,
 )
 from fleetwatch.report.queries import QUERIES, Window
-from fleetwatch.sim.servers import free_port
+from fleetwatch.sim.loopback_servers import free_port
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
 

@@ -30,7 +30,7 @@ from fleetwatch.report.queries import (
     NODE_CHECKPOINT_WRITE,
 )
 from fleetwatch.report.section import Section
-from testbed.servers import history_store
+from testbed.tool_servers import history_store
 
 pytestmark = pytest.mark.integration
 

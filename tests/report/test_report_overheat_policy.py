@@ -26,7 +26,7 @@ from fleetwatch.catalog.gpu import (
     GPUS_VISIBLE,
 )
 from fleetwatch.cli import main
-from testbed.servers import history_store
+from testbed.tool_servers import history_store
 
 pytestmark = pytest.mark.integration
 

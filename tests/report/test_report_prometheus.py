@@ -27,8 +27,8 @@ from fleetwatch.sim.fleet import (
     node_name,
     uuid,
 )
-from fleetwatch.sim.servers import Server, require_binary
-from testbed.servers import backfill_fleet, history_prometheus
+from fleetwatch.sim.loopback_servers import Server, require_binary
+from testbed.tool_servers import backfill_fleet, history_prometheus
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,12 @@ from fleetwatch.report.dataset import RAW
 from fleetwatch.rules.config import PACKAGE, RECORDING_FILE
 from fleetwatch.rules.definitions import TENSOR_ACTIVE_RECORD
 from fleetwatch.sim.fleet import FleetSpec, Injected, node_name
-from testbed.servers import backfill_fleet, history_prometheus, promtool, report_recording_rules
+from testbed.tool_servers import (
+    backfill_fleet,
+    history_prometheus,
+    promtool,
+    report_recording_rules,
+)
 
 pytestmark = pytest.mark.integration
 

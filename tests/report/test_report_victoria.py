@@ -20,7 +20,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.sim.fleet import FleetSpec, write_openmetrics, write_victoria_import
-from testbed.servers import history_store
+from testbed.tool_servers import history_store
 
 pytestmark = pytest.mark.integration
 

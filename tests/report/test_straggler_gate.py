@@ -3,7 +3,7 @@ keeps counting, as the alert keeps firing while it persists."""
 
 from __future__ import annotations
 
-from fleetwatch.report.policy import shipped_policy
+from fleetwatch.report.thresholds import shipped_policy
 from fleetwatch.rules.definitions import straggler_gate
 
 BUSY, DRAGGED = 0.55, 0.2

@@ -14,7 +14,12 @@ from typing import Any, Final
 
 from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config
-from fleetwatch.sim.servers import Server, fleetwatch_command, fleetwatch_export, prometheus
+from fleetwatch.sim.loopback_servers import (
+    Server,
+    fleetwatch_command,
+    fleetwatch_export,
+    prometheus,
+)
 
 # The longest `for` a live test waits out; the shipped thresholds themselves stay as they are.
 MAX_FOR_SECONDS = 10

@@ -14,7 +14,7 @@ from types import ModuleType
 import yaml
 
 from fleetwatch.catalog import ALL
-from testbed.servers import promtool
+from testbed.tool_servers import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "rules"
@@ -26,7 +26,7 @@ _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s
 
 
 def dashboards_generator() -> ModuleType:
-    return importlib.import_module("dashboards.generate")
+    return importlib.import_module("dashboards.write_dashboards")
 
 
 def metric_names(expr: str) -> set[str]:

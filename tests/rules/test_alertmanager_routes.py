@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetwatch.sim.servers import require_binary
+from fleetwatch.sim.loopback_servers import require_binary
 from tests.rules.promql import RULES_DIR
 
 AMTOOL = "/usr/bin/amtool"

@@ -28,7 +28,7 @@ from fleetwatch.durations import format_duration
 from fleetwatch.durations import parse_duration as duration
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     alertmanager,
     fleetwatch_export,

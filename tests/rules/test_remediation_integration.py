@@ -34,10 +34,10 @@ from fleetwatch.rules.config import Config, load_config
 from fleetwatch.rules.definitions import CHECKPOINT_READ_ONLY_REMOUNT_RECORD
 from fleetwatch.rules.groups import remediation_contract
 from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
-from fleetwatch.sim.servers import Server
+from fleetwatch.sim.loopback_servers import Server
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.sources import PrometheusEvidence, promql_string
-from testbed.servers import backfill, history_prometheus, prom_query
+from testbed.tool_servers import backfill, history_prometheus, prom_query
 
 pytestmark = pytest.mark.integration
 

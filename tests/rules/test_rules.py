@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 import generate as generate_step
-from fleetwatch.rules import generate
+from fleetwatch.catalog.nvidia_xids import shipped_catalog
+from fleetwatch.rules import write_rules as generate
 from fleetwatch.rules.config import ConfigError, load_config, parameters
 from fleetwatch.rules.definitions import kube_state_metrics_label
 from fleetwatch.rules.groups import alert_groups, recording_groups, remediation_contract
-from fleetwatch.rules.xids import shipped_catalog
-from testbed.servers import promtool
+from testbed.tool_servers import promtool
 from tests.rules.promql import (
     ROOT,
     RULES_DIR,

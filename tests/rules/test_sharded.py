@@ -29,7 +29,7 @@ import yaml
 
 from fleetwatch.rules.config import GLOBAL_SCOPE, NODE_SCOPE, load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups, scope_groups
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     alertmanager,
     fleetwatch_command,
     fleetwatch_export,

@@ -10,7 +10,7 @@ import pytest
 
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
-from testbed.servers import promtool
+from testbed.tool_servers import promtool
 from tests.rules.promql import RULES_DIR
 
 TARGET_TESTS = RULES_DIR / "tests" / "checkpoint-target"

@@ -27,14 +27,14 @@ from fleetwatch.catalog.gpu import GPU_INFO
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
 from fleetwatch.sim.kubelet import resource_slice
-from fleetwatch.sim.scenario import load_scenario
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     prom_alerts,
     wait_until,
 )
-from testbed.kube import MissingAssets, api_server, find_assets, service_account
-from testbed.servers import prom_query
+from fleetwatch.sim.scenario import load_scenario
+from testbed.kube_apiserver import MissingAssets, api_server, find_assets, service_account
+from testbed.tool_servers import prom_query
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.deploy.chart import RELEASE, install

@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.generate import DASHBOARDS_DIR
+from dashboards.write_dashboards import DASHBOARDS_DIR
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups, recording_groups
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     prom_alerts,
     wait_until,
 )
-from testbed.servers import prom_query
+from testbed.tool_servers import prom_query
 from tests.rules.live import (
     JOB,
     NAMESPACE,

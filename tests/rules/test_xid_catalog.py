@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetwatch.rules import xids
-from fleetwatch.rules.xids import CatalogError, parse_catalog, shipped_catalog
+from fleetwatch.catalog import nvidia_xids as xids
+from fleetwatch.catalog.nvidia_xids import CatalogError, parse_catalog, shipped_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = {

@@ -28,7 +28,7 @@ from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.groups import alert_groups, dump_groups
 from fleetwatch.sim.fake_nvml import simulated_pci_bus_id
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     fleetwatch_export,
     http_get,
@@ -36,7 +36,7 @@ from fleetwatch.sim.servers import (
     prometheus,
     wait_until,
 )
-from testbed.servers import prom_query
+from testbed.tool_servers import prom_query
 from tests.gpu.kmsglines import an_hour_ago, record
 
 pytestmark = pytest.mark.integration

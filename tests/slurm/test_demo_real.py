@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.sim.servers import wait_until
-from fleetwatch.slurm_demo import missing
+from fleetwatch.sim.demo_slurm import missing
+from fleetwatch.sim.loopback_servers import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.sim.servers import Server, fleetwatch_export
+from fleetwatch.sim.loopback_servers import Server, fleetwatch_export
 from fleetwatch.sim.slurm import SlurmCluster, slurm_cluster
 
 SLURM_LIMIT = 60.0

@@ -15,7 +15,7 @@ import pytest
 
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_MAPPING_FILES
-from fleetwatch.collectors.slurmjobs import SlurmJobsCollector
+from fleetwatch.collectors.slurm_allocation import SlurmJobsCollector
 from fleetwatch.slurm import mapping
 from fleetwatch.slurm.cli import epilog, prolog
 

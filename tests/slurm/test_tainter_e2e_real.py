@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from fleetwatch.sim.loopback_servers import post_alert, wait_until
 from fleetwatch.sim.overheat import overheat_alert, start_overheat_stack
-from fleetwatch.sim.servers import post_alert, wait_until
 from fleetwatch.sim.slurm import SlurmCluster
 from fleetwatch.sim.stack import Stack
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.sim.servers import wait_until
+from fleetwatch.sim.loopback_servers import wait_until
 from fleetwatch.sim.slurm import SlurmCluster
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
@@ -31,7 +31,7 @@ from fleetwatch.tainter.settings import (
     SlurmAccess,
 )
 from fleetwatch.tainter.slurm_backend import SlurmNodeApi
-from fleetwatch.tainter.slurm_jobs import JobRemover
+from fleetwatch.tainter.slurm_requeue import JobRemover
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration

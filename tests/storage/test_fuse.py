@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.collectors import storage
-from fleetwatch.sim.servers import Server, fleetwatch_export, http_get, wait_until
+from fleetwatch.sim.loopback_servers import Server, fleetwatch_export, http_get, wait_until
 from testbed.fuse import FuseMount, fuse_mount, fuse_unavailable
 
 pytestmark = [

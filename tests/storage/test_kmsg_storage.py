@@ -20,7 +20,7 @@ from fleetwatch.catalog.storage import (
 from fleetwatch.collectors.sources.kmsg import KmsgReader, parse_record
 from fleetwatch.collectors.sources.kmsg_storage import EventKind, StorageEvent
 from fleetwatch.collectors.xid import XidCollector, XidLedger
-from fleetwatch.sim import servers
+from fleetwatch.sim import loopback_servers as servers
 from tests.gpu.kmsglines import an_hour_ago, record
 from tests.gpu.simnode import samples, simulated
 

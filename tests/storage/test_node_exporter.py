@@ -17,9 +17,9 @@ from fleetwatch.collectors import storage
 from fleetwatch.collectors.sources.mounts import parse_mountstats
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from fleetwatch.exporter.render import Renderer
-from fleetwatch.sim.servers import http_get
+from fleetwatch.sim.loopback_servers import http_get
 from testbed.mounts import MOUNTSTATS, write_procfs
-from testbed.servers import node_exporter
+from testbed.tool_servers import node_exporter
 
 # node_exporter family -> ours (per operation).
 PER_OPERATION = {

@@ -27,11 +27,11 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.storage import SPEC
-from fleetwatch.demo import NODE as NODE_NAME
-from fleetwatch.demo import story
-from fleetwatch.exporter.hardware import simulated_hardware
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
+from fleetwatch.sim.demo import story
+from fleetwatch.sim.demo_session import NODE as NODE_NAME
+from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from fleetwatch.sim.world import SimulatedNode, WallClock
 from testbed.clock import FixedClock

@@ -35,8 +35,8 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
 )
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
-from testbed.kube import ADMIN, ApiServer, MissingAssets, find_assets
-from testbed.kube import api_server as start_api_server
+from testbed.kube_apiserver import ADMIN, ApiServer, MissingAssets, find_assets
+from testbed.kube_apiserver import api_server as start_api_server
 from tests.tainter.realkube import IDENTITIES, RealCluster
 
 TOKEN = "s3cret-token"

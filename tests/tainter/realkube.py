@@ -1,4 +1,4 @@
-"""The tainter's tests on a real Kubernetes API server (testbed/kube.py): who the server
+"""The tainter's tests on a real Kubernetes API server (testbed/kube_apiserver.py): who the server
 knows, and a view of its nodes, Events and Leases shaped like the simulated cluster's
 (`taints`, `nodes`, `events_for`, `mutate`), so a test reads the same on either."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.kube import ApiServer, Identity, bound_pod, service_account
+from testbed.kube_apiserver import ApiServer, Identity, bound_pod, service_account
 from tests.deploy.chart import NAMESPACE, RELEASE, Release
 
 # The chart's tainter ServiceAccount (release RELEASE in NAMESPACE), as the API server sees
@@ -122,7 +122,7 @@ class RealCluster:
 
     def run_pod(self, name: str, *, namespace: str, node: str, **kwargs: Any) -> dict[str, Any]:
         """Create a pod bound to `node` and report it Running and Ready, as its kubelet
-        would (`testbed.kube.bound_pod` takes the keyword arguments)."""
+        would (`testbed.kube_apiserver.bound_pod` takes the keyword arguments)."""
         pod = self.server.call(
             "POST",
             f"/api/v1/namespaces/{namespace}/pods",

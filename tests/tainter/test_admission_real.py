@@ -25,7 +25,7 @@ from fleetwatch.tainter.quarantine import HISTORY_ANNOTATION as HISTORY
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, History
 from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy
 from fleetwatch.tainter.writes import Change, guarded_update
-from testbed.kube import ADMIN, ApiServer
+from testbed.kube_apiserver import ADMIN, ApiServer
 from tests.deploy import fakekube
 from tests.deploy.chart import Release, install
 from tests.tainter.conftest import ControllerFactory, alert, keys, webhook

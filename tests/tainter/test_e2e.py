@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from fleetwatch.sim.loopback_servers import wait_until
 from fleetwatch.sim.overheat import start_overheat_stack
-from fleetwatch.sim.servers import wait_until
 from fleetwatch.sim.stack import Stack
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 from fleetwatch.tainter.settings import ElectionSettings
-from testbed.kube import ADMIN, ApiServer
+from testbed.kube_apiserver import ADMIN, ApiServer
 from tests.tainter.conftest import (
     AUTH,
     Clock,

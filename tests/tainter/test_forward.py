@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fleetwatch.sim.servers import free_port
+from fleetwatch.sim.loopback_servers import free_port
 from fleetwatch.tainter.forward import (
     FORWARDED_HEADER,
     Forwarder,
@@ -21,7 +21,7 @@ from fleetwatch.tainter.forward import (
     first_certificate,
 )
 from fleetwatch.tainter.settings import TlsFiles
-from testbed.kube import write_pki
+from testbed.kube_apiserver import write_pki
 
 
 def tls_files(folder: Path) -> TlsFiles:

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     alertmanager,
     fleetwatch_command,
@@ -37,7 +37,7 @@ from fleetwatch.sim.servers import (
     http_status,
     wait_until,
 )
-from testbed.servers import served_in_thread
+from testbed.tool_servers import served_in_thread
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from fleetwatch import __version__
 from fleetwatch.catalog import tainter
 from fleetwatch.catalog.exporter import BUILD_INFO
 from fleetwatch.tainter.metrics import TainterMetrics
-from testbed.servers import promtool_check_metrics
+from testbed.tool_servers import promtool_check_metrics
 
 
 def test_every_tainter_family_is_catalogued_and_nothing_else() -> None:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import pytest
 
-from testbed.kube import ApiServer
+from testbed.kube_apiserver import ApiServer
 from tests.deploy import fakekube
 from tests.deploy.chart import NAMESPACE, Release, default_values, install, tainter_api_calls
 from tests.tainter.realkube import ALL_FEATURES, RBAC_KINDS, TAINTER, apply_release, wait_for

@@ -10,7 +10,8 @@ Collectors, rules, dashboards, the simulator, the tainter and the report import 
 from here and never spell a `fleetwatch_` name (tests/test_catalog.py checks it);
 docs/metrics.md is generated from `ALL` (`fleetwatch.catalog.doc`). The package imports
 only the standard library, so the tainter and the report can read it without the
-exporter's dependencies.
+exporter's dependencies; `nvidia_xids` (NVIDIA's Xid catalog, data the collectors, the rules
+and the report share, read from its YAML with pyyaml) is imported on its own, never from here.
 """
 
 from __future__ import annotations

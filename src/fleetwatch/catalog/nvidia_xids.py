@@ -1,11 +1,11 @@
-"""NVIDIA's Xid catalog (`xid_catalog.yaml`) and the lists derived from it.
+"""NVIDIA's Xid catalog (`nvidia_xids.yaml`) and the lists derived from it.
 
 One data file says, per Xid, what NVIDIA recommends doing and whether it points at
 hardware; the critical list the alert rules use, the report's RMA list and docs/xid.md are
 derived here, so no list of Xid numbers is written twice. A malformed catalog is refused
 with an error naming the file, the entry and the key.
 
-`python -m fleetwatch.rules.xids docs/xid.md` rewrites the Markdown table (`--check`
+`python -m fleetwatch.catalog.nvidia_xids docs/xid.md` rewrites the Markdown table (`--check`
 reports drift instead).
 """
 
@@ -24,7 +24,7 @@ import yaml
 from fleetwatch.catalog.xid import GPU_XID_NVLINK5_ERRORS_TOTAL
 from fleetwatch.flags import REQUIRED, parse_tool_settings, setting
 
-CATALOG: Final = "xid_catalog.yaml"
+CATALOG: Final = "nvidia_xids.yaml"
 ACTIONS: Final = (
     "none",
     "update_software",
@@ -296,11 +296,12 @@ def markdown(catalog: XidCatalog) -> str:
     lines = [
         "# Xid catalog",
         "",
-        "<!-- Generated from rules/xid_catalog.yaml by `python -m fleetwatch.rules.xids "
-        "docs/xid.md`; do not edit. -->",
+        "<!-- Generated from src/fleetwatch/catalog/nvidia_xids.yaml by "
+        "`python -m fleetwatch.catalog.nvidia_xids docs/xid.md`; do not edit. -->",
         "",
-        "NVIDIA's Xid catalog as fleetwatch ships it (`rules/xid_catalog.yaml`). *Action* is "
-        "NVIDIA's immediate action (*bucket*, as the catalog writes it) in fleetwatch's words; "
+        "NVIDIA's Xid catalog as fleetwatch ships it "
+        "(`src/fleetwatch/catalog/nvidia_xids.yaml`). *Action* is NVIDIA's immediate action "
+        "(*bucket*, as the catalog writes it) in fleetwatch's words; "
         "*hardware* marks Xids that point at the GPU's hardware rather than the application, "
         "driver or firmware.",
         "",
@@ -365,7 +366,7 @@ def markdown(catalog: XidCatalog) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class MarkdownSettings:
-    """The arguments of `python -m fleetwatch.rules.xids`."""
+    """The arguments of `python -m fleetwatch.catalog.nvidia_xids`."""
 
     output: Path = setting(
         REQUIRED, parse=Path, positional=True, help="the Markdown file (docs/xid.md)"
@@ -378,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_tool_settings(
         MarkdownSettings,
         argv,
-        prog="python -m fleetwatch.rules.xids",
+        prog="python -m fleetwatch.catalog.nvidia_xids",
         description="Write docs/xid.md from the Xid catalog.",
     )
     text = markdown(shipped_catalog())

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from fleetwatch.demo import (
+from fleetwatch.rules.config import load_config, parameters
+from fleetwatch.sim.demo_session import (
     INSTALL_HINT,
     DemoSettings,
     fail,
@@ -30,7 +31,7 @@ from fleetwatch.demo import (
     server_lines,
     tainter_available,
 )
-from fleetwatch.rules.config import load_config, parameters
+from fleetwatch.sim.loopback_servers import ALERTMANAGER, PROMETHEUS, post_alert
 from fleetwatch.sim.overheat import (
     ALERT,
     COOL_AT,
@@ -45,7 +46,6 @@ from fleetwatch.sim.overheat import (
     overheat_alert,
     start_overheat_stack,
 )
-from fleetwatch.sim.servers import ALERTMANAGER, PROMETHEUS, post_alert
 from fleetwatch.sim.slurm import (
     MissingSlurm,
     SlurmCluster,

@@ -31,7 +31,7 @@ from typing import Any, Final
 from grafanalib.core import Dashboard
 
 from dashboards import fabric, fleet_overview, node_detail, stack_health, training_job
-from dashboards.queries import Queries
+from dashboards.panel_promql import Queries
 from fleetwatch.rules.config import Config
 
 ROOT: Final = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from fleetwatch.sim.servers import process
+from fleetwatch.sim.loopback_servers import process
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 READY_TIMEOUT = 90.0  # seconds; about 4 s on a quiet 2-core machine
@@ -260,7 +260,7 @@ def object_path(obj: Mapping[str, Any]) -> str:
     """The URL path of `obj` (one of KINDS), from its kind, namespace and name."""
     kind = obj["kind"]
     if kind not in KINDS:
-        raise ValueError(f"testbed.kube knows no URL for kind {kind!r}: add it to KINDS")
+        raise ValueError(f"testbed.kube_apiserver knows no URL for kind {kind!r}: add it to KINDS")
     prefix, plural, namespaced = KINDS[kind]
     metadata = obj["metadata"]
     where = f"/namespaces/{metadata['namespace']}" if namespaced else ""

@@ -14,38 +14,42 @@ job waits for its thermally throttled GPU while another GPU idles, then its chec
 hangs and CheckpointMountHung takes the node out), follows it as it
 happens (firing alerts, node taints) and stops every process it started on Ctrl-C.
 
-`--orchestrator=slurm` runs the Slurm story instead (`fleetwatch.slurm_demo`): a real Slurm
-on this machine, a GPU that overheats and cools, the controller draining and resuming the
-node through scontrol. Both demos run in `run_session`: a temporary folder, the servers on one
-ExitStack, what changes printed until Ctrl-C or `--duration`, every process stopped by PID.
+`--orchestrator=slurm` runs the Slurm story instead (`fleetwatch.sim.demo_slurm`, imported
+only then): a real Slurm on this machine, a GPU that overheats and cools, the controller
+draining and resuming the node through scontrol. What both demos share (settings, the session
+that runs until Ctrl-C or `--duration`, the banner's server lines) is
+`fleetwatch.sim.demo_session`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import logging
-import shutil
-import signal
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from fleetwatch.catalog.gpu import GPU_TEMPERATURE_CELSIUS
 from fleetwatch.flags import (
     REQUIRED,
     Flags,
     Subcommand,
-    bounded_duration,
     existing_dir,
     listen_address,
     setting,
     shown_address,
+)
+from fleetwatch.sim.demo_session import (
+    DEFAULT_SCENARIO,
+    NODE,
+    DemoSettings,
+    fail,
+    firing_alerts,
+    run_session,
+    server_lines,
+    tainter_available,
 )
 from fleetwatch.sim.faults import (
     EccErrors,
@@ -68,22 +72,15 @@ from fleetwatch.sim.faults import (
     Throttle,
     Xid,
 )
-from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     ALERTMANAGER,
     PROMETHEUS,
-    MissingBinary,
-    Server,
-    ServerError,
-    prom_alerts,
 )
+from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
-from fleetwatch.tainter.settings import ORCHESTRATORS
 
 log = logging.getLogger(__name__)
 
-NODE: Final = "demo-node"
-DEFAULT_SCENARIO: Final = "demo"
 DEFAULT_PORTS: Final = {
     "exporter": 9842,
     "prometheus": 9090,
@@ -91,11 +88,6 @@ DEFAULT_PORTS: Final = {
     "tainter": 9843,
     "cluster": 18443,
 }
-INSTALL_HINT: Final = (
-    "sudo apt-get install -y --no-install-recommends prometheus prometheus-alertmanager"
-)
-demo_duration = bounded_duration(1.0, 366 * 86400.0)
-"""`--duration`: from a second (the stack must start) to the longest duration flag's bound."""
 
 
 def node_scenario(text: str) -> tuple[str, Scenario]:
@@ -107,30 +99,6 @@ def node_scenario(text: str) -> tuple[str, Scenario]:
         return node, load_scenario(spec)
     except ScenarioError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoSettings:
-    """`fleetwatch demo`: which orchestrator, which scenario, for how long."""
-
-    orchestrator: str = setting(
-        "kubernetes",
-        choices=ORCHESTRATORS,
-        help="a simulated Kubernetes cluster whose node is tainted, or a real local Slurm "
-        "whose node is drained (as root, with Debian's slurm-wlm and munge)",
-    )
-    scenario: str | None = setting(
-        None,
-        metavar="SCENARIO",
-        help=f"built-in scenario name or file (default: {DEFAULT_SCENARIO}); Kubernetes only, "
-        "the Slurm demo tells its own story",
-    )
-    duration: float | None = setting(
-        None,
-        parse=demo_duration,
-        metavar="DURATION",
-        help="stop after this long, e.g. 90s or 10m (default: run until Ctrl-C)",
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,7 +159,7 @@ def run_demo(args: argparse.Namespace) -> int:
     """Entry point of `fleetwatch demo`."""
     settings: DemoSettings = DEMO_FLAGS.read(args)
     if settings.orchestrator == "slurm":
-        from fleetwatch.slurm_demo import run_slurm_demo
+        from fleetwatch.sim.demo_slurm import run_slurm_demo
 
         return run_slurm_demo(settings)
     spec = settings.scenario or DEFAULT_SCENARIO
@@ -208,50 +176,6 @@ def run_demo(args: argparse.Namespace) -> int:
     return run_session(start, settings)
 
 
-def fail(message: str, *, code: int) -> int:
-    """Say what went wrong, as the flag parser does, and return the exit status `code`."""
-    print(f"fleetwatch demo: error: {message}", file=sys.stderr)
-    return code
-
-
-Start = Callable[[Path, contextlib.ExitStack], Callable[[], dict[str, str]]]
-"""A demo's start: its servers onto the ExitStack (their files in the folder), its banner
-printed; it returns what to watch (`observe`: one line per thing, by name)."""
-
-
-def run_session(
-    start: Start, settings: DemoSettings, *, errors: tuple[type[Exception], ...] = ()
-) -> int:
-    """Run a demo: `start` in a temporary folder, then print what changes until Ctrl-C (or
-    SIGTERM) or `settings.duration`; stop every process, remove the folder. A server that
-    does not start (or one of `errors`, the demo's own start failures) is one error line and
-    exit status 1."""
-    stopping = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    failures: tuple[type[Exception], ...] = (ServerError, MissingBinary, TimeoutError, *errors)
-    workdir = Path(tempfile.mkdtemp(prefix="fleetwatch-demo-"))
-    try:
-        with contextlib.ExitStack() as servers:
-            try:
-                watch = start(workdir, servers)
-                duration = settings.duration  # counted from when everything runs
-                deadline = None if duration is None else time.monotonic() + duration
-                follow(watch, deadline=deadline, stopping=lambda: stopping)
-            finally:
-                print("\nstopping every process the demo started ...", flush=True)
-    except failures as exc:
-        return fail(str(exc), code=1)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
-
-
 def demo_plan(scenario: str) -> Plan:
     """The shipped stack on `scenario`, with what this machine has installed."""
     return Plan(
@@ -263,11 +187,6 @@ def demo_plan(scenario: str) -> Plan:
         with_tainter=tainter_available(),
         ports=DEFAULT_PORTS,
     )
-
-
-def tainter_available() -> bool:
-    """Whether the tainter's extra is installed (the base install has no Kubernetes client)."""
-    return importlib.util.find_spec("kubernetes_asyncio") is not None
 
 
 def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> None:
@@ -284,32 +203,6 @@ def print_banner(urls: Mapping[str, str], workdir: Path, scenario: Scenario) -> 
     lines += ["", *story(scenario, workdir)]
     lines += [f"Logs: {workdir}. Press Ctrl-C to stop.", ""]
     print("\n".join(lines), flush=True)
-
-
-def server_lines(urls: Mapping[str, str]) -> list[str]:
-    """The banner's lines of where to look: each server of `urls` that runs, by name."""
-    lines = [f"  exporter      {urls['exporter']}/            (landing page, /metrics)"]
-    if "prometheus" in urls:
-        query = f"{GPU_TEMPERATURE_CELSIUS}%7Bsensor%3D%22gpu%22%7D"
-        lines += [
-            f"  prometheus    {urls['prometheus']}/graph?g0.expr={query}",
-            f"                {urls['prometheus']}/alerts",
-        ]
-    else:
-        lines += [
-            "  prometheus    not installed: no alerts and no taints. For the whole stack run",
-            f"                {INSTALL_HINT}",
-        ]
-    if "alertmanager" in urls:
-        lines.append(f"  alertmanager  {urls['alertmanager']}/")
-    if "cluster" in urls:
-        lines += [
-            f"  SIMULATED k8s {urls['cluster']}/api/v1/nodes/{NODE}  (not a real cluster)",
-            f"                {urls['cluster']}/metrics  (its kube-state-metrics pod labels)",
-        ]
-    if "tainter" in urls:
-        lines.append(f"  tainter       {urls['tainter']}/metrics")
-    return lines
 
 
 def story(scenario: Scenario, workdir: Path) -> list[str]:
@@ -460,24 +353,6 @@ def _mount_fault_story(fault: Fault, *, gpu: str, lasting: str) -> str:
     return f"{fault.kind} on {gpu}{lasting}"
 
 
-def follow(
-    watch: Callable[[], dict[str, str]], *, deadline: float | None, stopping: Callable[[], bool]
-) -> None:
-    """Print each line of `watch` when it changes, about once a second, with the time since
-    the start."""
-    start = time.monotonic()
-    last: dict[str, str] = {}
-    while not stopping() and (deadline is None or time.monotonic() < deadline):
-        for key, value in watch().items():
-            if last.get(key) != value:
-                print(f"[t={time.monotonic() - start:5.0f}s] {key}: {value}", flush=True)
-                last[key] = value
-        for _ in range(10):
-            if stopping():
-                return
-            time.sleep(0.1)
-
-
 def observe(stack: Stack) -> dict[str, str]:
     """The firing alerts and the node's taints, as one line each; what cannot be read now
     (a server still starting or busy) is left out until the next look."""
@@ -487,18 +362,6 @@ def observe(stack: Stack) -> dict[str, str]:
         seen["node taints"] = (
             ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in taints) or "none"
         )
-    return seen
-
-
-def firing_alerts(prometheus: Server | None) -> dict[str, str]:
-    """`firing alerts`: the names of the alerts `prometheus` fires now, or nothing when it
-    does not run or cannot be read now."""
-    seen: dict[str, str] = {}
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        if prometheus is not None:
-            alerts = prom_alerts(prometheus)
-            firing = sorted({a["labels"]["alertname"] for a in alerts if a["state"] == "firing"})
-            seen["firing alerts"] = ", ".join(firing) or "none"
     return seen
 
 

@@ -2,7 +2,7 @@
 
 The servers the demo also starts (Prometheus, Alertmanager, fleetwatch's own commands) and
 the harness that starts them (free loopback ports, temporary directories, readiness with a
-deadline, stop by PID) ship in the package as `fleetwatch.sim.servers`; what is here only
+deadline, stop by PID) ship in the package as `fleetwatch.sim.loopback_servers`; what is here only
 tests and benches use, and it starts its servers with the same harness.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from fleetwatch.sim.servers import (
+from fleetwatch.sim.loopback_servers import (
     Server,
     free_port,
     http_get,
