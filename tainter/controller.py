@@ -15,7 +15,7 @@ lifts it). The periodic `reconcile` does the same from live state: Alertmanager'
 alerts and the nodes' own taints and annotations, which is also how a restarted tainter (or
 a new leader) rebuilds its state. Whether the breaker is open is kept in the cluster. What
 each sync did is logged, counted and recorded as Events by `tainter.events`; then the
-`after_sync` steps (`tainter.remediation`: the node condition, removal from the run) see
+`after_sync` steps (`tainter.after_sync`: the node condition, removal from the run) see
 the node as written.
 """
 
@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.backend import NodeApi
 from fleetwatch.tainter.breaker import (
     Breaker,
@@ -44,7 +45,6 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 from fleetwatch.tainter.policy import Refusal, TaintPolicy
 from fleetwatch.tainter.quarantine import Marks, Quarantine
-from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
 from fleetwatch.tainter.writes import (

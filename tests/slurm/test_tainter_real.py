@@ -15,13 +15,13 @@ import pytest
 
 from fleetwatch.sim.servers import wait_until
 from fleetwatch.sim.slurm import SlurmCluster
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.policy import TaintPolicy
-from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
