@@ -43,10 +43,10 @@ from fleetwatch.tainter.events import SyncReport
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
-from fleetwatch.tainter.policy import Refusal, TaintPolicy
 from fleetwatch.tainter.quarantine import Marks, Quarantine
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource, SourceError
+from fleetwatch.tainter.taint_policy import Refusal, TaintPolicy
 from fleetwatch.tainter.writes import (
     TAINTED_LABEL,
     UNTAINT_ANNOTATION,

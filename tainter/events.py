@@ -15,8 +15,8 @@ from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
 from fleetwatch.tainter.desired import Intent
 from fleetwatch.tainter.kube_objects import ApiError, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import ControllerSettings
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from fleetwatch.tainter.writes import UNTAINT_ANNOTATION, Change
 
 log = logging.getLogger(__name__)

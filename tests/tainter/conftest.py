@@ -26,7 +26,6 @@ from fleetwatch.tainter.election import LeaderElector, Leadership
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -35,6 +34,7 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
 )
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from testbed.kube import ADMIN, ApiServer, MissingAssets, find_assets
 from testbed.kube import api_server as start_api_server
 from tests.tainter.realkube import IDENTITIES, RealCluster
