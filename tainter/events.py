@@ -1,6 +1,6 @@
 """What the controller did, told: log lines, metrics and Kubernetes Events per node sync.
 
-Kept apart from the reconcile logic (`tainter.controller`), which decides what to write;
+Kept apart from what decides what to write (`tainter.controller`, `tainter.node_plan`);
 this module only reports the outcome of each write to people (logs, Events on the node)
 and to Prometheus (the `fleetwatch_tainter_*` counters).
 """
