@@ -24,7 +24,7 @@ from fleetwatch.report.policy import (
     Policy,
     shipped_policy,
 )
-from fleetwatch.report.queries import DOMAIN, GPU, PORT
+from fleetwatch.report.query import DOMAIN, GPU, PORT
 from fleetwatch.report.section import Section, frame_values, ranked, require
 
 

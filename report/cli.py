@@ -35,7 +35,7 @@ from fleetwatch.flags import (
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
 if TYPE_CHECKING:
     from fleetwatch.report.dataset import Dataset
-    from fleetwatch.report.queries import Window
+    from fleetwatch.report.query import Window
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ EDGE_OFFSET_SECONDS = 0.001
 
 def _window(settings: ReportSettings) -> Window:
     from fleetwatch.report.policy import shipped_config, shipped_policy
-    from fleetwatch.report.queries import Window
+    from fleetwatch.report.query import Window
 
     if settings.since < settings.bucket:
         raise ValueError(

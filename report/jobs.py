@@ -12,7 +12,7 @@ import pandas as pd
 
 from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.policy import Policy
-from fleetwatch.report.queries import GPU
+from fleetwatch.report.query import GPU
 from fleetwatch.report.section import Section, ranked
 from fleetwatch.rules.definitions import (
     is_idle_in_job,

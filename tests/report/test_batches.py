@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from fleetwatch.report.dataset import MAX_QUERY_BYTES, batches, fitted
 from fleetwatch.report.policy import shipped_config
-from fleetwatch.report.queries import QUERIES, Window
+from fleetwatch.report.query import Window
+from fleetwatch.report.query_table import QUERIES
 
 TEMP_ABOVE = next(q for q in QUERIES if q.name == "temp_above_seconds")
 WINDOW = Window(
