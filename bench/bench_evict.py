@@ -33,7 +33,6 @@ from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.kube_objects import NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
@@ -41,6 +40,7 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
 )
 from fleetwatch.tainter.sources import NoEvidence
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from testbed.kube_apiserver import ADMIN, ApiServer, api_server, bound_pod
 
 NAMESPACE = "bench"

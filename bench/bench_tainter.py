@@ -79,11 +79,11 @@ from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.kube_objects import NodeView, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy, shipped_reasons
 from fleetwatch.tainter.server import Background
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.settings import BreakerPolicy, ControllerSettings, ElectionSettings
 from fleetwatch.tainter.sources import NoEvidence
+from fleetwatch.tainter.taint_policy import TaintPolicy, shipped_reasons
 
 TOKEN = "bench-token"
 

@@ -11,7 +11,7 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_ERRORS_TOTAL,
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL
-from fleetwatch.report.queries import (
+from fleetwatch.report.storage_queries import (
     JOB_CHECKPOINT_BURST,
     JOB_CHECKPOINT_WRITE,
     NODE_CHECKPOINT_WRITE,

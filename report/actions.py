@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from fleetwatch.catalog.nvidia_xids import FALLEN_OFF_BUS, shipped_catalog
-from fleetwatch.report.queries import Window
+from fleetwatch.report.query import Window
 from fleetwatch.report.section import Section
 from fleetwatch.rules.definitions import overheat_policy_text
 

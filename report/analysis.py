@@ -18,7 +18,7 @@ from fleetwatch.report.checkpoints import TITLE as CHECKPOINTS
 from fleetwatch.report.checkpoints import checkpoints
 from fleetwatch.report.dataset import Dataset
 from fleetwatch.report.jobs import training_jobs
-from fleetwatch.report.queries import DOMAIN, GPU, PORT
+from fleetwatch.report.query import DOMAIN, GPU, PORT
 from fleetwatch.report.section import Section, frame_values, ranked, require
 from fleetwatch.report.thresholds import (
     OUTLIER_MIN_EXCESS_CELSIUS,

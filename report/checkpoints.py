@@ -10,8 +10,9 @@ either is absent the section says so in its notes: an empty table here never sta
 from __future__ import annotations
 
 from fleetwatch.report.dataset import Dataset
-from fleetwatch.report.queries import JOB, JOB_CHECKPOINT_BURST, MOUNT, NODE_CHECKPOINT_WRITE
+from fleetwatch.report.query import JOB, MOUNT
 from fleetwatch.report.section import Section, frame_values, ranked, require
+from fleetwatch.report.storage_queries import JOB_CHECKPOINT_BURST, NODE_CHECKPOINT_WRITE
 
 TITLE = "Checkpoint storage"
 # A node writing below this share of the fleet's median rate while saving is slow.

@@ -35,7 +35,7 @@ from fleetwatch.flags import (
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
 if TYPE_CHECKING:
     from fleetwatch.report.dataset import Dataset
-    from fleetwatch.report.queries import Window
+    from fleetwatch.report.query import Window
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ EDGE_OFFSET_SECONDS = 0.001
 
 
 def _window(settings: ReportSettings) -> Window:
-    from fleetwatch.report.queries import Window
+    from fleetwatch.report.query import Window
     from fleetwatch.report.thresholds import shipped_config, shipped_policy
 
     if settings.since < settings.bucket:

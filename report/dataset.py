@@ -1,6 +1,6 @@
 """What the report pulls from Prometheus, as typed pandas frames, and Parquet snapshots.
 
-`fetch` runs the queries of `fleetwatch.report.queries` whose metrics have samples in
+`fetch` runs the queries of `fleetwatch.report.query_table` whose metrics have samples in
 the window. Every frame is long-format: the query's label columns (categorical),
 `timestamp` (int64 epoch seconds) and `value` (float64), sorted, so a snapshot written
 with `save_snapshot` and read back with `load_snapshot` yields identical frames.
@@ -39,14 +39,8 @@ from fleetwatch.report.promapi import (
     Series,
     chunks,
 )
-from fleetwatch.report.queries import (
-    COVERAGE_LOOKBACK_SECONDS,
-    QUERIES,
-    Query,
-    Window,
-    coverage,
-    node_list_lookups,
-)
+from fleetwatch.report.query import COVERAGE_LOOKBACK_SECONDS, Query, Window, coverage
+from fleetwatch.report.query_table import QUERIES, node_list_lookups
 from fleetwatch.rules.config import ModelPolicy
 
 log = logging.getLogger(__name__)

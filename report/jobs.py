@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fleetwatch.report.dataset import Dataset
-from fleetwatch.report.queries import GPU
+from fleetwatch.report.query import GPU
 from fleetwatch.report.section import Section, ranked
 from fleetwatch.report.thresholds import Policy
 from fleetwatch.rules.definitions import (

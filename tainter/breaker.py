@@ -48,9 +48,9 @@ from fleetwatch.tainter.kube_objects import (
     rfc3339,
 )
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
-from fleetwatch.tainter.policy import Refusal
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.settings import BreakerPolicy
+from fleetwatch.tainter.taint_policy import Refusal
 from fleetwatch.tainter.writes import our_taints
 
 CAP_NEW_TAINTS: Final = "new_taints"

@@ -14,7 +14,6 @@ from typing import Final
 
 from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import (
     BreakerCommand,
     BreakerPolicy,
@@ -33,6 +32,7 @@ from fleetwatch.tainter.settings import (
     UntaintCommand,
     WebhookSecurity,
 )
+from fleetwatch.tainter.taint_policy import TaintPolicy
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _tls(web: WebhookSecurity) -> TlsFiles | None:
 
 def _policy(args: argparse.Namespace) -> TaintPolicy:
     """The taint policy; declared reasons default to the installed rules config's."""
-    from fleetwatch.tainter.policy import shipped_reasons
+    from fleetwatch.tainter.taint_policy import shipped_reasons
 
     policy: TaintPolicy = POLICY.read(args)
     if policy.allow_undeclared_reasons:
@@ -138,7 +138,7 @@ def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]
     """Untaint evidence per reason and the manual reasons: the rules' remediation contract,
     then `--untaint.evidence`'s queries and `--untaint.manual-reason`'s reasons."""
     from fleetwatch.rules.config import ConfigError
-    from fleetwatch.tainter.policy import shipped_contract
+    from fleetwatch.tainter.taint_policy import shipped_contract
 
     evidence: EvidenceSettings = EVIDENCE.read(args)
     if evidence.clear_celsius is not None:

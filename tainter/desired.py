@@ -3,17 +3,22 @@
 An `Intent` is one (node, key) with the firing alert instances that want it and when one
 was last seen firing (the untaint hold counts from then). `ResolvedMemory` remembers the
 alert instances that resolved recently, so a late (retried) firing of one does not taint
-again. The controller (`tainter.controller`) folds notifications into them and syncs
-nodes to match.
+again. `Intents` holds both, indexed by node, so a node's sync reads only that node's
+intents; it folds alert states in (a notification, or Alertmanager's active alerts on
+reconcile) and the controller (`tainter.controller`) syncs nodes to match.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetwatch.tainter.payload import KEY_PREFIX
+from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,3 +65,90 @@ class ResolvedMemory:
         while self._until and next(iter(self._until.values())) <= now:
             self._until.popitem(last=False)
         return (fingerprint, starts_at) in self._until
+
+
+class Intents:
+    """Every `Intent`, by node then taint key, and the instances resolved recently.
+
+    A node's entry goes when its last intent does, so alerts for ever new node names cannot
+    grow memory beyond the intents themselves."""
+
+    def __init__(self, *, resolved_seconds: float, resolved_size: int) -> None:
+        self._by_node: dict[str, dict[str, Intent]] = {}
+        self.resolved = ResolvedMemory(seconds=resolved_seconds, size=resolved_size)
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys in self._by_node.values())
+
+    def all(self) -> list[Intent]:
+        """Every intent, node by node."""
+        return [intent for keys in self._by_node.values() for intent in keys.values()]
+
+    def nodes(self) -> set[str]:
+        """The nodes that have at least one intent."""
+        return set(self._by_node)
+
+    def on(self, node: str) -> Mapping[str, Intent]:
+        """`node`'s intents by taint key (read-only; empty when it has none)."""
+        return self._by_node.get(node, {})
+
+    def add(self, intent: Intent) -> None:
+        self._by_node.setdefault(intent.node, {})[intent.key] = intent
+
+    def forget(self, node: str, key: str) -> None:
+        keys = self._by_node.get(node)
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self._by_node[node]
+
+    def forget_node(self, node: str) -> None:
+        self._by_node.pop(node, None)
+
+    def record(self, alerts: Iterable[AlertState], *, now: float) -> set[str]:
+        """Fold alert states (ones the taint policy allows) in; returns the nodes touched.
+
+        A resolve is remembered, and a late firing of an instance that resolved is ignored;
+        a resolve for a (node, key) never wanted changes nothing."""
+        touched: set[str] = set()
+        for alert in alerts:
+            if not alert.firing:
+                self.resolved.remember(alert.fingerprint, alert.starts_at, now=now)
+            elif self.resolved.resolved(alert.fingerprint, alert.starts_at, now=now):
+                log.info(
+                    "late firing of an alert already resolved; ignored",
+                    extra={"node": alert.node, "key": alert.key, "fingerprint": alert.fingerprint},
+                )
+                continue
+            intent = self.on(alert.node).get(alert.key)
+            if intent is None:
+                if not alert.firing:
+                    continue  # a resolve for something we never tainted for
+                intent = Intent(
+                    node=alert.node, key=alert.key, effect=alert.effect, value=alert.alertname
+                )
+                self.add(intent)
+            touched.add(alert.node)
+            if alert.firing:
+                intent.firing[alert.fingerprint] = alert.starts_at
+                intent.last_firing = now
+            elif alert.fingerprint in intent.firing:
+                del intent.firing[alert.fingerprint]
+                intent.last_firing = now
+        return touched
+
+    def resolve_missing(self, active: Iterable[AlertState], *, now: float) -> None:
+        """Treat as resolved every firing instance not among Alertmanager's `active`
+        alerts: its resolve was lost (the tainter was down, or it went to another
+        replica)."""
+        live = {(a.node, a.key, a.fingerprint) for a in active}
+        for intent in self.all():
+            for fingerprint, starts_at in list(intent.firing.items()):
+                if (intent.node, intent.key, fingerprint) not in live:
+                    log.info(
+                        "alert no longer active in Alertmanager; treating as resolved",
+                        extra={"node": intent.node, "key": intent.key, "fingerprint": fingerprint},
+                    )
+                    del intent.firing[fingerprint]
+                    self.resolved.remember(fingerprint, starts_at, now=now)
+                    intent.last_firing = now

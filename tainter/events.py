@@ -1,6 +1,6 @@
 """What the controller did, told: log lines, metrics and Kubernetes Events per node sync.
 
-Kept apart from the reconcile logic (`tainter.controller`), which decides what to write;
+Kept apart from what decides what to write (`tainter.controller`, `tainter.node_plan`);
 this module only reports the outcome of each write to people (logs, Events on the node)
 and to Prometheus (the `fleetwatch_tainter_*` counters).
 """
@@ -15,8 +15,8 @@ from fleetwatch.tainter.breaker import Breaker, BreakerRefusal
 from fleetwatch.tainter.desired import Intent
 from fleetwatch.tainter.kube_objects import ApiError, NodeView
 from fleetwatch.tainter.metrics import TainterMetrics
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import ControllerSettings
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from fleetwatch.tainter.writes import UNTAINT_ANNOTATION, Change
 
 log = logging.getLogger(__name__)

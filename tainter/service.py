@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from fleetwatch.listener import Listener, start_listener
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.backend import ClusterApi, NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
@@ -35,7 +36,6 @@ from fleetwatch.tainter.kube_objects import ApiError, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.quarantine import release
-from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
 from fleetwatch.tainter.settings import RetryPolicy, SlurmAccess, TaintSettings
 from fleetwatch.tainter.sources import (
@@ -100,8 +100,8 @@ def _after_sync(
                 dry_run=settings.controller.dry_run,
             ),
         )
+    from fleetwatch.tainter.after_sync import after_sync_steps
     from fleetwatch.tainter.kube import KubeNodeApi
-    from fleetwatch.tainter.remediation import after_sync_steps
 
     assert isinstance(api, KubeNodeApi)
     return after_sync_steps(settings, api=api, leadership=leadership, metrics=metrics)

@@ -30,7 +30,7 @@ from fleetwatch.flags import (
 from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
 from fleetwatch.rules.remediation import NODE_PLACEHOLDER
-from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
+from fleetwatch.tainter.taint_policy import TaintPolicy, listed, reason, reasons
 
 
 def evidence(text: str) -> tuple[str, str]:

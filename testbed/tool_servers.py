@@ -163,7 +163,7 @@ def report_recording_rules(path: Path, *, interval: str | None = None) -> Path:
     (`promtool tsdb create-blocks-from rules`, vmalert's replay) evaluates over a history.
     `interval` is their groups' evaluation interval (the history's step); None leaves it
     out, for the evaluator's own (promtool's `--eval-interval`)."""
-    from fleetwatch.report.queries import QUERIES  # pandas: only where the report is tested
+    from fleetwatch.report.query_table import QUERIES  # pandas: only where the report is tested
     from fleetwatch.rules.config import load_config
     from fleetwatch.rules.groups import dump_groups, recording_groups
 

@@ -13,7 +13,7 @@ from fleetwatch.catalog.storage import (
     STORAGE_READ_ONLY,
     STORAGE_WRITTEN_BYTES_TOTAL,
 )
-from fleetwatch.report.queries import (
+from fleetwatch.report.storage_queries import (
     JOB_CHECKPOINT_BURST,
     JOB_CHECKPOINT_WRITE,
     NODE_CHECKPOINT_WRITE,

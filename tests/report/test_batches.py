@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetwatch.report.dataset import MAX_QUERY_BYTES, batches, fitted
-from fleetwatch.report.queries import QUERIES, Window
+from fleetwatch.report.query import Window
+from fleetwatch.report.query_table import QUERIES
 from fleetwatch.report.thresholds import shipped_config
 
 TEMP_ABOVE = next(q for q in QUERIES if q.name == "temp_above_seconds")

@@ -8,7 +8,7 @@ import pandas as pd
 
 from fleetwatch.report.analysis import nvlink_domains
 from fleetwatch.report.dataset import Dataset
-from fleetwatch.report.queries import Window
+from fleetwatch.report.query import Window
 from fleetwatch.report.section import Section
 
 WINDOW = Window(start=0, end=3600, step=60, bucket=600, threshold_celsius=78)

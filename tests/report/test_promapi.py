@@ -29,7 +29,8 @@ from fleetwatch.report.promapi import (
     PrometheusUnreachable,
     chunks,
 )
-from fleetwatch.report.queries import QUERIES, Window
+from fleetwatch.report.query import Window
+from fleetwatch.report.query_table import QUERIES
 from fleetwatch.sim.loopback_servers import free_port
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]

@@ -24,12 +24,12 @@ from fleetwatch.cli import main
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.checkpoints import TITLE
 from fleetwatch.report.dataset import Dataset, load_snapshot
-from fleetwatch.report.queries import (
+from fleetwatch.report.section import Section
+from fleetwatch.report.storage_queries import (
     JOB_CHECKPOINT_BURST,
     JOB_CHECKPOINT_WRITE,
     NODE_CHECKPOINT_WRITE,
 )
-from fleetwatch.report.section import Section
 from testbed.tool_servers import history_store
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from fleetwatch.rules.remediation import (
     load_contract,
     parse_contract,
 )
-from fleetwatch.tainter.policy import shipped_reasons
+from fleetwatch.tainter.taint_policy import shipped_reasons
 
 MANUAL_REASONS = {"xid-critical", "gpu-lost", "row-remap-failed"}
 """What needs a person: a GPU reset, a reboot or a repair that no series shows done."""

@@ -15,13 +15,12 @@ import pytest
 
 from fleetwatch.sim.loopback_servers import wait_until
 from fleetwatch.sim.slurm import SlurmCluster
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
-from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -32,6 +31,7 @@ from fleetwatch.tainter.settings import (
 )
 from fleetwatch.tainter.slurm_backend import SlurmNodeApi
 from fleetwatch.tainter.slurm_requeue import JobRemover
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration

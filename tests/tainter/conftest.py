@@ -18,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller
@@ -25,8 +26,6 @@ from fleetwatch.tainter.election import LeaderElector, Leadership
 from fleetwatch.tainter.kube import KubeNodeApi, NodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState
-from fleetwatch.tainter.policy import TaintPolicy
-from fleetwatch.tainter.remediation import AfterSync
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -35,6 +34,7 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
 )
 from fleetwatch.tainter.sources import AlertSource, EvidenceResult, EvidenceSource
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from testbed.kube_apiserver import ADMIN, ApiServer, MissingAssets, find_assets
 from testbed.kube_apiserver import api_server as start_api_server
 from tests.tainter.realkube import IDENTITIES, RealCluster

@@ -25,10 +25,10 @@ from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.server import make_app
 from fleetwatch.tainter.settings import BreakerPolicy
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from tests.tainter.conftest import (
     ControllerFactory,
     alert,

@@ -29,10 +29,10 @@ from fleetwatch.tainter.forward import FORWARDED_HEADER, Forwarder
 from fleetwatch.tainter.kube import KubeNodeApi
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.server import make_app as make_tainter_app
 from fleetwatch.tainter.service import breaker_reset_command, reset_breaker
 from fleetwatch.tainter.settings import ElectionSettings
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from testbed.kube_apiserver import ADMIN, ApiServer
 from tests.tainter.conftest import (
     AUTH,

@@ -16,7 +16,7 @@ from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from tests.tainter.conftest import (
     AUTH,
     T0,

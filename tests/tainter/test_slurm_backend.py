@@ -30,7 +30,6 @@ from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.kube_objects import ApiError, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.service import build_app, manual_untaint
 from fleetwatch.tainter.settings import (
@@ -49,6 +48,7 @@ from fleetwatch.tainter.slurm_backend import (
     held_by_others,
     holds_of,
 )
+from fleetwatch.tainter.taint_policy import TaintPolicy
 from testbed.fake_scontrol import FakeSlurm
 from tests.tainter.conftest import AUTH, FakeEvidence, alert, resolved, webhook
 
