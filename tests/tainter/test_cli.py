@@ -248,8 +248,8 @@ def test_renamed_listener_flag_keeps_its_old_spelling_for_one_release(
     [
         ("--untaint.hold=8d", "invalid duration '8d': must be between 0s and 7d"),
         ("--untaint.hold=-1s", "invalid duration '-1s'"),
-        ("--reconcile-interval=0s", "invalid duration '0s': must be between 1s and 1h"),
-        ("--reconcile-interval=2h", "invalid duration '2h': must be between 1s and 1h"),
+        ("--reconcile.interval=0s", "invalid duration '0s': must be between 1s and 1h"),
+        ("--reconcile.interval=2h", "invalid duration '2h': must be between 1s and 1h"),
         ("--kube.concurrency=0", "invalid whole number '0': must be in 1..1000"),
         ("--kube.concurrency=5000", "invalid whole number '5000': must be in 1..1000"),
         ("--untaint.clear-celsius=0", "invalid number '0': must be in 1..150"),
