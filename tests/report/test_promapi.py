@@ -32,6 +32,7 @@ from fleetwatch.report.promapi import (
 )
 from fleetwatch.report.queries import QUERIES, Window
 from fleetwatch.sim.servers import free_port
+from tests.promtls import NAMED_HOST, basic, guarded_api, server_context, write_pki
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
 
@@ -323,3 +324,48 @@ def test_window_shorter_than_a_bucket_is_refused_before_any_query(
     assert "--since (5m) is shorter than one --bucket (1h)" in err
     assert "cannot reach Prometheus" not in err
     assert not (tmp_path / "report.html").exists()
+
+
+async def test_the_report_reads_over_tls_with_basic_auth_and_names_refused_credentials(
+    tmp_path: Path,
+) -> None:
+    pki = write_pki(tmp_path / "pki")
+    password = tmp_path / "password"
+    password.write_text("hunter2\n")
+    context = server_context(pki.named_cert, pki.named_key)
+    with guarded_api(context, lambda: basic("report", "hunter2")) as api:
+        settings = PrometheusClientSettings(
+            url=api.url,
+            basic_auth_username="report",
+            basic_auth_password_file=password,
+            tls_ca_file=pki.ca,
+            tls_server_name=NAMED_HOST,
+        )
+        async with PrometheusClient(access=PrometheusAccess(settings)) as client:
+            answer = await client.query_range("up", start=0, end=60, step=60)
+            assert [s.labels for s in answer.series] == [{"node": "gpu-1"}]
+            password.write_text("wrong")
+            with pytest.raises(PrometheusAuthError, match=r"--prometheus\.basic-auth"):
+                await client.query_range("up", start=0, end=60, step=60)
+        assert api.queries == ["up"]
+
+
+def test_the_old_report_flags_still_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    status = main(
+        [
+            "report",
+            f"--prometheus-url={dead}",
+            '--node-selector=node="a"',
+            "--query.retries=0",
+            f"--out={tmp_path}",
+            "--log.format=text",
+        ]
+    )
+    assert status == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach Prometheus at {dead}" in err
+    assert "use --prometheus.url (FLEETWATCH_PROMETHEUS_URL)" in err
+    assert "use --query.node-selector (FLEETWATCH_QUERY_NODE_SELECTOR)" in err
