@@ -322,3 +322,15 @@ VALID = {
 
 def _a_valid_value(declared: DeclaredFlag) -> str:
     return VALID[declared.spec.metavar or ""]
+
+
+def test_a_required_flag_may_be_given_by_its_old_spelling(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = cli.parse_args(["simulate-cluster", "--kubeconfig-out=k"])
+    assert args.out_kubeconfig == Path("k")
+    assert deprecated_flags_used(args) == {"--kubeconfig-out": "--out.kubeconfig"}
+    with pytest.raises(SystemExit):
+        cli.parse_args(["simulate-cluster"])
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("error: the following arguments are required: --out.kubeconfig")
