@@ -1,7 +1,7 @@
 """`fleetwatch slurm healthcheck`: Slurm's own health check (slurm.conf
 `HealthCheckProgram`, or a check NHC runs).
 
-It reads the local exporter's `/metrics` (`--exporter-url`); with no exporter answering, it
+It reads the local exporter's `/metrics` (`--exporter.url`); with no exporter answering, it
 starts one (`fleetwatch export` on a free loopback port, with this process's FLEETWATCH_*
 settings) for one collection, under the same deadline, and stops it. It judges the node on the
 conditions one scrape can show of the alerts that take a node out (those with a taint reason
