@@ -26,7 +26,8 @@ WORD: Final = re.compile(r"[A-Za-z0-9_]+")
 MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]*")
 """A GPU model name as NVML gives it; it goes into a PromQL regex unescaped."""
 _UNIT_RANGES: Final = (("_ratio", 1.0), ("_fraction", 1.0), ("_celsius", 150.0))
-"""The largest value of a number whose name ends so (every number is 0 or more)."""
+"""The largest value of a number whose name ends so, or is the unit (every number is 0 or
+more)."""
 
 
 class SchemaError(ValueError):
@@ -159,7 +160,7 @@ def number_of(key: str) -> Number:
     """The range of the number at dotted `key`, from its unit suffix."""
     name = key.rsplit(".", 1)[-1]
     for suffix, maximum in _UNIT_RANGES:
-        if name.endswith(suffix):
+        if name.endswith(suffix) or name == suffix.removeprefix("_"):
             return Number(maximum=maximum)
     return Number()
 

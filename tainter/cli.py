@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
+from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
 from fleetwatch.tainter.policy import TaintPolicy
 from fleetwatch.tainter.settings import (
     BreakerCommand,
@@ -33,6 +34,10 @@ from fleetwatch.tainter.settings import (
     UntaintCommand,
     WebhookSecurity,
 )
+
+if TYPE_CHECKING:
+    from fleetwatch.rules.config import Config
+    from fleetwatch.rules.remediation import Contract
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ def subcommands() -> tuple[Subcommand, ...]:
                 NODE_CONDITION,
                 LEASE,
                 ELECTION,
+                RULES_CONFIG,
             ),
             run=_run_taint,
         ),
@@ -117,9 +123,21 @@ def _tls(web: WebhookSecurity) -> TlsFiles | None:
     return TlsFiles(cert=web.tls_cert_file, key=web.tls_key_file, client_ca=web.tls_client_ca_file)
 
 
-def _policy(args: argparse.Namespace) -> TaintPolicy:
-    """The taint policy; declared reasons default to the installed rules config's."""
-    from fleetwatch.tainter.policy import shipped_reasons
+def _rules(rules: RulesConfigFile) -> tuple[Config, Contract]:
+    """The rules config in effect (the shipped one, or with `--rules.config-file` merged
+    over it) and its remediation contract; SystemExit naming what the override got wrong."""
+    from fleetwatch.rules.config import ConfigError
+
+    try:
+        config = rules.load()
+        return config, rules.contract(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _policy(args: argparse.Namespace, config: Config) -> TaintPolicy:
+    """The taint policy; declared reasons default to the rules config's."""
+    from fleetwatch.tainter.policy import reasons_declared_by
 
     policy: TaintPolicy = POLICY.read(args)
     if policy.allow_undeclared_reasons:
@@ -130,16 +148,15 @@ def _policy(args: argparse.Namespace) -> TaintPolicy:
             )
         return policy
     if policy.declared_reasons is None:
-        return dataclasses.replace(policy, declared_reasons=shipped_reasons())
+        return dataclasses.replace(policy, declared_reasons=reasons_declared_by(config))
     return policy
 
 
-def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]:
+def _untaint(
+    args: argparse.Namespace, contract: Contract
+) -> tuple[dict[str, str], tuple[str, ...]]:
     """Untaint evidence per reason and the manual reasons: the rules' remediation contract,
     then `--untaint.evidence`'s queries and `--untaint.manual-reason`'s reasons."""
-    from fleetwatch.rules.config import ConfigError
-    from fleetwatch.tainter.policy import shipped_contract
-
     evidence: EvidenceSettings = EVIDENCE.read(args)
     if evidence.clear_celsius is not None:
         raise _fail(
@@ -147,10 +164,6 @@ def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]
             "from the rules' remediation contract (thresholds.untaint_gpu_temperature_celsius "
             "of the rules config); to override it, pass --untaint.evidence=gpu-overheat=PROMQL"
         )
-    try:
-        contract = shipped_contract()
-    except ConfigError as exc:
-        raise _fail(str(exc)) from exc
     queries = {**contract.clear, **dict(evidence.evidence)}
     return queries, tuple(sorted(contract.manual))
 
@@ -187,7 +200,9 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
-    queries, manual = _untaint(args)
+    rules: RulesConfigFile = RULES_CONFIG.read(args)
+    config, contract = _rules(rules)
+    queries, manual = _untaint(args, contract)
     controller = CONTROLLER.read(args, quarantine=QUARANTINE.read(args))
     settings: TaintSettings = SERVICE.read(
         args,
@@ -197,7 +212,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
             controller, manual_reasons=(*manual, *controller.manual_reasons)
         ),
         breaker=BREAKER.read(args),
-        policy=_policy(args),
+        policy=_policy(args, config),
         election=election,
         evidence_queries=queries,
         listener=LISTENER.read(args),
@@ -206,6 +221,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         tls=tls,
         orchestrator=orchestrator.orchestrator,
         slurm=SLURM.read(args),
+        rules_config_file=rules.config_file,
     )
     if settings.event_namespace != NODE_EVENT_NAMESPACE:
         # A real API server refuses (422) an Event about a cluster-scoped object in any other

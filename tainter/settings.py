@@ -472,6 +472,8 @@ class TaintSettings:
     tls: TlsFiles | None = None
     orchestrator: str = "kubernetes"
     slurm: SlurmAccess = field(default_factory=SlurmAccess)
+    rules_config_file: Path | None = None
+    """`--rules.config-file`: the override the rules config was loaded with."""
     prometheus_url: str | None = setting(
         None,
         parse=http_url,

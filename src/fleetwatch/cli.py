@@ -33,6 +33,7 @@ def subcommands() -> list[Subcommand]:
     from fleetwatch import demo
     from fleetwatch.exporter import export
     from fleetwatch.report import cli as report_cli
+    from fleetwatch.rules import cli as rules_cli
     from fleetwatch.slurm import cli as slurm_cli
     from fleetwatch.tainter import cli as tainter_cli
 
@@ -41,6 +42,7 @@ def subcommands() -> list[Subcommand]:
         *demo.subcommands(),
         *tainter_cli.subcommands(),
         *report_cli.subcommands(),
+        *rules_cli.subcommands(),
         *slurm_cli.subcommands(),
     ]
 
