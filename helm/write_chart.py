@@ -4,19 +4,22 @@ rules/config.yaml is the one definition of every threshold; the chart must not k
 second copy that can drift. `rendered_files(config)` returns, from the rules generator's own
 API:
 
-- templates/_remediation.tpl: the tainter's `--untaint.evidence` arguments, one per taint
-  reason with a clear condition in the rules' remediation contract, with the same Helm
-  expressions in place of the thresholds, so the tainter lifts a taint by the thresholds
-  the PrometheusRule was rendered with;
 - templates/prometheusrule.yaml: the alert and recording groups of rules/write_rules.py, one
   PrometheusRule per rule scope (node, global), with every parameter replaced by a Helm
-  expression (`{{ .Values.thresholds.X }}`,
-  `{{ .Values.alerts.NAME.for }}`), and the alerts' own Prometheus templates
-  (`{{ $labels.node }}`) escaped so that Helm passes them through untouched;
+  expression (`{{ $.Values.thresholds.X }}`, `{{ $.Values.alerts.NAME.for }}`), the
+  per-model overheat policy by a loop over `.Values.thresholds.overheat_policy` (the rules'
+  own templates of an entry, `fleetwatch.rules.config.PolicyList`), and the alerts' own
+  Prometheus templates (`{{ $labels.node }}`) escaped so that Helm passes them through
+  untouched;
 - the `thresholds:` and `alerts:` blocks of values.yaml (between the GENERATED markers),
-  holding config.yaml's defaults;
-- the `thresholds` and `alerts` properties of values.schema.json, and its `duration`,
-  `flagDuration` and `taintReason` patterns (fleetwatch.durations, fleetwatch.k8snames).
+  holding config.yaml's defaults, `overheat_policy` included;
+- the `thresholds` and `alerts` properties of values.schema.json (the thresholds' from the
+  rules' own schema, fleetwatch.rules.schema, which also judges an override file), and its
+  `duration`, `flagDuration` and `taintReason` patterns (fleetwatch.durations,
+  fleetwatch.k8snames).
+
+The tainter reads the same values as a rules config override file (templates/_rules.tpl,
+mounted from a ConfigMap, `--rules.config-file`), so its clear conditions follow them too.
 
 The chart's dashboards/*.json are written straight into the chart by dashboards/write_dashboards.py.
 The one generate step (`./dev.sh generate`, generate.py at the root) writes all of them.
@@ -36,17 +39,12 @@ import yaml
 from fleetwatch.durations import DURATION_PATTERN
 from fleetwatch.k8snames import TAINT_REASON_PATTERN, anchored
 from fleetwatch.rules import groups as rule_groups_data
-from fleetwatch.rules.config import SCOPES
-from fleetwatch.rules.remediation import CLEAR
+from fleetwatch.rules.config import SCOPES, PolicyList, PolicyText
+from fleetwatch.rules.schema import policy_entry_json
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 CHART_DIR: Final = ROOT / "helm" / "fleetwatch"
 PROMETHEUS_RULE: Final = CHART_DIR / "templates" / "prometheusrule.yaml"
-REMEDIATION: Final = CHART_DIR / "templates" / "_remediation.tpl"
-UNTAINT_EVIDENCE: Final = "fleetwatch.tainter.untaintEvidence"
-"""The named template that templates/tainter-deployment.yaml includes in the tainter's args."""
-CLEAR_CELSIUS: Final = "thresholds.untaint_gpu_temperature_celsius"
-"""The threshold the deprecated chart value tainter.clearCelsius overrides when set."""
 VALUES: Final = CHART_DIR / "values.yaml"
 SCHEMA: Final = CHART_DIR / "values.schema.json"
 
@@ -61,8 +59,9 @@ class GenerateError(ValueError):
 
 
 def values_reference(parameter: str) -> str:
-    """`thresholds.gpu_temperature_celsius` -> `.Values.thresholds.gpu_temperature_celsius`."""
-    return f".Values.{parameter}"
+    """`thresholds.gpu_temperature_celsius` -> `$.Values.thresholds.gpu_temperature_celsius`
+    (from the root, so that it reads the same inside the overheat policy's loop)."""
+    return f"$.Values.{parameter}"
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
@@ -93,9 +92,66 @@ def escape_go_templates(text: str) -> str:
     )
 
 
-def _placeholder(name: str, default: str) -> str:
-    del default
+_POLICIES: Final = values_reference("thresholds.overheat_policy")
+_POLICY_ACTIONS: Final = {
+    "policy.range": f"{{{{ range $policy := {_POLICIES} }}}}",
+    "policy.if_margin": '{{ if hasKey $policy "margin_celsius" }}',
+    "policy.else": "{{ else }}",
+    "policy.end": "{{ end }}",
+    "policy.if_any": f"{{{{ if {_POLICIES} }}}}",
+    "policy.models": (
+        f"{{{{ range $i, $listed := {_POLICIES} }}}}"
+        "{{ if $i }}|{{ end }}{{ $listed.model }}{{ end }}"
+    ),
+    "policy.model": "{{ $policy.model }}",
+    "policy.margin_celsius": "{{ $policy.margin_celsius }}",
+    "policy.celsius": "{{ $policy.celsius }}",
+}
+"""The Helm actions of the overheat policy's placeholders (`_ChartPolicies`)."""
+
+
+def _mark(name: str) -> str:
     return f"@@{name}@@"
+
+
+class _ChartPolicies:
+    """The per-model overheat policy as a loop over the values' list (a `PolicyList`): the
+    rules' templates of one entry, with placeholders for the entry's fields."""
+
+    def models(self) -> str:
+        """Every listed model, `|`-joined by Helm."""
+        return _mark("policy.models")
+
+    def if_any(self, text: str) -> str:
+        """`text` when the values list any model."""
+        return f"{_mark('policy.if_any')}{text}{_mark('policy.end')}"
+
+    def each(self, *, margin: PolicyText, absolute: PolicyText) -> str:
+        """Each listed entry through the template of its kind, chosen by Helm."""
+        model = _mark("policy.model")
+        return (
+            f"{_mark('policy.range')}{_mark('policy.if_margin')}"
+            f"{margin(model, _mark('policy.margin_celsius'))}{_mark('policy.else')}"
+            f"{absolute(model, _mark('policy.celsius'))}{_mark('policy.end')}{_mark('policy.end')}"
+        )
+
+
+class _ChartSubstitute:
+    """The chart's substitute (a `ListSubstitute`): every parameter, and the overheat
+    policy's loop, as placeholders that become Helm actions once the rules are dumped."""
+
+    def __call__(self, name: str, default: str) -> str:
+        del default
+        return _mark(name)
+
+    def overheat_policies(self) -> PolicyList:
+        """The overheat policy as a Helm loop."""
+        return _ChartPolicies()
+
+
+def _helm_action(name: str, thresholds: Mapping[str, Any]) -> str:
+    """The Helm action of one placeholder: the overheat policy's, or a parameter's."""
+    return _POLICY_ACTIONS.get(name) or helm_expression(name, thresholds)
 
 
 def rule_groups(
@@ -122,9 +178,9 @@ SCOPE_LABEL: Final = "fleetwatch.io/rule-scope"
 
 def _prometheus_rule(config: Any, scope: str) -> str:
     """One scope's PrometheusRule document: its groups with Helm parameters."""
-    body = escape_go_templates(_groups_yaml(rule_groups(config, _placeholder, scope)))
+    body = escape_go_templates(_groups_yaml(rule_groups(config, _ChartSubstitute(), scope)))
     thresholds = dict(config.thresholds)
-    spec = _PLACEHOLDER.sub(lambda found: helm_expression(found.group(1), thresholds), body)
+    spec = _PLACEHOLDER.sub(lambda found: _helm_action(found.group(1), thresholds), body)
     indented = "".join(f"  {line}" if line.strip() else line for line in spec.splitlines(True))
     values = f".Values.prometheusRule.{scope}"
     return (
@@ -160,45 +216,31 @@ def prometheus_rule_template(config: Any) -> str:
     ) + "".join(_prometheus_rule(config, scope) for scope in SCOPES)
 
 
-def _evidence_expression(parameter: str, thresholds: Mapping[str, Any]) -> str:
-    """A parameter of a clear condition as Helm renders it: the values' threshold, or for
-    the untaint temperature the deprecated tainter.clearCelsius when set."""
-    if parameter == CLEAR_CELSIUS:
-        return f"{{{{ .Values.tainter.clearCelsius | default {values_reference(parameter)} }}}}"
-    return helm_expression(parameter, thresholds)
+def _policy_values(config: Any) -> list[dict[str, Any]]:
+    """`overheat_policy` as values: each entry's model and its one limit (5, not 5.0)."""
+    entries = []
+    for policy in config.overheat_policy:
+        kind = "celsius" if policy.margin_celsius is None else "margin_celsius"
+        limit = float(getattr(policy, kind))
+        entries.append({"model": policy.model, kind: int(limit) if limit.is_integer() else limit})
+    return entries
 
 
-def remediation_template(config: Any) -> str:
-    """templates/_remediation.tpl: the tainter's `--untaint.evidence=REASON=PROMQL`
-    arguments (YAML list items), the thresholds of each query taken from the values."""
-    thresholds = dict(config.thresholds)
-    items = []
-    for reason, entry in rule_groups_data.remediation_contract(config, _placeholder).items():
-        if CLEAR not in entry:
-            continue
-        arg = json.dumps(f"--untaint.evidence={reason}={entry[CLEAR]}", ensure_ascii=False)
-        items.append(
-            "- "
-            + _PLACEHOLDER.sub(
-                lambda found: _evidence_expression(found.group(1), thresholds),
-                escape_go_templates(arg),
-            )
-            + "\n"
-        )
-    return (
-        "{{- /*\n"
-        "GENERATED by helm/write_chart.py from the rules' remediation contract: do not edit.\n"
-        "The tainter's untaint evidence, one argument per reason with a clear condition.\n"
-        "*/}}\n"
-        f'{{{{- define "{UNTAINT_EVIDENCE}" -}}}}\n'
-        f"{''.join(items)}"
-        "{{- end }}\n"
-    )
+def _threshold_values(config: Any) -> dict[str, Any]:
+    """config.yaml's thresholds in its order, `overheat_policy` after the default
+    temperature it refines."""
+    values: dict[str, Any] = {}
+    for name, value in copy.deepcopy(dict(config.thresholds)).items():
+        values[name] = value
+        if name == "gpu_temperature_celsius":
+            values["overheat_policy"] = _policy_values(config)
+    return values
 
 
 def default_values(config: Any) -> dict[str, Any]:
-    """The generated part of values.yaml, from config.yaml: thresholds, per-alert timing,
-    and the taint reasons the alerts ask for (the exporter tolerates each one's key)."""
+    """The generated part of values.yaml, from config.yaml: thresholds (the per-model
+    overheat policy included), per-alert timing, and the taint reasons the alerts ask for
+    (the exporter tolerates each one's key)."""
     alerts: dict[str, dict[str, str]] = {}
     for name, policy in config.alerts.items():
         timing = {"for": policy.for_}
@@ -207,7 +249,7 @@ def default_values(config: Any) -> dict[str, Any]:
         alerts[name] = timing
     reasons = sorted({policy.taint for policy in config.alerts.values() if policy.taint})
     return {
-        "thresholds": copy.deepcopy(dict(config.thresholds)),
+        "thresholds": _threshold_values(config),
         "alerts": alerts,
         "taintReasons": reasons,
     }
@@ -220,11 +262,14 @@ def values_block(config: Any) -> str:
     )
     return (
         f"{BEGIN_MARKER}\n"
-        "# Alert thresholds (thresholds.*) and per-alert timing (alerts.NAME.for and\n"
-        "# keep_firing_for). Defaults and their reasons: rules/config.yaml. Override any of\n"
-        "# them here; the PrometheusRule is rendered from these values. taintReasons: the\n"
-        "# reasons of the alerts that taint (fleetwatch.io/<reason>); the exporter tolerates\n"
-        "# each key. Add the reasons of your own tainting alerts.\n"
+        "# Alert thresholds (thresholds.*, the per-model overheat_policy list included) and\n"
+        "# per-alert timing (alerts.NAME.for and keep_firing_for). Defaults and their reasons:\n"
+        "# rules/config.yaml. Override any of them here (a list such as overheat_policy is\n"
+        "# replaced whole): the PrometheusRule is rendered from these values and the tainter\n"
+        "# reads them as its rules config override, so its clear conditions follow them\n"
+        "# (docs/configuration.md). taintReasons: the reasons of the alerts that taint\n"
+        "# (fleetwatch.io/<reason>); the exporter tolerates each key. Add the reasons of\n"
+        "# your own tainting alerts.\n"
         f"{body}{END_MARKER}\n"
     )
 
@@ -238,27 +283,23 @@ def replace_values_block(current: str, block: str) -> str:
     return current[:start] + block + current[end + len(END_MARKER) + 1 :]
 
 
-def _threshold_schema(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {
-            "type": "object",
-            "properties": {key: _threshold_schema(item) for key, item in value.items()},
-            "required": list(value),
-            "additionalProperties": False,
-        }
-    if isinstance(value, list):
-        return {"type": "array", "items": {"type": ["integer", "string"]}, "minItems": 1}
-    if isinstance(value, str):
-        return {"$ref": "#/definitions/duration"}
-    return {"type": "number"}
-
-
 def generated_schema(config: Any) -> dict[str, Any]:
     """JSON schemas of the `thresholds` and `alerts` values."""
     duration = {"$ref": "#/definitions/duration"}
     values = default_values(config)
-    thresholds = _threshold_schema(values["thresholds"])
-    thresholds["description"] = "Alert thresholds; defaults and reasons in rules/config.yaml."
+    thresholds = config.schema.json()
+    thresholds["properties"] = {
+        name: (
+            {"type": "array", "items": policy_entry_json()}
+            if name == "overheat_policy"
+            else thresholds["properties"][name]
+        )
+        for name in values["thresholds"]
+    }
+    thresholds["description"] = (
+        "Alert thresholds and the per-model overheat policy; defaults and reasons in "
+        "rules/config.yaml, their schema in fleetwatch.rules.schema."
+    )
     alerts = {
         "type": "object",
         "description": "Per-alert `for` and `keep_firing_for` (Prometheus durations).",
@@ -301,7 +342,6 @@ def rendered_files(config: Any) -> dict[Path, str]:
     """Every generated file of the chart and its content."""
     return {
         PROMETHEUS_RULE: prometheus_rule_template(config),
-        REMEDIATION: remediation_template(config),
         VALUES: replace_values_block(VALUES.read_text(), values_block(config)),
         SCHEMA: schema_text(SCHEMA.read_text(), config),
     }

@@ -30,6 +30,7 @@ from fleetwatch.flags import (
     setting,
 )
 from fleetwatch.promclient import PrometheusClientSettings
+from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
@@ -175,7 +176,7 @@ def subcommands() -> tuple[Subcommand, ...]:
         Subcommand(
             name="report",
             help="ranked fleet report from Prometheus history",
-            flags=(REPORT_FLAGS, promclient.FLAGS),
+            flags=(REPORT_FLAGS, promclient.FLAGS, RULES_CONFIG),
             run=run,
         ),
     )
@@ -235,13 +236,26 @@ async def _pull(settings: ReportSettings, window: Window) -> Dataset:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write the report, judged by the rules config (with `--rules.config-file` over it)."""
+    from fleetwatch.report.thresholds import judged_by
+    from fleetwatch.rules.config import ConfigError
+
+    rules: RulesConfigFile = RULES_CONFIG.read(args)
+    try:
+        with judged_by(rules.config_file):
+            return _report(REPORT_FLAGS.read(args, prometheus=promclient.FLAGS.read(args)))
+    except ConfigError as exc:
+        log.error("report: %s", exc)
+        return 1
+
+
+def _report(settings: ReportSettings) -> int:
     """Pull (or load) the data, analyse it, write the report."""
     from fleetwatch.report import render
     from fleetwatch.report.analysis import analyse
     from fleetwatch.report.dataset import load_snapshot, save_snapshot
     from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable, QueryError
 
-    settings: ReportSettings = REPORT_FLAGS.read(args, prometheus=promclient.FLAGS.read(args))
     problem = settings.prometheus.problem()
     if problem is not None:
         log.error("report: %s", problem)

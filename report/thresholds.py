@@ -3,15 +3,21 @@
 The alert rules, the dashboards and the report must agree on what a straggler, an idle
 GPU in a job or a job slowdown is, so the report keeps no copies of those numbers nor of
 the definitions: it reads the same `rules/config.yaml` the rules are generated from
-(`shipped_config()`), turns its thresholds into one frozen `Policy`, and applies the
-rules' definitions (`fleetwatch.rules.definitions`). Only the report's own statistics
-(the thermal-outlier test) are defined here.
+(`shipped_config()`: with the operator's override file merged over it, when the report is
+given `--rules.config-file`, so its findings follow the thresholds the rules were generated
+with), turns its thresholds into one frozen `Policy`, and applies the rules' definitions
+(`fleetwatch.rules.definitions`). Only the report's own statistics (the thermal-outlier
+test) are defined here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config, load_config
@@ -56,13 +62,39 @@ class Policy:
         )
 
 
+_OVERRIDE: ContextVar[Path | None] = ContextVar("rules_config_override", default=None)
+"""The override file the report runs with (`judged_by`); None: the installed config."""
+
+
+@contextmanager
+def judged_by(override: Path | None) -> Iterator[Config]:
+    """Within the block, `shipped_config()` and `shipped_policy()` are the installed rules
+    config with `override` merged over it; yields that config. ConfigError, naming the file
+    and the key, for an override the rules' schema refuses."""
+    config = _config(override)
+    token = _OVERRIDE.set(override)
+    try:
+        yield config
+    finally:
+        _OVERRIDE.reset(token)
+
+
 @cache
+def _config(override: Path | None) -> Config:
+    return load_config(override=override)
+
+
 def shipped_config() -> Config:
-    """The installed rules config (read once per process)."""
-    return load_config()
+    """The rules config the report judges by: the installed one, with the override of
+    `judged_by` merged over it (each read once per process)."""
+    return _config(_OVERRIDE.get())
+
+
+def shipped_policy() -> Policy:
+    """The policy of the rules config the report judges by."""
+    return _policy(_OVERRIDE.get())
 
 
 @cache
-def shipped_policy() -> Policy:
-    """The policy of the installed rules config."""
-    return Policy.from_config(shipped_config())
+def _policy(override: Path | None) -> Policy:
+    return Policy.from_config(_config(override))

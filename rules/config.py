@@ -4,29 +4,31 @@ config.yaml is the one definition of every threshold, selector and duration the 
 recording rules, the Helm chart's PrometheusRule, the dashboards, the tainter and the
 report use. This module is what they import at run time (it writes no file):
 
-- `load_config(path)` validates config.yaml (the installed one by default) and names what
-  is wrong;
+- `load_config(path, override=...)` validates config.yaml (the installed one by default),
+  with an operator's override file merged over it, and names what is wrong (the file, the
+  key, why); the thresholds' schema is `fleetwatch.rules.schema`'s;
 - `parameters(config)` lists every substitutable parameter with its rendered default
   (`thresholds.gpu_temperature_celsius` -> "78", `alerts.GPUOverheating.for` -> "5s");
 - `Params` looks a threshold up by name through a `Substitute`, so the Helm chart can put
-  `{{ .Values... }}` where the rule files put the default.
+  `{{ .Values... }}` where the rule files put the default, and renders the per-model
+  overheat policy (`PolicyList`) from the config or, for the chart, as a Helm loop.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import yaml
 
 from fleetwatch.catalog.nvidia_xids import shipped_catalog
 from fleetwatch.durations import DurationError, parse_duration
 from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_key, is_taint_reason
+from fleetwatch.rules.schema import CELSIUS, MODEL_NAME, POLICY_KINDS, SchemaError, Table, table_of
 
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
@@ -53,6 +55,23 @@ _JOB_SELECTOR: Final = re.compile(r'job="([^"]+)"')
 
 Substitute = Callable[[str, str], str]
 """Maps (parameter name, rendered default) to the text that goes into the rule."""
+
+
+@runtime_checkable
+class ListSubstitute(Protocol):
+    """A `Substitute` that also renders the per-model overheat policy its own way (the
+    chart: a loop over `.Values.thresholds.overheat_policy`)."""
+
+    def __call__(self, name: str, default: str) -> str: ...
+
+    def overheat_policies(self) -> PolicyList:
+        """The overheat policy as the rules it substitutes into read it."""
+        ...
+
+
+def number_text(value: float) -> str:
+    """A number as PromQL and the alerts' words write it (78, not 78.0)."""
+    return f"{value:g}"
 
 
 class ConfigError(ValueError):
@@ -88,6 +107,54 @@ class ModelPolicy:
     margin_celsius: float | None = None
 
 
+PolicyText = Callable[[str, str], str]
+"""(model, its limit as text) -> the text one overheat policy entry renders to."""
+
+
+class PolicyList(Protocol):
+    """The per-model overheat policy (`thresholds.overheat_policy`) as text: the config's
+    own entries (`ListedPolicies`), or a Helm loop over the chart's values
+    (helm/generate.py), built from the same templates."""
+
+    def models(self) -> str:
+        """Every listed model, as regex alternatives."""
+        ...
+
+    def if_any(self, text: str) -> str:
+        """`text` when any model is listed, else nothing."""
+        ...
+
+    def each(self, *, margin: PolicyText, absolute: PolicyText) -> str:
+        """Each listed model's text, in order: `margin(model, margin_celsius)` for a model
+        judged by its margin to the slowdown limit, `absolute(model, celsius)` for one
+        judged by its temperature."""
+        ...
+
+
+@dataclass(frozen=True)
+class ListedPolicies:
+    """A `PolicyList` of the entries of a config (the rule files, the report)."""
+
+    policies: Sequence[ModelPolicy]
+
+    def models(self) -> str:
+        """Every listed model, as regex alternatives."""
+        return "|".join(policy.model for policy in self.policies)
+
+    def if_any(self, text: str) -> str:
+        """`text` when any model is listed, else nothing."""
+        return text if self.policies else ""
+
+    def each(self, *, margin: PolicyText, absolute: PolicyText) -> str:
+        """Each entry through the template of its kind."""
+        return "".join(
+            margin(policy.model, number_text(policy.margin_celsius))
+            if policy.margin_celsius is not None
+            else absolute(policy.model, number_text(policy.celsius or 0.0))
+            for policy in self.policies
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """config.yaml, validated."""
@@ -109,6 +176,8 @@ class Config:
     """Each rule group's scope (`rule_groups:`): group name -> "node" or "global"."""
     overheat_policy: tuple[ModelPolicy, ...] = ()
     """Per-model overheat policies; models not listed use `gpu_temperature_celsius`."""
+    schema: Table
+    """The schema of `thresholds` (fleetwatch.rules.schema): what an override may set."""
 
     def overheat_limit(self, model: str) -> ModelPolicy:
         """The overheat policy a GPU of `model` (NVML's name) is judged by: its own entry
@@ -175,22 +244,6 @@ def _duration(source: str, value: Any, key: str) -> str:
     return text
 
 
-def _check_threshold(source: str, value: Any, key: str) -> None:
-    """A threshold is a finite number, a duration, a list of numbers/words, or a table."""
-    if isinstance(value, dict):
-        for sub, item in value.items():
-            _check_threshold(source, item, f"{key}.{sub}")
-    elif isinstance(value, list):
-        if not value or not all(isinstance(v, int | str) for v in value):
-            raise _fail(source, key, "expected a non-empty list of integers or words")
-    elif isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _fail(source, key, f"expected a number, a duration or a list, got {value!r}")
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise _fail(source, key, f"{value!r} is not a finite number")
-    elif isinstance(value, str):
-        _duration(source, value, key)
-
-
 def _policy(source: str, name: str, raw: Any) -> AlertPolicy:
     key = f"alerts.{name}"
     data = _mapping(source, raw, key)
@@ -253,41 +306,106 @@ def shipped_text(name: str) -> str:
     return resources.files(PACKAGE).joinpath(name).read_text(encoding="utf-8")
 
 
-def load_config(path: Path | None = None) -> Config:
-    """Read and validate config.yaml (the installed one unless `path` is given).
-
-    Raises ConfigError naming the file, the key and the reason.
-    """
-    source = str(path) if path is not None else f"{PACKAGE}/config.yaml"
+def _read_yaml(path: Path | None, source: str) -> Any:
+    """The YAML of `path` (the shipped config.yaml when None); ConfigError naming `source`."""
     try:
-        data = yaml.safe_load(path.read_text() if path is not None else shipped_text("config.yaml"))
+        return yaml.safe_load(path.read_text() if path is not None else shipped_text("config.yaml"))
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-    top = _mapping(source, data, "(top level)")
-    required = {
-        "runbook_url_base",
-        "selectors",
-        "training_jobs",
-        "intervals",
-        "thresholds",
-        "alerts",
-        "rule_groups",
-    }
-    for missing in sorted(required - set(top)):
-        raise _fail(source, missing, "required key is missing")
-    for unknown in sorted(set(top) - required):
-        raise _fail(source, unknown, "unknown key")
-    selectors = _mapping(source, top["selectors"], "selectors")
-    intervals = _mapping(source, top["intervals"], "intervals")
-    thresholds = _mapping(source, top["thresholds"], "thresholds")
+
+
+def merged(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` deep-merged over `base`: mappings merge key by key, any other value
+    (a number, a duration, a list such as `overheat_policy`) replaces the base's whole, and
+    null removes the key (an alert's `taint` or `keep_firing_for`)."""
+    result = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def load_config(path: Path | None = None, *, override: Path | None = None) -> Config:
+    """Read and validate config.yaml (the installed one unless `path` is given), with the
+    operator's `override` file merged over it (`merged`): a file of the same shape holding
+    only the keys it changes, judged by the schema of the config it overrides.
+
+    Raises ConfigError naming the file, the key and the reason: the override file for what
+    is refused once it is merged.
+    """
+    source = str(path) if path is not None else f"{PACKAGE}/config.yaml"
+    config = _validated(_read_yaml(path, source), source, None)
+    if override is None:
+        return config
+    changes = _read_yaml(override, str(override))
+    if changes is None:
+        return config
+    top = _mapping(str(override), changes, "(top level)")
+    return _validated(merged(_read_yaml(path, source), top), str(override), config.schema)
+
+
+_TOP_LEVEL: Final = (
+    "runbook_url_base",
+    "selectors",
+    "training_jobs",
+    "intervals",
+    "thresholds",
+    "alerts",
+    "rule_groups",
+)
+
+
+def _thresholds(
+    source: str, raw: Any, schema: Table | None
+) -> tuple[dict[str, Any], tuple[ModelPolicy, ...], Table]:
+    """The `thresholds:` section: its thresholds judged by `schema` (by their own kinds
+    when None: the config the schema is taken from), its overheat policy, and the schema."""
+    thresholds = dict(_mapping(source, raw, "thresholds"))
     if thresholds.get("xid_critical") == XID_CATALOG:
         # The one list of Xids worth a taint is NVIDIA's catalog (fleetwatch.catalog.nvidia_xids).
         thresholds["xid_critical"] = list(shipped_catalog().critical())
     overheat_policy = _overheat_policy(source, thresholds.pop("overheat_policy", []))
-    for name, value in thresholds.items():
-        _check_threshold(source, value, f"thresholds.{name}")
+    try:
+        if schema is None:
+            schema = table_of(thresholds, "thresholds")
+        else:
+            schema.check(thresholds, "thresholds")
+    except SchemaError as exc:
+        raise _fail(source, exc.key, exc.reason) from exc
+    threshold = thresholds.get("gpu_temperature_celsius")
+    untaint = thresholds.get("untaint_gpu_temperature_celsius")
+    if isinstance(threshold, int | float) and isinstance(untaint, int | float):
+        _check_hysteresis(source, float(threshold), float(untaint))
+    return thresholds, overheat_policy, schema
+
+
+def _check_hysteresis(source: str, threshold: float, untaint: float) -> None:
+    """The untaint temperature lies below the overheat threshold (the hysteresis)."""
+    if untaint >= threshold:
+        raise _fail(
+            source,
+            "thresholds.untaint_gpu_temperature_celsius",
+            f"{untaint:g} is not below gpu_temperature_celsius ({threshold:g}): a taint would "
+            "lift while its GPU is still past the threshold",
+        )
+
+
+def _validated(data: Any, source: str, schema: Table | None) -> Config:
+    """The config in `data`, its thresholds judged by `schema` (their own kinds when None)."""
+    top = _mapping(source, data, "(top level)")
+    for missing in [key for key in _TOP_LEVEL if key not in top]:
+        raise _fail(source, missing, "required key is missing")
+    for unknown in sorted(set(top) - set(_TOP_LEVEL)):
+        raise _fail(source, unknown, "unknown key")
+    selectors = _mapping(source, top["selectors"], "selectors")
+    intervals = _mapping(source, top["intervals"], "intervals")
+    thresholds, overheat_policy, schema = _thresholds(source, top["thresholds"], schema)
     job_label_keys, dcgm_metric = _training_jobs(source, top["training_jobs"])
     alerts = _mapping(source, top["alerts"], "alerts")
     return Config(
@@ -308,16 +426,13 @@ def load_config(path: Path | None = None) -> Config:
         alerts={name: _policy(source, name, raw) for name, raw in alerts.items()},
         rule_groups=_rule_groups(source, top["rule_groups"]),
         overheat_policy=overheat_policy,
+        schema=schema,
     )
-
-
-_MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]*")
-"""A GPU model name as NVML gives it; it goes into a PromQL regex unescaped."""
 
 
 def _overheat_policy(source: str, raw: Any) -> tuple[ModelPolicy, ...]:
     """`thresholds.overheat_policy`: a list of {model, celsius | margin_celsius}, each
-    model once."""
+    model once (fleetwatch.rules.schema: `policy_entry_json`, the chart's schema of it)."""
     key = "thresholds.overheat_policy"
     if not isinstance(raw, list):
         raise _fail(source, key, "expected a list of {model, celsius | margin_celsius}")
@@ -325,10 +440,10 @@ def _overheat_policy(source: str, raw: Any) -> tuple[ModelPolicy, ...]:
     for index, item in enumerate(raw):
         where = f"{key}[{index}]"
         entry = _mapping(source, item, where)
-        for unknown in sorted(set(entry) - {"model", "celsius", "margin_celsius"}):
+        for unknown in sorted(set(entry) - {"model", *POLICY_KINDS}):
             raise _fail(source, f"{where}.{unknown}", "unknown key")
         model = _string(source, entry.get("model"), f"{where}.model")
-        if not _MODEL_NAME.fullmatch(model):
+        if not MODEL_NAME.fullmatch(model):
             raise _fail(
                 source,
                 f"{where}.model",
@@ -336,17 +451,14 @@ def _overheat_policy(source: str, raw: Any) -> tuple[ModelPolicy, ...]:
             )
         if any(policy.model == model for policy in policies):
             raise _fail(source, f"{where}.model", f"{model!r} is listed twice")
-        limits = [name for name in ("celsius", "margin_celsius") if name in entry]
+        limits = [name for name in POLICY_KINDS if name in entry]
         if len(limits) != 1:
             raise _fail(source, where, "expected exactly one of celsius and margin_celsius")
-        value = entry[limits[0]]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise _fail(source, f"{where}.{limits[0]}", f"expected a number, got {value!r}")
-        policies.append(ModelPolicy(model=model, **{limits[0]: float(value)}))
+        try:
+            CELSIUS.check(entry[limits[0]], f"{where}.{limits[0]}")
+        except SchemaError as exc:
+            raise _fail(source, exc.key, exc.reason) from exc
+        policies.append(ModelPolicy(model=model, **{limits[0]: float(entry[limits[0]])}))
     return tuple(policies)
 
 
@@ -392,6 +504,12 @@ class Params:
     def __init__(self, *, config: Config, substitute: Substitute) -> None:
         self._defaults = parameters(config)
         self._substitute = substitute
+        self.overheat_policies: PolicyList = (
+            substitute.overheat_policies()
+            if isinstance(substitute, ListSubstitute)
+            else ListedPolicies(config.overheat_policy)
+        )
+        """The per-model overheat policy, as the substitute renders it."""
 
     def __call__(self, name: str) -> str:
         key = f"thresholds.{name}"

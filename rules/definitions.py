@@ -24,8 +24,8 @@ from fleetwatch.catalog.gpu import (
     GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
 )
-from fleetwatch.rules.config import Config, ModelPolicy
-from fleetwatch.rules.promql import match, union
+from fleetwatch.rules.config import Config, ListedPolicies, ModelPolicy, PolicyList
+from fleetwatch.rules.promql import match
 
 Selector = Callable[[str, str], str]
 """(metric, one label matcher) -> PromQL reading that metric; it may wrap the selector (for
@@ -159,15 +159,15 @@ Reading = Callable[[str, str, str], str]
 metric, as `Selector`, told which way the series gets worse (for a worst-over-window)."""
 
 
-def _number(value: float) -> str:
-    """A policy's number as PromQL writes it (78, not 78.0)."""
-    return f"{value:g}"
+def policy_list(policies: Sequence[ModelPolicy] | PolicyList) -> PolicyList:
+    """Per-model policies as a `PolicyList` (a config's entries are listed as they are)."""
+    return ListedPolicies(tuple(policies)) if isinstance(policies, Sequence) else policies
 
 
 def overheat_headroom(
     read: Reading,
     info: Selector,
-    policies: Sequence[ModelPolicy],
+    policies: Sequence[ModelPolicy] | PolicyList,
     *,
     default_celsius: str,
 ) -> str:
@@ -180,35 +180,32 @@ def overheat_headroom(
     The one comparison with the per-model policy: the rules (GPUOverheating, its clear
     condition, GPUOverheatingSoon, the over-threshold counts) and the report's time past
     the policy read it; `read` says how each series is read (now, its worst over a window,
-    its trend, a batch's nodes)."""
+    its trend, a batch's nodes). The parts are joined as `promql.union` joins them."""
+    listed = policy_list(policies)
     temp = read(GPU_TEMPERATURE_CELSIUS.name, 'sensor="gpu"', "max")
     margin = read(GPU_TEMPERATURE_MARGIN_CELSIUS.name, "", "min")
-    unlisted = ""
-    if policies:
-        listed = match("name", "=~", "|".join(policy.model for policy in policies))
-        unlisted = f"\nunless on (node, uuid)\n{info(GPU_INFO.name, listed)}"
-    parts = [f"{default_celsius} - {temp}{unlisted}"]
-    for policy in policies:
-        if policy.margin_celsius is not None:
-            value = f"{margin} - {_number(policy.margin_celsius)}"
-        else:
-            value = f"{_number(policy.celsius or 0)} - {temp}"
-        model = info(GPU_INFO.name, match("name", "=", policy.model))
-        parts.append(f"{value}\nand on (node, uuid)\n{model}")
-    return union(parts)
+    unlisted = listed.if_any(
+        f"\nunless on (node, uuid)\n{info(GPU_INFO.name, match('name', '=~', listed.models()))}"
+    )
+
+    def part(value: str, model: str) -> str:
+        return (
+            f"\n  or\n({value}\nand on (node, uuid)\n"
+            f"{info(GPU_INFO.name, match('name', '=', model))})"
+        )
+
+    return f"({default_celsius} - {temp}{unlisted})" + listed.each(
+        margin=lambda model, value: part(f"{margin} - {value}", model),
+        absolute=lambda model, value: part(f"{value} - {temp}", model),
+    )
 
 
-def overheat_policy_text(policies: Sequence[ModelPolicy], default_celsius: str) -> str:
+def overheat_policy_text(policies: Sequence[ModelPolicy] | PolicyList, default_celsius: str) -> str:
     """The overheat policy in words: alerts' descriptions, the report's findings."""
-    words = [f"above {default_celsius} °C"]
-    for policy in policies:
-        if policy.margin_celsius is not None:
-            words.append(
-                f"{policy.model}: within {_number(policy.margin_celsius)} °C of its slowdown limit"
-            )
-        else:
-            words.append(f"{policy.model}: above {_number(policy.celsius or 0)} °C")
-    return "; ".join(words)
+    return f"above {default_celsius} °C" + policy_list(policies).each(
+        margin=lambda model, value: f"; {model}: within {value} °C of its slowdown limit",
+        absolute=lambda model, value: f"; {model}: above {value} °C",
+    )
 
 
 def straggler_clock_events(select: Selector, *, reasons: str) -> str:

@@ -79,10 +79,12 @@ class SlurmCommand:
     rules_config: Path | None = setting(
         None,
         parse=readable_file,
-        metavar="PATH",
-        flag="healthcheck.rules-config",
-        help="the health check's thresholds and taint reasons (default: the shipped "
-        "rules/config.yaml)",
+        metavar="FILE",
+        flag="rules.config-file",
+        deprecated=("healthcheck.rules-config",),
+        help="a rules config override for the health check's thresholds and taint reasons: "
+        "a YAML file shaped like the shipped rules/config.yaml holding only the keys it "
+        "changes (docs/configuration.md)",
     )
     dry_run: bool = setting(
         False,

@@ -5,8 +5,8 @@ It reads the local exporter's `/metrics` (`--exporter.url`); with no exporter an
 starts one (`fleetwatch export` on a free loopback port, with this process's FLEETWATCH_*
 settings) for one collection, under the same deadline, and stops it. It judges the node on the
 conditions one scrape can show of the alerts that take a node out (those with a taint reason
-in rules/config.yaml), with the thresholds of rules/config.yaml (the shipped one, or the file
-`--healthcheck.rules-config` names), and when one holds it drains this node
+in rules/config.yaml), with the thresholds of rules/config.yaml (the shipped one, with the
+override file `--rules.config-file` names merged over it), and when one holds it drains this node
 (`SLURMD_NODENAME`, or `--healthcheck.node`) with the reason format the drain controller uses,
 `fleetwatch:<reason> <alertname>`. It never resumes a node, and it leaves a node that is
 already drained (by a person, another tool, or itself) as it is.
@@ -258,7 +258,7 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
     except ValueError as exc:
         _say(f"cannot judge node {node}: {where} served no valid exposition: {exc}")
         return 0
-    found = findings(samples, load_config(command.rules_config))
+    found = findings(samples, load_config(override=command.rules_config))
     if not found:
         print(f"fleetwatch slurm healthcheck: node {node} healthy ({where})")
         return 0

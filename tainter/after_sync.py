@@ -49,7 +49,9 @@ def after_sync_steps(
             leadership=leadership,
             metrics=metrics,
             settings=settings.eviction,
-            job_label_keys=load_config().job_label_keys if settings.eviction.reasons else (),
+            job_label_keys=load_config(override=settings.rules_config_file).job_label_keys
+            if settings.eviction.reasons
+            else (),
             retry=controller.retry,
             dry_run=controller.dry_run,
             owner=controller.owner,

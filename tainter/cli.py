@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fleetwatch import promclient
 from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
+from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
 from fleetwatch.tainter.settings import (
     BreakerCommand,
     BreakerPolicy,
@@ -34,6 +35,10 @@ from fleetwatch.tainter.settings import (
     WebhookSecurity,
 )
 from fleetwatch.tainter.taint_policy import TaintPolicy
+
+if TYPE_CHECKING:
+    from fleetwatch.rules.config import Config
+    from fleetwatch.rules.remediation import Contract
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,7 @@ def subcommands() -> tuple[Subcommand, ...]:
                 LEASE,
                 ELECTION,
                 promclient.FLAGS,
+                RULES_CONFIG,
             ),
             run=_run_taint,
         ),
@@ -119,9 +125,21 @@ def _tls(web: WebhookSecurity) -> TlsFiles | None:
     return TlsFiles(cert=web.tls_cert_file, key=web.tls_key_file, client_ca=web.tls_client_ca_file)
 
 
-def _policy(args: argparse.Namespace) -> TaintPolicy:
-    """The taint policy; declared reasons default to the installed rules config's."""
-    from fleetwatch.tainter.taint_policy import shipped_reasons
+def _rules(rules: RulesConfigFile) -> tuple[Config, Contract]:
+    """The rules config in effect (the shipped one, or with `--rules.config-file` merged
+    over it) and its remediation contract; SystemExit naming what the override got wrong."""
+    from fleetwatch.rules.config import ConfigError
+
+    try:
+        config = rules.load()
+        return config, rules.contract(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _policy(args: argparse.Namespace, config: Config) -> TaintPolicy:
+    """The taint policy; declared reasons default to the rules config's."""
+    from fleetwatch.tainter.taint_policy import reasons_declared_by
 
     policy: TaintPolicy = POLICY.read(args)
     if policy.allow_undeclared_reasons:
@@ -132,16 +150,15 @@ def _policy(args: argparse.Namespace) -> TaintPolicy:
             )
         return policy
     if policy.declared_reasons is None:
-        return dataclasses.replace(policy, declared_reasons=shipped_reasons())
+        return dataclasses.replace(policy, declared_reasons=reasons_declared_by(config))
     return policy
 
 
-def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]:
+def _untaint(
+    args: argparse.Namespace, contract: Contract
+) -> tuple[dict[str, str], tuple[str, ...]]:
     """Untaint evidence per reason and the manual reasons: the rules' remediation contract,
     then `--untaint.evidence`'s queries and `--untaint.manual-reason`'s reasons."""
-    from fleetwatch.rules.config import ConfigError
-    from fleetwatch.tainter.taint_policy import shipped_contract
-
     evidence: EvidenceSettings = EVIDENCE.read(args)
     if evidence.clear_celsius is not None:
         raise _fail(
@@ -149,10 +166,6 @@ def _untaint(args: argparse.Namespace) -> tuple[dict[str, str], tuple[str, ...]]
             "from the rules' remediation contract (thresholds.untaint_gpu_temperature_celsius "
             "of the rules config); to override it, pass --untaint.evidence=gpu-overheat=PROMQL"
         )
-    try:
-        contract = shipped_contract()
-    except ConfigError as exc:
-        raise _fail(str(exc)) from exc
     queries = {**contract.clear, **dict(evidence.evidence)}
     return queries, tuple(sorted(contract.manual))
 
@@ -189,7 +202,9 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = election.problem()
     if problem is not None:
         raise _fail(problem)
-    queries, manual = _untaint(args)
+    rules: RulesConfigFile = RULES_CONFIG.read(args)
+    config, contract = _rules(rules)
+    queries, manual = _untaint(args, contract)
     prometheus: promclient.PrometheusClientSettings = promclient.FLAGS.read(args)
     problem = prometheus.problem()
     if problem is not None:
@@ -203,7 +218,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
             controller, manual_reasons=(*manual, *controller.manual_reasons)
         ),
         breaker=BREAKER.read(args),
-        policy=_policy(args),
+        policy=_policy(args, config),
         election=election,
         evidence_queries=queries,
         listener=LISTENER.read(args),
@@ -213,6 +228,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         orchestrator=orchestrator.orchestrator,
         slurm=SLURM.read(args),
         prometheus=prometheus,
+        rules_config_file=rules.config_file,
     )
     if settings.event_namespace != NODE_EVENT_NAMESPACE:
         # A real API server refuses (422) an Event about a cluster-scoped object in any other

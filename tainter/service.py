@@ -21,8 +21,8 @@ import aiohttp
 from aiohttp import web
 
 from fleetwatch.listener import Listener, start_listener
-from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.promclient import PrometheusAccess
+from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.backend import ClusterApi, NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore

@@ -489,6 +489,8 @@ class TaintSettings:
     prometheus: PrometheusClientSettings = field(default_factory=PrometheusClientSettings)
     """The Prometheus asked for positive-evidence untaint (`--prometheus.*`); without its URL
     taints stay."""
+    rules_config_file: Path | None = None
+    """`--rules.config-file`: the override the rules config was loaded with."""
     alertmanager_url: str | None = setting(
         None,
         parse=http_url,

@@ -8,7 +8,7 @@ config declares (the chart passes the list it rendered) unless undeclared reason
 allowed; and a node carries at most `max_per_node` fleetwatch taints, which keeps the
 node object (taints and the audit annotation) far below what the API server accepts.
 `TaintPolicy`'s fields are the `--taint.*` flags. How each reason's taint is lifted also
-comes from the rules package: its remediation contract (`shipped_contract`).
+comes from the rules package: its remediation contract (`fleetwatch.rules.override`).
 """
 
 from __future__ import annotations
@@ -21,24 +21,21 @@ from fleetwatch.flags import number_setting, setting
 from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
 
 if TYPE_CHECKING:
-    from fleetwatch.rules.remediation import Contract
+    from fleetwatch.rules.config import Config
 
 NO_EXECUTE: Final = "NoExecute"
 
 
+def reasons_declared_by(config: Config) -> frozenset[str]:
+    """The taint reasons a rules config declares (`alerts.NAME.taint`)."""
+    return frozenset(a.taint for a in config.alerts.values() if a.taint)
+
+
 def shipped_reasons() -> frozenset[str]:
-    """The taint reasons the installed rules config declares (`alerts.NAME.taint`)."""
+    """The taint reasons the installed rules config declares."""
     from fleetwatch.rules.config import load_config
 
-    return frozenset(a.taint for a in load_config().alerts.values() if a.taint)
-
-
-def shipped_contract() -> Contract:
-    """The installed rules' remediation contract: each reason's clear condition, or why a
-    person must lift it."""
-    from fleetwatch.rules.remediation import load_contract
-
-    return load_contract()
+    return reasons_declared_by(load_config())
 
 
 def reason(text: str) -> str:

@@ -29,7 +29,6 @@ def test_the_step_covers_rules_dashboards_and_chart() -> None:
         "docs/runbooks.md",
         "helm/fleetwatch/dashboards/fleet-overview.json",
         "helm/fleetwatch/templates/prometheusrule.yaml",
-        "helm/fleetwatch/templates/_remediation.tpl",
         "helm/fleetwatch/values.yaml",
         "helm/fleetwatch/values.schema.json",
     } <= names

@@ -174,7 +174,7 @@ def _headroom(
     return overheat_headroom(
         lambda metric, matcher, worst: reading(select(metric, matcher), worst),
         select,
-        config.overheat_policy,
+        p.overheat_policies,
         default_celsius=p("gpu_temperature_celsius"),
     )
 
@@ -225,7 +225,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
     """Heat (now and soon), throttling, Xid, memory health and lost GPUs: each one node's
     (node scope)."""
     q = Promql(config)
-    policy_words = overheat_policy_text(config.overheat_policy, p("gpu_temperature_celsius"))
+    policy_words = overheat_policy_text(p.overheat_policies, p("gpu_temperature_celsius"))
     temp = GPU_TEMPERATURE_CELSIUS.name
     xid = GPU_XID_ERRORS_TOTAL.name
     window = p("event_window")
@@ -398,7 +398,7 @@ def fleet_alerts(config: Config, p: Params) -> list[Alert]:
             summary="GPUs past their overheat policy on {{ $value }} nodes at once",
             description=(
                 "{{ $value }} nodes have a GPU past the overheat policy of its model "
-                f"({overheat_policy_text(config.overheat_policy, p('gpu_temperature_celsius'))}), "
+                f"({overheat_policy_text(p.overheat_policies, p('gpu_temperature_celsius'))}), "
                 "more than "
                 f"{p('fleet_overheating_nodes')}: a cooling fault (a row, a CDU, an inlet) "
                 "that tainting nodes one by one does not fix, and the tainter's breaker "

@@ -53,6 +53,12 @@ def _report() -> tuple[Subcommand, ...]:
     return report_cli.subcommands()
 
 
+def _rules() -> tuple[Subcommand, ...]:
+    from fleetwatch.rules import cli as rules_cli
+
+    return rules_cli.subcommands()
+
+
 def _slurm() -> tuple[Subcommand, ...]:
     from fleetwatch.slurm import cli as slurm_cli
 
@@ -67,6 +73,7 @@ SUBCOMMAND_MODULES: Final[dict[str, Callable[[], tuple[Subcommand, ...]]]] = {
     "untaint": _tainter,
     "breaker": _tainter,
     "report": _report,
+    "rules": _rules,
     "slurm": _slurm,
 }
 """Each subcommand's name and the module that declares it, imported only when asked: the

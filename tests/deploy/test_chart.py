@@ -20,7 +20,9 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
 from fleetwatch.flags import deprecated_flags_used
-from fleetwatch.rules.config import load_config
+from fleetwatch.report.thresholds import judged_by, shipped_config, shipped_policy
+from fleetwatch.rules.config import keep_defaults, load_config
+from fleetwatch.rules.override import RulesConfigFile
 from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
@@ -37,6 +39,7 @@ from tests.deploy.chart import (
     lint,
     tainter_api_calls,
 )
+from tests.rules.overrides import BAD_OVERRIDES, H100, OVERRIDE, write
 
 SCOPE_LABEL = chart_generator().SCOPE_LABEL
 
@@ -112,6 +115,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         },
     },
     "global-rules-off": {"prometheusRule": {"global": {"enabled": False}}},
+    # An operator's policy (tests/rules/overrides.py): the same mapping as an override file.
+    "rules-override": OVERRIDE,
+    "no-overheat-policy": {"thresholds": {"overheat_policy": []}},
     "own-images": {
         "exporter": {"image": {"repository": "registry.example.com/fw-exporter", "tag": "1.2"}},
         "tainter": {"image": {"repository": "registry.example.com/fw-tainter", "tag": "1.3"}},
@@ -149,28 +155,25 @@ def test_helm_lint_rejects_values_outside_the_schema(tmp_path: Path) -> None:
     assert messages, "a string temperature passed the values schema"
 
 
-def test_values_schema_describes_every_value() -> None:
-    schema = json.loads((CHART / "values.schema.json").read_text())
-
-    def resolve(node: Mapping[str, Any]) -> Mapping[str, Any]:
-        if "$ref" in node:
-            return resolve(schema["definitions"][node["$ref"].rsplit("/", 1)[-1]])
-        if "allOf" in node:
-            merged: dict[str, Any] = {}
-            for part in node["allOf"]:
-                merged.update(resolve(part))
-            return merged
-        return node
-
-    def walk(value: Any, node: Mapping[str, Any], path: str) -> None:
-        node = resolve(node)
-        assert node, f"{path} has no schema"
-        if isinstance(value, dict) and "properties" in node:
-            for key, item in value.items():
-                assert key in node["properties"], f"{path}.{key} is not in values.schema.json"
-                walk(item, node["properties"][key], f"{path}.{key}")
-
-    walk(default_values(), schema, "values")
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [(o, m) for o, m in BAD_OVERRIDES if set(o) <= {"thresholds", "alerts"}],
+)
+def test_helm_refuses_a_bad_override_naming_the_key(
+    kubeconfig: Path, override: dict[str, Any], message: str
+) -> None:
+    """The values schema is generated from the rules' schema: Helm refuses what an override
+    file is refused for, naming the same key (helm-sdkpy's lint drops the message, so this
+    installs)."""
+    key, reason = message.split(": ", maxsplit=1)
+    parts = re.sub(r"\[(\d+)\]", r".\1", key).split(".")
+    named = (
+        f"at '/{'/'.join(parts[:-1])}': additional properties '{parts[-1]}' not allowed"
+        if reason == "unknown key"
+        else f"at '/{'/'.join(parts)}'"
+    )
+    with pytest.raises(Exception, match=re.escape(named)):
+        install(kubeconfig, override)
 
 
 # --- rendering ----------------------------------------------------------------------
@@ -262,6 +265,46 @@ def test_prometheus_rule_thresholds_equal_the_values(releases: dict[str, Release
     assert "\n(81.5 - " in overheating["expr"]
     assert overheating["for"] == "15s"
     assert "{{ $labels.node }}" in overheating["annotations"]["summary"]
+
+
+@pytest.mark.parametrize("name", ["rules-override", "no-overheat-policy", "defaults"])
+def test_chart_values_make_the_rules_an_override_file_makes(
+    releases: dict[str, Release], name: str, tmp_path: Path
+) -> None:
+    """The chart's values and an override file are one policy: the PrometheusRules rendered
+    from the values equal the rules written from the same mapping as an override file, the
+    per-model overheat policy (looped over by Helm) included."""
+    config = load_config(override=write(tmp_path / "override.yaml", OVERRIDES[name]))
+    for scope in ("node", "global"):
+        expected = chart_generator().rule_groups(config, keep_defaults, scope)
+        assert _rule_of_scope(releases[name], scope)["spec"]["groups"] == expected
+
+
+def test_chart_values_move_the_rules_the_tainter_and_the_report(
+    releases: dict[str, Release], tmp_path: Path
+) -> None:
+    release = releases["rules-override"]
+    groups = [
+        g for scope in ("node", "global") for g in _rule_of_scope(release, scope)["spec"]["groups"]
+    ]
+    hot = next(r for g in groups for r in g["rules"] if r.get("alert") == "GPUOverheating")
+    assert hot["for"] == "30s"
+    assert "(83 - fleetwatch_gpu_temperature_celsius" in hot["expr"]
+    assert f'name="{H100}"' in hot["expr"]
+    assert "GB200" not in hot["expr"]
+    # The tainter: its clear conditions, from the values through its override ConfigMap.
+    tainter = _tainter_settings(release, tmp_path)
+    clear = tainter.evidence_queries["gpu-overheat"]
+    assert "> 83 - 79\n" in clear
+    assert "(80 - max_over_time(fleetwatch_gpu_temperature_celsius" in clear
+    assert "[5m]" in clear
+    rules = RulesConfigFile(config_file=write(tmp_path / "override.yaml"))
+    assert tainter.evidence_queries == dict(rules.contract(rules.load()).clear)
+    # The report, given the ConfigMap's file: the same thresholds and overheat policy.
+    with judged_by(_rules_override(release, tmp_path)):
+        assert shipped_policy().temperature_celsius == 83
+        assert shipped_policy().job_busy_ratio == 0.6
+        assert shipped_config().overheat_limit(H100).celsius == 80
 
 
 def _tolerates(tolerations: list[dict[str, Any]], key: str, effect: str) -> bool:
@@ -416,10 +459,36 @@ def _exporter_containers(release: Release) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in pod["containers"]}
 
 
-def _parse(args: list[str], token_file: Path) -> Any:
-    """Parse container args with the real `fleetwatch` CLI (unknown flags exit)."""
+def _parse(args: list[str], token_file: Path, rules_file: Path | None = None) -> Any:
+    """Parse container args with the real `fleetwatch` CLI (unknown flags exit), the files
+    they name (the webhook token, the rules override) read from where the test put them."""
     args = [re.sub(r"^--web.token-file=.*", f"--web.token-file={token_file}", a) for a in args]
+    if rules_file is not None:
+        args = [
+            re.sub(r"^--rules.config-file=.*", f"--rules.config-file={rules_file}", a) for a in args
+        ]
     return build_parser().parse_args(args)
+
+
+def _rules_override(release: Release, tmp_path: Path) -> Path:
+    """The tainter's rules override, as its ConfigMap mounts it, written under `tmp_path`."""
+    (configmap,) = [
+        o for o in release.of_kind("ConfigMap") if o["metadata"]["name"].endswith("-rules")
+    ]
+    path = tmp_path / "rules.config.yaml"
+    path.write_text(configmap["data"]["rules.config.yaml"])
+    return path
+
+
+def _tainter_settings(release: Release, tmp_path: Path) -> Any:
+    """The tainter's settings, from its container args and its rules override ConfigMap."""
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    args = _container(release.one("Deployment"))["args"]
+    parsed = _parse(args, token, _rules_override(release, tmp_path))
+    assert parsed.command == "taint"
+    assert deprecated_flags_used(parsed) == {}
+    return settings_from_args(parsed)
 
 
 @pytest.mark.parametrize("name", list(OVERRIDES))
@@ -435,18 +504,15 @@ def test_container_args_parse_with_the_real_cli(
         assert exporter.collector_interval == 5.0
         assert deprecated_flags_used(exporter) == {}
     if release.of_kind("Deployment"):
-        args = _parse(_container(release.one("Deployment"))["args"], token)
-        assert args.command == "taint"
-        assert deprecated_flags_used(args) == {}
-        tainter = settings_from_args(args)
+        tainter = _tainter_settings(release, tmp_path)
         assert tainter.controller.dry_run is (name != "no-operator-no-nvidia-runtime")
         assert tainter.election.enabled
         assert tainter.election.namespace == NAMESPACE
         policy = tainter.policy
         assert policy.declared_reasons == frozenset(default_values()["taintReasons"])
         assert (policy.allow_noexecute, policy.max_per_node) == (frozenset(), 8)
-        # The untaint evidence is the rules' remediation contract, its thresholds rendered
-        # from the values as the PrometheusRule's are.
+        # The untaint evidence is the rules' remediation contract, its thresholds those of
+        # the values (the tainter reads them as its rules override, from a ConfigMap).
         contract = load_contract()
         expected = dict(contract.clear)
         # gpu-overheat clears at a margin below the threshold: `(T - temperature) > T - U`.
@@ -462,6 +528,10 @@ def test_container_args_parse_with_the_real_cli(
             .replace("((78 - ", f"(({threshold} - ")
             .replace("> 78 - 75\n", f"> {threshold} - {untaint}\n")
         )
+        if name in ("rules-override", "no-overheat-policy"):
+            # A policy of the operator's: what the same mapping as an override file gives.
+            rules = RulesConfigFile(config_file=write(tmp_path / "same.yaml", OVERRIDES[name]))
+            expected = dict(rules.contract(rules.load()).clear)
         assert tainter.evidence_queries == expected
         assert set(tainter.controller.manual_reasons) == set(contract.manual)
         # The breaker's caps and the quarantine; the old maxNodes key still works, 0 too.
@@ -859,7 +929,11 @@ def test_monitors_label_job_and_node_as_the_rules_expect(releases: dict[str, Rel
 def test_dashboards_are_configmaps_for_the_grafana_sidecar(
     releases: dict[str, Release],
 ) -> None:
-    maps = releases["defaults"].of_kind("ConfigMap")
+    maps = [
+        cm
+        for cm in releases["defaults"].of_kind("ConfigMap")
+        if "grafana_dashboard" in cm["metadata"]["labels"]
+    ]
     sources = sorted((CHART / "dashboards").glob("*.json"))
     assert len(maps) == len(sources)
     by_key = {key: (cm, text) for cm in maps for key, text in cm["data"].items()}

@@ -1,14 +1,21 @@
 """The health check's conditions on one scrape, without Slurm: GPUOverheating follows the
 per-model overheat policy of config.yaml as the rules do (an absolute limit by default, a
-margin to the slowdown limit for the models listed with one)."""
+margin to the slowdown limit for the models listed with one), from the shipped config or
+an operator's override file."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from fleetwatch.catalog.gpu import GPU_INFO, GPU_TEMPERATURE_CELSIUS, GPU_TEMPERATURE_MARGIN_CELSIUS
+from fleetwatch.cli import parse_args
+from fleetwatch.flags import deprecated_flags_used
 from fleetwatch.rules.config import Config, load_config, shipped_text
+from fleetwatch.slurm.cli import COMMAND
 from fleetwatch.slurm.healthcheck import findings, parse_exposition
+from tests.rules.overrides import H100, write
 
 
 def scrape(model: str, celsius: float, margin: float | None) -> str:
@@ -74,3 +81,25 @@ def test_the_shipped_policy_is_the_one_read() -> None:
     shipped = load_config()
     assert shipped.overheat_headroom("NVIDIA B200", 90, 7) == 2
     assert shipped.overheat_headroom("NVIDIA H100 80GB HBM3", 80, 7) == -2
+
+
+@pytest.mark.parametrize("flag", ["--rules.config-file", "--healthcheck.rules-config"])
+def test_the_override_file_sets_the_policy_the_check_reads(tmp_path: Path, flag: str) -> None:
+    """`--rules.config-file` (the tainter's and the report's flag; the old
+    `--healthcheck.rules-config` its deprecated spelling) names an override file merged over
+    the shipped config: an H100 listed at 80 °C is judged by it, not by the shipped 78 °C."""
+    override = write(tmp_path / "override.yaml")
+    args = parse_args(["slurm", "healthcheck", f"{flag}={override}"])
+    command = COMMAND.read(args)
+    assert command.rules_config == override
+    assert bool(deprecated_flags_used(args)) is (flag == "--healthcheck.rules-config")
+    config = load_config(override=command.rules_config)
+    judged = {
+        celsius: [
+            f.detail
+            for f in findings(parse_exposition(scrape(H100, celsius, 8)), config)
+            if f.alert == "GPUOverheating"
+        ]
+        for celsius in (79, 81)
+    }
+    assert judged == {79: [], 81: ["GPU 0 (GPU-a) at 81 °C, above 80 °C"]}
