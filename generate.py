@@ -34,7 +34,8 @@ from fleetwatch.catalog import doc as metrics_page
 from fleetwatch.flags import parse_tool_settings, setting
 from fleetwatch.rules import write_rules as rules_writer
 from fleetwatch.rules.config import CONFIG_FILE, Config, ConfigError, load_config
-from fleetwatch.sim.faults import FAULT_KINDS, Fault
+from fleetwatch.sim.fault_base import Fault
+from fleetwatch.sim.faults import FAULT_KINDS
 from helm import write_chart as chart_generator
 
 ROOT: Final = Path(__file__).resolve().parent
@@ -104,7 +105,8 @@ def fault_table(kinds: Mapping[str, type[Fault]] = FAULT_KINDS) -> str:
     rows = ["| kind | keys (`?`: optional) | effect |", "|---|---|---|"]
     for kind, fault in kinds.items():
         keys = "; ".join(
-            f"`{p.name}`{'' if p.required else '?'}: {p.meaning} ({p.bounds})" for p in fault.PARAMS
+            f"`{k.name}`{'' if k.required else '?'}: {k.param.meaning} ({k.param.bounds})"
+            for k in fault.scenario_keys()
         )
         rows.append(f"| `{kind}` | {keys} | {fault.effect()} |")
     return "\n".join(rows) + "\n"

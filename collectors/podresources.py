@@ -226,7 +226,8 @@ class PodResourcesCollector:
 def device_labels(source: NvmlSource) -> Callable[[str], tuple[str, str]]:
     """device id -> (`gpu`, `uuid`) of the allocation series, for this node's GPUs now: a
     GPU UUID or an NVML index names a GPU; any other id (a MIG device) keeps its id as
-    `uuid` with an empty `gpu`. The Slurm job mapping (collectors/slurmjobs.py) uses it too."""
+    `uuid` with an empty `gpu`. The Slurm job mapping (collectors/slurm_allocation.py) uses
+    it too."""
     by_id: dict[str, tuple[str, str]] = {}
     for reading in source.gpus():
         labels = (str(reading.identity.index), reading.identity.uuid)

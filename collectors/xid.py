@@ -16,8 +16,8 @@ counter, so that counter's series still appears with the first new Xid (the aler
 read a new series as a new Xid). The kernel log also gives what NVML events do not, counted
 when new: the driver's fallen-off-the-bus report, NVSwitch SXids, the recovery action an
 Xid 154 announces, and for NVLink5 Xids 144-150 the action NVIDIA's decode table
-(`rules/xid_catalog.yaml`, `nvlink5_decode`) gives the message's unit and error status
-(the Xid's catalog action, its most severe outcome, when no row describes it).
+(`src/fleetwatch/catalog/nvidia_xids.yaml`, `nvlink5_decode`) gives the message's unit and
+error status (the Xid's catalog action, its most severe outcome, when no row describes it).
 Unreadable records are counted (`fleetwatch_kmsg_unreadable_records_total`) and logged
 once. The same reader serves checkpoint storage (collectors/sources/kmsg_storage.py): each
 NFS server's state from its last `not responding`/`OK` message, history included, and,

@@ -2,9 +2,10 @@
 
 Hardware, for `fleetwatch export --simulate`: `scenario` loads and validates scenario files;
 `world` turns a scenario and a clock into the state of every simulated device at any
-instant; the fake NVML (`fake_nvml`), the generated sysfs tree (`sysfs_tree`) and the fake
-InfiniBand tools (`bin/`) read that state, so every collector runs unchanged. The cluster:
-`kubeapi` (a Kubernetes API) and `kubelet` (PodResources and kube-state-metrics' pod labels).
+instant; the fake NVML (`fake_nvml`), the kernel log (`kernel_log`), the generated sysfs
+tree (`sysfs_tree`) and the fake InfiniBand tools (`bin/`) read that state, so every
+collector runs unchanged. The cluster: `kubeapi` (a Kubernetes API) and `kubelet`
+(PodResources and kube-state-metrics' pod labels).
 The fleet's history for the report: `fleet`. Real servers for the demo, tests and benches:
 `loopback_servers` and `stack`. Only `fleet` needs an extra (numpy, from `[report]`); the exporter
 imports only the hardware modules, which need the base install alone.

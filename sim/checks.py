@@ -1,7 +1,7 @@
 """Validation of scenario values: each failure names the file, the key path and the reason.
 
-Both the scenario loader and the fault kinds (faults.py) validate with one `Checker`, so a
-bad value reads the same wherever in a scenario it is.
+Both the scenario loader and the fault kinds' keys (fault_params.py) validate with one
+`Checker`, so a bad value reads the same wherever in a scenario it is.
 """
 
 from __future__ import annotations

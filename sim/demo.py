@@ -51,21 +51,13 @@ from fleetwatch.sim.demo_session import (
     server_lines,
     tainter_available,
 )
-from fleetwatch.sim.faults import (
+from fleetwatch.sim.fabric_faults import IbErrors, IbPortDown, IbRate, NvlinkDown, NvlinkErrors
+from fleetwatch.sim.fault_base import Fault
+from fleetwatch.sim.gpu_faults import (
     EccErrors,
-    Fault,
     GpuLost,
     GpuOffBus,
     Hang,
-    IbErrors,
-    IbPortDown,
-    IbRate,
-    MountFilling,
-    MountHung,
-    MountReadOnly,
-    MountSlow,
-    NvlinkDown,
-    NvlinkErrors,
     RowRemap,
     Temperature,
     TensorActive,
@@ -76,6 +68,7 @@ from fleetwatch.sim.loopback_servers import (
     ALERTMANAGER,
     PROMETHEUS,
 )
+from fleetwatch.sim.mount_faults import MountFilling, MountHung, MountReadOnly, MountSlow
 from fleetwatch.sim.scenario import Scenario, ScenarioError, load_scenario
 from fleetwatch.sim.stack import KUBECONFIG, Plan, Stack, start_stack
 

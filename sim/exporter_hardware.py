@@ -32,7 +32,8 @@ from fleetwatch.collectors.storage import StorageSettings
 from fleetwatch.exporter.machine import Hardware, Refresh
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import tool_dir
-from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog
+from fleetwatch.sim.fake_nvml import FakeNvml
+from fleetwatch.sim.kernel_log import SimulatedKernelLog
 from fleetwatch.sim.scenario import builtin_names, load_scenario
 from fleetwatch.sim.storage import SimulatedMountCalls, SimulatedProcfs
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs

@@ -1,11 +1,12 @@
 """A fake NVML: the `pynvml` call surface the collectors use, driven by a simulated node.
 
 `FakeNvml(node=SimulatedNode(...))` has the same function names, constants and result
-shapes as the `pynvml` module (opaque handles, field-value results with `.nvmlReturn` and
-`.value.*`, a `c_nvmlGpmMetricsGet_t`-like request), raises the real `pynvml.NVMLError`
-subclasses, and makes a call block like a wedged driver while a scenario `hang` fault
-applies. Every value is read from the node at the simulated time of the call, so the
-fake and the generated sysfs tree always agree, and a fixed clock gives fixed output.
+shapes as the `pynvml` module (the records of nvml_records.py: opaque handles, field-value
+results with `.nvmlReturn` and `.value.*`, a `c_nvmlGpmMetricsGet_t`-like request), raises
+the real `pynvml.NVMLError` subclasses, and makes a call block like a wedged driver while a
+scenario `hang` fault applies. Every value is read from the node at the simulated time of
+the call, so the fake and the generated sysfs tree always agree, and a fixed clock gives
+fixed output.
 
 Hardware behaviour it reproduces, as real drivers show it: a lost GPU answers `GpuIsLost` to
 every call; link indices past the real count answer `InvalidArgument`; GPUs without GPM
@@ -15,7 +16,8 @@ empty slot or an instance that disappeared), their UUID, GPU and compute instanc
 with the profile, memory, and GPM samples per GPU instance (`nvmlGpmMigSampleGet`);
 `nvmlEventSetWait_v2` raises `Timeout` when idle and has no history before the set was
 created. The tests' controls (a failure injected into any call, profiling counters held by
-another tool, an Xid delivered now) live with the tests, in a subclass.
+another tool, an Xid delivered now) live with the tests, in a subclass. The node's kernel
+log, which the Xid collector reads beside NVML events, is kernel_log.py.
 """
 
 from __future__ import annotations
@@ -24,13 +26,23 @@ import functools
 import re
 import threading
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
 
 from fleetwatch.collectors.sources.nvml import CLOCK_EVENT_BITS, NVLINK5_FIELDS, VIOLATION_FIELDS
 from fleetwatch.collectors.sources.pci import nvml_bus_id
+from fleetwatch.sim.nvml_records import (
+    FakeEventData,
+    FakeEventSet,
+    FakeFieldValue,
+    FakeGpmMetricsGet,
+    FakeGpmSample,
+    FakeHandle,
+    FakeMigHandle,
+    FakeStruct,
+    FakeValue,
+)
 from fleetwatch.sim.scenario import MIG_SLOTS, MigSpec
 from fleetwatch.sim.sysfs_tree import gpu_pci_address
 from fleetwatch.sim.world import (
@@ -80,109 +92,6 @@ _FABRIC_DEGRADED_MASK: Final = (
 # What pynvml exposes that the fake passes through unchanged: constants and error classes.
 _PASSTHROUGH: Final = re.compile(r"^(NVML_|NVMLError|nvmlClocksEventReason|nvmlEventType)")
 _DEVICE_QUERY: Final = re.compile(r"^nvmlDeviceGet[A-Z]\w*$")
-
-
-@dataclass(frozen=True)
-class FakeHandle:
-    """An opaque device handle, as `nvmlDeviceGetHandleByIndex` returns."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class FakeMigHandle:
-    """A MIG device handle, as `nvmlDeviceGetMigDeviceHandleByIndex` returns."""
-
-    gpu: int
-    slot: int
-
-
-@dataclass
-class _Value:
-    """The `c_nvmlValue_t` union: every member holds the value."""
-
-    dVal: float = 0.0
-    uiVal: int = 0
-    ulVal: int = 0
-    ullVal: int = 0
-    sllVal: int = 0
-    siVal: int = 0
-    usVal: int = 0
-
-
-@dataclass
-class FakeFieldValue:
-    """A `c_nvmlFieldValue_t`: one field's result with its own `nvmlReturn`."""
-
-    fieldId: int
-    scopeId: int
-    nvmlReturn: int
-    valueType: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-    value: _Value = field(default_factory=_Value)
-
-
-@dataclass
-class FakeGpmSample:
-    """An allocated GPM sample; filled by `nvmlGpmSampleGet` with the GPU and the time."""
-
-    gpu: int | None = None
-    at: float | None = None
-    gpu_instance: int | None = None
-    freed: bool = False
-
-
-@dataclass
-class FakeGpmMetric:
-    """One `c_nvmlGpmMetric_t` entry."""
-
-    metricId: int = 0
-    nvmlReturn: int = pynvml.NVML_SUCCESS
-    value: float = 0.0
-
-
-class FakeGpmMetricsGet:
-    """Shaped like `c_nvmlGpmMetricsGet_t`: version, numMetrics, sample1/2, metrics[]."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self.numMetrics = 0
-        self.sample1: FakeGpmSample | None = None
-        self.sample2: FakeGpmSample | None = None
-        self.metrics = [FakeGpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
-
-
-@dataclass
-class FakeEventData:
-    """A `c_nvmlEventData_t`."""
-
-    device: FakeHandle
-    eventType: int
-    eventData: int
-    gpuInstanceId: int = 0xFFFFFFFF
-    computeInstanceId: int = 0xFFFFFFFF
-
-
-@dataclass
-class FakeEventSet:
-    """An event set: which GPUs are registered, and which scenario Xids it delivered."""
-
-    created_at: float
-    gpus: set[int] = field(default_factory=set)
-    delivered: int = 0
-    freed: bool = False
-
-
-@dataclass(frozen=True)
-class _Struct:
-    """Small result records (`.gpu`, `.used`, `.busId`, ...), read-only like the real ones."""
-
-    values: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 class FakeNvml:
@@ -281,9 +190,9 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetSerial", handle)
         return str(1654922000000 + gpu)
 
-    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _Struct:
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakeStruct:
         gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
-        return _Struct({"busId": simulated_pci_bus_id(gpu).encode()})
+        return FakeStruct({"busId": simulated_pci_bus_id(gpu).encode()})
 
     # -- thermals, power, clocks -----------------------------------------------------------
     def nvmlDeviceGetTemperatureV(self, handle: FakeHandle, sensor: int, version: int = 0) -> int:
@@ -333,17 +242,17 @@ class FakeNvml:
             bits |= CLOCK_EVENT_BITS[reason]
         return bits
 
-    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Struct:
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeStruct:
         """NVML "utilization": time any kernel ran; stays high while tensor cores idle."""
         gpu = self._gpu("nvmlDeviceGetUtilizationRates", handle)
         busy = self.node.tensor_active(gpu) > 0
         percent = round(self.scenario.baseline.utilization * 100) if busy else 0
-        return _Struct({"gpu": percent, "memory": round(percent * 0.4)})
+        return FakeStruct({"gpu": percent, "memory": round(percent * 0.4)})
 
     # -- memory and health -------------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(
         self, handle: FakeHandle | FakeMigHandle, version: int | None = None
-    ) -> _Struct:
+    ) -> FakeStruct:
         if isinstance(handle, FakeMigHandle):
             self._mig("nvmlDeviceGetMemoryInfo", handle)
             total = self._mig_spec().memory_mib * 1024 * 1024
@@ -351,7 +260,7 @@ class FakeNvml:
             self._gpu("nvmlDeviceGetMemoryInfo", handle)
             total = self._memory_total * 1024 * 1024
         used = int(total * self.scenario.baseline.memory_used_ratio)
-        return _Struct({"total": total, "used": used, "free": total - used})
+        return FakeStruct({"total": total, "used": used, "free": total - used})
 
     def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, error_type: int, counter: int) -> int:
         gpu = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
@@ -478,7 +387,7 @@ class FakeNvml:
         if value is None:
             result.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             return result
-        result.value = _Value(
+        result.value = FakeValue(
             dVal=float(value), uiVal=int(value), ulVal=int(value), ullVal=int(value)
         )
         return result
@@ -511,9 +420,9 @@ class FakeNvml:
         return self.node.nvlink_errors(gpu, link, _NVLINK_COUNTERS[counter])
 
     # -- GPM -------------------------------------------------------------------------------
-    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> _Struct:
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> FakeStruct:
         self._gpu("nvmlGpmQueryDeviceSupport", handle)
-        return _Struct({"version": 1, "isSupportedDevice": int(self.scenario.gpm_supported)})
+        return FakeStruct({"version": 1, "isSupportedDevice": int(self.scenario.gpm_supported)})
 
     def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
         self.live_gpm_samples += 1
@@ -633,49 +542,3 @@ def simulated_pci_bus_id(gpu: int) -> str:
     """The PCI bus id NVML reports for a simulated GPU (`00000000:18:00.0`): the address
     it has in the simulated sysfs tree."""
     return nvml_bus_id(gpu_pci_address(gpu))
-
-
-class SimulatedKernelLog:
-    """The simulated node's kernel log: an NVRM Xid record per scenario Xid and a "GPU has
-    fallen off the bus" record per `gpu_off_bus` fault, history included.
-
-    Implements `collectors.sources.kmsg.KernelLog`; unlike NVML events, the kernel log
-    keeps the Xids raised before the reader started. Records are stamped with scenario
-    time (the node booted at 0), the clock `now()` reads.
-    """
-
-    def __init__(self, *, node: SimulatedNode) -> None:
-        self._node = node
-        self._sent = 0
-        self._closed = threading.Event()
-        self.opened_at = self.now()
-
-    def now(self) -> float:
-        return self._node.now()
-
-    def _new_lines(self) -> list[str]:
-        # An Xid sorts before a fall off the bus at the same instant, as the driver logs them.
-        events = sorted(
-            [(at, 0, gpu, xid) for at, gpu, xid in self._node.xid_events()]
-            + [(at, 1, gpu, 0) for at, gpu in self._node.off_bus_events()]
-        )
-        start, new, self._sent = self._sent, events[self._sent :], len(events)
-        return [
-            f"{3 if xid else 4},{start + i},{round(at * 1e6)},-;NVRM: "
-            + (
-                f"Xid (PCI:{simulated_pci_bus_id(gpu)[4:14]}): {xid}, pid='<unknown>', "
-                "name=<unknown>, simulated"
-                if xid
-                else f"GPU {simulated_pci_bus_id(gpu)[4:]}: GPU has fallen off the bus."
-            )
-            for i, (at, _order, gpu, xid) in enumerate(new)
-        ]
-
-    def read(self, timeout: float) -> list[str]:
-        lines = self._new_lines()
-        if not lines and not self._closed.wait(timeout):
-            lines = self._new_lines()
-        return lines
-
-    def close(self) -> None:
-        self._closed.set()

@@ -22,7 +22,9 @@ import yaml
 
 from fleetwatch.k8snames import is_label_key, is_label_value, is_node_name
 from fleetwatch.sim.checks import Checker, ScenarioError
-from fleetwatch.sim.faults import FAULT_KINDS, Fault, Hardware
+from fleetwatch.sim.fault_base import Fault
+from fleetwatch.sim.fault_params import Hardware
+from fleetwatch.sim.faults import FAULT_KINDS
 
 __all__ = [
     "BUILTIN_PACKAGE",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_BITS
-from fleetwatch.sim.faults import ROW_REMAP_EVENTS, Fault
+from fleetwatch.sim.fault_base import Fault
+from fleetwatch.sim.gpu_faults import ROW_REMAP_EVENTS
 from fleetwatch.sim.scenario import HcaSpec, MountSpec, Scenario
 
 # Steady traffic per active port, in bytes per second of line rate used.

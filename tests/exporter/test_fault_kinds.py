@@ -1,12 +1,13 @@
-"""Simulator fault kinds: one type per kind in `FAULT_KINDS` holds its keys, validation,
-docs and effect, so a new kind is its class and its table entry and nothing else."""
+"""Simulator fault kinds: one type per kind in `FAULT_KINDS` holds its keys (its fields),
+validation, docs and effect, so a new kind is its class and its table entry and nothing
+else."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -14,15 +15,9 @@ import pytest
 import generate
 from fleetwatch.sim import scenario as scenario_module
 from fleetwatch.sim import world as world_module
-from fleetwatch.sim.faults import (
-    FAULT_KINDS,
-    SECONDS,
-    Fault,
-    GpuFault,
-    Readings,
-    gpu_index,
-    number,
-)
+from fleetwatch.sim.fault_base import Fault, GpuFault, Readings
+from fleetwatch.sim.fault_params import SECONDS, number
+from fleetwatch.sim.faults import FAULT_KINDS
 from fleetwatch.sim.scenario import ScenarioError, parse_scenario
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
@@ -48,16 +43,19 @@ class Freeze(GpuFault):
     """Holds a GPU's temperature at `celsius` (a kind only this test knows)."""
 
     KIND = "freeze"
-    PARAMS = (gpu_index(), number("celsius", "held temperature", low=0, high=50), SECONDS)
 
-    celsius: float
+    celsius: float = field(metadata=number("held temperature", low=0, high=50))
+    seconds: float | None = field(default=None, metadata=SECONDS)
 
     def temperature(self, gpu: int, value: float, t: float, node: Readings) -> float:
         return self.celsius if gpu == self.gpu and self.active(t) else value
 
 
-def scenario_with(faults: list[dict[str, Any]], kinds: Any = FAULT_KINDS) -> Any:
-    return parse_scenario({**NODE, "faults": faults}, source="test.yaml", name="t", kinds=kinds)
+def scenario_with(
+    faults: list[dict[str, Any]], kinds: Any = FAULT_KINDS, *, mounts: bool = False
+) -> Any:
+    node = {**NODE, "mounts": [{"mountpoint": "/ckpt"}]} if mounts else NODE
+    return parse_scenario({**node, "faults": faults}, source="test.yaml", name="t", kinds=kinds)
 
 
 def test_a_new_kind_is_its_type_and_its_table_entry() -> None:
@@ -83,21 +81,53 @@ def test_every_kind_declares_keys_docs_and_an_effect(kind: str) -> None:
     assert kind == fault.KIND
     assert fault.effect()
     assert not fault.effect().startswith(f"{fault.__name__}("), "no docstring of its own"
-    names = [p.name for p in fault.PARAMS]
-    assert len(names) == len(set(names))
-    assert all(p.meaning and p.bounds for p in fault.PARAMS)
-    fields = {f.name for f in dataclasses.fields(fault)} - {"at"}
-    assert set(names) <= fields
-    assert fields - set(names) <= {"seconds"}, "a field no scenario key sets"
+    keys = fault.scenario_keys()
+    assert all(k.param.meaning and k.param.bounds for k in keys)
+    fields = [f.name for f in dataclasses.fields(fault) if f.name != "at"]
+    assert [k.name for k in keys] == fields, "a field no scenario key sets"
     assert any(getattr(fault, hook) is not getattr(Fault, hook) for hook in EFFECT_HOOKS)
     assert f"| `{kind}` |" in generate.fault_table()
 
 
 @pytest.mark.parametrize("kind", list(FAULT_KINDS))
 def test_every_kind_names_its_first_missing_key(kind: str) -> None:
-    first = min(p.name for p in FAULT_KINDS[kind].PARAMS if p.required)
+    first = min(k.name for k in FAULT_KINDS[kind].scenario_keys() if k.required)
     with pytest.raises(ScenarioError, match=rf"faults\[0\]\.{first}: required key is missing"):
         scenario_with([{"at": 1, "kind": kind}])
+
+
+# A valid value of every key any kind has (the error counter by kind: each has its own set).
+SAMPLE: dict[str, Any] = {
+    "gpu": 1,
+    "link": 2,
+    "device": "mlx5_0",
+    "port": 2,
+    "mountpoint": "/ckpt",
+    "call": "nvmlInit",
+    "celsius": 90,
+    "per_second": 1,
+    "value": 0.5,
+    "xid": 79,
+    "reason": "hw_slowdown",
+    "factor": 2,
+    "bytes_per_second": 1,
+    "mode": "enabled",
+    "slot": 0,
+    "seconds": 5,
+}
+ERRORS = {"nvlink_errors": "replay", "ib_errors": "symbol", "ecc_errors": "corrected"}
+
+
+@pytest.mark.parametrize("kind", list(FAULT_KINDS))
+def test_a_kind_lasts_its_seconds_or_to_the_end(kind: str) -> None:
+    keys = FAULT_KINDS[kind].scenario_keys()
+    names = {k.name for k in keys if k.required or k.name == "seconds"}
+    values = {**SAMPLE, "error": ERRORS.get(kind, "pending")}
+    entry = {"at": 10, "kind": kind} | {name: values[name] for name in names}
+    [fault] = scenario_with([entry], mounts=True).faults
+    assert fault.active(10)
+    assert fault.active(14.9)
+    assert fault.active(15) is ("seconds" not in names)
 
 
 @pytest.mark.parametrize("module", [scenario_module, world_module])

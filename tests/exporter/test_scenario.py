@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetwatch.sim.faults import Temperature
+from fleetwatch.sim.gpu_faults import Temperature
 from fleetwatch.sim.kubelet import kube_pod_labels
 from fleetwatch.sim.scenario import (
     MAX_SCENARIO_BYTES,

@@ -12,8 +12,9 @@ import pynvml
 from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
-from fleetwatch.sim.fake_nvml import FakeEventSet, FakeGpmSample, FakeHandle, FakeNvml
-from fleetwatch.sim.faults import Fault
+from fleetwatch.sim.fake_nvml import FakeNvml
+from fleetwatch.sim.fault_base import Fault
+from fleetwatch.sim.nvml_records import FakeEventSet, FakeGpmSample, FakeHandle
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from fleetwatch.sim.fake_nvml import FakeHandle
-from fleetwatch.sim.faults import GpuLost
+from fleetwatch.sim.gpu_faults import GpuLost
+from fleetwatch.sim.nvml_records import FakeHandle
 from tests.gpu.simnode import simulated
 
 # A real pynvml device query the fake does not implement (the test fails loudly, not

@@ -16,7 +16,7 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import FabricReading, NvmlSource
-from fleetwatch.sim.faults import FabricDegraded
+from fleetwatch.sim.fabric_faults import FabricDegraded
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text
 

@@ -17,7 +17,8 @@ from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
-from fleetwatch.sim.faults import GpuLost, Hang, NvlinkDown, NvlinkErrors, TensorActive
+from fleetwatch.sim.fabric_faults import NvlinkDown, NvlinkErrors
+from fleetwatch.sim.gpu_faults import GpuLost, Hang, TensorActive
 from tests.gpu.simnode import samples, simulated
 
 TEMP = "fleetwatch_gpu_temperature_celsius"

@@ -24,8 +24,10 @@ from fleetwatch.collectors.xid import FALLEN_OFF_BUS, XidCollector, XidLedger
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.settings import ExportSettings
 from fleetwatch.sim import loopback_servers as servers
-from fleetwatch.sim.fake_nvml import SimulatedKernelLog, simulated_pci_bus_id
-from fleetwatch.sim.faults import Fault, GpuFault, GpuLost, GpuOffBus
+from fleetwatch.sim.fake_nvml import simulated_pci_bus_id
+from fleetwatch.sim.fault_base import Fault, GpuFault
+from fleetwatch.sim.gpu_faults import GpuLost, GpuOffBus
+from fleetwatch.sim.kernel_log import SimulatedKernelLog
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text

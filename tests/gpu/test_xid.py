@@ -25,8 +25,9 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim import loopback_servers as servers
-from fleetwatch.sim.fake_nvml import FakeNvml, SimulatedKernelLog, simulated_pci_bus_id
-from fleetwatch.sim.faults import GpuLost, Xid
+from fleetwatch.sim.fake_nvml import FakeNvml, simulated_pci_bus_id
+from fleetwatch.sim.gpu_faults import GpuLost, Xid
+from fleetwatch.sim.kernel_log import SimulatedKernelLog
 from tests.gpu.kmsglines import an_hour_ago, record
 from tests.gpu.simnode import samples, simulated
 
