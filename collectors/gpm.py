@@ -26,13 +26,13 @@ from fleetwatch.catalog.gpu import (
 )
 from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu_common import (
     LostGpus,
     gpu_labels,
     mebibytes_to_bytes,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 

@@ -48,6 +48,7 @@ from fleetwatch.catalog.gpu import (
     GPUS_VISIBLE,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu_common import (
     LostGpus,
     NvmlFailures,
@@ -58,7 +59,6 @@ from fleetwatch.collectors.gpu_common import (
     nanoseconds_to_seconds,
     percent_to_ratio,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     FabricReading,

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from fleetwatch.catalog.spec import MetricSpec
-from fleetwatch.collectors.metrics import FamilyBuilder
+from fleetwatch.collectors.families import FamilyBuilder
 from fleetwatch.collectors.sources.nvml import GpuIdentity
 from fleetwatch.collectors.sources.nvml_calls import CallFailure
 from fleetwatch.logs import LogOnce

@@ -36,7 +36,7 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_XMIT_WAIT_TOTAL,
     INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
 )
-from fleetwatch.collectors.metrics import LabelCache
+from fleetwatch.collectors.families import LabelCache
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
 
 BYTES_PER_GBIT: Final = 125_000_000

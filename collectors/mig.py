@@ -29,8 +29,8 @@ from fleetwatch.catalog.gpu import (
     GPU_MIG_TENSOR_ACTIVE_RATIO,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, percent_to_ratio
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, MigInstance, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
 

@@ -30,13 +30,13 @@ from fleetwatch.catalog.nvlink import (
     NVLINK_UP,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu_common import (
     GPU_ID,
     LostGpus,
     NvmlFailures,
     gpu_labels,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,

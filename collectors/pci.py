@@ -21,7 +21,7 @@ from typing import Final
 
 from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT, PCI_SYSFS_READ_ERRORS_TOTAL
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.pci import nvml_bus_id, scan_gpus
 from fleetwatch.logs import LogOnce

@@ -35,7 +35,7 @@ from fleetwatch.catalog.allocation import (
     UNRESOLVED_REASONS,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,

@@ -28,7 +28,7 @@ from fleetwatch.catalog.slurm import (
     SLURM_NAMESPACE,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.podresources import device_labels
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.flags import duration_setting, setting

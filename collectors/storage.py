@@ -82,7 +82,7 @@ from fleetwatch.catalog.storage import (
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.mount_calls import MountCaller, MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
     LineProblem,

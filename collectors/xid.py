@@ -62,8 +62,8 @@ from fleetwatch.catalog.xid import (
     NVSWITCH_SXID_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     RECOVERY_XID,

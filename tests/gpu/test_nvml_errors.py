@@ -11,9 +11,9 @@ import pynvml
 import pytest
 
 from fleetwatch import collectors
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError

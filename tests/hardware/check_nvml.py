@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pynvml
 
 from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.mig import SPECS as MIG_SPECS
 from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
