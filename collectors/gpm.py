@@ -18,49 +18,20 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from fleetwatch.catalog.gpu import (
-    GPU_DRAM_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_TENSOR_ACTIVE_RATIO,
-)
-from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
+from fleetwatch.catalog import collected_by
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.gpu_common import (
-    LostGpus,
-    gpu_labels,
-    mebibytes_to_bytes,
-    percent_to_ratio,
-)
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
+from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, gpu_labels
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 
 log = logging.getLogger(__name__)
 
-TENSOR = GPU_TENSOR_ACTIVE_RATIO.name
-THROUGHPUT = NVLINK_THROUGHPUT_BYTES_PER_SECOND.name
-
-SPECS: Final = (
-    GPU_TENSOR_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_DRAM_ACTIVE_RATIO,
-    NVLINK_THROUGHPUT_BYTES_PER_SECOND,
-)
-
-# (GPM metric, family, extra label values, NVML units → base units)
-_METRICS: Final = (
-    (GPM_METRICS["tensor_any"], TENSOR, ("any",), percent_to_ratio),
-    (GPM_METRICS["tensor_hmma"], TENSOR, ("hmma",), percent_to_ratio),
-    (GPM_METRICS["tensor_imma"], TENSOR, ("imma",), percent_to_ratio),
-    (GPM_METRICS["tensor_dfma"], TENSOR, ("dfma",), percent_to_ratio),
-    (GPM_METRICS["tensor_dmma"], TENSOR, ("dmma",), percent_to_ratio),
-    (GPM_METRICS["sm_active"], GPU_SM_ACTIVE_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["sm_occupancy"], GPU_SM_OCCUPANCY_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["dram_active"], GPU_DRAM_ACTIVE_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["nvlink_rx"], THROUGHPUT, ("rx",), mebibytes_to_bytes),
-    (GPM_METRICS["nvlink_tx"], THROUGHPUT, ("tx",), mebibytes_to_bytes),
+SPECS: Final = collected_by("gpm")
+# (GPM metric id, family, where the catalog says it is read), per GPU.
+_METRICS: Final = tuple(
+    (GPM_METRICS[read.field], family, read)
+    for family, read in reads_of(SPECS, available=GPM_METRICS, identity=len(GPU_ID))
 )
 _METRIC_IDS: Final = tuple(entry[0] for entry in _METRICS)
 
@@ -116,8 +87,8 @@ class GpmCollector:
         finally:
             self._source.gpm_free(previous)
         ids = gpu_labels(gpu.identity)
-        for metric_id, family, extra, convert in _METRICS:
-            builder.add(family, (*ids, *extra), convert(values.get(metric_id)))
+        for metric_id, family, read in _METRICS:
+            builder.add(family, (*ids, *read.labels), read.value(values.get(metric_id)))
 
     def _forget(self, gpu: int) -> None:
         sample = self._previous.pop(gpu, None)

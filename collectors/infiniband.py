@@ -1,7 +1,7 @@
 """The fabric collector: InfiniBand and RoCE ports from sysfs, infiniband-diags and udev.
 
 Maps `collectors.sources.sysfs` readings to the InfiniBand families of the metric
-contract (`infiniband_layout.SPECS`). On top of the raw counters it adds what operators
+contract (catalog/infiniband.py). On top of the raw counters it adds what operators
 need to see a bad link before it kills a job:
 
 - saturation: a PMA error counter pinned at all-ones reads as a zero rate exactly when

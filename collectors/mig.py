@@ -19,38 +19,30 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.gpu import (
     GPU_MIG_INFO,
     GPU_MIG_MEMORY_TOTAL_BYTES,
     GPU_MIG_MEMORY_USED_BYTES,
     GPU_MIG_MODE,
     GPU_MIG_NVML_ERRORS_TOTAL,
-    GPU_MIG_SM_ACTIVE_RATIO,
-    GPU_MIG_TENSOR_ACTIVE_RATIO,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, percent_to_ratio
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
+from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, NvmlFailures, gpu_labels
 from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, MigInstance, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
 
 log = logging.getLogger(__name__)
 
-SPECS: Final = (
-    GPU_MIG_MODE,
-    GPU_MIG_INFO,
-    GPU_MIG_MEMORY_USED_BYTES,
-    GPU_MIG_MEMORY_TOTAL_BYTES,
-    GPU_MIG_TENSOR_ACTIVE_RATIO,
-    GPU_MIG_SM_ACTIVE_RATIO,
-    GPU_MIG_NVML_ERRORS_TOTAL,
+SPECS: Final = collected_by("mig")
+# (GPM metric id, family, where the catalog says it is read), per MIG instance (whose
+# identity adds `mig_uuid` to the GPU's).
+_GPM: Final = tuple(
+    (GPM_METRICS[read.field], family, read)
+    for family, read in reads_of(SPECS, available=GPM_METRICS, identity=len(GPU_ID) + 1)
 )
-# (GPM metric, family) per MIG instance.
-_GPM: Final = (
-    (GPM_METRICS["tensor_any"], GPU_MIG_TENSOR_ACTIVE_RATIO.name),
-    (GPM_METRICS["sm_active"], GPU_MIG_SM_ACTIVE_RATIO.name),
-)
-_GPM_IDS: Final = tuple(metric for metric, _family in _GPM)
+_GPM_IDS: Final = tuple(metric for metric, _family, _read in _GPM)
 
 # A kept GPM sample: (GPU index, GPU instance id).
 _SampleKey = tuple[int, int]
@@ -125,10 +117,9 @@ class MigCollector:
             return
         finally:
             self._free(previous)
-        for metric, family in _GPM:
-            builder.add(
-                family, (*gpu_labels(gpu.identity), instance.uuid), percent_to_ratio(values[metric])
-            )
+        ids = (*gpu_labels(gpu.identity), instance.uuid)
+        for metric, family, read in _GPM:
+            builder.add(family, (*ids, *read.labels), read.value(values[metric]))
 
     def _free(self, sample: Any) -> None:
         try:

@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.storage import (
-    FAMILIES,
     STORAGE_AVAILABLE_BYTES,
     STORAGE_CALL_ERRORS_TOTAL,
     STORAGE_FREE_BYTES,
@@ -157,7 +157,7 @@ def exact(value: int) -> int:
     return value % _FLOAT64_MANTISSA
 
 
-SPECS: Final = FAMILIES
+SPECS: Final = collected_by("storage")
 
 
 @dataclass(frozen=True, kw_only=True)

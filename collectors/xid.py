@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.storage import (
     KMSG_FILESYSTEM_ERRORS_TOTAL,
     KMSG_HUNG_TASKS_TOTAL,
@@ -98,20 +99,7 @@ HUNG_TASKS = KMSG_HUNG_TASKS_TOTAL.name
 FILESYSTEM_ERRORS = KMSG_FILESYSTEM_ERRORS_TOTAL.name
 NVME_ERRORS = KMSG_NVME_ERRORS_TOTAL.name
 LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
-SPECS: Final = (
-    GPU_XID_ERRORS_TOTAL,
-    GPU_XID_HISTORY_ERRORS,
-    GPU_FALLEN_OFF_BUS_TOTAL,
-    NVSWITCH_SXID_ERRORS_TOTAL,
-    GPU_XID_RECOVERY_ACTIONS_TOTAL,
-    GPU_XID_NVLINK5_ERRORS_TOTAL,
-    KMSG_UNREADABLE_RECORDS_TOTAL,
-    KMSG_NFS_SERVER_NOT_RESPONDING,
-    KMSG_HUNG_TASKS_TOTAL,
-    KMSG_FILESYSTEM_ERRORS_TOTAL,
-    KMSG_NVME_ERRORS_TOTAL,
-    KMSG_LUSTRE_EVICTIONS_TOTAL,
-)
+SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
 _WAIT_MS: Final = 500

@@ -1,7 +1,7 @@
 """docs/metrics.md, written from the catalog: one table row per family, in sections.
 
 The page is generated (`./dev.sh generate`, generate.py) and never edited by hand: the
-table rows come from the specs (`MetricSpec.unit`, `source`, `series`, `label_values`),
+table rows come from the specs (`MetricSpec.unit`, `source`, `series`, `described_labels`),
 the prose around them from here. Sections follow the page's reading order, not the
 catalog's modules: the GPU section also lists the Xid counter and the pod attribution.
 """
@@ -61,7 +61,7 @@ mounts.
 
 """
 
-SECTIONS: Final[tuple[tuple[str, str, tuple[MetricSpec, ...]], ...]] = (
+SECTIONS: Final[tuple[tuple[str, str, Sequence[MetricSpec]], ...]] = (
     ("Exporter self-metrics", "", exporter.FAMILIES),
     (
         "GPU",
@@ -169,8 +169,9 @@ _COLUMNS: Final = (
 
 
 def _labels(spec: MetricSpec) -> str:
+    described = spec.described_labels
     cells = [
-        f"`{label}` {spec.label_values[label]}" if label in spec.label_values else f"`{label}`"
+        f"`{label}` {described[label]}" if label in described else f"`{label}`"
         for label in spec.labels
     ]
     return ", ".join(cells) or "—"

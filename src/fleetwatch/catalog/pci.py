@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-GPUS_PCI_PRESENT: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("pci",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPUS_PCI_PRESENT: Final = FAMILIES.declare(
     "fleetwatch_gpus_pci_present",
     "gauge",
     (
@@ -23,7 +26,7 @@ GPUS_PCI_PRESENT: Final = MetricSpec(
 )
 
 
-GPU_PCI_INFO: Final = MetricSpec(
+GPU_PCI_INFO: Final = FAMILIES.declare(
     "fleetwatch_gpu_pci_info",
     "gauge",
     (
@@ -46,7 +49,7 @@ GPU_PCI_INFO: Final = MetricSpec(
 )
 
 
-PCI_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
+PCI_SYSFS_READ_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_pci_sysfs_read_errors_total",
     "counter",
     ("PCI sysfs files that could not be read or held garbage (that function was not counted)."),
@@ -59,11 +62,3 @@ PCI_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="1",
 )
-
-
-FAMILIES: Final = (
-    GPUS_PCI_PRESENT,
-    GPU_PCI_INFO,
-    PCI_SYSFS_READ_ERRORS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

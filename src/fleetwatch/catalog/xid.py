@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-GPU_XID_ERRORS_TOTAL: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("xid",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPU_XID_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_errors_total",
     "counter",
     (
@@ -31,7 +34,7 @@ GPU_XID_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-GPU_XID_HISTORY_ERRORS: Final = MetricSpec(
+GPU_XID_HISTORY_ERRORS: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_history_errors",
     "gauge",
     (
@@ -49,7 +52,7 @@ GPU_XID_HISTORY_ERRORS: Final = MetricSpec(
 )
 
 
-GPU_FALLEN_OFF_BUS_TOTAL: Final = MetricSpec(
+GPU_FALLEN_OFF_BUS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_fallen_off_bus_total",
     "counter",
     "Kernel-log 'GPU has fallen off the bus' messages since the exporter started.",
@@ -68,26 +71,7 @@ GPU_FALLEN_OFF_BUS_TOTAL: Final = MetricSpec(
 )
 
 
-NVSWITCH_SXID_ERRORS_TOTAL: Final = MetricSpec(
-    "fleetwatch_nvswitch_sxid_errors_total",
-    "counter",
-    "NVSwitch SXid errors in the kernel log since the exporter started.",
-    ("device", "sxid", "severity"),
-    unit="SXids",
-    source=(
-        "`nvidia-nvswitchN: SXid (PCI:...): <sxid>, Fatal, ...` (or `Non-fatal`) "
-        "records (the first line of each report; the driver's follow-up lines are not "
-        "counted again); meanings in NVIDIA's Fabric Manager User Guide"
-    ),
-    series="NVSwitches × SXids seen",
-    label_values={
-        "device": "(`nvswitch0`, ...)",
-        "severity": "(`fatal`, `non_fatal`)",
-    },
-)
-
-
-GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
+GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_recovery_actions_total",
     "counter",
     (
@@ -113,7 +97,7 @@ GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
 )
 
 
-GPU_XID_NVLINK5_ERRORS_TOTAL: Final = MetricSpec(
+GPU_XID_NVLINK5_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_nvlink5_errors_total",
     "counter",
     (
@@ -140,7 +124,26 @@ GPU_XID_NVLINK5_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
+NVSWITCH_SXID_ERRORS_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_nvswitch_sxid_errors_total",
+    "counter",
+    "NVSwitch SXid errors in the kernel log since the exporter started.",
+    ("device", "sxid", "severity"),
+    unit="SXids",
+    source=(
+        "`nvidia-nvswitchN: SXid (PCI:...): <sxid>, Fatal, ...` (or `Non-fatal`) "
+        "records (the first line of each report; the driver's follow-up lines are not "
+        "counted again); meanings in NVIDIA's Fabric Manager User Guide"
+    ),
+    series="NVSwitches × SXids seen",
+    label_values={
+        "device": "(`nvswitch0`, ...)",
+        "severity": "(`fatal`, `non_fatal`)",
+    },
+)
+
+
+KMSG_UNREADABLE_RECORDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_unreadable_records_total",
     "counter",
     (
@@ -162,15 +165,3 @@ KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
         ),
     },
 )
-
-
-FAMILIES: Final = (
-    GPU_XID_ERRORS_TOTAL,
-    GPU_XID_HISTORY_ERRORS,
-    GPU_FALLEN_OFF_BUS_TOTAL,
-    GPU_XID_RECOVERY_ACTIONS_TOTAL,
-    GPU_XID_NVLINK5_ERRORS_TOTAL,
-    NVSWITCH_SXID_ERRORS_TOTAL,
-    KMSG_UNREADABLE_RECORDS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""
