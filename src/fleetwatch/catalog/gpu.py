@@ -178,14 +178,14 @@ GPU_UTILIZATION_RATIO: Final = FAMILIES.declare(
     "gauge",
     (
         "NVML 'GPU utilization': fraction of time at least one kernel ran. Misleading: a GPU "
-        "running one tiny kernel reads 1.0; use fleetwatch_gpu_tensor_active_ratio."
+        f"running one tiny kernel reads 1.0; use {GPU_TENSOR_ACTIVE_RATIO}."
     ),
     ("gpu", "uuid"),
     unit="ratio",
     source=(
         "`nvmlDeviceGetUtilizationRates().gpu`. **Misleading**: the fraction of time "
         "at least one kernel ran, so one tiny kernel reads 1.0 while the tensor cores "
-        "idle; use `fleetwatch_gpu_tensor_active_ratio` to judge load"
+        f"idle; use `{GPU_TENSOR_ACTIVE_RATIO}` to judge load"
     ),
     series="G",
     reads=(Read("utilization_percent", convert=percent_to_ratio),),

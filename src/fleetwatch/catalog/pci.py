@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleetwatch.catalog.gpu import GPU_INFO
 from fleetwatch.catalog.spec import Families
 
 FAMILIES: Final = Families(collectors=("pci",))
@@ -31,7 +32,7 @@ GPU_PCI_INFO: Final = FAMILIES.declare(
     "gauge",
     (
         "An NVIDIA GPU on the PCI bus (value 1): its bus id as NVML writes it (join "
-        "fleetwatch_gpu_info on node and pci_bus_id) and its PCI device id."
+        f"{GPU_INFO} on node and pci_bus_id) and its PCI device id."
     ),
     ("pci_bus_id", "device_id"),
     unit="info (1)",
@@ -40,8 +41,8 @@ GPU_PCI_INFO: Final = FAMILIES.declare(
     label_values={
         "pci_bus_id": (
             "(as NVML writes it, `00000000:18:00.0`: join "
-            "`fleetwatch_gpu_info` on it and `node`; `fleetwatch_gpu_pci_info "
-            "unless on(node, pci_bus_id) fleetwatch_gpu_info` is the GPU NVML "
+            f"`{GPU_INFO}` on it and `node`; `fleetwatch_gpu_pci_info "
+            f"unless on(node, pci_bus_id) {GPU_INFO}` is the GPU NVML "
             "does not list)"
         ),
         "device_id": "(PCI device id, `0x2330`; empty when unreadable)",

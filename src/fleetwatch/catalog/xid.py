@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleetwatch.catalog.gpu import GPU_RECOVERY_ACTION
 from fleetwatch.catalog.spec import Families
 
 FAMILIES: Final = Families(collectors=("xid",))
@@ -64,7 +65,7 @@ GPU_FALLEN_OFF_BUS_TOTAL: Final = FAMILIES.declare(
         "responding to commands.` (one record over several lines, `(PCI ID: ...)` optional) "
         "or `NVRM: GPU xx:00.0: GPU has fallen off the bus.` (domain optional), "
         "which has no Xid number (it usually follows an `Xid ...: 79` record, counted "
-        "in `fleetwatch_gpu_xid_errors_total`); `gpu`/`uuid` empty for a GPU NVML "
+        f"in `{GPU_XID_ERRORS_TOTAL}`); `gpu`/`uuid` empty for a GPU NVML "
         "never enumerated, `pci_bus_id` empty when the message names none"
     ),
     series="G",
@@ -84,7 +85,7 @@ GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = FAMILIES.declare(
         "new Xid 154 kernel-log records (`--collector.xid.source` with `kmsg`), by the action "
         "the text announces (`... changed from 0x0 (None) to 0x1 (GPU Reset Required)`; "
         "NVML's numbering, `unknown` for a code NVML does not name or a text without one). "
-        "The kernel log's view of what `fleetwatch_gpu_recovery_action` reads from NVML field "
+        f"The kernel log's view of what `{GPU_RECOVERY_ACTION}` reads from NVML field "
         "230: it keeps the announcement after the field is reset, and works where the field "
         "is not supported"
     ),
