@@ -22,8 +22,15 @@ from fleetwatch.catalog import collected_by
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
 from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, gpu_labels
-from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_gpm import (
+    GPM_METRICS,
+    gpm_free,
+    gpm_metrics,
+    gpm_sample,
+    gpm_supported,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +56,7 @@ class GpmCollector:
     def _has_gpm(self, gpu: Gpu) -> bool:
         supported = self._supported.get(gpu.index)
         if supported is None:
-            supported = self._supported[gpu.index] = self._source.gpm_supported(gpu)
+            supported = self._supported[gpu.index] = gpm_supported(self._source, gpu)
             if not supported:
                 log.info(
                     "GPU has no GPM (A100 or older, or an old driver): no tensor-core activity "
@@ -76,16 +83,16 @@ class GpmCollector:
         return builder.families()
 
     def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu) -> None:
-        current = self._source.gpm_sample(gpu)
+        current = gpm_sample(self._source, gpu)
         self._lost.seen(gpu.identity)
         previous = self._previous.pop(gpu.index, None)
         self._previous[gpu.index] = current
         if previous is None:
             return
         try:
-            values = self._source.gpm_metrics(previous, current, _METRIC_IDS)
+            values = gpm_metrics(self._source, previous, current, _METRIC_IDS)
         finally:
-            self._source.gpm_free(previous)
+            gpm_free(self._source, previous)
         ids = gpu_labels(gpu.identity)
         for metric_id, family, read in _METRICS:
             builder.add(family, (*ids, *read.labels), read.value(values.get(metric_id)))
@@ -94,7 +101,7 @@ class GpmCollector:
         sample = self._previous.pop(gpu, None)
         if sample is not None:
             try:
-                self._source.gpm_free(sample)
+                gpm_free(self._source, sample)
             except NvmlError as exc:  # a lost GPU's sample may not free; it is gone
                 log.debug("GPM sample not freed", extra={"gpu": gpu, "reason": exc.error})
 

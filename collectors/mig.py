@@ -30,8 +30,16 @@ from fleetwatch.catalog.gpu import (
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
 from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, NvmlFailures, gpu_labels
-from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, MigInstance, NvmlSource
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_gpm import (
+    GPM_METRICS,
+    gpm_free,
+    gpm_metrics,
+    gpm_sample,
+    gpm_supported,
+)
+from fleetwatch.collectors.sources.nvml_mig import MigInstance, read_mig
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +81,7 @@ class MigCollector:
         return builder.families()
 
     def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu, sampled: set[_SampleKey]) -> None:
-        reading = self._source.read_mig(gpu)
+        reading = read_mig(self._source, gpu)
         self._lost.seen(gpu.identity)
         ids = gpu_labels(gpu.identity)
         for failure in reading.failures:
@@ -92,7 +100,7 @@ class MigCollector:
     def _has_gpm(self, gpu: Gpu) -> bool:
         supported = self._gpm.get(gpu.index)
         if supported is None:
-            supported = self._gpm[gpu.index] = self._source.gpm_supported(gpu)
+            supported = self._gpm[gpu.index] = gpm_supported(self._source, gpu)
         return supported
 
     def _sample(
@@ -101,7 +109,7 @@ class MigCollector:
         """GPM activity of the instance's GPU instance since the last cycle (none the first)."""
         key = (gpu.index, instance.gpu_instance)
         try:
-            current = self._source.gpm_sample(gpu, instance.gpu_instance)
+            current = gpm_sample(self._source, gpu, instance.gpu_instance)
         except NvmlError as exc:  # profiling counters held elsewhere: activity absent
             self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
             return
@@ -111,7 +119,7 @@ class MigCollector:
         if previous is None:
             return
         try:
-            values = self._source.gpm_metrics(previous, current, _GPM_IDS)
+            values = gpm_metrics(self._source, previous, current, _GPM_IDS)
         except NvmlError as exc:
             self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
             return
@@ -123,7 +131,7 @@ class MigCollector:
 
     def _free(self, sample: Any) -> None:
         try:
-            self._source.gpm_free(sample)
+            gpm_free(self._source, sample)
         except NvmlError as exc:  # a sample of a lost GPU may not free; it is gone
             log.debug("GPM sample not freed", extra={"reason": exc.error})
 

@@ -80,6 +80,7 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, wait_xid
 from fleetwatch.flags import duration_setting, setting
 from fleetwatch.rules.xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 
@@ -239,10 +240,10 @@ class XidCollector:
         while not self._stop.is_set():
             try:
                 if event_set is None:
-                    event_set = self._source.open_xid_events()
+                    event_set = open_xid_events(self._source)
                     if event_set is None:  # no driver or no GPU: nothing will ever come
                         return
-                event = self._source.wait_xid(event_set, _WAIT_MS)
+                event = wait_xid(self._source, event_set, _WAIT_MS)
             except NvmlError as exc:
                 log.warning(
                     "waiting for NVML Xid events failed",
@@ -256,7 +257,7 @@ class XidCollector:
                 )
                 log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
         if event_set is not None:
-            self._source.free_events(event_set)
+            free_events(self._source, event_set)
 
     def _listen_kmsg(self) -> None:
         assert self._kernel_log is not None

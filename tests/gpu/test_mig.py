@@ -15,7 +15,7 @@ from fleetwatch.catalog.gpu import (
     GPU_MIG_TENSOR_ACTIVE_RATIO,
 )
 from fleetwatch.collectors.mig import MigCollector
-from fleetwatch.collectors.sources.nvml import mig_profile
+from fleetwatch.collectors.sources.nvml_mig import mig_profile
 from fleetwatch.sim.checks import ScenarioError
 from fleetwatch.sim.scenario import parse_scenario
 from testbed.clock import FixedClock
