@@ -20,7 +20,7 @@ import logging
 from typing import Any, Final
 
 from fleetwatch.catalog import collected_by
-from fleetwatch.catalog.gpu import (
+from fleetwatch.catalog.mig import (
     GPU_MIG_INFO,
     GPU_MIG_MEMORY_TOTAL_BYTES,
     GPU_MIG_MEMORY_USED_BYTES,

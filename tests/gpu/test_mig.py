@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fleetwatch.catalog.gpu import (
+from fleetwatch.catalog.mig import (
     GPU_MIG_INFO,
     GPU_MIG_MEMORY_TOTAL_BYTES,
     GPU_MIG_MODE,

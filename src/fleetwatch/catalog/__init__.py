@@ -1,6 +1,6 @@
 """The metric catalog: every family fleetwatch exports, declared once.
 
-One module per area (`gpu`, `nvlink`, `infiniband`, `pci`, `xid`, `allocation`,
+One module per area (`gpu`, `mig`, `nvlink`, `infiniband`, `pci`, `xid`, `allocation`,
 `slurm`, `storage`, `exporter`, `tainter`) declares each family once, through the area's
 `FAMILIES` (`spec.Families`): name, type, help, labels, what docs/metrics.md shows of it
 (unit, source, worst-case series), the collectors that emit it and, for a plain value, where
@@ -25,6 +25,7 @@ from fleetwatch.catalog import (
     exporter,
     gpu,
     infiniband,
+    mig,
     nvlink,
     pci,
     slurm,
@@ -37,6 +38,7 @@ from fleetwatch.catalog.spec import MetricSpec
 ALL: Final[tuple[MetricSpec, ...]] = (
     *exporter.FAMILIES,
     *gpu.FAMILIES,
+    *mig.FAMILIES,
     *xid.FAMILIES,
     *allocation.FAMILIES,
     *slurm.FAMILIES,

@@ -17,6 +17,7 @@ from fleetwatch.catalog import (
     exporter,
     gpu,
     infiniband,
+    mig,
     nvlink,
     pci,
     slurm,
@@ -68,12 +69,12 @@ SECTIONS: Final[tuple[tuple[str, str, Sequence[MetricSpec]], ...]] = (
         f"""\
 Collectors `gpu`, `gpm`, `mig`, `xid` and `podresources`; labels `gpu` (NVML index) and
 `uuid` on every per-GPU series (MIG instances add `mig_uuid`: join an allocation by MIG UUID
-to its GPU through `{gpu.GPU_MIG_INFO}`). A GPU that falls off the bus (`GPU_IS_LOST`,
+to its GPU through `{mig.GPU_MIG_INFO}`). A GPU that falls off the bus (`GPU_IS_LOST`,
 Xid 79) drops out of every family here except `{xid.GPU_XID_ERRORS_TOTAL}`, and out of
 `{gpu.GPUS_VISIBLE}`.
 Per-GPU series on a DGX H100 with the defaults: about 160 (1,290 with NVLink).
 """,
-        (*gpu.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
+        (*gpu.FAMILIES, *mig.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
     ),
     (
         "DRA attribution",
