@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
-from fleetwatch.collectors.metrics import SeriesFamily, series_count
+from fleetwatch.collectors.families import SeriesFamily, series_count
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings

@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.families import series_count
 from fleetwatch.collectors.infiniband import InfinibandCollector
-from fleetwatch.collectors.metrics import series_count
 from fleetwatch.collectors.sources.sysfs import InfinibandSysfs
 from fleetwatch.collectors.sources.udev import DeviceEvents
 from fleetwatch.exporter.render import Renderer

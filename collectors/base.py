@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from fleetwatch.catalog.spec import MetricSpec
-from fleetwatch.collectors.metrics import SeriesFamily
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.sources.kmsg import KernelLog, KmsgReader
 from fleetwatch.collectors.sources.mount_calls import MountCaller, MountCalls
 from fleetwatch.collectors.sources.nvml import NvmlSource

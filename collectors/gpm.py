@@ -18,49 +18,27 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from fleetwatch.catalog.gpu import (
-    GPU_DRAM_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_TENSOR_ACTIVE_RATIO,
-)
-from fleetwatch.catalog.nvlink import NVLINK_THROUGHPUT_BYTES_PER_SECOND
+from fleetwatch.catalog import collected_by
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.gpu_common import (
-    LostGpus,
-    gpu_labels,
-    mebibytes_to_bytes,
-    percent_to_ratio,
-)
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, NvmlSource
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
+from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, gpu_labels
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_gpm import (
+    GPM_METRICS,
+    gpm_free,
+    gpm_metrics,
+    gpm_sample,
+    gpm_supported,
+)
 
 log = logging.getLogger(__name__)
 
-TENSOR = GPU_TENSOR_ACTIVE_RATIO.name
-THROUGHPUT = NVLINK_THROUGHPUT_BYTES_PER_SECOND.name
-
-SPECS: Final = (
-    GPU_TENSOR_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_DRAM_ACTIVE_RATIO,
-    NVLINK_THROUGHPUT_BYTES_PER_SECOND,
-)
-
-# (GPM metric, family, extra label values, NVML units → base units)
-_METRICS: Final = (
-    (GPM_METRICS["tensor_any"], TENSOR, ("any",), percent_to_ratio),
-    (GPM_METRICS["tensor_hmma"], TENSOR, ("hmma",), percent_to_ratio),
-    (GPM_METRICS["tensor_imma"], TENSOR, ("imma",), percent_to_ratio),
-    (GPM_METRICS["tensor_dfma"], TENSOR, ("dfma",), percent_to_ratio),
-    (GPM_METRICS["tensor_dmma"], TENSOR, ("dmma",), percent_to_ratio),
-    (GPM_METRICS["sm_active"], GPU_SM_ACTIVE_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["sm_occupancy"], GPU_SM_OCCUPANCY_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["dram_active"], GPU_DRAM_ACTIVE_RATIO.name, (), percent_to_ratio),
-    (GPM_METRICS["nvlink_rx"], THROUGHPUT, ("rx",), mebibytes_to_bytes),
-    (GPM_METRICS["nvlink_tx"], THROUGHPUT, ("tx",), mebibytes_to_bytes),
+SPECS: Final = collected_by("gpm")
+# (GPM metric id, family, where the catalog says it is read), per GPU.
+_METRICS: Final = tuple(
+    (GPM_METRICS[read.field], family, read)
+    for family, read in reads_of(SPECS, available=GPM_METRICS, identity=len(GPU_ID))
 )
 _METRIC_IDS: Final = tuple(entry[0] for entry in _METRICS)
 
@@ -78,7 +56,7 @@ class GpmCollector:
     def _has_gpm(self, gpu: Gpu) -> bool:
         supported = self._supported.get(gpu.index)
         if supported is None:
-            supported = self._supported[gpu.index] = self._source.gpm_supported(gpu)
+            supported = self._supported[gpu.index] = gpm_supported(self._source, gpu)
             if not supported:
                 log.info(
                     "GPU has no GPM (A100 or older, or an old driver): no tensor-core activity "
@@ -105,25 +83,25 @@ class GpmCollector:
         return builder.families()
 
     def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu) -> None:
-        current = self._source.gpm_sample(gpu)
+        current = gpm_sample(self._source, gpu)
         self._lost.seen(gpu.identity)
         previous = self._previous.pop(gpu.index, None)
         self._previous[gpu.index] = current
         if previous is None:
             return
         try:
-            values = self._source.gpm_metrics(previous, current, _METRIC_IDS)
+            values = gpm_metrics(self._source, previous, current, _METRIC_IDS)
         finally:
-            self._source.gpm_free(previous)
+            gpm_free(self._source, previous)
         ids = gpu_labels(gpu.identity)
-        for metric_id, family, extra, convert in _METRICS:
-            builder.add(family, (*ids, *extra), convert(values.get(metric_id)))
+        for metric_id, family, read in _METRICS:
+            builder.add(family, (*ids, *read.labels), read.value(values.get(metric_id)))
 
     def _forget(self, gpu: int) -> None:
         sample = self._previous.pop(gpu, None)
         if sample is not None:
             try:
-                self._source.gpm_free(sample)
+                gpm_free(self._source, sample)
             except NvmlError as exc:  # a lost GPU's sample may not free; it is gone
                 log.debug("GPM sample not freed", extra={"gpu": gpu, "reason": exc.error})
 

@@ -10,55 +10,39 @@ reports as a hung collector while every other collector keeps serving.
 `fleetwatch_gpus_expected` is emitted only when `--collector.gpu.expected-count` is
 set: an expected count guessed from what is visible at start would hide a GPU that was
 already missing when the exporter started.
+
+The collector lists no family: it emits what the catalog declares for `gpu`
+(`collected_by`), and fills each plain value (temperatures, power, clocks, memory, ECC,
+PCIe) from the `GpuReading` field the declaration names (`Read`), converted as it says. A
+new NVML value is a field of `GpuReading` read in `sources/nvml.py` and one declaration in
+catalog/gpu.py; this module changes only for a family that needs code (one-hot states,
+per-reason maps, the fabric).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
-    GPU_CLOCK_HERTZ,
-    GPU_ECC_ERRORS_TOTAL,
-    GPU_ENERGY_JOULES_TOTAL,
     GPU_FABRIC_DEGRADED,
     GPU_FABRIC_INFO,
     GPU_FABRIC_STATE_ID,
     GPU_INFO,
-    GPU_MEMORY_TOTAL_BYTES,
-    GPU_MEMORY_USED_BYTES,
     GPU_NVML_ERRORS_TOTAL,
-    GPU_PCIE_LINK_GENERATION,
-    GPU_PCIE_LINK_WIDTH,
-    GPU_PCIE_REPLAYS_TOTAL,
-    GPU_POWER_LIMIT_WATTS,
-    GPU_POWER_WATTS,
     GPU_RECOVERY_ACTION,
-    GPU_REMAPPED_ROWS,
-    GPU_ROW_REMAP_FAILED,
-    GPU_ROW_REMAP_PENDING,
-    GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
-    GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
+from fleetwatch.catalog.units import nanoseconds_to_seconds
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.gpu_common import (
-    LostGpus,
-    NvmlFailures,
-    gpu_labels,
-    megahertz_to_hertz,
-    millijoules_to_joules,
-    milliwatts_to_watts,
-    nanoseconds_to_seconds,
-    percent_to_ratio,
-)
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
+from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, NvmlFailures, gpu_labels
 from fleetwatch.collectors.sources.nvml import (
     CLOCK_EVENT_BITS,
     FabricReading,
@@ -71,71 +55,10 @@ from fleetwatch.flags import bounded_number, setting
 
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
 
-ERRORS = GPU_NVML_ERRORS_TOTAL
-
-SPECS: Final = (
-    GPU_INFO,
-    GPUS_VISIBLE,
-    GPUS_EXPECTED,
-    GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
-    GPU_TEMPERATURE_MARGIN_CELSIUS,
-    GPU_UTILIZATION_RATIO,
-    GPU_POWER_WATTS,
-    GPU_POWER_LIMIT_WATTS,
-    GPU_ENERGY_JOULES_TOTAL,
-    GPU_CLOCK_HERTZ,
-    GPU_CLOCK_EVENT_ACTIVE,
-    GPU_CLOCK_EVENT_SECONDS_TOTAL,
-    GPU_MEMORY_USED_BYTES,
-    GPU_MEMORY_TOTAL_BYTES,
-    GPU_ECC_ERRORS_TOTAL,
-    GPU_REMAPPED_ROWS,
-    GPU_ROW_REMAP_PENDING,
-    GPU_ROW_REMAP_FAILED,
-    GPU_RECOVERY_ACTION,
-    GPU_PCIE_REPLAYS_TOTAL,
-    GPU_PCIE_LINK_GENERATION,
-    GPU_PCIE_LINK_WIDTH,
-    GPU_FABRIC_INFO,
-    GPU_FABRIC_STATE_ID,
-    GPU_FABRIC_DEGRADED,
-    ERRORS,
-)
-
-# Plain per-GPU values: (metric, extra label values, reading → base-unit value).
-_Getter = Callable[[GpuReading], float | None]
-_VALUES: Final[tuple[tuple[str, tuple[str, ...], _Getter], ...]] = (
-    (GPU_TEMPERATURE_CELSIUS.name, ("gpu",), lambda r: r.temperature_celsius),
-    (GPU_TEMPERATURE_CELSIUS.name, ("memory",), lambda r: r.memory_temperature_celsius),
-    (GPU_TEMPERATURE_MARGIN_CELSIUS.name, (), lambda r: r.margin_celsius),
-    (GPU_UTILIZATION_RATIO.name, (), lambda r: percent_to_ratio(r.utilization_percent)),
-    (GPU_POWER_WATTS.name, (), lambda r: milliwatts_to_watts(r.power_milliwatts)),
-    (
-        GPU_POWER_LIMIT_WATTS.name,
-        (),
-        lambda r: milliwatts_to_watts(r.power_limit_milliwatts),
-    ),
-    (
-        GPU_ENERGY_JOULES_TOTAL.name,
-        (),
-        lambda r: millijoules_to_joules(r.energy_millijoules),
-    ),
-    (GPU_CLOCK_HERTZ.name, ("sm",), lambda r: megahertz_to_hertz(r.sm_clock_mhz)),
-    (GPU_CLOCK_HERTZ.name, ("memory",), lambda r: megahertz_to_hertz(r.memory_clock_mhz)),
-    (GPU_MEMORY_USED_BYTES.name, (), lambda r: r.memory_used_bytes),
-    (GPU_MEMORY_TOTAL_BYTES.name, (), lambda r: r.memory_total_bytes),
-    (GPU_ECC_ERRORS_TOTAL.name, ("corrected",), lambda r: r.ecc_corrected),
-    (GPU_ECC_ERRORS_TOTAL.name, ("uncorrected",), lambda r: r.ecc_uncorrected),
-    (GPU_REMAPPED_ROWS.name, ("correctable",), lambda r: r.remapped_rows_correctable),
-    (GPU_REMAPPED_ROWS.name, ("uncorrectable",), lambda r: r.remapped_rows_uncorrectable),
-    (GPU_ROW_REMAP_PENDING.name, (), lambda r: r.remap_pending),
-    (GPU_ROW_REMAP_FAILED.name, (), lambda r: r.remap_failed),
-    (GPU_PCIE_REPLAYS_TOTAL.name, (), lambda r: r.pcie_replays),
-    (GPU_PCIE_LINK_GENERATION.name, ("current",), lambda r: r.pcie_generation_current),
-    (GPU_PCIE_LINK_GENERATION.name, ("max",), lambda r: r.pcie_generation_max),
-    (GPU_PCIE_LINK_WIDTH.name, ("current",), lambda r: r.pcie_width_current),
-    (GPU_PCIE_LINK_WIDTH.name, ("max",), lambda r: r.pcie_width_max),
+SPECS: Final = collected_by("gpu")
+# The plain per-GPU values, as the catalog declares them: (family, where it is read).
+_VALUES: Final = reads_of(
+    SPECS, available={f.name for f in dataclasses.fields(GpuReading)}, identity=len(GPU_ID)
 )
 
 
@@ -145,7 +68,7 @@ class GpuCollector:
     def __init__(self, *, source: NvmlSource, expected_count: int | None) -> None:
         self._source = source
         self._expected = expected_count
-        self._failures = NvmlFailures(collector="gpu", spec=ERRORS)
+        self._failures = NvmlFailures(collector="gpu", spec=GPU_NVML_ERRORS_TOTAL)
         self._lost = LostGpus(collector="gpu")
         self._labels = LabelCache(SPECS)
 
@@ -182,8 +105,8 @@ def add_gpu(builder: FamilyBuilder, identity: GpuIdentity, reading: GpuReading) 
         (*ids, identity.name, identity.pci_bus_id, identity.serial, identity.driver_version),
         1,
     )
-    for name, extra, getter in _VALUES:
-        builder.add(name, (*ids, *extra), getter(reading))
+    for name, read in _VALUES:
+        builder.add(name, (*ids, *read.labels), read.value(getattr(reading, read.field)))
     for threshold, celsius in reading.thresholds_celsius.items():
         builder.add(GPU_TEMPERATURE_THRESHOLD_CELSIUS.name, (*ids, threshold), celsius)
     if reading.clock_event_reasons is not None:

@@ -1,8 +1,7 @@
-"""What the GPU collectors share: unit conversions, GPU identity labels, NVML failure counts.
+"""What the GPU collectors share: GPU identity labels, NVML failure counts, lost GPUs.
 
-NVML reports milliwatts, millijoules, MHz, percentages, nanoseconds and MiB/s; the metric
-contract wants base units (watts, joules, hertz, ratios 0..1, seconds, bytes/s). Each
-conversion passes `None` through, because a value the hardware did not report stays absent.
+The conversions from NVML's units to base units are the catalog's (`fleetwatch.catalog.units`):
+each declaration names the one its value needs.
 """
 
 from __future__ import annotations
@@ -13,49 +12,15 @@ from collections.abc import Iterable
 from typing import Final
 
 from fleetwatch.catalog.spec import MetricSpec
-from fleetwatch.collectors.metrics import FamilyBuilder
+from fleetwatch.collectors.families import FamilyBuilder
 from fleetwatch.collectors.sources.nvml import GpuIdentity
 from fleetwatch.collectors.sources.nvml_calls import CallFailure
 from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 GPU_ID: Final = ("gpu", "uuid")
 """The identity label names every per-GPU series starts with (values: `gpu_labels`)."""
-
-
-def scaled(value: float | None, factor: float) -> float | None:
-    """`value * factor`, or None when the value is absent."""
-    return None if value is None else value * factor
-
-
-def milliwatts_to_watts(value: float | None) -> float | None:
-    return scaled(value, 1e-3)
-
-
-def millijoules_to_joules(value: float | None) -> float | None:
-    return scaled(value, 1e-3)
-
-
-def megahertz_to_hertz(value: float | None) -> float | None:
-    return scaled(value, 1e6)
-
-
-def percent_to_ratio(value: float | None) -> float | None:
-    """NVML percentages (0..100) as ratios clamped to 0..1 (GPM can overshoot by rounding)."""
-    if value is None:
-        return None
-    # Rounded to what NVML's percentages resolve, so 53.27 % is 0.5327, not 0.5327000000000001.
-    return min(1.0, max(0.0, round(value / 100.0, 6)))
-
-
-def nanoseconds_to_seconds(value: float | None) -> float | None:
-    return scaled(value, 1e-9)
-
-
-def mebibytes_to_bytes(value: float | None) -> float | None:
-    return scaled(value, MIB)
 
 
 def gpu_labels(identity: GpuIdentity) -> tuple[str, str]:

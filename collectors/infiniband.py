@@ -1,7 +1,7 @@
 """The fabric collector: InfiniBand and RoCE ports from sysfs, infiniband-diags and udev.
 
 Maps `collectors.sources.sysfs` readings to the InfiniBand families of the metric
-contract (`infiniband_layout.SPECS`). On top of the raw counters it adds what operators
+contract (catalog/infiniband.py). On top of the raw counters it adds what operators
 need to see a bad link before it kills a job:
 
 - saturation: a PMA error counter pinned at all-ones reads as a zero rate exactly when
@@ -33,6 +33,7 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_HW_STAT_TOTAL,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import LabelCache, SeriesFamily
 from fleetwatch.collectors.infiniband_layout import (
     BYTES_PER_GBIT,
     DATA,
@@ -56,7 +57,6 @@ from fleetwatch.collectors.infiniband_layout import (
     parse_expected_rates,
 )
 from fleetwatch.collectors.infiniband_links import StateChangeCounter, ToolFallbacks
-from fleetwatch.collectors.metrics import LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.ibtools import IbTools
 from fleetwatch.collectors.sources.sysfs import IbReading, InfinibandSysfs

@@ -1,6 +1,6 @@
 """InfiniBand families and their layout: which series exist, and where each value comes from.
 
-The family table (`SPECS`) is the InfiniBand part of the metric contract. `build_layout`
+The families (`SPECS`) are those the catalog declares for this collector. `build_layout`
 turns what discovery found into label lists (made once per discovery, so each cycle's
 families share them and the renderer's prefix cache holds) and one `gather` picker that
 takes every counter the families use out of a reading's slots in a single C-level call.
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.infiniband import (
     DEVICE_EVENTS_TOTAL,
     INFINIBAND_PORT_DATA_BYTES_TOTAL,
@@ -36,7 +37,7 @@ from fleetwatch.catalog.infiniband import (
     INFINIBAND_PORT_XMIT_WAIT_TOTAL,
     INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
 )
-from fleetwatch.collectors.metrics import LabelCache
+from fleetwatch.collectors.families import LabelCache
 from fleetwatch.collectors.sources.sysfs import PMA_ERROR_COUNTERS, IbDevice, IbPort
 
 BYTES_PER_GBIT: Final = 125_000_000
@@ -72,25 +73,7 @@ HW_COUNTER = INFINIBAND_PORT_HW_STAT_TOTAL.name
 DEVICE_EVENTS = DEVICE_EVENTS_TOTAL.name
 READ_ERRORS = INFINIBAND_SYSFS_READ_ERRORS_TOTAL.name
 
-SPECS: Final = (
-    INFINIBAND_PORT_INFO,
-    INFINIBAND_PORT_UP,
-    INFINIBAND_PORT_STATE_ID,
-    INFINIBAND_PORT_PHYSICAL_STATE_ID,
-    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_DATA_BYTES_TOTAL,
-    INFINIBAND_PORT_PACKETS_TOTAL,
-    INFINIBAND_PORT_UNICAST_PACKETS_TOTAL,
-    INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL,
-    INFINIBAND_PORT_ERRORS_TOTAL,
-    INFINIBAND_PORT_XMIT_WAIT_TOTAL,
-    INFINIBAND_PORT_ERROR_SATURATED,
-    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
-    INFINIBAND_PORT_HW_STAT_TOTAL,
-    DEVICE_EVENTS_TOTAL,
-    INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
-)  # fmt: skip
+SPECS: Final = collected_by("infiniband")
 
 # counters/ files mapped to (family, direction) for the traffic families.
 TRAFFIC: Final = {

@@ -19,38 +19,38 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from fleetwatch.catalog.gpu import (
+from fleetwatch.catalog import collected_by
+from fleetwatch.catalog.mig import (
     GPU_MIG_INFO,
     GPU_MIG_MEMORY_TOTAL_BYTES,
     GPU_MIG_MEMORY_USED_BYTES,
     GPU_MIG_MODE,
     GPU_MIG_NVML_ERRORS_TOTAL,
-    GPU_MIG_SM_ACTIVE_RATIO,
-    GPU_MIG_TENSOR_ACTIVE_RATIO,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.gpu_common import LostGpus, NvmlFailures, gpu_labels, percent_to_ratio
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.collectors.sources.nvml import GPM_METRICS, Gpu, MigInstance, NvmlSource
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
+from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, NvmlFailures, gpu_labels
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_gpm import (
+    GPM_METRICS,
+    gpm_free,
+    gpm_metrics,
+    gpm_sample,
+    gpm_supported,
+)
+from fleetwatch.collectors.sources.nvml_mig import MigInstance, read_mig
 
 log = logging.getLogger(__name__)
 
-SPECS: Final = (
-    GPU_MIG_MODE,
-    GPU_MIG_INFO,
-    GPU_MIG_MEMORY_USED_BYTES,
-    GPU_MIG_MEMORY_TOTAL_BYTES,
-    GPU_MIG_TENSOR_ACTIVE_RATIO,
-    GPU_MIG_SM_ACTIVE_RATIO,
-    GPU_MIG_NVML_ERRORS_TOTAL,
+SPECS: Final = collected_by("mig")
+# (GPM metric id, family, where the catalog says it is read), per MIG instance (whose
+# identity adds `mig_uuid` to the GPU's).
+_GPM: Final = tuple(
+    (GPM_METRICS[read.field], family, read)
+    for family, read in reads_of(SPECS, available=GPM_METRICS, identity=len(GPU_ID) + 1)
 )
-# (GPM metric, family) per MIG instance.
-_GPM: Final = (
-    (GPM_METRICS["tensor_any"], GPU_MIG_TENSOR_ACTIVE_RATIO.name),
-    (GPM_METRICS["sm_active"], GPU_MIG_SM_ACTIVE_RATIO.name),
-)
-_GPM_IDS: Final = tuple(metric for metric, _family in _GPM)
+_GPM_IDS: Final = tuple(metric for metric, _family, _read in _GPM)
 
 # A kept GPM sample: (GPU index, GPU instance id).
 _SampleKey = tuple[int, int]
@@ -81,7 +81,7 @@ class MigCollector:
         return builder.families()
 
     def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu, sampled: set[_SampleKey]) -> None:
-        reading = self._source.read_mig(gpu)
+        reading = read_mig(self._source, gpu)
         self._lost.seen(gpu.identity)
         ids = gpu_labels(gpu.identity)
         for failure in reading.failures:
@@ -100,7 +100,7 @@ class MigCollector:
     def _has_gpm(self, gpu: Gpu) -> bool:
         supported = self._gpm.get(gpu.index)
         if supported is None:
-            supported = self._gpm[gpu.index] = self._source.gpm_supported(gpu)
+            supported = self._gpm[gpu.index] = gpm_supported(self._source, gpu)
         return supported
 
     def _sample(
@@ -109,7 +109,7 @@ class MigCollector:
         """GPM activity of the instance's GPU instance since the last cycle (none the first)."""
         key = (gpu.index, instance.gpu_instance)
         try:
-            current = self._source.gpm_sample(gpu, instance.gpu_instance)
+            current = gpm_sample(self._source, gpu, instance.gpu_instance)
         except NvmlError as exc:  # profiling counters held elsewhere: activity absent
             self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
             return
@@ -119,20 +119,19 @@ class MigCollector:
         if previous is None:
             return
         try:
-            values = self._source.gpm_metrics(previous, current, _GPM_IDS)
+            values = gpm_metrics(self._source, previous, current, _GPM_IDS)
         except NvmlError as exc:
             self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
             return
         finally:
             self._free(previous)
-        for metric, family in _GPM:
-            builder.add(
-                family, (*gpu_labels(gpu.identity), instance.uuid), percent_to_ratio(values[metric])
-            )
+        ids = (*gpu_labels(gpu.identity), instance.uuid)
+        for metric, family, read in _GPM:
+            builder.add(family, (*ids, *read.labels), read.value(values[metric]))
 
     def _free(self, sample: Any) -> None:
         try:
-            self._source.gpm_free(sample)
+            gpm_free(self._source, sample)
         except NvmlError as exc:  # a sample of a lost GPU may not free; it is gone
             log.debug("GPM sample not freed", extra={"reason": exc.error})
 

@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.nvlink import (
     NVLINK_ERRORS_TOTAL,
     NVLINK_LINKS_UP,
@@ -30,13 +31,13 @@ from fleetwatch.catalog.nvlink import (
     NVLINK_UP,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu_common import (
     GPU_ID,
     LostGpus,
     NvmlFailures,
     gpu_labels,
 )
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.nvml import (
     NVLINK5_FIELDS,
     NVLINK_ERROR_COUNTERS,
@@ -52,20 +53,16 @@ LINKS_UP = NVLINK_LINKS_UP.name
 ERRORS = NVLINK_ERRORS_TOTAL.name
 FAILURES = NVLINK_NVML_ERRORS_TOTAL
 
-PER_LINK_SPECS: Final = (
-    NVLINK_UP,
-    NVLINK_ERRORS_TOTAL,
-    FAILURES,
-)
-PER_GPU_SPECS: Final = (
-    NVLINK_LINKS_UP,
-    # --collector.nvlink.per-gpu: the catalog's family, summed over links (no `link` label).
-    replace(
-        NVLINK_ERRORS_TOTAL,
-        help=NVLINK_ERRORS_TOTAL.help + " Summed over links.",
-        labels=(*GPU_ID, "error"),
-    ),
-    FAILURES,
+SPECS: Final = collected_by("nvlink")
+PER_LINK_SPECS: Final = tuple(spec for spec in SPECS if spec is not NVLINK_LINKS_UP)
+# --collector.nvlink.per-gpu: links up instead of each link's state, and the catalog's error
+# family summed over links (no `link` label).
+PER_GPU_SPECS: Final = tuple(
+    replace(spec, help=spec.help + " Summed over links.", labels=(*GPU_ID, "error"))
+    if spec is NVLINK_ERRORS_TOTAL
+    else spec
+    for spec in SPECS
+    if spec is not NVLINK_UP
 )
 
 
@@ -218,5 +215,5 @@ SPEC = CollectorSpec(
     help="NVLink state and per-link error counters, NVLink5 counters (NVML)",
     settings=NvLinkSettings,
     create=_create,
-    metrics=(*PER_LINK_SPECS, PER_GPU_SPECS[0]),
+    metrics=SPECS,
 )

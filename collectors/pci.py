@@ -19,9 +19,10 @@ import logging
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT, PCI_SYSFS_READ_ERRORS_TOTAL
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.files import ReadProblems
 from fleetwatch.collectors.sources.pci import nvml_bus_id, scan_gpus
 from fleetwatch.logs import LogOnce
@@ -29,11 +30,7 @@ from fleetwatch.logs import LogOnce
 log = logging.getLogger(__name__)
 
 READ_ERRORS = PCI_SYSFS_READ_ERRORS_TOTAL.name
-SPECS: Final = (
-    GPUS_PCI_PRESENT,
-    GPU_PCI_INFO,
-    PCI_SYSFS_READ_ERRORS_TOTAL,
-)
+SPECS: Final = collected_by("pci")
 
 
 class PciCollector:

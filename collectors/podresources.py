@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.allocation import (
     COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO,
     GPU_ALLOCATION_INFO,
@@ -35,7 +36,7 @@ from fleetwatch.catalog.allocation import (
     UNRESOLVED_REASONS,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
     DEFAULT_RESOURCES,
@@ -60,11 +61,7 @@ log = logging.getLogger(__name__)
 ALLOCATION = GPU_ALLOCATION_INFO.name
 CHANNEL = COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO.name
 UNRESOLVED = GPU_ALLOCATION_UNRESOLVED_TOTAL.name
-SPECS: Final = (
-    GPU_ALLOCATION_INFO,
-    COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO,
-    GPU_ALLOCATION_UNRESOLVED_TOTAL,
-)
+SPECS: Final = collected_by("podresources")
 REPLICA_SEPARATOR: Final = "::"  # time-slicing and MPS replicas: GPU-UUID::N
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.slurm import (
     SLURM_JOB_INFO,
@@ -28,7 +29,7 @@ from fleetwatch.catalog.slurm import (
     SLURM_NAMESPACE,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.podresources import device_labels
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.flags import duration_setting, setting
@@ -36,7 +37,7 @@ from fleetwatch.slurm import mapping
 
 log = logging.getLogger(__name__)
 
-SPECS: Final = (GPU_ALLOCATION_INFO, SLURM_JOB_INFO, SLURM_MAPPING_FILES)
+SPECS: Final = collected_by("slurmjobs")
 
 
 class SlurmJobsCollector:

@@ -30,6 +30,10 @@ hung-timeout` makes the mount hung (`fleetwatch_storage_hung` 1, counted once in
 `fleetwatch_storage_stuck_calls_total`) and its statvfs series are left out until the call
 returns, when the mount recovers by itself.
 
+What a cycle reads from procfs is `sources.procfs_mounts`' job, when and where the canary
+probes run and what they count is `storage_probes`'; this module watches the mounts and maps
+what they read to families.
+
 The lean profile (`--no-collector.storage.all-operations`) keeps the per-operation series of
 the data-path operations only (`LEAN_OPERATIONS`), and of those the counts, major timeouts,
 round-trip and execution times; without it, every per-operation family of every operation
@@ -49,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.storage import (
-    FAMILIES,
     STORAGE_AVAILABLE_BYTES,
     STORAGE_CALL_ERRORS_TOTAL,
     STORAGE_FREE_BYTES,
@@ -68,12 +72,6 @@ from fleetwatch.catalog.storage import (
     STORAGE_OPERATION_TRANSMISSIONS_TOTAL,
     STORAGE_OPERATIONS_TOTAL,
     STORAGE_PARSE_ERRORS_TOTAL,
-    STORAGE_PROBE_FAILURES_TOTAL,
-    STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS,
-    STORAGE_PROBE_READ_BYTES_PER_SECOND,
-    STORAGE_PROBE_SECONDS,
-    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
-    STORAGE_PROBES_TOTAL,
     STORAGE_READ_BYTES_TOTAL,
     STORAGE_READ_ONLY,
     STORAGE_SIZE_BYTES,
@@ -82,25 +80,16 @@ from fleetwatch.catalog.storage import (
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.mount_calls import MountCaller, MountCalls, MountReading
 from fleetwatch.collectors.sources.mounts import (
-    LineProblem,
-    LustreStats,
     Mount,
-    MountStatsEntry,
     NfsOperation,
     lustre_fsname,
-    mount_of,
-    parse_diskstats,
-    parse_llite_stats,
-    parse_mountinfo,
-    parse_mountstats,
-    read_mount_file,
-    under_rootfs,
     watched_mounts,
 )
-from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
+from fleetwatch.collectors.sources.procfs_mounts import ProcReading, llite_dirs, read_procfs
+from fleetwatch.collectors.storage_probes import CanaryProbes
 from fleetwatch.flags import duration_setting, number_setting, setting
 from fleetwatch.logs import LogOnce
 
@@ -138,12 +127,6 @@ OP_QUEUE = STORAGE_OPERATION_QUEUE_SECONDS_TOTAL.name
 OP_RTT = STORAGE_OPERATION_RTT_SECONDS_TOTAL.name
 OP_EXECUTE = STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL.name
 OP_ERRORS = STORAGE_OPERATION_ERRORS_TOTAL.name
-PROBES = STORAGE_PROBES_TOTAL.name
-PROBE_FAILURES = STORAGE_PROBE_FAILURES_TOTAL.name
-PROBE_SECONDS = STORAGE_PROBE_SECONDS.name
-PROBE_WRITE_RATE = STORAGE_PROBE_WRITE_BYTES_PER_SECOND.name
-PROBE_READ_RATE = STORAGE_PROBE_READ_BYTES_PER_SECOND.name
-PROBE_SUCCESS_TIME = STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS.name
 
 # Counters are exported modulo 2^53, the largest integer a float64 holds exactly (as
 # node_exporter's mountstats collector does): a kernel counter above it (real kernels write
@@ -157,106 +140,7 @@ def exact(value: int) -> int:
     return value % _FLOAT64_MANTISSA
 
 
-SPECS: Final = FAMILIES
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProcReading:
-    """One read of the procfs mount files (the stats files are optional); `fallbacks` names
-    each mount file read from `self` because pid 1's could not be, with the reason."""
-
-    mounts: tuple[Mount, ...]
-    stats: dict[str, MountStatsEntry]
-    disks: dict[tuple[int, int], tuple[int, int, int, int]]
-    lustre: dict[str, LustreStats]
-    problems: tuple[LineProblem, ...]
-    fallbacks: tuple[tuple[str, str], ...] = ()
-
-
-def llite_dirs(procfs: Path, sysfs: Path) -> tuple[Path, ...]:
-    """Where a Lustre client keeps its llite instances' stats: under /proc before Lustre
-    2.12, in debugfs (mounted at `<sysfs>/kernel/debug`) from 2.12 on."""
-    return (procfs / "fs" / "lustre" / "llite", sysfs / "kernel" / "debug" / "lustre" / "llite")
-
-
-def read_procfs(root: Path, *, rootfs: str, llite: tuple[Path, ...]) -> ProcReading:
-    """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`,
-    and the Lustre client stats in the `llite` directories (`llite_dirs`).
-
-    A mount table read from `self` names mounts as this process sees them: with a `rootfs`
-    other than `/` (a container that reaches the host's root there), only those under it are
-    kept, named by the host's mount points."""
-    info = read_mount_file(root, "mountinfo")
-    if info is None:
-        raise FileNotFoundError(f"no mountinfo under {root / '1'} or {root / 'self'}")
-    parsed = parse_mountinfo(info.text, "mountinfo")
-    mounts = parsed.mounts if info.host else under_rootfs(parsed.mounts, rootfs)
-    problems = list(parsed.problems)
-    stats: dict[str, MountStatsEntry] = {}
-    disks: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-    mountstats = read_mount_file(root, "mountstats")
-    if mountstats is not None:  # else no mountstats (a kernel without it): capacity still read
-        found = parse_mountstats(mountstats.text)
-        entries = found.stats if mountstats.host else under_rootfs(found.stats, rootfs)
-        stats = {entry.mountpoint: entry for entry in entries}
-        problems.extend(found.problems)
-    try:
-        found = parse_diskstats((root / "diskstats").read_text(errors="replace"))
-    except FileNotFoundError:
-        pass  # no diskstats: local mounts have capacity but no I/O counters
-    else:
-        disks = {
-            (d.major, d.minor): (d.reads, d.read_bytes, d.writes, d.write_bytes)
-            for d in found.disks
-        }
-        problems.extend(found.problems)
-    lustre = _read_llite(llite, problems)
-    return ProcReading(
-        mounts=mounts,
-        stats=stats,
-        disks=disks,
-        lustre=lustre,
-        problems=tuple(problems),
-        fallbacks=tuple(
-            (f"1/{file.name}", file.fallback)
-            for file in (info, mountstats)
-            if file is not None and file.fallback is not None
-        ),
-    )
-
-
-def _read_llite(dirs: tuple[Path, ...], problems: list[LineProblem]) -> dict[str, LustreStats]:
-    """Lustre client stats by filesystem name, from the first of `dirs` that lists an
-    instance (a name mounted twice is left out: which instance is which mount cannot be
-    told from its stats). An unreadable directory (debugfs is root's) lists nothing."""
-    files: dict[str, Path] = {}
-    for directory in dirs:
-        for stats in sorted(directory.glob("*/stats")):
-            files.setdefault(stats.parent.name, stats)
-    found: dict[str, list[LustreStats]] = {}
-    for instance, stats in sorted(files.items()):
-        try:
-            text = stats.read_text(errors="replace")
-        except OSError:
-            continue  # the instance went away while listed (an unmount), or is root's
-        parsed = parse_llite_stats(instance, text, "llite")
-        if isinstance(parsed, LineProblem):
-            problems.append(parsed)
-        else:
-            found.setdefault(parsed.fsname, []).append(parsed)
-    return {name: only[0] for name, only in found.items() if len(only) == 1}
-
-
-class _ProbeState:
-    """One probed mount's counters and last success."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self.next_due = 0.0
-        self.runs = 0
-        self.failures: Counter[str] = Counter()
-        self.last: ProbeResult | None = None
-        self.last_success: float | None = None
+SPECS: Final = collected_by("storage")
 
 
 class StorageCollector:
@@ -292,8 +176,13 @@ class StorageCollector:
         self._seen: dict[str, float] = {}  # finished_at of the lane outcome already counted
         self._call_errors: Counter[tuple[str, str]] = Counter()
         self._parse_errors: Counter[str] = Counter()
-        self._probes: dict[str, _ProbeState] = {}  # by probe directory
-        self._probe_mount: dict[str, str] = {}  # probe directory -> mount point
+        self._probes = CanaryProbes(
+            directories=settings.probe_dir,
+            interval=settings.probe_interval,
+            size=int(settings.probe_bytes),
+            clock=clock,
+            once=self._once,
+        )
         self._procfs_seen = 0.0
         self._hung: set[str] = set()
 
@@ -315,7 +204,7 @@ class StorageCollector:
                 lane = self._lanes[mount.mountpoint] = Lane(mount.mountpoint, clock=self._clock)
             if lane.busy_for() is None:  # a busy lane is not given another call (nor a probe)
                 self._new_result(mount.mountpoint, lane)  # counted before the next replaces it
-                probe = self._due_probe(mount)
+                probe = self._probes.due(mount.mountpoint)
                 lane.submit(functools.partial(self._calls.call, mount.mountpoint, probe))
         for mount in mounts:
             self._lanes[mount.mountpoint].wait(deadline)
@@ -324,7 +213,7 @@ class StorageCollector:
             self._add_mount(builder, mount, reading)
         for name, count in sorted(self._parse_errors.items()):
             builder.add(PARSE_ERRORS, (name,), count)
-        self._add_unplaced_probes(builder)
+        self._probes.add_unplaced(builder, set(self._lanes))
         return builder.families()
 
     def _proc_reading(self) -> ProcReading | None:
@@ -370,26 +259,8 @@ class StorageCollector:
                 self._once.warning(
                     ("absent", point), "a mount named to watch is not mounted", mountpoint=point
                 )
-        self._probe_mount.clear()
-        for directory in self._settings.probe_dir:
-            mount = mount_of(os.path.abspath(directory), reading.mounts)
-            if mount is None:
-                continue
-            self._probe_mount[str(directory)] = mount.mountpoint
+        self._probes.place(reading.mounts)
         return [mounts[point] for point in sorted(mounts)]
-
-    def _due_probe(self, mount: Mount) -> tuple[str, int] | None:
-        """The probe to run on `mount` now, if its directory lies on it and it is due."""
-        for directory, point in self._probe_mount.items():
-            if point != mount.mountpoint:
-                continue
-            state = self._probes.setdefault(directory, _ProbeState(directory))
-            now = self._clock()
-            if now < state.next_due:
-                return None
-            state.next_due = now + self._settings.probe_interval
-            return directory, int(self._settings.probe_bytes)
-        return None
 
     def _forget_unmounted(self, points: set[str]) -> None:
         """Close the lanes of mounts no longer listed (a stuck one ends when its call does)."""
@@ -428,7 +299,7 @@ class StorageCollector:
             if where == mount.mountpoint:
                 builder.add(CALL_ERRORS, (where, reason), count)
         self._add_io(builder, mount, reading)
-        self._add_probe(builder, mount.mountpoint)
+        self._probes.add(builder, mount.mountpoint)
 
     def _new_result(self, point: str, lane: Lane[MountReading]) -> MountReading | None:
         """The lane's latest reading; a new one's errors and probe are counted once."""
@@ -446,7 +317,7 @@ class StorageCollector:
         if new:
             if reading.error is not None:
                 self._count_error(point, reading.error, "statvfs failed")
-            self._count_probe(point, reading.probe)
+            self._probes.count(point, reading.probe)
         return reading
 
     def _count_error(self, point: str, reason: str, detail: str) -> None:
@@ -458,26 +329,6 @@ class StorageCollector:
             reason=reason,
             detail=detail,
         )
-
-    def _count_probe(self, point: str, probe: ProbeResult | ProbeFailed | None) -> None:
-        if probe is None:
-            return
-        state = next((self._probes[d] for d, p in self._probe_mount.items() if p == point), None)
-        if state is None:
-            return
-        if isinstance(probe, ProbeFailed):
-            state.failures[probe.reason] += 1
-            self._once.warning(
-                (point, "probe", probe.reason),
-                "canary probe failed",
-                mountpoint=point,
-                directory=state.directory,
-                reason=probe.reason,
-                detail=str(probe),
-            )
-            return
-        state.runs += 1
-        state.last, state.last_success = probe, time.time()
 
     def _add_io(self, builder: FamilyBuilder, mount: Mount, reading: ProcReading) -> None:
         point = mount.mountpoint
@@ -524,50 +375,6 @@ class StorageCollector:
         builder.add(OP_RECEIVED, labels, exact(op.bytes_received))
         builder.add(OP_QUEUE, labels, exact(op.queue_ms) / 1000)
         builder.add(OP_ERRORS, labels, None if op.errors is None else exact(op.errors))
-
-    def _add_probe(self, builder: FamilyBuilder, point: str) -> None:
-        for directory, where in self._probe_mount.items():
-            state = self._probes.get(directory)
-            if where != point or state is None:
-                continue
-            self._add_probe_state(builder, point, state)
-            return
-
-    @staticmethod
-    def _add_probe_state(builder: FamilyBuilder, point: str, state: _ProbeState) -> None:
-        builder.add(PROBES, (point,), state.runs)
-        for reason, count in sorted(state.failures.items()):
-            builder.add(PROBE_FAILURES, (point, reason), count)
-        if state.last is None:
-            return
-        seconds = state.last.seconds
-        for phase in PHASES:
-            builder.add(PROBE_SECONDS, (point, phase), seconds.get(phase))
-        writing = seconds["write"] + seconds["fsync"]
-        builder.add(PROBE_WRITE_RATE, (point,), state.last.size / writing if writing else None)
-        reading = seconds["read"]
-        builder.add(PROBE_READ_RATE, (point,), state.last.size / reading if reading else None)
-        builder.add(PROBE_SUCCESS_TIME, (point,), state.last_success)
-
-    def _add_unplaced_probes(self, builder: FamilyBuilder) -> None:
-        """Probe directories on a mount that is not watched: the wrong filesystem."""
-        watched = set(self._lanes)
-        for directory, point in self._probe_mount.items():
-            if point in watched:
-                continue
-            state = self._probes.setdefault(directory, _ProbeState(directory))
-            now = self._clock()
-            if now >= state.next_due:
-                state.next_due = now + self._settings.probe_interval
-                state.failures["wrong_filesystem"] += 1
-                self._once.warning(
-                    (directory, "wrong_filesystem"),
-                    "probe directory is not on a watched mount (a network filesystem or one "
-                    "named by --collector.storage.mounts): not probed",
-                    directory=directory,
-                    mountpoint=point,
-                )
-            self._add_probe_state(builder, point, state)
 
     def close(self) -> None:
         """Stop every lane; lanes stuck in a call are left behind (daemon threads)."""

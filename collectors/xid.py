@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS, XidCatalog, shipped_catalog
 from fleetwatch.catalog.storage import (
     KMSG_FILESYSTEM_ERRORS_TOTAL,
@@ -63,8 +64,8 @@ from fleetwatch.catalog.xid import (
     NVSWITCH_SXID_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
-from fleetwatch.collectors.metrics import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     RECOVERY_XID,
@@ -80,6 +81,7 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, wait_xid
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
@@ -98,20 +100,7 @@ HUNG_TASKS = KMSG_HUNG_TASKS_TOTAL.name
 FILESYSTEM_ERRORS = KMSG_FILESYSTEM_ERRORS_TOTAL.name
 NVME_ERRORS = KMSG_NVME_ERRORS_TOTAL.name
 LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
-SPECS: Final = (
-    GPU_XID_ERRORS_TOTAL,
-    GPU_XID_HISTORY_ERRORS,
-    GPU_FALLEN_OFF_BUS_TOTAL,
-    NVSWITCH_SXID_ERRORS_TOTAL,
-    GPU_XID_RECOVERY_ACTIONS_TOTAL,
-    GPU_XID_NVLINK5_ERRORS_TOTAL,
-    KMSG_UNREADABLE_RECORDS_TOTAL,
-    KMSG_NFS_SERVER_NOT_RESPONDING,
-    KMSG_HUNG_TASKS_TOTAL,
-    KMSG_FILESYSTEM_ERRORS_TOTAL,
-    KMSG_NVME_ERRORS_TOTAL,
-    KMSG_LUSTRE_EVICTIONS_TOTAL,
-)
+SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
 _WAIT_MS: Final = 500
@@ -251,10 +240,10 @@ class XidCollector:
         while not self._stop.is_set():
             try:
                 if event_set is None:
-                    event_set = self._source.open_xid_events()
+                    event_set = open_xid_events(self._source)
                     if event_set is None:  # no driver or no GPU: nothing will ever come
                         return
-                event = self._source.wait_xid(event_set, _WAIT_MS)
+                event = wait_xid(self._source, event_set, _WAIT_MS)
             except NvmlError as exc:
                 log.warning(
                     "waiting for NVML Xid events failed",
@@ -268,7 +257,7 @@ class XidCollector:
                 )
                 log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
         if event_set is not None:
-            self._source.free_events(event_set)
+            free_events(self._source, event_set)
 
     def _listen_kmsg(self) -> None:
         assert self._kernel_log is not None

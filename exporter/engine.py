@@ -41,7 +41,7 @@ from fleetwatch.catalog.exporter import (
     COLLECTOR_UP,
 )
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily, series_count
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Final
 
 from prometheus_client.utils import floatToGoString
 
-from fleetwatch.collectors.metrics import SeriesFamily
+from fleetwatch.collectors.families import SeriesFamily
 
 
 def _escape_value(value: str) -> str:
@@ -59,7 +59,7 @@ class Renderer:
 
     def __init__(self) -> None:
         # Keyed by the label dict's identity: collectors reuse one dict per label set
-        # (collectors.metrics.LabelCache), and the entry holds the dict so the id stays
+        # (collectors.families.LabelCache), and the entry holds the dict so the id stays
         # its own. A fresh dict each cycle only costs a miss.
         self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         self._headers: dict[tuple[str, str, str], str] = {}

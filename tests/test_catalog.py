@@ -1,4 +1,4 @@
-"""The metric catalog is the one place a `fleetwatch_` metric name is spelled.
+"""A metric is named once: in its catalog declaration, and nowhere else in production code.
 
 Every production module (the CLI package, exporter, collectors, tainter, report, rules,
 simulator, dashboards) is parsed with `ast`; a string literal, f-string parts included,
@@ -7,6 +7,12 @@ in fleetwatch/catalog/ or the token is one of the few identifiers below that are
 metric names. A catalog metric spelled elsewhere should be imported; an unknown name is
 either a metric the catalog lacks or a typo. Docstrings are prose and are not checked;
 tests, testbed/, bench/ and generated files are not production modules.
+
+Inside the catalog, each name is spelled by one statement, the declaration that assigns its
+constant (another family's help or docs/metrics.md's prose interpolates the constant), and
+every family is declared through its area's `Families`. The collectors list no family: each
+emits what `collected_by` gives for its name, and no collector module holds a tuple or list
+of specs.
 
 Also here: what each spec must carry for docs/metrics.md, and the constant naming rule.
 """
@@ -21,13 +27,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Final
 
 import pytest
 
 from fleetwatch import catalog
-from fleetwatch.catalog import doc
-from fleetwatch.catalog.spec import PREFIX, MetricSpec
+from fleetwatch.catalog import collected_by, doc
+from fleetwatch.catalog.spec import PREFIX, Families, MetricSpec, Read
+from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.families import reads_of
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 PRODUCTION: Final = (
@@ -211,3 +220,158 @@ def test_catalog_imports_only_the_standard_library() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def area_modules() -> dict[str, ModuleType]:
+    """The catalog's area modules (those with a `FAMILIES`), by file name."""
+    modules = (
+        importlib.import_module(f"{catalog.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(catalog.__path__)
+    )
+    return {
+        f"{module.__name__.rsplit('.', 1)[1]}.py": module
+        for module in modules
+        if isinstance(getattr(module, "FAMILIES", None), Families)
+    }
+
+
+def catalog_spellings(path: str, source: str) -> dict[str, list[tuple[str, int, str]]]:
+    """Each metric token `source` spells (strings, f-string parts included, docstrings not),
+    by family name: (path, line of the top-level statement, what that statement assigns)."""
+    tokens = metric_tokens()
+    tree = ast.parse(source)
+    prose = _documentation(tree)
+    found: dict[str, list[tuple[str, int, str]]] = {}
+    for statement in tree.body:
+        targets = [t.id for t in getattr(statement, "targets", [getattr(statement, "target", None)])
+                   if isinstance(t, ast.Name)]  # fmt: skip
+        spelled = {
+            token
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in prose
+            for token in TOKEN.findall(node.value)
+        }  # fmt: skip
+        for token in spelled - NOT_METRICS.keys():
+            name = tokens[token].name if token in tokens else token
+            found.setdefault(name, []).append((path, statement.lineno, ",".join(targets)))
+    return found
+
+
+def catalog_problems(sources: dict[str, str]) -> list[str]:
+    """What the catalog modules spell more than once, elsewhere than in the declaration, or
+    that no declaration holds."""
+    spelled: dict[str, list[tuple[str, int, str]]] = {}
+    for path, source in sources.items():
+        for name, places in catalog_spellings(path, source).items():
+            spelled.setdefault(name, []).extend(places)
+    problems = []
+    for name, places in sorted(spelled.items()):
+        declared = name.removeprefix(PREFIX).upper()
+        others = [f"{path}:{line}" for path, line, target in places if target != declared]
+        if name not in metric_tokens():
+            problems.append(f"{name} is spelled ({', '.join(others)}) but declared nowhere")
+        elif others:
+            problems.append(f"{name} is spelled outside its declaration: {', '.join(others)}")
+    return problems
+
+
+def test_the_catalog_spells_each_name_once() -> None:
+    sources = {path.name: path.read_text() for path in sorted((ROOT / CATALOG_DIR).glob("*.py"))}
+    assert catalog_problems(sources) == []
+    spelled = {name for path, source in sources.items() for name in catalog_spellings(path, source)}
+    assert spelled == {spec.name for spec in catalog.ALL}
+
+
+PLANTED_CATALOG: Final = '''
+FAMILIES = Families()
+GPU_POWER_WATTS = FAMILIES.declare("fleetwatch_gpu_power_watts", "gauge", "Power draw.")
+GPU_INFO = FAMILIES.declare(
+    "fleetwatch_gpu_info", "gauge", "Identity; see fleetwatch_gpu_power_watts."
+)
+PROSE = f"""`{GPU_POWER_WATTS}` is fine, `fleetwatch_gpu_info` is not, fleetwatch_gpu_powr_watts."""
+'''
+
+
+def test_catalog_checker_catches_a_second_spelling() -> None:
+    assert catalog_problems({"planted.py": PLANTED_CATALOG}) == [
+        "fleetwatch_gpu_info is spelled outside its declaration: planted.py:7",
+        "fleetwatch_gpu_power_watts is spelled outside its declaration: planted.py:4",
+        "fleetwatch_gpu_powr_watts is spelled (planted.py:7) but declared nowhere",
+    ]
+
+
+def test_every_family_is_declared_through_its_area() -> None:
+    areas = area_modules()
+    assert len(areas) >= 10
+    declared = [spec for module in areas.values() for spec in module.FAMILIES]
+    assert sorted(spec.name for spec in declared) == sorted(spec.name for spec in catalog.ALL)
+    specs = {
+        id(v): v for m in areas.values() for v in vars(m).values() if isinstance(v, MetricSpec)
+    }
+    assert [spec.name for spec in specs.values() if spec not in declared] == []
+
+
+def test_families_refuse_a_name_declared_twice() -> None:
+    families = Families(collectors=("gpu",))
+    first = families.declare("fleetwatch_example_watts", "gauge", "Example.")
+    assert list(families) == [first]
+    assert first.collectors == ("gpu",)
+    with pytest.raises(ValueError, match="declared twice"):
+        families.declare("fleetwatch_example_watts", "gauge", "Again.")
+
+
+def test_each_collector_emits_what_the_catalog_names_it_for() -> None:
+    names = {spec.name for spec in COLLECTORS}
+    named = {collector for spec in catalog.ALL for collector in spec.collectors}
+    assert named == names, "a family names a collector that does not exist, or one emits none"
+    for spec in COLLECTORS:
+        assert spec.metrics == collected_by(spec.name), spec.name
+    with pytest.raises(LookupError, match="gpus"):
+        collected_by("gpus")
+
+
+def spec_lists(source: str, specs: dict[str, MetricSpec]) -> list[int]:
+    """Lines of the tuple, list and set displays in `source` that hold two or more of the
+    names in `specs` (a module's names bound to catalog specs)."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Tuple | ast.List | ast.Set)
+        and sum(isinstance(e, ast.Name) and e.id in specs for e in node.elts) >= 2
+    ]
+
+
+def test_no_collector_lists_its_families() -> None:
+    """A collector iterates `collected_by(name)`; a second list of its specs would drift."""
+    modules = sorted((ROOT / "collectors").glob("*.py"))
+    assert len(modules) > 10
+    found = {}
+    for path in modules:
+        module = importlib.import_module(f"fleetwatch.collectors.{path.stem}")
+        specs = {k: v for k, v in vars(module).items() if isinstance(v, MetricSpec)}
+        lines = spec_lists(path.read_text(), specs)
+        if lines:
+            found[path.name] = lines
+    assert found == {}
+    planted = "SPECS = (GPU_INFO, GPU_POWER_WATTS)\nONE = (GPU_INFO, 'x')\n"
+    by_name = {"GPU_INFO": catalog.gpu.GPU_INFO, "GPU_POWER_WATTS": catalog.gpu.GPU_POWER_WATTS}
+    assert spec_lists(planted, by_name) == [1]
+
+
+def test_a_read_of_a_field_the_source_lacks_fails_at_load() -> None:
+    families = Families(collectors=("gpu",))
+    spec = families.declare(
+        "fleetwatch_example_watts",
+        "gauge",
+        "Example.",
+        ("gpu", "uuid"),
+        reads=(Read("power_milliwats"),),
+    )
+    with pytest.raises(LookupError, match="power_milliwats"):
+        reads_of([spec], available={"power_milliwatts"}, identity=2)
+    with pytest.raises(ValueError, match="3 identity labels"):
+        reads_of([spec], available={"power_milliwats"}, identity=3)
+    assert reads_of([spec], available={"power_milliwats"}, identity=2) == (
+        ("fleetwatch_example_watts", spec.reads[0]),
+    )

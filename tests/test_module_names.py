@@ -24,7 +24,7 @@ AREA_FOLDERS: Final = ("src/fleetwatch/catalog", "collectors/sources", "rules/al
 NOT_AREAS: Final = frozenset({"__init__", "spec", "doc", "nvidia_xids"})
 """Modules of the area folders that are not an area: the catalog's spec type, its docs page
 writer and NVIDIA's Xid catalog."""
-BEING_RENAMED: Final = frozenset({"remediation", "metrics"})
+BEING_RENAMED: Final = frozenset({"remediation"})
 """Names other branches of issue 34 are renaming now (tainter/policy.py, tainter/remediation.py
 and rules/remediation.py, report/queries.py, collectors/metrics.py). This set shrinks as those
 branches merge: empty it then."""

@@ -14,6 +14,10 @@ Xid events) raises `NvmlError`. Nothing pynvml raises leaves this layer.
 `nvmlInit()` runs once per process (the exporter shares one source between collectors).
 On a host without the NVIDIA driver the source logs "no NVIDIA driver" once and reports
 no GPUs; nothing raises.
+
+This module enumerates the GPUs and reads each one (thermals, power, clocks, memory health,
+PCIe, the NVLink fabric) and its NVLinks. What builds on the same source has a module of
+its own: MIG instances (`nvml_mig`), GPM sampling (`nvml_gpm`), Xid events (`nvml_events`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import ctypes
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -86,32 +90,6 @@ NVLINK5_FIELDS: Final = {
     "malformed_packet": pynvml.NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS,
     "buffer_overrun": pynvml.NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS,
 }
-# GPM metrics the activity collector asks for, by what they measure (percent; MiB/s for
-# NVLink throughput).
-GPM_METRICS: Final = {
-    "tensor_any": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    "tensor_hmma": pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
-    "tensor_imma": pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL,
-    "tensor_dfma": pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL,
-    "tensor_dmma": pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL,
-    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
-    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
-    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
-    "nvlink_rx": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
-    "nvlink_tx": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
-}
-# The calls that identify a MIG device, in the order they are made on its handle.
-_MIG_IDENTITY: Final = (
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetComputeInstanceId",
-    "nvmlDeviceGetName",
-)
-XID_EVENT_MASK: Final = (
-    pynvml.nvmlEventTypeXidCriticalError
-    | pynvml.nvmlEventTypeDoubleBitEccError
-    | pynvml.nvmlEventTypeSingleBitEccError
-)
 # NVLink-fabric health-mask fields (shift, width, value) that mean the fabric cannot give
 # the GPU its full bandwidth: degraded bandwidth, or an unhealthy route.
 FABRIC_HEALTH_DEGRADED: Final = (
@@ -202,44 +180,6 @@ class FabricReading:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MigInstance:
-    """One MIG device of a GPU in MIG mode: what identifies it and its memory (bytes)."""
-
-    slot: int
-    """Its index for `nvmlDeviceGetMigDeviceHandleByIndex`."""
-    uuid: str
-    gpu_instance: int
-    compute_instance: int
-    profile: str
-    """The profile as NVML names the device (`1g.10gb`), "" when the name carries none."""
-    memory_used_bytes: float | None = None
-    memory_total_bytes: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MigFailure:
-    """A MIG call that failed, with the slot it was about (a handle that disappeared)."""
-
-    slot: int | None
-    """The MIG slot, or None for a call about the whole GPU (its mode, its slot count)."""
-    failure: CallFailure
-
-
-@dataclass(frozen=True, kw_only=True)
-class MigReading:
-    """A GPU's MIG state this cycle: its mode and, in MIG mode, every MIG instance.
-
-    `current`/`pending` are None on a GPU without MIG (`NotSupported`); `failures` name the
-    slots whose instance could not be read (the others are in `instances`).
-    """
-
-    current: bool | None = None
-    pending: bool | None = None
-    instances: tuple[MigInstance, ...] = ()
-    failures: tuple[MigFailure, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
 class NvLinkReading:
     """One NVLink of one GPU: state and cumulative error counters (None: not reported)."""
 
@@ -256,15 +196,6 @@ class GpuLinksReading:
     failures: tuple[CallFailure, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class XidEvent:
-    """An NVML critical-error event: the Xid raised by one GPU."""
-
-    gpu: int
-    uuid: str
-    xid: int
-
-
 @dataclass(frozen=True)
 class Gpu:
     """A GPU as the source tracks it: identity plus the opaque NVML handle."""
@@ -277,26 +208,11 @@ class Gpu:
         return self.identity.index
 
 
-def mig_profile(name: str) -> str:
-    """The MIG profile in a MIG device's name: `NVIDIA H100 80GB HBM3 MIG 1g.10gb` →
-    `1g.10gb`; "" when the name has no `MIG ` part."""
-    _, marker, profile = name.rpartition("MIG ")
-    return profile.strip() if marker else ""
-
-
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     """pynvml returns `str` from most getters but `bytes` from structure fields."""
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return str(value)
-
-
-def _handle_key(handle: Any) -> Any:
-    """What identifies a device handle: the address a pynvml handle points to."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):  # the fake NVML's handles are plain values
-        return handle
 
 
 def margin_celsius(
@@ -361,7 +277,7 @@ class NvmlSource:
                 return ()
         self._initialised = True
         with classified("nvmlSystemGetDriverVersion"):
-            driver = _text(self.lib.nvmlSystemGetDriverVersion())
+            driver = text(self.lib.nvmlSystemGetDriverVersion())
         with classified("nvmlDeviceGetCount"):
             count = int(self.lib.nvmlDeviceGetCount())
         gpus: list[Gpu] = []
@@ -379,14 +295,14 @@ class NvmlSource:
     def _identify(self, index: int, driver: str) -> Gpu:
         handle = self.lib.nvmlDeviceGetHandleByIndex(index)
         try:
-            serial = _text(self.lib.nvmlDeviceGetSerial(handle))
+            serial = text(self.lib.nvmlDeviceGetSerial(handle))
         except ABSENT:
             serial = ""
         identity = GpuIdentity(
             index=index,
-            uuid=_text(self.lib.nvmlDeviceGetUUID(handle)),
-            name=_text(self.lib.nvmlDeviceGetName(handle)),
-            pci_bus_id=_text(self.lib.nvmlDeviceGetPciInfo(handle).busId),
+            uuid=text(self.lib.nvmlDeviceGetUUID(handle)),
+            name=text(self.lib.nvmlDeviceGetName(handle)),
+            pci_bus_id=text(self.lib.nvmlDeviceGetPciInfo(handle).busId),
             serial=serial,
             driver_version=driver,
         )
@@ -495,66 +411,6 @@ class NvmlSource:
             health_mask=int(info.healthMask),
         )
 
-    # -- MIG ---------------------------------------------------------------------------------
-    def read_mig(self, gpu: Gpu) -> MigReading:
-        """The GPU's MIG mode and, in MIG mode, its instances, enumerated afresh each call.
-
-        Read every cycle, so a GPU that switches MIG mode while the exporter runs (after a
-        GPU reset) shows its new instances, or none, without a restart. An empty slot
-        answers NotFound; an instance whose handle fails after enumeration (destroyed
-        meanwhile) is left out and its failure kept with its slot, the others are read.
-        Raises `GpuLostError`.
-        """
-        calls = Calls(self.lib, gpu.index)
-        mode = calls.get("nvmlDeviceGetMigMode", gpu.handle)
-        failures = [MigFailure(slot=None, failure=f) for f in calls.failures]
-        if mode is None:
-            return MigReading(failures=tuple(failures))
-        current, pending = (int(m) == pynvml.NVML_DEVICE_MIG_ENABLE for m in mode)
-        if not current:
-            return MigReading(current=current, pending=pending, failures=tuple(failures))
-        instances: list[MigInstance] = []
-        count = calls.get("nvmlDeviceGetMaxMigDeviceCount", gpu.handle)
-        failures.extend(MigFailure(slot=None, failure=f) for f in calls.failures[len(failures) :])
-        for slot in range(int(count or 0)):
-            slot_calls = Calls(self.lib, gpu.index)
-            instance = self._mig_instance(slot_calls, gpu, slot)
-            if instance is not None:
-                instances.append(instance)
-            failures.extend(MigFailure(slot=slot, failure=f) for f in slot_calls.failures)
-        return MigReading(
-            current=current, pending=pending, instances=tuple(instances), failures=tuple(failures)
-        )
-
-    def _mig_instance(self, calls: Calls, gpu: Gpu, slot: int) -> MigInstance | None:
-        """The MIG instance in `slot`; None for an empty slot (NotFound) or when a call
-        about it failed (kept in `calls`: NotFound once the handle was found counts, the
-        instance disappeared). Memory that fails is absent; the instance still counts."""
-        try:
-            handle = self.lib.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, slot)
-        except pynvml.NVMLError_NotFound:
-            return None
-        except pynvml.NVMLError as exc:
-            calls.sort("nvmlDeviceGetMigDeviceHandleByIndex", exc)
-            return None
-        identity: list[Any] = []
-        for call in _MIG_IDENTITY:
-            value = calls.get(call, handle)
-            if value is None:  # the first failure says it; the next calls would repeat it
-                return None
-            identity.append(value)
-        mig_uuid, gpu_instance, compute_instance, name = identity
-        memory = calls.get("nvmlDeviceGetMemoryInfo", handle)
-        return MigInstance(
-            slot=slot,
-            uuid=_text(mig_uuid),
-            gpu_instance=int(gpu_instance),
-            compute_instance=int(compute_instance),
-            profile=mig_profile(_text(name)),
-            memory_used_bytes=None if memory is None else float(memory.used),
-            memory_total_bytes=None if memory is None else float(memory.total),
-        )
-
     # -- NVLink --------------------------------------------------------------------------
     def nvlinks(self, gpu: Gpu) -> tuple[int, ...]:
         """Indices of the links this GPU really has, probed once by state.
@@ -603,109 +459,3 @@ class NvmlSource:
                 NvLinkReading(link=link, up=None if state is None else bool(state), errors=errors)
             )
         return GpuLinksReading(links=tuple(readings), failures=tuple(calls.failures))
-
-    # -- GPM (Hopper and newer) --------------------------------------------------------
-    def gpm_supported(self, gpu: Gpu) -> bool:
-        """True when the GPU has GPM; NotSupported/FunctionNotFound (older drivers) → False."""
-        with classified("nvmlGpmQueryDeviceSupport", gpu=gpu.index):
-            try:
-                return bool(self.lib.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice)
-            except ABSENT:
-                return False
-
-    def gpm_sample(self, gpu: Gpu, gpu_instance: int | None = None) -> Any:
-        """A new GPM sample of the GPU, or of one of its GPU instances in MIG mode
-        (`nvmlGpmMigSampleGet`); free it with `gpm_free`.
-
-        Raises `GpuLostError`, or `NvmlError` when sampling fails (another tool holds the
-        profiling counters: `InUse`).
-        """
-        with classified("nvmlGpmSampleAlloc", gpu=gpu.index):
-            sample = self.lib.nvmlGpmSampleAlloc()
-        try:
-            if gpu_instance is None:
-                with classified("nvmlGpmSampleGet", gpu=gpu.index):
-                    self.lib.nvmlGpmSampleGet(gpu.handle, sample)
-            else:
-                with classified("nvmlGpmMigSampleGet", gpu=gpu.index):
-                    self.lib.nvmlGpmMigSampleGet(gpu.handle, gpu_instance, sample)
-        except BaseException:
-            self.lib.nvmlGpmSampleFree(sample)
-            raise
-        return sample
-
-    def gpm_free(self, sample: Any) -> None:
-        """Free a GPM sample; `NvmlError` when NVML refuses (a lost GPU's sample may)."""
-        with classified("nvmlGpmSampleFree"):
-            self.lib.nvmlGpmSampleFree(sample)
-
-    def gpm_metrics(
-        self, first: Any, second: Any, metric_ids: Sequence[int]
-    ) -> dict[int, float | None]:
-        """GPM metrics over two samples, in NVML units (percent, MiB/s); None per failed id.
-
-        `NvmlError` when the whole request fails.
-        """
-        request = self.lib.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(metric_ids)
-        request.sample1 = first
-        request.sample2 = second
-        for position, metric_id in enumerate(metric_ids):
-            request.metrics[position].metricId = metric_id
-        with classified("nvmlGpmMetricsGet"):
-            result = self.lib.nvmlGpmMetricsGet(request)
-        values: dict[int, float | None] = {}
-        for position, metric_id in enumerate(metric_ids):
-            metric = result.metrics[position]
-            ok = metric.nvmlReturn == pynvml.NVML_SUCCESS
-            values[metric_id] = float(metric.value) if ok else None
-        return values
-
-    # -- Xid events ----------------------------------------------------------------------
-    def open_xid_events(self) -> Any | None:
-        """An event set registered for Xid (and ECC) events on every GPU that has them.
-
-        None without GPUs; `NvmlError` when NVML cannot create the set.
-        """
-        gpus = self.gpus()
-        if not gpus:
-            return None
-        with classified("nvmlEventSetCreate"):
-            event_set = self.lib.nvmlEventSetCreate()
-        for gpu in gpus:
-            try:
-                mask = int(self.lib.nvmlDeviceGetSupportedEventTypes(gpu.handle)) & XID_EVENT_MASK
-                if mask:
-                    self.lib.nvmlDeviceRegisterEvents(gpu.handle, mask, event_set)
-            except pynvml.NVMLError as exc:
-                log.warning(
-                    "Xid events unavailable for a GPU",
-                    extra={"gpu": gpu.index, "reason": error_name(exc)},
-                )
-        return event_set
-
-    def wait_xid(self, event_set: Any, timeout_ms: int) -> XidEvent | None:
-        """The next Xid event, or None when none came within the timeout; `NvmlError` when
-        the wait itself fails."""
-        with classified("nvmlEventSetWait_v2"):
-            try:
-                data = self.lib.nvmlEventSetWait_v2(event_set, timeout_ms)
-            except pynvml.NVMLError_Timeout:
-                return None
-        if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
-            return None
-        gpu = self._gpu_of(data.device)
-        if gpu is None:
-            return None
-        return XidEvent(gpu=gpu.index, uuid=gpu.identity.uuid, xid=int(data.eventData))
-
-    def _gpu_of(self, handle: Any) -> Gpu | None:
-        """The GPU of an event's handle, without an NVML call (a lost GPU answers none)."""
-        key = _handle_key(handle)
-        return next((g for g in self.gpus() if _handle_key(g.handle) == key), None)
-
-    def free_events(self, event_set: Any) -> None:
-        """Release an event set from `open_xid_events`; `NvmlError` when NVML refuses."""
-        with classified("nvmlEventSetFree"):
-            self.lib.nvmlEventSetFree(event_set)

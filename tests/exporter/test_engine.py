@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.catalog.spec import MetricSpec
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.http import make_app
 

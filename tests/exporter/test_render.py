@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fleetwatch.catalog.spec import MetricSpec, metric_name_problems
-from fleetwatch.collectors.metrics import FamilyBuilder, SeriesFamily, series_count
+from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
 
 LABEL_VALUES = st.text(alphabet=st.sampled_from('ab_ 0\\"\n.é'), max_size=6)

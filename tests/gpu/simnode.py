@@ -9,7 +9,7 @@ from typing import Any
 
 import pynvml
 
-from fleetwatch.collectors.metrics import SeriesFamily
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim.fake_nvml import FakeNvml

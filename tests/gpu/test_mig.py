@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fleetwatch.catalog.gpu import (
+from fleetwatch.catalog.mig import (
     GPU_MIG_INFO,
     GPU_MIG_MEMORY_TOTAL_BYTES,
     GPU_MIG_MODE,
@@ -15,7 +15,7 @@ from fleetwatch.catalog.gpu import (
     GPU_MIG_TENSOR_ACTIVE_RATIO,
 )
 from fleetwatch.collectors.mig import MigCollector
-from fleetwatch.collectors.sources.nvml import mig_profile
+from fleetwatch.collectors.sources.nvml_mig import mig_profile
 from fleetwatch.sim.checks import ScenarioError
 from fleetwatch.sim.scenario import parse_scenario
 from testbed.clock import FixedClock

@@ -11,12 +11,14 @@ import pynvml
 import pytest
 
 from fleetwatch import collectors
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, wait_xid
+from fleetwatch.collectors.sources.nvml_gpm import gpm_sample
 from fleetwatch.sim.fabric_faults import NvlinkDown, NvlinkErrors
 from fleetwatch.sim.gpu_faults import GpuLost, Hang, TensorActive
 from tests.gpu.simnode import samples, simulated
@@ -205,7 +207,7 @@ def test_gpm_sampling_failures_come_classified() -> None:
     gpu = source.gpus()[1]
     fake.fail("nvmlGpmSampleGet", error=pynvml.NVMLError_InUse, gpu=1)
     with pytest.raises(NvmlError) as caught:
-        source.gpm_sample(gpu)
+        gpm_sample(source, gpu)
     assert (caught.value.call, caught.value.error, caught.value.gpu) == (
         "nvmlGpmSampleGet",
         "InUse",
@@ -213,16 +215,16 @@ def test_gpm_sampling_failures_come_classified() -> None:
     )
     fake.fail("nvmlGpmSampleGet", error=pynvml.NVMLError_GpuIsLost, gpu=1)
     with pytest.raises(GpuLostError):
-        source.gpm_sample(gpu)
+        gpm_sample(source, gpu)
     assert fake.live_gpm_samples == 0
 
 
 def test_xid_wait_timeout_is_no_event_and_other_failures_are_nvml_errors() -> None:
     fake, source = simulated()
-    events = source.open_xid_events()
-    assert source.wait_xid(events, 1) is None
+    events = open_xid_events(source)
+    assert wait_xid(source, events, 1) is None
     fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Unknown)
     with pytest.raises(NvmlError, match="nvmlEventSetWait_v2 failed: Unknown"):
-        source.wait_xid(events, 1)
+        wait_xid(source, events, 1)
     fake.clear_failures()
-    source.free_events(events)
+    free_events(source, events)

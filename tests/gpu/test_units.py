@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetwatch.collectors.gpu_common import (
+from fleetwatch.catalog.units import (
     MIB,
     mebibytes_to_bytes,
     megahertz_to_hertz,

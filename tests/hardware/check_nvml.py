@@ -32,16 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pynvml
 
 from fleetwatch.collectors.base import Collector
+from fleetwatch.collectors.families import SeriesFamily
 from fleetwatch.collectors.gpm import SPECS as GPM_SPECS
 from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import SPECS as GPU_SPECS
 from fleetwatch.collectors.gpu import GpuCollector
-from fleetwatch.collectors.metrics import SeriesFamily
 from fleetwatch.collectors.mig import SPECS as MIG_SPECS
 from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import error_name
+from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import Renderer
@@ -120,7 +121,7 @@ def main() -> int:
         print(f"GPU {gpu.index}: {fabric_info(gpu)}")
     print("\n== MIG (nvmlDeviceGetMigMode and, in MIG mode, each instance; NotSupported: no MIG)")
     for gpu in source.gpus():
-        print(f"GPU {gpu.index}: {source.read_mig(gpu)}")
+        print(f"GPU {gpu.index}: {read_mig(source, gpu)}")
     print(
         "\n== Thermal margin (nvmlDeviceGetMarginTemperature; where the driver does not report "
         "it, the exporter derives slowdown threshold minus temperature)"

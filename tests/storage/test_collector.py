@@ -6,6 +6,12 @@ import os
 import time
 from pathlib import Path
 
+from fleetwatch.catalog.storage import (
+    STORAGE_PROBE_FAILURES_TOTAL,
+    STORAGE_PROBE_SECONDS,
+    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
+    STORAGE_PROBES_TOTAL,
+)
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from testbed.mounts import (
@@ -128,9 +134,9 @@ def test_probe_runs_and_a_missing_directory_is_reported(tmp_path: Path) -> None:
     name = str(point)
     try:
         samples = _samples(collector)
-        assert _get(samples, storage.PROBES, mountpoint=name) == 1
-        assert _get(samples, storage.PROBE_SECONDS, mountpoint=name, phase="fsync") is not None
-        assert (_get(samples, storage.PROBE_WRITE_RATE, mountpoint=name) or 0) > 0
+        assert _get(samples, STORAGE_PROBES_TOTAL.name, mountpoint=name) == 1
+        assert _get(samples, STORAGE_PROBE_SECONDS.name, mountpoint=name, phase="fsync") is not None
+        assert (_get(samples, STORAGE_PROBE_WRITE_BYTES_PER_SECOND.name, mountpoint=name) or 0) > 0
         assert os.listdir(point / "fleetwatch") == []  # the probe file was deleted
     finally:
         collector.close()
@@ -141,7 +147,7 @@ def test_probe_runs_and_a_missing_directory_is_reported(tmp_path: Path) -> None:
         samples = _samples(missing)
     finally:
         missing.close()
-    assert _get(samples, storage.PROBE_FAILURES, mountpoint=name, reason="missing") == 1
+    assert _get(samples, STORAGE_PROBE_FAILURES_TOTAL.name, mountpoint=name, reason="missing") == 1
     assert not (point / "absent").exists()  # never created
 
 
@@ -154,8 +160,11 @@ def test_a_probe_directory_on_an_unwatched_filesystem_is_not_probed(tmp_path: Pa
         samples = _samples(collector)
     finally:
         collector.close()
-    assert _get(samples, storage.PROBE_FAILURES, mountpoint="/", reason="wrong_filesystem") == 1
-    assert _get(samples, storage.PROBES, mountpoint="/") == 0
+    assert (
+        _get(samples, STORAGE_PROBE_FAILURES_TOTAL.name, mountpoint="/", reason="wrong_filesystem")
+        == 1
+    )
+    assert _get(samples, STORAGE_PROBES_TOTAL.name, mountpoint="/") == 0
 
 
 def test_a_probe_outcome_is_counted_across_short_cycles(tmp_path: Path) -> None:
@@ -170,7 +179,12 @@ def test_a_probe_outcome_is_counted_across_short_cycles(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 30
         while (
-            _get(_samples(collector), storage.PROBE_FAILURES, mountpoint=name, reason="missing")
+            _get(
+                _samples(collector),
+                STORAGE_PROBE_FAILURES_TOTAL.name,
+                mountpoint=name,
+                reason="missing",
+            )
             != 1
         ):
             assert time.monotonic() < deadline, "the missing probe directory was never counted"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetwatch.catalog.storage import STORAGE_PROBE_FAILURES_TOTAL, STORAGE_PROBES_TOTAL
 from fleetwatch.collectors import storage
 from fleetwatch.sim.loopback_servers import Server, fleetwatch_export, http_get, wait_until
 from testbed.fuse import FuseMount, fuse_mount, fuse_unavailable
@@ -153,13 +154,13 @@ def test_failing_writes_count_a_probe_failure_with_the_reason(
     )
     with fleetwatch_export(tmp_path / "exporter", simulate="dgx-h100", args=args) as server:
         wait_until(
-            lambda: _value(_scrape(server)[0], storage.PROBES, mountpoint=point),
+            lambda: _value(_scrape(server)[0], STORAGE_PROBES_TOTAL.name, mountpoint=point),
             timeout=30,
             what="a successful probe",
         )
         mount.set_mode(mode)
         wait_until(
-            lambda: _value(_scrape(server)[0], storage.PROBE_FAILURES, mountpoint=point,
+            lambda: _value(_scrape(server)[0], STORAGE_PROBE_FAILURES_TOTAL.name, mountpoint=point,
                            reason=reason),
             timeout=30,
             what=f"a probe failure with reason {reason}",
@@ -176,7 +177,7 @@ def test_a_missing_probe_directory_is_reported_not_created(
     args = _export(tmp_path, mount, f"--collector.storage.probe-dir={absent}")
     with fleetwatch_export(tmp_path / "exporter", simulate="dgx-h100", args=args) as server:
         wait_until(
-            lambda: _value(_scrape(server)[0], storage.PROBE_FAILURES, mountpoint=point,
+            lambda: _value(_scrape(server)[0], STORAGE_PROBE_FAILURES_TOTAL.name, mountpoint=point,
                            reason="missing"),
             timeout=30,
             what="the missing probe directory reported",
@@ -197,7 +198,7 @@ def test_a_fuse_server_dying_mid_probe_is_a_counted_failure(
     )
     with fleetwatch_export(tmp_path / "exporter", simulate="dgx-h100", args=args) as server:
         wait_until(
-            lambda: _value(_scrape(server)[0], storage.PROBES, mountpoint=point),
+            lambda: _value(_scrape(server)[0], STORAGE_PROBES_TOTAL.name, mountpoint=point),
             timeout=30,
             what="a successful probe",
         )
@@ -205,7 +206,12 @@ def test_a_fuse_server_dying_mid_probe_is_a_counted_failure(
         samples = _scrape_until(
             server,
             lambda found: (
-                _value(found, storage.PROBE_FAILURES, mountpoint=point, reason="disconnected")
+                _value(
+                    found,
+                    STORAGE_PROBE_FAILURES_TOTAL.name,
+                    mountpoint=point,
+                    reason="disconnected",
+                )
                 is not None
                 and _value(found, storage.CALL_ERRORS, mountpoint=point, reason="ENOTCONN")
                 is not None

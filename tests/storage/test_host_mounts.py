@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.catalog.storage import STORAGE_PROBES_TOTAL
 from fleetwatch.collectors import storage
 from fleetwatch.collectors.sources.mounts import from_rootfs, reach
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
@@ -85,7 +86,7 @@ def test_pid_1s_mounts_are_watched_and_reached_under_rootfs(
     expected = os.statvfs(rootfs / "ckpt")
     # statvfs of the host's /ckpt, reached at <rootfs>/ckpt, labelled with the host's path.
     assert _get(samples, storage.SIZE, mountpoint="/ckpt") == expected.f_blocks * expected.f_frsize
-    assert _get(samples, storage.PROBES, mountpoint="/ckpt") == 1
+    assert _get(samples, STORAGE_PROBES_TOTAL.name, mountpoint="/ckpt") == 1
     assert os.listdir(rootfs / "ckpt" / "fleetwatch") == []  # probed there, file deleted
     # NFS counters of the host's mount, from pid 1's mountstats.
     assert _get(samples, storage.WRITTEN_BYTES, mountpoint="/mnt/host-nfs") == 777000

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-GPU_ALLOCATION_INFO: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("podresources",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPU_ALLOCATION_INFO: Final = FAMILIES.declare(
     "fleetwatch_gpu_allocation_info",
     "gauge",
     (
@@ -27,9 +30,10 @@ GPU_ALLOCATION_INFO: Final = MetricSpec(
     ),
     series="allocated devices",
     label_values={"claim": "the ResourceClaim's name; empty for device-plugin devices"},
+    collectors=("podresources", "slurmjobs"),
 )
 
-COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO: Final = MetricSpec(
+COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO: Final = FAMILIES.declare(
     "fleetwatch_compute_domain_channel_allocation_info",
     "gauge",
     "ComputeDomain (IMEX) channel allocated to a pod's container by a DRA claim (value 1).",
@@ -42,7 +46,7 @@ COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO: Final = MetricSpec(
     series="allocated channels",
 )
 
-GPU_ALLOCATION_UNRESOLVED_TOTAL: Final = MetricSpec(
+GPU_ALLOCATION_UNRESOLVED_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_allocation_unresolved_total",
     "counter",
     (
@@ -70,11 +74,3 @@ UNRESOLVED_REASONS: Final = (
     "slices_unavailable",
 )
 """The `reason` values of GPU_ALLOCATION_UNRESOLVED_TOTAL (each is exported from the start)."""
-
-
-FAMILIES: Final = (
-    GPU_ALLOCATION_INFO,
-    COMPUTE_DOMAIN_CHANNEL_ALLOCATION_INFO,
-    GPU_ALLOCATION_UNRESOLVED_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

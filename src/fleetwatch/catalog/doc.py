@@ -1,7 +1,7 @@
 """docs/metrics.md, written from the catalog: one table row per family, in sections.
 
 The page is generated (`./dev.sh generate`, generate.py) and never edited by hand: the
-table rows come from the specs (`MetricSpec.unit`, `source`, `series`, `label_values`),
+table rows come from the specs (`MetricSpec.unit`, `source`, `series`, `described_labels`),
 the prose around them from here. Sections follow the page's reading order, not the
 catalog's modules: the GPU section also lists the Xid counter and the pod attribution.
 """
@@ -17,6 +17,7 @@ from fleetwatch.catalog import (
     exporter,
     gpu,
     infiniband,
+    mig,
     nvlink,
     pci,
     slurm,
@@ -29,7 +30,7 @@ from fleetwatch.catalog.spec import MetricSpec
 PATH: Final = PurePosixPath("docs/metrics.md")
 """Where the page lives in a checkout."""
 
-HEADER: Final = """\
+HEADER: Final = f"""\
 # Metrics catalog
 
 <!-- Generated from src/fleetwatch/catalog/ by ./dev.sh generate (generate.py); do not edit. -->
@@ -49,9 +50,9 @@ fields live on `_info` series (value 1, join with `group_left`). The exporter ad
 hardware does not report is absent, never a fake 0.
 
 The lean profile (chart value `exporter.profile: lean`, docs/deploy.md "Lean profile")
-drops four kinds of detail and nothing else: `fleetwatch_infiniband_port_hw_stat_total`
-entirely, `fleetwatch_nvlink_errors_total` series until their first error,
-`fleetwatch_infiniband_port_error_saturated` series while 0, and NFS per-operation series
+drops four kinds of detail and nothing else: `{infiniband.INFINIBAND_PORT_HW_STAT_TOTAL}`
+entirely, `{nvlink.NVLINK_ERRORS_TOTAL}` series until their first error,
+`{infiniband.INFINIBAND_PORT_ERROR_SATURATED}` series while 0, and NFS per-operation series
 beyond READ, WRITE, COMMIT and GETATTR's counts and times. The rows below say so.
 
 Worst-case series use: G GPUs (8 on a DGX H100, up to 72 on a rack), L NVLinks per GPU
@@ -61,27 +62,27 @@ mounts.
 
 """
 
-SECTIONS: Final[tuple[tuple[str, str, tuple[MetricSpec, ...]], ...]] = (
+SECTIONS: Final[tuple[tuple[str, str, Sequence[MetricSpec]], ...]] = (
     ("Exporter self-metrics", "", exporter.FAMILIES),
     (
         "GPU",
-        """\
+        f"""\
 Collectors `gpu`, `gpm`, `mig`, `xid` and `podresources`; labels `gpu` (NVML index) and
 `uuid` on every per-GPU series (MIG instances add `mig_uuid`: join an allocation by MIG UUID
-to its GPU through `fleetwatch_gpu_mig_info`). A GPU that falls off the bus (`GPU_IS_LOST`,
-Xid 79) drops out of every family here except `fleetwatch_gpu_xid_errors_total`, and out of
-`fleetwatch_gpus_visible`.
+to its GPU through `{mig.GPU_MIG_INFO}`). A GPU that falls off the bus (`GPU_IS_LOST`,
+Xid 79) drops out of every family here except `{xid.GPU_XID_ERRORS_TOTAL}`, and out of
+`{gpu.GPUS_VISIBLE}`.
 Per-GPU series on a DGX H100 with the defaults: about 160 (1,290 with NVLink).
 """,
-        (*gpu.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
+        (*gpu.FAMILIES, *mig.FAMILIES, xid.GPU_XID_ERRORS_TOTAL, allocation.GPU_ALLOCATION_INFO),
     ),
     (
         "DRA attribution",
-        """\
+        f"""\
 Collector `podresources` with `--collector.podresources.dra` not `off`. DRA claims in the
 kubelet's PodResources reply are resolved through this node's ResourceSlices, listed once
 and then watched (never fetched per scrape); GPUs and MIG devices join
-`fleetwatch_gpu_allocation_info` with their `claim`. The counter starts at 0 for every
+`{allocation.GPU_ALLOCATION_INFO}` with their `claim`. The counter starts at 0 for every
 reason as soon as the kubelet answers (docs/training-jobs.md, "DRA").
 """,
         tuple(spec for spec in allocation.FAMILIES if spec is not allocation.GPU_ALLOCATION_INFO),
@@ -102,14 +103,14 @@ fallen-off-the-bus and SXid counters count only records logged after start.
     ),
     (
         "GPUs on the PCI bus",
-        """\
+        f"""\
 Collector `pci` (collectors/pci.py, collectors/sources/pci.py): the NVIDIA GPUs under
 `<path.sysfs>/bus/pci/devices`, counted without NVML, so it reports when NVML does not
 start or lists fewer GPUs. A GPU is a function whose `vendor` is `0x10de` and whose `class`
 is a VGA (`0x0300xx`) or 3D controller (`0x0302xx`, every datacenter GPU: H100 SXM is
 `0x030200`); NVSwitches (`0x068000`), audio functions (`0x0403xx`) and SR-IOV virtual
 functions (a `physfn` link) are not counted. A GPU NVML lost (Xid 79) is still counted
-until it leaves the bus: `fleetwatch_gpus_pci_present > fleetwatch_gpus_visible` is a GPU
+until it leaves the bus: `{pci.GPUS_PCI_PRESENT} > {gpu.GPUS_VISIBLE}` is a GPU
 NVML cannot reach. No `bus/pci/devices` folder: no series (not a GPU node); a bus with no
 NVIDIA GPU reads 0. Read every cycle (about 2.5 ms for 200 functions).
 """,
@@ -150,11 +151,11 @@ its `statvfs` series are absent until the call returns. NFS counters are exporte
     ),
     (
         "Slurm jobs",
-        """\
+        f"""\
 Collector `slurmjobs`: the mapping directory (`--slurm.mapping-dir`, default
 `/run/fleetwatch/slurm-jobs`) that `fleetwatch slurm prolog` and `epilog` keep, and
 dcgm-exporter's HPC job-mapping files in the same directory (docs/slurm.md). Each GPU a Slurm
-job holds is a `fleetwatch_gpu_allocation_info` series with `namespace="slurm"` and the job
+job holds is a `{allocation.GPU_ALLOCATION_INFO}` series with `namespace="slurm"` and the job
 ID as `pod`, so a job spanning nodes is one training job. No directory: no series.
 """,
         slurm.FAMILIES,
@@ -169,8 +170,9 @@ _COLUMNS: Final = (
 
 
 def _labels(spec: MetricSpec) -> str:
+    described = spec.described_labels
     cells = [
-        f"`{label}` {spec.label_values[label]}" if label in spec.label_values else f"`{label}`"
+        f"`{label}` {described[label]}" if label in described else f"`{label}`"
         for label in spec.labels
     ]
     return ", ".join(cells) or "—"

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-BUILD_INFO: Final = MetricSpec(
+FAMILIES: Final = Families()
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+BUILD_INFO: Final = FAMILIES.declare(
     "fleetwatch_build_info",
     "gauge",
     "fleetwatch build; value 1.",
@@ -20,7 +23,7 @@ BUILD_INFO: Final = MetricSpec(
 )
 
 
-COLLECTOR_UP: Final = MetricSpec(
+COLLECTOR_UP: Final = FAMILIES.declare(
     "fleetwatch_collector_up",
     "gauge",
     "1 when the collector's last run succeeded within its deadline.",
@@ -31,7 +34,7 @@ COLLECTOR_UP: Final = MetricSpec(
 )
 
 
-COLLECTOR_DURATION_SECONDS: Final = MetricSpec(
+COLLECTOR_DURATION_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_collector_duration_seconds",
     "gauge",
     "Wall time of the collector's last completed run.",
@@ -42,7 +45,7 @@ COLLECTOR_DURATION_SECONDS: Final = MetricSpec(
 )
 
 
-COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
+COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_collector_last_success_timestamp_seconds",
     "gauge",
     "Unix time at which the collector's last successful run ended.",
@@ -53,7 +56,7 @@ COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
 )
 
 
-COLLECTOR_ERRORS_TOTAL: Final = MetricSpec(
+COLLECTOR_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_collector_errors_total",
     "counter",
     "Collector runs that raised or missed their deadline.",
@@ -64,7 +67,7 @@ COLLECTOR_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-COLLECTOR_HUNG: Final = MetricSpec(
+COLLECTOR_HUNG: Final = FAMILIES.declare(
     "fleetwatch_collector_hung",
     "gauge",
     (
@@ -81,7 +84,7 @@ COLLECTOR_HUNG: Final = MetricSpec(
 )
 
 
-COLLECTOR_SKIPPED_RUNS_TOTAL: Final = MetricSpec(
+COLLECTOR_SKIPPED_RUNS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_collector_skipped_runs_total",
     "counter",
     "Runs not started because the collector's previous run was still blocked.",
@@ -90,15 +93,3 @@ COLLECTOR_SKIPPED_RUNS_TOTAL: Final = MetricSpec(
     source="engine: runs not started because the previous one was still in flight",
     series="C",
 )
-
-
-FAMILIES: Final = (
-    BUILD_INFO,
-    COLLECTOR_UP,
-    COLLECTOR_DURATION_SECONDS,
-    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
-    COLLECTOR_ERRORS_TOTAL,
-    COLLECTOR_HUNG,
-    COLLECTOR_SKIPPED_RUNS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -1,5 +1,5 @@
 """Per-GPU families of the `gpu` collector (NVML) and the `gpm` collector (GPU Performance
-Monitoring, Hopper and later).
+Monitoring, Hopper and later); MIG instances have their own module (`mig`).
 
 Part of the metric catalog (`fleetwatch.catalog`): each family is declared here once and
 imported by name wherever it is emitted or read."""
@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families, Read
+from fleetwatch.catalog.units import (
+    megahertz_to_hertz,
+    millijoules_to_joules,
+    milliwatts_to_watts,
+    percent_to_ratio,
+)
 
-GPU_INFO: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("gpu",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPU_INFO: Final = FAMILIES.declare(
     "fleetwatch_gpu_info",
     "gauge",
     "GPU identity (value 1): join on gpu/uuid with group_left for name, PCI bus, serial.",
@@ -23,7 +32,7 @@ GPU_INFO: Final = MetricSpec(
 )
 
 
-GPUS_VISIBLE: Final = MetricSpec(
+GPUS_VISIBLE: Final = FAMILIES.declare(
     "fleetwatch_gpus_visible",
     "gauge",
     "GPUs visible to NVML now (a lost GPU is not counted).",
@@ -37,7 +46,7 @@ GPUS_VISIBLE: Final = MetricSpec(
 )
 
 
-GPUS_EXPECTED: Final = MetricSpec(
+GPUS_EXPECTED: Final = FAMILIES.declare(
     "fleetwatch_gpus_expected",
     "gauge",
     "GPUs this node should have (--collector.gpu.expected-count).",
@@ -48,7 +57,7 @@ GPUS_EXPECTED: Final = MetricSpec(
 )
 
 
-GPU_TEMPERATURE_CELSIUS: Final = MetricSpec(
+GPU_TEMPERATURE_CELSIUS: Final = FAMILIES.declare(
     "fleetwatch_gpu_temperature_celsius",
     "gauge",
     "GPU die (sensor=gpu) and HBM (sensor=memory) temperature.",
@@ -59,13 +68,14 @@ GPU_TEMPERATURE_CELSIUS: Final = MetricSpec(
         "field 82 `NVML_FI_DEV_MEMORY_TEMP`"
     ),
     series="2G",
-    label_values={
-        "sensor": "(`gpu`, `memory`)",
-    },
+    reads=(
+        Read("temperature_celsius", ("gpu",)),
+        Read("memory_temperature_celsius", ("memory",)),
+    ),
 )
 
 
-GPU_TEMPERATURE_THRESHOLD_CELSIUS: Final = MetricSpec(
+GPU_TEMPERATURE_THRESHOLD_CELSIUS: Final = FAMILIES.declare(
     "fleetwatch_gpu_temperature_threshold_celsius",
     "gauge",
     "Temperature thresholds the GPU enforces (slowdown, shutdown, gpu_max, memory_max).",
@@ -79,7 +89,7 @@ GPU_TEMPERATURE_THRESHOLD_CELSIUS: Final = MetricSpec(
 )
 
 
-GPU_TEMPERATURE_MARGIN_CELSIUS: Final = MetricSpec(
+GPU_TEMPERATURE_MARGIN_CELSIUS: Final = FAMILIES.declare(
     "fleetwatch_gpu_temperature_margin_celsius",
     "gauge",
     (
@@ -95,10 +105,11 @@ GPU_TEMPERATURE_MARGIN_CELSIUS: Final = MetricSpec(
         "the GPU temperature; absent when neither is known. Negative: past the limit"
     ),
     series="G",
+    reads=(Read("margin_celsius"),),
 )
 
 
-GPU_TENSOR_ACTIVE_RATIO: Final = MetricSpec(
+GPU_TENSOR_ACTIVE_RATIO: Final = FAMILIES.declare(
     "fleetwatch_gpu_tensor_active_ratio",
     "gauge",
     (
@@ -112,13 +123,18 @@ GPU_TENSOR_ACTIVE_RATIO: Final = MetricSpec(
         "absent on A100, use DCGM profiling there)"
     ),
     series="5G",
-    label_values={
-        "pipe": "(`any`, `hmma`, `imma`, `dfma`, `dmma`)",
-    },
+    collectors=("gpm",),
+    reads=(
+        Read("tensor_any", ("any",), percent_to_ratio),
+        Read("tensor_hmma", ("hmma",), percent_to_ratio),
+        Read("tensor_imma", ("imma",), percent_to_ratio),
+        Read("tensor_dfma", ("dfma",), percent_to_ratio),
+        Read("tensor_dmma", ("dmma",), percent_to_ratio),
+    ),
 )
 
 
-GPU_SM_ACTIVE_RATIO: Final = MetricSpec(
+GPU_SM_ACTIVE_RATIO: Final = FAMILIES.declare(
     "fleetwatch_gpu_sm_active_ratio",
     "gauge",
     "Fraction of SMs busy.",
@@ -126,10 +142,12 @@ GPU_SM_ACTIVE_RATIO: Final = MetricSpec(
     unit="ratio",
     source="GPM metric 2 `SM_UTIL`",
     series="G",
+    collectors=("gpm",),
+    reads=(Read("sm_active", convert=percent_to_ratio),),
 )
 
 
-GPU_SM_OCCUPANCY_RATIO: Final = MetricSpec(
+GPU_SM_OCCUPANCY_RATIO: Final = FAMILIES.declare(
     "fleetwatch_gpu_sm_occupancy_ratio",
     "gauge",
     "Resident warps as a fraction of the SMs' maximum.",
@@ -137,10 +155,12 @@ GPU_SM_OCCUPANCY_RATIO: Final = MetricSpec(
     unit="ratio",
     source="GPM metric 3 `SM_OCCUPANCY`",
     series="G",
+    collectors=("gpm",),
+    reads=(Read("sm_occupancy", convert=percent_to_ratio),),
 )
 
 
-GPU_DRAM_ACTIVE_RATIO: Final = MetricSpec(
+GPU_DRAM_ACTIVE_RATIO: Final = FAMILIES.declare(
     "fleetwatch_gpu_dram_active_ratio",
     "gauge",
     "DRAM bandwidth used as a fraction of the maximum.",
@@ -148,28 +168,31 @@ GPU_DRAM_ACTIVE_RATIO: Final = MetricSpec(
     unit="ratio",
     source="GPM metric 10 `DRAM_BW_UTIL`",
     series="G",
+    collectors=("gpm",),
+    reads=(Read("dram_active", convert=percent_to_ratio),),
 )
 
 
-GPU_UTILIZATION_RATIO: Final = MetricSpec(
+GPU_UTILIZATION_RATIO: Final = FAMILIES.declare(
     "fleetwatch_gpu_utilization_ratio",
     "gauge",
     (
         "NVML 'GPU utilization': fraction of time at least one kernel ran. Misleading: a GPU "
-        "running one tiny kernel reads 1.0; use fleetwatch_gpu_tensor_active_ratio."
+        f"running one tiny kernel reads 1.0; use {GPU_TENSOR_ACTIVE_RATIO}."
     ),
     ("gpu", "uuid"),
     unit="ratio",
     source=(
         "`nvmlDeviceGetUtilizationRates().gpu`. **Misleading**: the fraction of time "
         "at least one kernel ran, so one tiny kernel reads 1.0 while the tensor cores "
-        "idle; use `fleetwatch_gpu_tensor_active_ratio` to judge load"
+        f"idle; use `{GPU_TENSOR_ACTIVE_RATIO}` to judge load"
     ),
     series="G",
+    reads=(Read("utilization_percent", convert=percent_to_ratio),),
 )
 
 
-GPU_POWER_WATTS: Final = MetricSpec(
+GPU_POWER_WATTS: Final = FAMILIES.declare(
     "fleetwatch_gpu_power_watts",
     "gauge",
     "Power draw.",
@@ -177,10 +200,11 @@ GPU_POWER_WATTS: Final = MetricSpec(
     unit="W",
     source="`nvmlDeviceGetPowerUsage` (mW)",
     series="G",
+    reads=(Read("power_milliwatts", convert=milliwatts_to_watts),),
 )
 
 
-GPU_POWER_LIMIT_WATTS: Final = MetricSpec(
+GPU_POWER_LIMIT_WATTS: Final = FAMILIES.declare(
     "fleetwatch_gpu_power_limit_watts",
     "gauge",
     "Enforced power limit.",
@@ -188,10 +212,11 @@ GPU_POWER_LIMIT_WATTS: Final = MetricSpec(
     unit="W",
     source="`nvmlDeviceGetEnforcedPowerLimit` (mW)",
     series="G",
+    reads=(Read("power_limit_milliwatts", convert=milliwatts_to_watts),),
 )
 
 
-GPU_ENERGY_JOULES_TOTAL: Final = MetricSpec(
+GPU_ENERGY_JOULES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_energy_joules_total",
     "counter",
     "Energy consumed since the driver loaded.",
@@ -199,10 +224,11 @@ GPU_ENERGY_JOULES_TOTAL: Final = MetricSpec(
     unit="J",
     source="`nvmlDeviceGetTotalEnergyConsumption` (mJ)",
     series="G",
+    reads=(Read("energy_millijoules", convert=millijoules_to_joules),),
 )
 
 
-GPU_CLOCK_HERTZ: Final = MetricSpec(
+GPU_CLOCK_HERTZ: Final = FAMILIES.declare(
     "fleetwatch_gpu_clock_hertz",
     "gauge",
     "Current SM and memory clocks.",
@@ -210,13 +236,14 @@ GPU_CLOCK_HERTZ: Final = MetricSpec(
     unit="Hz",
     source="`nvmlDeviceGetClockInfo` (MHz)",
     series="2G",
-    label_values={
-        "clock": "(`sm`, `memory`)",
-    },
+    reads=(
+        Read("sm_clock_mhz", ("sm",), megahertz_to_hertz),
+        Read("memory_clock_mhz", ("memory",), megahertz_to_hertz),
+    ),
 )
 
 
-GPU_CLOCK_EVENT_ACTIVE: Final = MetricSpec(
+GPU_CLOCK_EVENT_ACTIVE: Final = FAMILIES.declare(
     "fleetwatch_gpu_clock_event_active",
     "gauge",
     "1 while the clock-event (throttle) reason holds the clocks down, else 0.",
@@ -233,7 +260,7 @@ GPU_CLOCK_EVENT_ACTIVE: Final = MetricSpec(
 )
 
 
-GPU_CLOCK_EVENT_SECONDS_TOTAL: Final = MetricSpec(
+GPU_CLOCK_EVENT_SECONDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_clock_event_seconds_total",
     "counter",
     "Cumulative time clocks were held down by the reason (violation time).",
@@ -249,7 +276,7 @@ GPU_CLOCK_EVENT_SECONDS_TOTAL: Final = MetricSpec(
 )
 
 
-GPU_MEMORY_USED_BYTES: Final = MetricSpec(
+GPU_MEMORY_USED_BYTES: Final = FAMILIES.declare(
     "fleetwatch_gpu_memory_used_bytes",
     "gauge",
     "Frame buffer memory in use.",
@@ -257,10 +284,11 @@ GPU_MEMORY_USED_BYTES: Final = MetricSpec(
     unit="bytes",
     source="`nvmlDeviceGetMemoryInfo().used`",
     series="G",
+    reads=(Read("memory_used_bytes"),),
 )
 
 
-GPU_MEMORY_TOTAL_BYTES: Final = MetricSpec(
+GPU_MEMORY_TOTAL_BYTES: Final = FAMILIES.declare(
     "fleetwatch_gpu_memory_total_bytes",
     "gauge",
     "Frame buffer memory size.",
@@ -268,10 +296,11 @@ GPU_MEMORY_TOTAL_BYTES: Final = MetricSpec(
     unit="bytes",
     source="`nvmlDeviceGetMemoryInfo().total`",
     series="G",
+    reads=(Read("memory_total_bytes"),),
 )
 
 
-GPU_ECC_ERRORS_TOTAL: Final = MetricSpec(
+GPU_ECC_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_ecc_errors_total",
     "counter",
     "ECC errors over the GPU's life (aggregate counters) by severity.",
@@ -279,13 +308,14 @@ GPU_ECC_ERRORS_TOTAL: Final = MetricSpec(
     unit="errors",
     source="`nvmlDeviceGetTotalEccErrors(..., NVML_AGGREGATE_ECC)`",
     series="2G",
-    label_values={
-        "severity": "(`corrected`, `uncorrected`)",
-    },
+    reads=(
+        Read("ecc_corrected", ("corrected",)),
+        Read("ecc_uncorrected", ("uncorrected",)),
+    ),
 )
 
 
-GPU_REMAPPED_ROWS: Final = MetricSpec(
+GPU_REMAPPED_ROWS: Final = FAMILIES.declare(
     "fleetwatch_gpu_remapped_rows",
     "gauge",
     "HBM rows remapped, by the cause of the remap.",
@@ -293,13 +323,14 @@ GPU_REMAPPED_ROWS: Final = MetricSpec(
     unit="rows",
     source="`nvmlDeviceGetRemappedRows`",
     series="2G",
-    label_values={
-        "cause": "(`correctable`, `uncorrectable`)",
-    },
+    reads=(
+        Read("remapped_rows_correctable", ("correctable",)),
+        Read("remapped_rows_uncorrectable", ("uncorrectable",)),
+    ),
 )
 
 
-GPU_ROW_REMAP_PENDING: Final = MetricSpec(
+GPU_ROW_REMAP_PENDING: Final = FAMILIES.declare(
     "fleetwatch_gpu_row_remap_pending",
     "gauge",
     "1 when a row remap waits for a GPU reset.",
@@ -307,10 +338,11 @@ GPU_ROW_REMAP_PENDING: Final = MetricSpec(
     unit="0/1",
     source="`nvmlDeviceGetRemappedRows` (pending)",
     series="G",
+    reads=(Read("remap_pending"),),
 )
 
 
-GPU_ROW_REMAP_FAILED: Final = MetricSpec(
+GPU_ROW_REMAP_FAILED: Final = FAMILIES.declare(
     "fleetwatch_gpu_row_remap_failed",
     "gauge",
     "1 when a row remap failed.",
@@ -318,10 +350,11 @@ GPU_ROW_REMAP_FAILED: Final = MetricSpec(
     unit="0/1",
     source="`nvmlDeviceGetRemappedRows` (failure)",
     series="G",
+    reads=(Read("remap_failed"),),
 )
 
 
-GPU_RECOVERY_ACTION: Final = MetricSpec(
+GPU_RECOVERY_ACTION: Final = FAMILIES.declare(
     "fleetwatch_gpu_recovery_action",
     "gauge",
     (
@@ -338,7 +371,7 @@ GPU_RECOVERY_ACTION: Final = MetricSpec(
 )
 
 
-GPU_PCIE_REPLAYS_TOTAL: Final = MetricSpec(
+GPU_PCIE_REPLAYS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_pcie_replays_total",
     "counter",
     "PCIe replay events.",
@@ -346,10 +379,11 @@ GPU_PCIE_REPLAYS_TOTAL: Final = MetricSpec(
     unit="replays",
     source="`nvmlDeviceGetPcieReplayCounter`",
     series="G",
+    reads=(Read("pcie_replays"),),
 )
 
 
-GPU_PCIE_LINK_GENERATION: Final = MetricSpec(
+GPU_PCIE_LINK_GENERATION: Final = FAMILIES.declare(
     "fleetwatch_gpu_pcie_link_generation",
     "gauge",
     "PCIe link generation, current and maximum.",
@@ -357,13 +391,14 @@ GPU_PCIE_LINK_GENERATION: Final = MetricSpec(
     unit="generation",
     source="`nvmlDeviceGetCurrPcieLinkGeneration`, `nvmlDeviceGetMaxPcieLinkGeneration`",
     series="2G",
-    label_values={
-        "which": "(`current`, `max`)",
-    },
+    reads=(
+        Read("pcie_generation_current", ("current",)),
+        Read("pcie_generation_max", ("max",)),
+    ),
 )
 
 
-GPU_PCIE_LINK_WIDTH: Final = MetricSpec(
+GPU_PCIE_LINK_WIDTH: Final = FAMILIES.declare(
     "fleetwatch_gpu_pcie_link_width",
     "gauge",
     "PCIe link width in lanes, current and maximum.",
@@ -371,13 +406,14 @@ GPU_PCIE_LINK_WIDTH: Final = MetricSpec(
     unit="lanes",
     source="`nvmlDeviceGetCurrPcieLinkWidth`, `nvmlDeviceGetMaxPcieLinkWidth`",
     series="2G",
-    label_values={
-        "which": "(`current`, `max`)",
-    },
+    reads=(
+        Read("pcie_width_current", ("current",)),
+        Read("pcie_width_max", ("max",)),
+    ),
 )
 
 
-GPU_FABRIC_INFO: Final = MetricSpec(
+GPU_FABRIC_INFO: Final = FAMILIES.declare(
     "fleetwatch_gpu_fabric_info",
     "gauge",
     (
@@ -396,7 +432,7 @@ GPU_FABRIC_INFO: Final = MetricSpec(
 )
 
 
-GPU_FABRIC_STATE_ID: Final = MetricSpec(
+GPU_FABRIC_STATE_ID: Final = FAMILIES.declare(
     "fleetwatch_gpu_fabric_state_id",
     "gauge",
     "NVLink-fabric registration state: 1 not started, 2 in progress, 3 completed.",
@@ -410,7 +446,7 @@ GPU_FABRIC_STATE_ID: Final = MetricSpec(
 )
 
 
-GPU_FABRIC_DEGRADED: Final = MetricSpec(
+GPU_FABRIC_DEGRADED: Final = FAMILIES.declare(
     "fleetwatch_gpu_fabric_degraded",
     "gauge",
     (
@@ -429,113 +465,7 @@ GPU_FABRIC_DEGRADED: Final = MetricSpec(
 )
 
 
-GPU_MIG_MODE: Final = MetricSpec(
-    "fleetwatch_gpu_mig_mode",
-    "gauge",
-    (
-        "MIG mode of the GPU, current and pending (1 enabled, 0 disabled): a pending mode "
-        "that differs from the current one takes effect at the next GPU reset."
-    ),
-    ("gpu", "uuid", "which"),
-    unit="0/1",
-    source=(
-        "`nvmlDeviceGetMigMode` (current, pending), read every cycle so a GPU that switches "
-        "mode while the exporter runs is followed; absent on GPUs without MIG"
-    ),
-    series="2G",
-    label_values={
-        "which": "(`current`, `pending`)",
-    },
-)
-
-
-GPU_MIG_INFO: Final = MetricSpec(
-    "fleetwatch_gpu_mig_info",
-    "gauge",
-    (
-        "MIG instance identity (value 1): the MIG device's UUID (what the device plugin and "
-        "DRA allocate) joined to its parent GPU, with its GPU instance, compute instance and "
-        "profile."
-    ),
-    ("gpu", "uuid", "mig_uuid", "gpu_instance", "compute_instance", "profile"),
-    unit="info (1)",
-    source=(
-        "per MIG slot up to `nvmlDeviceGetMaxMigDeviceCount`: "
-        "`nvmlDeviceGetMigDeviceHandleByIndex` (NotFound: empty slot), then on the MIG "
-        "handle `nvmlDeviceGetUUID`, `nvmlDeviceGetGpuInstanceId`, "
-        "`nvmlDeviceGetComputeInstanceId`, `nvmlDeviceGetName` (profile: the text after "
-        "`MIG `); enumerated every cycle"
-    ),
-    series="MIG instances",
-)
-
-
-GPU_MIG_MEMORY_USED_BYTES: Final = MetricSpec(
-    "fleetwatch_gpu_mig_memory_used_bytes",
-    "gauge",
-    "Framebuffer memory in use on a MIG instance.",
-    ("gpu", "uuid", "mig_uuid"),
-    unit="bytes",
-    source="`nvmlDeviceGetMemoryInfo` on the MIG device handle",
-    series="MIG instances",
-)
-
-
-GPU_MIG_MEMORY_TOTAL_BYTES: Final = MetricSpec(
-    "fleetwatch_gpu_mig_memory_total_bytes",
-    "gauge",
-    "Framebuffer memory of a MIG instance.",
-    ("gpu", "uuid", "mig_uuid"),
-    unit="bytes",
-    source="`nvmlDeviceGetMemoryInfo` on the MIG device handle",
-    series="MIG instances",
-)
-
-
-GPU_MIG_TENSOR_ACTIVE_RATIO: Final = MetricSpec(
-    "fleetwatch_gpu_mig_tensor_active_ratio",
-    "gauge",
-    "Fraction of time a MIG instance's tensor cores were active since the last cycle.",
-    ("gpu", "uuid", "mig_uuid"),
-    unit="ratio",
-    source=(
-        "GPM metric 5 (`ANY_TENSOR_UTIL`) over two `nvmlGpmMigSampleGet` samples of the "
-        "instance's GPU instance (Hopper+; absent on A100)"
-    ),
-    series="MIG instances",
-)
-
-
-GPU_MIG_SM_ACTIVE_RATIO: Final = MetricSpec(
-    "fleetwatch_gpu_mig_sm_active_ratio",
-    "gauge",
-    "Fraction of time a MIG instance's SMs were active since the last cycle.",
-    ("gpu", "uuid", "mig_uuid"),
-    unit="ratio",
-    source="GPM metric 2 (`SM_UTIL`) over two `nvmlGpmMigSampleGet` samples (Hopper+)",
-    series="MIG instances",
-)
-
-
-GPU_MIG_NVML_ERRORS_TOTAL: Final = MetricSpec(
-    "fleetwatch_gpu_mig_nvml_errors_total",
-    "counter",
-    (
-        "NVML calls about MIG instances that failed, by GPU, call and error (a MIG handle "
-        "that disappeared between enumeration and use counts here); the failed instance is "
-        "absent while the others keep reporting."
-    ),
-    ("gpu", "uuid", "call", "error"),
-    unit="calls",
-    source=(
-        "MIG calls of the `mig` collector that failed other than NotSupported (and other "
-        "than NotFound for an empty slot)"
-    ),
-    series="G × MIG calls × errors seen",
-)
-
-
-GPU_NVML_ERRORS_TOTAL: Final = MetricSpec(
+GPU_NVML_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_nvml_errors_total",
     "counter",
     (
@@ -550,46 +480,3 @@ GPU_NVML_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="G × 26 calls × errors seen",
 )
-
-
-FAMILIES: Final = (
-    GPU_INFO,
-    GPUS_VISIBLE,
-    GPUS_EXPECTED,
-    GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
-    GPU_TEMPERATURE_MARGIN_CELSIUS,
-    GPU_TENSOR_ACTIVE_RATIO,
-    GPU_SM_ACTIVE_RATIO,
-    GPU_SM_OCCUPANCY_RATIO,
-    GPU_DRAM_ACTIVE_RATIO,
-    GPU_UTILIZATION_RATIO,
-    GPU_POWER_WATTS,
-    GPU_POWER_LIMIT_WATTS,
-    GPU_ENERGY_JOULES_TOTAL,
-    GPU_CLOCK_HERTZ,
-    GPU_CLOCK_EVENT_ACTIVE,
-    GPU_CLOCK_EVENT_SECONDS_TOTAL,
-    GPU_MEMORY_USED_BYTES,
-    GPU_MEMORY_TOTAL_BYTES,
-    GPU_ECC_ERRORS_TOTAL,
-    GPU_REMAPPED_ROWS,
-    GPU_ROW_REMAP_PENDING,
-    GPU_ROW_REMAP_FAILED,
-    GPU_RECOVERY_ACTION,
-    GPU_PCIE_REPLAYS_TOTAL,
-    GPU_PCIE_LINK_GENERATION,
-    GPU_PCIE_LINK_WIDTH,
-    GPU_FABRIC_INFO,
-    GPU_FABRIC_STATE_ID,
-    GPU_FABRIC_DEGRADED,
-    GPU_MIG_MODE,
-    GPU_MIG_INFO,
-    GPU_MIG_MEMORY_USED_BYTES,
-    GPU_MIG_MEMORY_TOTAL_BYTES,
-    GPU_MIG_TENSOR_ACTIVE_RATIO,
-    GPU_MIG_SM_ACTIVE_RATIO,
-    GPU_MIG_NVML_ERRORS_TOTAL,
-    GPU_NVML_ERRORS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-INFINIBAND_PORT_INFO: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("infiniband",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+INFINIBAND_PORT_INFO: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_info",
     "gauge",
     "InfiniBand port attributes and PCI topology (value 1).",
@@ -35,7 +38,7 @@ INFINIBAND_PORT_INFO: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_UP: Final = MetricSpec(
+INFINIBAND_PORT_UP: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_up",
     "gauge",
     "1 when the port state is ACTIVE and the physical state LinkUp.",
@@ -46,7 +49,7 @@ INFINIBAND_PORT_UP: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_STATE_ID: Final = MetricSpec(
+INFINIBAND_PORT_STATE_ID: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_state_id",
     "gauge",
     "Port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
@@ -57,7 +60,7 @@ INFINIBAND_PORT_STATE_ID: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_PHYSICAL_STATE_ID: Final = MetricSpec(
+INFINIBAND_PORT_PHYSICAL_STATE_ID: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_physical_state_id",
     "gauge",
     (
@@ -71,7 +74,7 @@ INFINIBAND_PORT_PHYSICAL_STATE_ID: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_RATE_BYTES_PER_SECOND: Final = MetricSpec(
+INFINIBAND_PORT_RATE_BYTES_PER_SECOND: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_rate_bytes_per_second",
     "gauge",
     "Trained link rate of an active port in bytes per second.",
@@ -85,7 +88,7 @@ INFINIBAND_PORT_RATE_BYTES_PER_SECOND: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND: Final = MetricSpec(
+INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_expected_rate_bytes_per_second",
     "gauge",
     ("Configured expected link rate in bytes per second (--collector.infiniband.expected-rate)."),
@@ -99,7 +102,7 @@ INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_DATA_BYTES_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_DATA_BYTES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_data_bytes_total",
     "counter",
     "Data octets transferred (sysfs 4-octet words x 4).",
@@ -110,7 +113,7 @@ INFINIBAND_PORT_DATA_BYTES_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_PACKETS_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_PACKETS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_packets_total",
     "counter",
     "Packets transferred.",
@@ -121,7 +124,7 @@ INFINIBAND_PORT_PACKETS_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_UNICAST_PACKETS_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_UNICAST_PACKETS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_unicast_packets_total",
     "counter",
     "Unicast packets transferred.",
@@ -132,7 +135,7 @@ INFINIBAND_PORT_UNICAST_PACKETS_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_multicast_packets_total",
     "counter",
     "Multicast packets transferred.",
@@ -143,7 +146,7 @@ INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_ERRORS_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_errors_total",
     "counter",
     "PMA port error counters (64-bit extended values where perfquery can read them).",
@@ -158,7 +161,7 @@ INFINIBAND_PORT_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_XMIT_WAIT_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_XMIT_WAIT_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_xmit_wait_total",
     "counter",
     "Ticks the port had data to send but no flow-control credits (congestion).",
@@ -169,7 +172,7 @@ INFINIBAND_PORT_XMIT_WAIT_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_ERROR_SATURATED: Final = MetricSpec(
+INFINIBAND_PORT_ERROR_SATURATED: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_error_saturated",
     "gauge",
     (
@@ -189,7 +192,7 @@ INFINIBAND_PORT_ERROR_SATURATED: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_STATE_CHANGES_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_STATE_CHANGES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_state_changes_total",
     "counter",
     (
@@ -203,7 +206,7 @@ INFINIBAND_PORT_STATE_CHANGES_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_PORT_HW_STAT_TOTAL: Final = MetricSpec(
+INFINIBAND_PORT_HW_STAT_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_port_hw_stat_total",
     "counter",
     'Driver hw_counters by raw name (port "" for device-level counters).',
@@ -221,7 +224,7 @@ INFINIBAND_PORT_HW_STAT_TOTAL: Final = MetricSpec(
 )
 
 
-DEVICE_EVENTS_TOTAL: Final = MetricSpec(
+DEVICE_EVENTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_device_events_total",
     "counter",
     "udev events seen for the watched subsystems.",
@@ -232,7 +235,7 @@ DEVICE_EVENTS_TOTAL: Final = MetricSpec(
 )
 
 
-INFINIBAND_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
+INFINIBAND_SYSFS_READ_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_infiniband_sysfs_read_errors_total",
     "counter",
     (
@@ -248,25 +251,3 @@ INFINIBAND_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="1",
 )
-
-
-FAMILIES: Final = (
-    INFINIBAND_PORT_INFO,
-    INFINIBAND_PORT_UP,
-    INFINIBAND_PORT_STATE_ID,
-    INFINIBAND_PORT_PHYSICAL_STATE_ID,
-    INFINIBAND_PORT_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_EXPECTED_RATE_BYTES_PER_SECOND,
-    INFINIBAND_PORT_DATA_BYTES_TOTAL,
-    INFINIBAND_PORT_PACKETS_TOTAL,
-    INFINIBAND_PORT_UNICAST_PACKETS_TOTAL,
-    INFINIBAND_PORT_MULTICAST_PACKETS_TOTAL,
-    INFINIBAND_PORT_ERRORS_TOTAL,
-    INFINIBAND_PORT_XMIT_WAIT_TOTAL,
-    INFINIBAND_PORT_ERROR_SATURATED,
-    INFINIBAND_PORT_STATE_CHANGES_TOTAL,
-    INFINIBAND_PORT_HW_STAT_TOTAL,
-    DEVICE_EVENTS_TOTAL,
-    INFINIBAND_SYSFS_READ_ERRORS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families, Read
+from fleetwatch.catalog.units import mebibytes_to_bytes
 
-NVLINK_UP: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("nvlink",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+NVLINK_UP: Final = FAMILIES.declare(
     "fleetwatch_nvlink_up",
     "gauge",
     "1 when the NVLink is active, 0 when it is down.",
@@ -20,7 +24,7 @@ NVLINK_UP: Final = MetricSpec(
 )
 
 
-NVLINK_LINKS_UP: Final = MetricSpec(
+NVLINK_LINKS_UP: Final = FAMILIES.declare(
     "fleetwatch_nvlink_links_up",
     "gauge",
     "NVLinks of the GPU that are active.",
@@ -31,7 +35,7 @@ NVLINK_LINKS_UP: Final = MetricSpec(
 )
 
 
-NVLINK_ERRORS_TOTAL: Final = MetricSpec(
+NVLINK_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_nvlink_errors_total",
     "counter",
     (
@@ -59,7 +63,7 @@ NVLINK_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-NVLINK_THROUGHPUT_BYTES_PER_SECOND: Final = MetricSpec(
+NVLINK_THROUGHPUT_BYTES_PER_SECOND: Final = FAMILIES.declare(
     "fleetwatch_nvlink_throughput_bytes_per_second",
     "gauge",
     "NVLink traffic of the GPU over all links, by direction.",
@@ -67,13 +71,15 @@ NVLINK_THROUGHPUT_BYTES_PER_SECOND: Final = MetricSpec(
     unit="bytes/s",
     source="GPM metrics 60/61 `NVLINK_TOTAL_RX/TX_PER_SEC` (MiB/s)",
     series="2G",
-    label_values={
-        "direction": "(`rx`, `tx`)",
-    },
+    collectors=("gpm",),
+    reads=(
+        Read("nvlink_rx", ("rx",), mebibytes_to_bytes),
+        Read("nvlink_tx", ("tx",), mebibytes_to_bytes),
+    ),
 )
 
 
-NVLINK_NVML_ERRORS_TOTAL: Final = MetricSpec(
+NVLINK_NVML_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_nvlink_nvml_errors_total",
     "counter",
     (
@@ -87,13 +93,3 @@ NVLINK_NVML_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="G × calls × errors seen",
 )
-
-
-FAMILIES: Final = (
-    NVLINK_UP,
-    NVLINK_LINKS_UP,
-    NVLINK_ERRORS_TOTAL,
-    NVLINK_THROUGHPUT_BYTES_PER_SECOND,
-    NVLINK_NVML_ERRORS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

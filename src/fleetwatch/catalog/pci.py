@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.gpu import GPU_INFO
+from fleetwatch.catalog.spec import Families
 
-GPUS_PCI_PRESENT: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("pci",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPUS_PCI_PRESENT: Final = FAMILIES.declare(
     "fleetwatch_gpus_pci_present",
     "gauge",
     (
@@ -23,12 +27,12 @@ GPUS_PCI_PRESENT: Final = MetricSpec(
 )
 
 
-GPU_PCI_INFO: Final = MetricSpec(
+GPU_PCI_INFO: Final = FAMILIES.declare(
     "fleetwatch_gpu_pci_info",
     "gauge",
     (
         "An NVIDIA GPU on the PCI bus (value 1): its bus id as NVML writes it (join "
-        "fleetwatch_gpu_info on node and pci_bus_id) and its PCI device id."
+        f"{GPU_INFO} on node and pci_bus_id) and its PCI device id."
     ),
     ("pci_bus_id", "device_id"),
     unit="info (1)",
@@ -37,8 +41,8 @@ GPU_PCI_INFO: Final = MetricSpec(
     label_values={
         "pci_bus_id": (
             "(as NVML writes it, `00000000:18:00.0`: join "
-            "`fleetwatch_gpu_info` on it and `node`; `fleetwatch_gpu_pci_info "
-            "unless on(node, pci_bus_id) fleetwatch_gpu_info` is the GPU NVML "
+            f"`{GPU_INFO}` on it and `node`; `fleetwatch_gpu_pci_info "
+            f"unless on(node, pci_bus_id) {GPU_INFO}` is the GPU NVML "
             "does not list)"
         ),
         "device_id": "(PCI device id, `0x2330`; empty when unreadable)",
@@ -46,7 +50,7 @@ GPU_PCI_INFO: Final = MetricSpec(
 )
 
 
-PCI_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
+PCI_SYSFS_READ_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_pci_sysfs_read_errors_total",
     "counter",
     ("PCI sysfs files that could not be read or held garbage (that function was not counted)."),
@@ -59,11 +63,3 @@ PCI_SYSFS_READ_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="1",
 )
-
-
-FAMILIES: Final = (
-    GPUS_PCI_PRESENT,
-    GPU_PCI_INFO,
-    PCI_SYSFS_READ_ERRORS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
 SLURM_NAMESPACE: Final = "slurm"
 """The allocation series' `namespace` for a Slurm job (its `pod` is the job ID)."""
 
-SLURM_JOB_INFO: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("slurmjobs",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+SLURM_JOB_INFO: Final = FAMILIES.declare(
     "fleetwatch_slurm_job_info",
     "gauge",
     "A Slurm job holding GPUs on this node (value 1): its user, partition and node count.",
@@ -32,7 +35,7 @@ SLURM_JOB_INFO: Final = MetricSpec(
     series="jobs on the node",
     label_values={"nodes": "the job's node count (`SLURM_JOB_NUM_NODES`)"},
 )
-SLURM_MAPPING_FILES: Final = MetricSpec(
+SLURM_MAPPING_FILES: Final = FAMILIES.declare(
     "fleetwatch_slurm_mapping_files",
     "gauge",
     "Files in the Slurm job mapping directory at the last read, by state.",
@@ -46,6 +49,3 @@ SLURM_MAPPING_FILES: Final = MetricSpec(
     series="3",
     label_values={"state": "`live`, `expired`, `malformed`"},
 )
-
-FAMILIES: Final = (SLURM_JOB_INFO, SLURM_MAPPING_FILES)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -1,18 +1,23 @@
 """`MetricSpec`: one metric family of the contract, and the checks its name must pass.
 
-A spec carries what a scrape shows (name, type, help, label names) and what the catalog
+A spec carries what a scrape shows (name, type, help, label names), what the catalog
 page shows (docs/metrics.md: unit, where the value comes from, the worst-case series
-count, what each label holds). It imports nothing but the standard library: the
-collectors, the tainter, the rules and the report all read it.
+count, what each label holds) and what the exporter needs to fill it: the collectors that
+emit it and, for a plain value, where each series is read (`Read`: a field of the source's
+reading, the label values it gets, the conversion to base units). An area's specs are
+declared once, in order, through its `Families`: the area's family list, each collector's
+list (`fleetwatch.catalog.collected_by`), the docs and everything that imports a name derive
+from that one declaration. It imports nothing but the standard library: the collectors,
+the tainter, the rules and the report all read it.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, overload
 
 MetricKind = Literal["gauge", "counter", "histogram"]
 
@@ -65,6 +70,32 @@ def metric_name_problems(name: str, kind: str, labels: Sequence[str]) -> list[st
     return problems
 
 
+Convert = Callable[[float | None], float | None]
+"""A conversion from the source's native unit to the contract's base unit (None stays None:
+a value the hardware did not report stays absent); `fleetwatch.catalog.units` has them."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """One series of a family that a collector fills straight from its source's reading.
+
+    `field` names what the collector's source reports: an attribute of the reading
+    (`GpuReading.power_milliwatts` for the `gpu` collector) or a key of the source's table
+    (`GPM_METRICS["tensor_any"]` for `gpm` and `mig`); the collector checks at import that
+    it exists. `labels` are the values of the family's labels after the device's identity
+    labels (`("memory",)` for `sensor="memory"`); `convert` turns the native unit into the
+    base unit (None: the value as read).
+    """
+
+    field: str
+    labels: tuple[str, ...] = ()
+    convert: Convert | None = None
+
+    def value(self, raw: float | None) -> float | None:
+        """`raw` (the source's value) in the family's unit."""
+        return raw if self.convert is None else self.convert(raw)
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One metric family of the contract. Counters are named with their `_total` suffix.
@@ -85,7 +116,11 @@ class MetricSpec:
     """The worst-case series count on one node, as text (`G`, `2G`, `G × L`, `1`)."""
     label_values: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
     """What a label holds, by label (markdown, e.g. "(`gpu`, `memory`)"), where it says
-    more than the label's name."""
+    more than the label's name and `reads` do not say it already (`described_labels`)."""
+    collectors: tuple[str, ...] = ()
+    """The collectors that emit the family (none: the exporter's or the tainter's own)."""
+    reads: tuple[Read, ...] = ()
+    """Where the collector reads each series of a plain value (none: filled by its code)."""
 
     def __post_init__(self) -> None:
         problems = metric_name_problems(self.name, self.kind, self.labels)
@@ -95,6 +130,13 @@ class MetricSpec:
             f"describes label {label!r}, which it does not have"
             for label in self.label_values
             if label not in self.labels
+        )
+        if self.reads and not self.collectors:
+            problems.append("says where it is read but names no collector")
+        problems.extend(
+            f"reads {read.field!r} with labels {read.labels}: more than its {self.labels}"
+            for read in self.reads
+            if len(read.labels) > len(self.labels)
         )
         if problems:
             raise ValueError(f"metric {self.name!r}: " + "; ".join(problems))
@@ -107,3 +149,77 @@ class MetricSpec:
     def family_name(self) -> str:
         """The family's name as prometheus_client has it: a counter's without `_total`."""
         return self.name.removesuffix("_total") if self.kind == "counter" else self.name
+
+    @functools.cached_property
+    def described_labels(self) -> dict[str, str]:
+        """What each label holds, for the docs: `label_values`, and for the last label the
+        values its `reads` give it (`gpu`, `memory` for `sensor`) where those are all it takes."""
+        described = dict(self.label_values)
+        read = [r.labels[-1] for r in self.reads if r.labels]
+        if read and len(read) == len(self.reads) and self.labels[-1] not in described:
+            described[self.labels[-1]] = "(" + ", ".join(f"`{value}`" for value in read) + ")"
+        return described
+
+
+class Families(Sequence[MetricSpec]):
+    """The families of one catalog area, in the order the area declares them.
+
+    Each area module makes one, `FAMILIES`, and declares every family through it:
+    `GPU_POWER_WATTS: Final = FAMILIES.declare("fleetwatch_gpu_power_watts", ...)`. That one
+    statement is the family's only declaration: the area's list (this sequence, in
+    declaration order: docs/metrics.md's order), each collector's list (`collectors`,
+    `collected_by`) and the name everything else imports all come from it. A name declared
+    twice is refused when the module loads.
+    """
+
+    def __init__(self, *, collectors: tuple[str, ...] = ()) -> None:
+        self._collectors = collectors
+        self._specs: list[MetricSpec] = []
+
+    def declare(
+        self,
+        name: str,
+        kind: MetricKind,
+        help: str,
+        labels: tuple[str, ...] = (),
+        *,
+        collectors: tuple[str, ...] | None = None,
+        reads: tuple[Read, ...] = (),
+        unit: str = "",
+        source: str = "",
+        series: str = "",
+        label_values: Mapping[str, str] | None = None,
+    ) -> MetricSpec:
+        """Declare one family (emitted by the area's collectors unless `collectors` says
+        otherwise) and return its spec."""
+        if any(spec.name == name for spec in self._specs):
+            raise ValueError(f"metric {name!r} is declared twice")
+        spec = MetricSpec(
+            name,
+            kind,
+            help,
+            labels,
+            unit=unit,
+            source=source,
+            series=series,
+            label_values=label_values or {},
+            collectors=self._collectors if collectors is None else collectors,
+            reads=reads,
+        )
+        self._specs.append(spec)
+        return spec
+
+    @overload
+    def __getitem__(self, index: int) -> MetricSpec: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[MetricSpec]: ...
+
+    def __getitem__(self, index: int | slice) -> MetricSpec | Sequence[MetricSpec]:
+        return self._specs[index]
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __iter__(self) -> Iterator[MetricSpec]:
+        return iter(self._specs)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-STORAGE_MOUNT_INFO: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("storage",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+STORAGE_MOUNT_INFO: Final = FAMILIES.declare(
     "fleetwatch_storage_mount_info",
     "gauge",
     "A watched mount (value 1): its filesystem type, server (network mounts) and device or export.",
@@ -23,7 +26,7 @@ STORAGE_MOUNT_INFO: Final = MetricSpec(
 )
 
 
-STORAGE_HUNG: Final = MetricSpec(
+STORAGE_HUNG: Final = FAMILIES.declare(
     "fleetwatch_storage_hung",
     "gauge",
     (
@@ -40,7 +43,7 @@ STORAGE_HUNG: Final = MetricSpec(
 )
 
 
-STORAGE_STUCK_CALLS_TOTAL: Final = MetricSpec(
+STORAGE_STUCK_CALLS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_stuck_calls_total",
     "counter",
     (
@@ -57,7 +60,7 @@ STORAGE_STUCK_CALLS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_CALL_ERRORS_TOTAL: Final = MetricSpec(
+STORAGE_CALL_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_call_errors_total",
     "counter",
     (
@@ -72,7 +75,7 @@ STORAGE_CALL_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_PARSE_ERRORS_TOTAL: Final = MetricSpec(
+STORAGE_PARSE_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_parse_errors_total",
     "counter",
     (
@@ -87,7 +90,7 @@ STORAGE_PARSE_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_SIZE_BYTES: Final = MetricSpec(
+STORAGE_SIZE_BYTES: Final = FAMILIES.declare(
     "fleetwatch_storage_size_bytes",
     "gauge",
     "Size of the mounted filesystem (statvfs).",
@@ -98,7 +101,7 @@ STORAGE_SIZE_BYTES: Final = MetricSpec(
 )
 
 
-STORAGE_FREE_BYTES: Final = MetricSpec(
+STORAGE_FREE_BYTES: Final = FAMILIES.declare(
     "fleetwatch_storage_free_bytes",
     "gauge",
     "Free bytes, reserved blocks included (statvfs).",
@@ -109,7 +112,7 @@ STORAGE_FREE_BYTES: Final = MetricSpec(
 )
 
 
-STORAGE_AVAILABLE_BYTES: Final = MetricSpec(
+STORAGE_AVAILABLE_BYTES: Final = FAMILIES.declare(
     "fleetwatch_storage_available_bytes",
     "gauge",
     "Bytes an unprivileged writer can still use (statvfs).",
@@ -120,7 +123,7 @@ STORAGE_AVAILABLE_BYTES: Final = MetricSpec(
 )
 
 
-STORAGE_INODES: Final = MetricSpec(
+STORAGE_INODES: Final = FAMILIES.declare(
     "fleetwatch_storage_inodes",
     "gauge",
     "Inodes of the filesystem (statvfs; 0 where unlimited).",
@@ -131,7 +134,7 @@ STORAGE_INODES: Final = MetricSpec(
 )
 
 
-STORAGE_INODES_FREE: Final = MetricSpec(
+STORAGE_INODES_FREE: Final = FAMILIES.declare(
     "fleetwatch_storage_inodes_free",
     "gauge",
     "Free inodes (statvfs).",
@@ -142,7 +145,7 @@ STORAGE_INODES_FREE: Final = MetricSpec(
 )
 
 
-STORAGE_READ_ONLY: Final = MetricSpec(
+STORAGE_READ_ONLY: Final = FAMILIES.declare(
     "fleetwatch_storage_read_only",
     "gauge",
     "1 when the mount is read-only (a remount after errors).",
@@ -153,7 +156,7 @@ STORAGE_READ_ONLY: Final = MetricSpec(
 )
 
 
-STORAGE_READ_BYTES_TOTAL: Final = MetricSpec(
+STORAGE_READ_BYTES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_read_bytes_total",
     "counter",
     (
@@ -170,7 +173,7 @@ STORAGE_READ_BYTES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_WRITTEN_BYTES_TOTAL: Final = MetricSpec(
+STORAGE_WRITTEN_BYTES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_written_bytes_total",
     "counter",
     (
@@ -187,7 +190,7 @@ STORAGE_WRITTEN_BYTES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATIONS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operations_total",
     "counter",
     (
@@ -205,7 +208,7 @@ STORAGE_OPERATIONS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_TRANSMISSIONS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_TRANSMISSIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_transmissions_total",
     "counter",
     "NFS RPC transmissions by operation (more than operations: retransmissions).",
@@ -216,7 +219,7 @@ STORAGE_OPERATION_TRANSMISSIONS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_major_timeouts_total",
     "counter",
     "NFS RPCs that hit a major timeout (the server did not answer), by operation.",
@@ -227,7 +230,7 @@ STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_SENT_BYTES_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_SENT_BYTES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_sent_bytes_total",
     "counter",
     "Bytes sent for NFS RPCs, by operation.",
@@ -238,7 +241,7 @@ STORAGE_OPERATION_SENT_BYTES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_RECEIVED_BYTES_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_RECEIVED_BYTES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_received_bytes_total",
     "counter",
     "Bytes received for NFS RPCs, by operation.",
@@ -249,7 +252,7 @@ STORAGE_OPERATION_RECEIVED_BYTES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_QUEUE_SECONDS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_QUEUE_SECONDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_queue_seconds_total",
     "counter",
     "Time NFS RPCs waited to be sent, by operation.",
@@ -260,7 +263,7 @@ STORAGE_OPERATION_QUEUE_SECONDS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_RTT_SECONDS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_RTT_SECONDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_rtt_seconds_total",
     "counter",
     "Round-trip time of NFS RPCs (sent to answered), by operation.",
@@ -271,7 +274,7 @@ STORAGE_OPERATION_RTT_SECONDS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_execute_seconds_total",
     "counter",
     "Execution time of NFS RPCs (queued to completed), by operation.",
@@ -282,7 +285,7 @@ STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_OPERATION_ERRORS_TOTAL: Final = MetricSpec(
+STORAGE_OPERATION_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_operation_errors_total",
     "counter",
     "NFS RPCs that completed with an error, by operation (kernels that count them).",
@@ -293,7 +296,7 @@ STORAGE_OPERATION_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_PROBES_TOTAL: Final = MetricSpec(
+STORAGE_PROBES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_probes_total",
     "counter",
     "Canary probes that completed on the mount.",
@@ -304,7 +307,7 @@ STORAGE_PROBES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_PROBE_FAILURES_TOTAL: Final = MetricSpec(
+STORAGE_PROBE_FAILURES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_storage_probe_failures_total",
     "counter",
     (
@@ -324,7 +327,7 @@ STORAGE_PROBE_FAILURES_TOTAL: Final = MetricSpec(
 )
 
 
-STORAGE_PROBE_SECONDS: Final = MetricSpec(
+STORAGE_PROBE_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_storage_probe_seconds",
     "gauge",
     "Seconds each phase of the last successful canary probe took (write, fsync, read, delete).",
@@ -336,7 +339,7 @@ STORAGE_PROBE_SECONDS: Final = MetricSpec(
 )
 
 
-STORAGE_PROBE_WRITE_BYTES_PER_SECOND: Final = MetricSpec(
+STORAGE_PROBE_WRITE_BYTES_PER_SECOND: Final = FAMILIES.declare(
     "fleetwatch_storage_probe_write_bytes_per_second",
     "gauge",
     "Write throughput of the last successful probe, write and fsync together.",
@@ -347,7 +350,7 @@ STORAGE_PROBE_WRITE_BYTES_PER_SECOND: Final = MetricSpec(
 )
 
 
-STORAGE_PROBE_READ_BYTES_PER_SECOND: Final = MetricSpec(
+STORAGE_PROBE_READ_BYTES_PER_SECOND: Final = FAMILIES.declare(
     "fleetwatch_storage_probe_read_bytes_per_second",
     "gauge",
     "Read-back throughput of the last successful probe.",
@@ -358,7 +361,7 @@ STORAGE_PROBE_READ_BYTES_PER_SECOND: Final = MetricSpec(
 )
 
 
-STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
+STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_storage_probe_last_success_timestamp_seconds",
     "gauge",
     "Unix time of the last successful probe on the mount.",
@@ -374,7 +377,7 @@ STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
 # ones are history, as for Xids); the NFS state reads every record, history included.
 KMSG_SOURCE: Final = "the `xid` collector's kernel-log reader (`--collector.xid.source=...,kmsg`)"
 
-KMSG_NFS_SERVER_NOT_RESPONDING: Final = MetricSpec(
+KMSG_NFS_SERVER_NOT_RESPONDING: Final = FAMILIES.declare(
     "fleetwatch_kmsg_nfs_server_not_responding",
     "gauge",
     (
@@ -387,10 +390,11 @@ KMSG_NFS_SERVER_NOT_RESPONDING: Final = MetricSpec(
         "`nfs: server S not responding, ...` / `nfs: server S OK`, history included; " + KMSG_SOURCE
     ),
     series="NFS servers",
+    collectors=("xid",),
 )
 
 
-KMSG_HUNG_TASKS_TOTAL: Final = MetricSpec(
+KMSG_HUNG_TASKS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_hung_tasks_total",
     "counter",
     "Hung-task reports (`INFO: task NAME:PID blocked for more than N seconds.`) since start.",
@@ -398,10 +402,11 @@ KMSG_HUNG_TASKS_TOTAL: Final = MetricSpec(
     unit="reports",
     source=f"new kernel-log records; {KMSG_SOURCE}",
     series="1",
+    collectors=("xid",),
 )
 
 
-KMSG_FILESYSTEM_ERRORS_TOTAL: Final = MetricSpec(
+KMSG_FILESYSTEM_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_filesystem_errors_total",
     "counter",
     "ext4 and XFS error reports since start, by device, filesystem and kind.",
@@ -416,10 +421,11 @@ KMSG_FILESYSTEM_ERRORS_TOTAL: Final = MetricSpec(
         "fs": "(`ext4`, `xfs`)",
         "kind": "(`error`, `read_only_remount`, `shutdown`)",
     },
+    collectors=("xid",),
 )
 
 
-KMSG_NVME_ERRORS_TOTAL: Final = MetricSpec(
+KMSG_NVME_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_nvme_errors_total",
     "counter",
     "NVMe command timeouts and controller resets since start, by controller.",
@@ -431,10 +437,11 @@ KMSG_NVME_ERRORS_TOTAL: Final = MetricSpec(
     ),
     series="NVMe controllers × 2",
     label_values={"kind": "(`timeout`, `reset`)"},
+    collectors=("xid",),
 )
 
 
-KMSG_LUSTRE_EVICTIONS_TOTAL: Final = MetricSpec(
+KMSG_LUSTRE_EVICTIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_lustre_evictions_total",
     "counter",
     "Lustre client evictions since start, by the target that evicted the client.",
@@ -442,42 +449,5 @@ KMSG_LUSTRE_EVICTIONS_TOTAL: Final = MetricSpec(
     unit="evictions",
     source=f"new kernel-log records `...: This client was evicted by TARGET; ...`; {KMSG_SOURCE}",
     series="Lustre targets",
+    collectors=("xid",),
 )
-
-
-FAMILIES: Final = (
-    STORAGE_MOUNT_INFO,
-    STORAGE_HUNG,
-    STORAGE_STUCK_CALLS_TOTAL,
-    STORAGE_CALL_ERRORS_TOTAL,
-    STORAGE_PARSE_ERRORS_TOTAL,
-    STORAGE_SIZE_BYTES,
-    STORAGE_FREE_BYTES,
-    STORAGE_AVAILABLE_BYTES,
-    STORAGE_INODES,
-    STORAGE_INODES_FREE,
-    STORAGE_READ_ONLY,
-    STORAGE_READ_BYTES_TOTAL,
-    STORAGE_WRITTEN_BYTES_TOTAL,
-    STORAGE_OPERATIONS_TOTAL,
-    STORAGE_OPERATION_TRANSMISSIONS_TOTAL,
-    STORAGE_OPERATION_MAJOR_TIMEOUTS_TOTAL,
-    STORAGE_OPERATION_SENT_BYTES_TOTAL,
-    STORAGE_OPERATION_RECEIVED_BYTES_TOTAL,
-    STORAGE_OPERATION_QUEUE_SECONDS_TOTAL,
-    STORAGE_OPERATION_RTT_SECONDS_TOTAL,
-    STORAGE_OPERATION_EXECUTE_SECONDS_TOTAL,
-    STORAGE_OPERATION_ERRORS_TOTAL,
-    STORAGE_PROBES_TOTAL,
-    STORAGE_PROBE_FAILURES_TOTAL,
-    STORAGE_PROBE_SECONDS,
-    STORAGE_PROBE_WRITE_BYTES_PER_SECOND,
-    STORAGE_PROBE_READ_BYTES_PER_SECOND,
-    STORAGE_PROBE_LAST_SUCCESS_TIMESTAMP_SECONDS,
-    KMSG_NFS_SERVER_NOT_RESPONDING,
-    KMSG_HUNG_TASKS_TOTAL,
-    KMSG_FILESYSTEM_ERRORS_TOTAL,
-    KMSG_NVME_ERRORS_TOTAL,
-    KMSG_LUSTRE_EVICTIONS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import Families
 
-TAINTER_WEBHOOK_REQUESTS_TOTAL: Final = MetricSpec(
+FAMILIES: Final = Families()
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+TAINTER_WEBHOOK_REQUESTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_webhook_requests_total",
     "counter",
     (
@@ -29,7 +32,7 @@ TAINTER_WEBHOOK_REQUESTS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL: Final = MetricSpec(
+TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_standby_webhook_requests_total",
     "counter",
     (
@@ -47,7 +50,7 @@ TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_WEBHOOK_FORWARDS_TOTAL: Final = MetricSpec(
+TAINTER_WEBHOOK_FORWARDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_webhook_forwards_total",
     "counter",
     (
@@ -69,7 +72,7 @@ TAINTER_WEBHOOK_FORWARDS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_WEBHOOK_DURATION_SECONDS: Final = MetricSpec(
+TAINTER_WEBHOOK_DURATION_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_tainter_webhook_duration_seconds",
     "histogram",
     "Time to handle one webhook request, node writes (Kubernetes or scontrol) included.",
@@ -80,7 +83,7 @@ TAINTER_WEBHOOK_DURATION_SECONDS: Final = MetricSpec(
 )
 
 
-TAINTER_TAINT_OPERATIONS_TOTAL: Final = MetricSpec(
+TAINTER_TAINT_OPERATIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_taint_operations_total",
     "counter",
     "Taint operations by op (add, remove) and result (ok, refused, error, dry_run).",
@@ -95,7 +98,7 @@ TAINTER_TAINT_OPERATIONS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_API_CONFLICTS_TOTAL: Final = MetricSpec(
+TAINTER_API_CONFLICTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_api_conflicts_total",
     "counter",
     "Node writes rejected because the node changed since it was read (409).",
@@ -106,7 +109,7 @@ TAINTER_API_CONFLICTS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_API_ERRORS_TOTAL: Final = MetricSpec(
+TAINTER_API_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_api_errors_total",
     "counter",
     "Failed orchestrator calls (the Kubernetes API; on Slurm scontrol and the state file) "
@@ -124,7 +127,7 @@ TAINTER_API_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_TAINTED_NODES: Final = MetricSpec(
+TAINTER_TAINTED_NODES: Final = FAMILIES.declare(
     "fleetwatch_tainter_tainted_nodes",
     "gauge",
     "Nodes that carry at least one fleetwatch.io/ taint (as last written or read).",
@@ -135,7 +138,7 @@ TAINTER_TAINTED_NODES: Final = MetricSpec(
 )
 
 
-TAINTER_BREAKER_OPEN: Final = MetricSpec(
+TAINTER_BREAKER_OPEN: Final = FAMILIES.declare(
     "fleetwatch_tainter_breaker_open",
     "gauge",
     "1 while the circuit breaker refuses new taints, else 0.",
@@ -146,7 +149,7 @@ TAINTER_BREAKER_OPEN: Final = MetricSpec(
 )
 
 
-TAINTER_BREAKER_LIMIT_NODES: Final = MetricSpec(
+TAINTER_BREAKER_LIMIT_NODES: Final = FAMILIES.declare(
     "fleetwatch_tainter_breaker_limit_nodes",
     "gauge",
     (
@@ -163,7 +166,7 @@ TAINTER_BREAKER_LIMIT_NODES: Final = MetricSpec(
 )
 
 
-TAINTER_BREAKER_SHARE_NODES: Final = MetricSpec(
+TAINTER_BREAKER_SHARE_NODES: Final = FAMILIES.declare(
     "fleetwatch_tainter_breaker_share_nodes",
     "gauge",
     (
@@ -180,7 +183,7 @@ TAINTER_BREAKER_SHARE_NODES: Final = MetricSpec(
 )
 
 
-TAINTER_BREAKER_NEW_TAINTS: Final = MetricSpec(
+TAINTER_BREAKER_NEW_TAINTS: Final = FAMILIES.declare(
     "fleetwatch_tainter_breaker_new_taints",
     "gauge",
     (
@@ -197,7 +200,7 @@ TAINTER_BREAKER_NEW_TAINTS: Final = MetricSpec(
 )
 
 
-TAINTER_BREAKER_REFUSALS_TOTAL: Final = MetricSpec(
+TAINTER_BREAKER_REFUSALS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_breaker_refusals_total",
     "counter",
     (
@@ -214,7 +217,7 @@ TAINTER_BREAKER_REFUSALS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_QUARANTINED_NODES: Final = MetricSpec(
+TAINTER_QUARANTINED_NODES: Final = FAMILIES.declare(
     "fleetwatch_tainter_quarantined_nodes",
     "gauge",
     (
@@ -232,7 +235,7 @@ TAINTER_QUARANTINED_NODES: Final = MetricSpec(
 )
 
 
-TAINTER_QUARANTINES_TOTAL: Final = MetricSpec(
+TAINTER_QUARANTINES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_quarantines_total",
     "counter",
     "Quarantines started, by taint reason.",
@@ -246,7 +249,7 @@ TAINTER_QUARANTINES_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_MALFORMED_ANNOTATIONS_TOTAL: Final = MetricSpec(
+TAINTER_MALFORMED_ANNOTATIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_malformed_annotations_total",
     "counter",
     (
@@ -263,7 +266,7 @@ TAINTER_MALFORMED_ANNOTATIONS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_DRY_RUN_ACTIONS_TOTAL: Final = MetricSpec(
+TAINTER_DRY_RUN_ACTIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_dry_run_actions_total",
     "counter",
     "Node writes skipped because of --dry-run, by op.",
@@ -274,7 +277,7 @@ TAINTER_DRY_RUN_ACTIONS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_UNTAINT_DEFERRED_TOTAL: Final = MetricSpec(
+TAINTER_UNTAINT_DEFERRED_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_untaint_deferred_total",
     "counter",
     "Untaint checks that kept the taint, by why (hold, evidence, manual, quarantined).",
@@ -288,7 +291,7 @@ TAINTER_UNTAINT_DEFERRED_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_POLICY_REFUSALS_TOTAL: Final = MetricSpec(
+TAINTER_POLICY_REFUSALS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_policy_refusals_total",
     "counter",
     ("Alerts whose taint the policy refused, by why (noexecute, undeclared_reason, max_per_node)."),
@@ -302,7 +305,7 @@ TAINTER_POLICY_REFUSALS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_SOURCE_ERRORS_TOTAL: Final = MetricSpec(
+TAINTER_SOURCE_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_source_errors_total",
     "counter",
     "Failed or malformed answers from Prometheus or Alertmanager, by source.",
@@ -316,7 +319,7 @@ TAINTER_SOURCE_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_RECONCILE_ERRORS_TOTAL: Final = MetricSpec(
+TAINTER_RECONCILE_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_reconcile_errors_total",
     "counter",
     (
@@ -333,7 +336,7 @@ TAINTER_RECONCILE_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_RECONCILE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
+TAINTER_RECONCILE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = FAMILIES.declare(
     "fleetwatch_tainter_reconcile_last_success_timestamp_seconds",
     "gauge",
     "Unix time a background loop last completed an iteration without error.",
@@ -344,7 +347,7 @@ TAINTER_RECONCILE_LAST_SUCCESS_TIMESTAMP_SECONDS: Final = MetricSpec(
 )
 
 
-TAINTER_LEADER: Final = MetricSpec(
+TAINTER_LEADER: Final = FAMILIES.declare(
     "fleetwatch_tainter_leader",
     "gauge",
     "1 while this replica holds the leader Lease (or runs without election), else 0.",
@@ -355,7 +358,7 @@ TAINTER_LEADER: Final = MetricSpec(
 )
 
 
-TAINTER_TOKEN_RELOADS_TOTAL: Final = MetricSpec(
+TAINTER_TOKEN_RELOADS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_token_reloads_total",
     "counter",
     "Webhook token file re-reads by result (ok, error).",
@@ -369,7 +372,7 @@ TAINTER_TOKEN_RELOADS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_HTTP_CONNECTIONS_REFUSED_TOTAL: Final = MetricSpec(
+TAINTER_HTTP_CONNECTIONS_REFUSED_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_http_connections_refused_total",
     "counter",
     "Connections closed by the listener, by why (too_many, header_timeout).",
@@ -386,7 +389,7 @@ TAINTER_HTTP_CONNECTIONS_REFUSED_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_EVICTIONS_TOTAL: Final = MetricSpec(
+TAINTER_EVICTIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_evictions_total",
     "counter",
     (
@@ -412,7 +415,7 @@ TAINTER_EVICTIONS_TOTAL: Final = MetricSpec(
 )
 
 
-TAINTER_NODE_CONDITION_WRITES_TOTAL: Final = MetricSpec(
+TAINTER_NODE_CONDITION_WRITES_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_node_condition_writes_total",
     "counter",
     (
@@ -428,35 +431,3 @@ TAINTER_NODE_CONDITION_WRITES_TOTAL: Final = MetricSpec(
         "result": "(`ok`, `dry_run`, `error`)",
     },
 )
-
-
-FAMILIES: Final = (
-    TAINTER_WEBHOOK_REQUESTS_TOTAL,
-    TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL,
-    TAINTER_WEBHOOK_FORWARDS_TOTAL,
-    TAINTER_WEBHOOK_DURATION_SECONDS,
-    TAINTER_TAINT_OPERATIONS_TOTAL,
-    TAINTER_API_CONFLICTS_TOTAL,
-    TAINTER_API_ERRORS_TOTAL,
-    TAINTER_TAINTED_NODES,
-    TAINTER_BREAKER_OPEN,
-    TAINTER_BREAKER_LIMIT_NODES,
-    TAINTER_BREAKER_SHARE_NODES,
-    TAINTER_BREAKER_NEW_TAINTS,
-    TAINTER_BREAKER_REFUSALS_TOTAL,
-    TAINTER_QUARANTINED_NODES,
-    TAINTER_QUARANTINES_TOTAL,
-    TAINTER_MALFORMED_ANNOTATIONS_TOTAL,
-    TAINTER_DRY_RUN_ACTIONS_TOTAL,
-    TAINTER_UNTAINT_DEFERRED_TOTAL,
-    TAINTER_POLICY_REFUSALS_TOTAL,
-    TAINTER_SOURCE_ERRORS_TOTAL,
-    TAINTER_RECONCILE_ERRORS_TOTAL,
-    TAINTER_RECONCILE_LAST_SUCCESS_TIMESTAMP_SECONDS,
-    TAINTER_LEADER,
-    TAINTER_TOKEN_RELOADS_TOTAL,
-    TAINTER_HTTP_CONNECTIONS_REFUSED_TOTAL,
-    TAINTER_EVICTIONS_TOTAL,
-    TAINTER_NODE_CONDITION_WRITES_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

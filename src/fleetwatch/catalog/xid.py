@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.gpu import GPU_RECOVERY_ACTION
+from fleetwatch.catalog.spec import Families
 
-GPU_XID_ERRORS_TOTAL: Final = MetricSpec(
+FAMILIES: Final = Families(collectors=("xid",))
+"""Every family of this module, in declaration order (the order docs/metrics.md lists them)."""
+
+GPU_XID_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_errors_total",
     "counter",
     (
@@ -31,7 +35,7 @@ GPU_XID_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-GPU_XID_HISTORY_ERRORS: Final = MetricSpec(
+GPU_XID_HISTORY_ERRORS: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_history_errors",
     "gauge",
     (
@@ -49,7 +53,7 @@ GPU_XID_HISTORY_ERRORS: Final = MetricSpec(
 )
 
 
-GPU_FALLEN_OFF_BUS_TOTAL: Final = MetricSpec(
+GPU_FALLEN_OFF_BUS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_fallen_off_bus_total",
     "counter",
     "Kernel-log 'GPU has fallen off the bus' messages since the exporter started.",
@@ -61,33 +65,14 @@ GPU_FALLEN_OFF_BUS_TOTAL: Final = MetricSpec(
         "responding to commands.` (one record over several lines, `(PCI ID: ...)` optional) "
         "or `NVRM: GPU xx:00.0: GPU has fallen off the bus.` (domain optional), "
         "which has no Xid number (it usually follows an `Xid ...: 79` record, counted "
-        "in `fleetwatch_gpu_xid_errors_total`); `gpu`/`uuid` empty for a GPU NVML "
+        f"in `{GPU_XID_ERRORS_TOTAL}`); `gpu`/`uuid` empty for a GPU NVML "
         "never enumerated, `pci_bus_id` empty when the message names none"
     ),
     series="G",
 )
 
 
-NVSWITCH_SXID_ERRORS_TOTAL: Final = MetricSpec(
-    "fleetwatch_nvswitch_sxid_errors_total",
-    "counter",
-    "NVSwitch SXid errors in the kernel log since the exporter started.",
-    ("device", "sxid", "severity"),
-    unit="SXids",
-    source=(
-        "`nvidia-nvswitchN: SXid (PCI:...): <sxid>, Fatal, ...` (or `Non-fatal`) "
-        "records (the first line of each report; the driver's follow-up lines are not "
-        "counted again); meanings in NVIDIA's Fabric Manager User Guide"
-    ),
-    series="NVSwitches × SXids seen",
-    label_values={
-        "device": "(`nvswitch0`, ...)",
-        "severity": "(`fatal`, `non_fatal`)",
-    },
-)
-
-
-GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
+GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_recovery_actions_total",
     "counter",
     (
@@ -100,7 +85,7 @@ GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
         "new Xid 154 kernel-log records (`--collector.xid.source` with `kmsg`), by the action "
         "the text announces (`... changed from 0x0 (None) to 0x1 (GPU Reset Required)`; "
         "NVML's numbering, `unknown` for a code NVML does not name or a text without one). "
-        "The kernel log's view of what `fleetwatch_gpu_recovery_action` reads from NVML field "
+        f"The kernel log's view of what `{GPU_RECOVERY_ACTION}` reads from NVML field "
         "230: it keeps the announcement after the field is reset, and works where the field "
         "is not supported"
     ),
@@ -113,7 +98,7 @@ GPU_XID_RECOVERY_ACTIONS_TOTAL: Final = MetricSpec(
 )
 
 
-GPU_XID_NVLINK5_ERRORS_TOTAL: Final = MetricSpec(
+GPU_XID_NVLINK5_ERRORS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_gpu_xid_nvlink5_errors_total",
     "counter",
     (
@@ -140,7 +125,26 @@ GPU_XID_NVLINK5_ERRORS_TOTAL: Final = MetricSpec(
 )
 
 
-KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
+NVSWITCH_SXID_ERRORS_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_nvswitch_sxid_errors_total",
+    "counter",
+    "NVSwitch SXid errors in the kernel log since the exporter started.",
+    ("device", "sxid", "severity"),
+    unit="SXids",
+    source=(
+        "`nvidia-nvswitchN: SXid (PCI:...): <sxid>, Fatal, ...` (or `Non-fatal`) "
+        "records (the first line of each report; the driver's follow-up lines are not "
+        "counted again); meanings in NVIDIA's Fabric Manager User Guide"
+    ),
+    series="NVSwitches × SXids seen",
+    label_values={
+        "device": "(`nvswitch0`, ...)",
+        "severity": "(`fatal`, `non_fatal`)",
+    },
+)
+
+
+KMSG_UNREADABLE_RECORDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_unreadable_records_total",
     "counter",
     (
@@ -162,15 +166,3 @@ KMSG_UNREADABLE_RECORDS_TOTAL: Final = MetricSpec(
         ),
     },
 )
-
-
-FAMILIES: Final = (
-    GPU_XID_ERRORS_TOTAL,
-    GPU_XID_HISTORY_ERRORS,
-    GPU_FALLEN_OFF_BUS_TOTAL,
-    GPU_XID_RECOVERY_ACTIONS_TOTAL,
-    GPU_XID_NVLINK5_ERRORS_TOTAL,
-    NVSWITCH_SXID_ERRORS_TOTAL,
-    KMSG_UNREADABLE_RECORDS_TOTAL,
-)
-"""Every family of this module, in the order docs/metrics.md lists them."""

@@ -1,9 +1,12 @@
 """Metric specs as a table, and a builder that fills families from readings.
 
-Collectors take each family's `MetricSpec` (name, type, help, label names) from the
-metric catalog (`fleetwatch.catalog`) and add samples by label values; the builder checks
+Collectors take the families they emit from the metric catalog
+(`fleetwatch.catalog.collected_by`) and add samples by label values; the builder checks
 the label count, skips absent values (a value the hardware does not report is absent,
-never a fake 0) and returns only families that have samples.
+never a fake 0) and returns only families that have samples. A family whose series are
+plain values of the source's reading declares where each is read (`Read`); `reads_of` turns
+those declarations into the collector's value table, checked against the source when the
+collector's module loads.
 
 A device's label sets are the same every cycle, so a collector keeps one `LabelCache`
 across collections: each label set is checked against its spec and turned into a dict
@@ -19,11 +22,36 @@ values with one C-level pick, so not even a `put` runs per value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from prometheus_client.core import Metric
 
-from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.catalog.spec import MetricSpec, Read
+
+
+def reads_of(
+    specs: Iterable[MetricSpec], *, available: Collection[str], identity: int
+) -> tuple[tuple[str, Read], ...]:
+    """(family, read) for every `Read` the specs declare, in declaration order.
+
+    `available` is what the collector's source offers (its reading's field names, or its
+    table's keys) and `identity` how many identity labels the collector puts before a
+    read's own label values. A read of something the source lacks, or with the wrong
+    number of label values, raises naming the family: a typo fails when the collector's
+    module loads, not at the first scrape.
+    """
+    rows = []
+    for spec in specs:
+        for read in spec.reads:
+            if read.field not in available:
+                raise LookupError(f"{spec.name} reads {read.field!r}, which its source lacks")
+            if identity + len(read.labels) != len(spec.labels):
+                raise ValueError(
+                    f"{spec.name}: {read.field!r} gives label values {read.labels} after "
+                    f"{identity} identity labels; the family has labels {spec.labels}"
+                )
+            rows.append((spec.name, read))
+    return tuple(rows)
 
 
 class LabelCache:
