@@ -173,3 +173,12 @@ def test_perfquery_negative_counter_is_not_read() -> None:
     found = parse_perfquery(PERFQUERY[1].replace("..1\n", "..-1\n", 1))
     assert "PortSelect" not in found.values
     assert found.values["PortXmitData"] == 1000
+
+
+def test_sysfs_numbers_too_long_to_be_a_state_or_rate() -> None:
+    """Found by the fuzzer: a 5000-digit state id made int() raise, and a 400-digit rate
+    read as an infinite one."""
+    assert parse_state("4" * 5000 + ": ACTIVE") is None
+    assert parse_rate_gbps("4" * 400 + " Gb/sec (4X NDR)") is None
+    assert parse_state("4: ACTIVE") == (4, "ACTIVE")
+    assert parse_rate_gbps("2.5 Gb/sec (1X SDR)") == 2.5
