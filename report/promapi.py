@@ -222,7 +222,7 @@ class PrometheusClient:
 def _json(raw: bytes, status: int, url: str) -> dict[str, Any]:
     try:
         body = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer") from exc
     if not isinstance(body, dict) or (body.get("status") == "success" and "data" not in body):
         raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer")
@@ -260,9 +260,12 @@ def _warnings(body: dict[str, Any]) -> list[str]:
 
 def _series(item: dict[str, Any]) -> Series:
     values = item.get("values", [])
+    timestamps = [float(t) for t, _ in values]
+    if not all(math.isfinite(t) for t in timestamps):  # JSON may hold 1e999 or Infinity
+        raise ValueError("a sample time that is not a finite number")
     return Series(
         labels={str(k): str(v) for k, v in item["metric"].items()},
-        timestamps=[float(t) for t, _ in values],
+        timestamps=timestamps,
         values=[float(v) for _, v in values],
     )
 

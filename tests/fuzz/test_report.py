@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any, Final
 
+import pytest
 from hypothesis import given
 
 from fleetwatch.report.promapi import (
@@ -143,3 +144,15 @@ def test_answers_of_the_wrong_shape_are_query_errors() -> None:
         except QueryError:
             continue
         raise AssertionError(f"{data} was read")
+
+
+def test_infinite_times_and_deep_nesting_are_query_errors() -> None:
+    """Found by the fuzzer: a sample time of 1e999 (JSON's Infinity) was read as a time, and
+    an answer of 10000 nested arrays raised RecursionError out of json.loads."""
+    infinite = (
+        b'{"status": "success", "data": {"result": [{"metric": {}, "values": [[1e999, "1"]]}]}}'
+    )
+    with pytest.raises(QueryError):
+        _range_bytes(infinite)
+    with pytest.raises(QueryError):
+        _range_bytes(b"[" * 10000)
