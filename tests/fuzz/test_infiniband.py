@@ -25,7 +25,14 @@ from fleetwatch.collectors.sources.sysfs import (
     parse_rate_gbps,
     parse_state,
 )
-from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, finite_number
+from tests.fuzz.harness import (
+    FUZZ,
+    FUZZ_COSTLY,
+    bounded_label,
+    exercise,
+    finite_counts,
+    finite_number,
+)
 from tests.fuzz.mutations import MIB, mutated_text
 from tests.infiniband.fixtures import CX7_COUNTERS, CX7_HW_COUNTERS, add_device, ib_port
 
@@ -102,7 +109,7 @@ COUNTER_FILES: Final = {**CX7_COUNTERS, **{f"hw:{k}": v for k, v in CX7_HW_COUNT
 _FILE_TEXT: Final = mutated_text((*COUNTER_FILES.values(), "N/A (no PMA)", "0x1f"), huge=65536)
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(
     st.fixed_dictionaries(dict.fromkeys(COUNTER_FILES, _FILE_TEXT)),
     st.tuples(mutated_text(STATES), mutated_text(STATES), mutated_text(RATES)),
