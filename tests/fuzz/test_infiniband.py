@@ -32,6 +32,7 @@ from tests.fuzz.harness import (
     exercise,
     finite_counts,
     finite_number,
+    peak_bytes,
 )
 from tests.fuzz.mutations import MIB, mutated_text
 from tests.infiniband.fixtures import CX7_COUNTERS, CX7_HW_COUNTERS, add_device, ib_port
@@ -189,3 +190,20 @@ def test_sysfs_numbers_too_long_to_be_a_state_or_rate() -> None:
     assert parse_rate_gbps("4" * 400 + " Gb/sec (4X NDR)") is None
     assert parse_state("4: ACTIVE") == (4, "ACTIVE")
     assert parse_rate_gbps("2.5 Gb/sec (1X SDR)") == 2.5
+
+
+def test_a_state_with_a_long_run_of_blanks_is_read_in_linear_time() -> None:
+    """Found by the fuzzer: the state pattern's lazy name before trailing blanks backtracked
+    quadratically on a line with a long run of blanks in it (a 1 MiB line took hours)."""
+    line = "4: ACTIVE" + " " * MIB + "x"
+    found: list[object] = []
+    peak_bytes(lambda: found.append(parse_state(line)))
+    assert found == [(4, "ACTIVE" + " " * MIB + "x")]
+    assert parse_state(" 7: Phy Test ") == (7, "Phy Test")
+
+
+def test_perfquery_padding_dots_are_read_in_linear_time() -> None:
+    """A value that could start with a padding dot made a line of a million dots quadratic."""
+    text = PERFQUERY[1] + "PortRcvData:" + "." * MIB + "x y\n"
+    assert "PortRcvData" not in parse_perfquery(text).values
+    assert parse_perfquery(PERFQUERY[0]).values["PortXmitWait"] == 5000000000
