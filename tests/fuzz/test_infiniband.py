@@ -73,7 +73,7 @@ IBSTAT: Final = (
 def state_holds(found: tuple[int, str] | None) -> None:
     if found is not None:
         finite_counts((found[0],))
-        bounded_label(found[1], 2 * MIB)
+        bounded_label(found[1], 8 * MIB)  # at most the mutated line (4 growths of 1 MiB)
 
 
 @FUZZ
@@ -156,7 +156,7 @@ def test_perfquery(text: str) -> None:
 
 def ibstat_holds(cas: list[IbstatCa]) -> None:
     for ca in cas:
-        bounded_label(ca.name, 2 * MIB)
+        bounded_label(ca.name, 8 * MIB)
         finite_counts(n for n in (ca.number_of_ports,) if n is not None)
         for port in ca.ports:
             finite_counts((port.port,))
