@@ -316,6 +316,8 @@ def _read_yaml(path: Path | None, source: str) -> Any:
         raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except RecursionError as exc:
         raise ConfigError(f"{source}: not valid YAML: nested too deep") from exc
+    except ValueError as exc:  # PyYAML's int() of a number of thousands of digits
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
 

@@ -425,6 +425,8 @@ def load_scenario(spec: str) -> Scenario:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
     except RecursionError as exc:
         raise ScenarioError(f"{source}: not valid YAML: nested too deep") from exc
+    except ValueError as exc:  # PyYAML's int() of a number of thousands of digits
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
     return parse_scenario(data, source=source, name=name)
 
 

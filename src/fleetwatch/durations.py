@@ -46,9 +46,12 @@ def parse_duration(text: str) -> float:
             f"invalid duration {text!r}: use whole numbers with units y, w, d, h, m, s, ms "
             f"from the largest down ({EXAMPLES})"
         )
-    return sum(
-        UNIT_SECONDS[unit] * int(count) for unit, count in match.groupdict().items() if count
-    )
+    try:
+        return sum(
+            UNIT_SECONDS[unit] * int(count) for unit, count in match.groupdict().items() if count
+        )
+    except (ValueError, OverflowError) as exc:  # thousands of digits: int() or float() refuses
+        raise DurationError(f"invalid duration {text[:40]!r}...: a number too large") from exc
 
 
 def format_duration(seconds: float) -> str:

@@ -124,3 +124,15 @@ def test_yaml_nested_too_deep_is_a_config_or_scenario_error() -> None:
         _override(deep)
     with pytest.raises(ScenarioError, match="nested too deep"):
         _scenario(deep)
+
+
+def test_numbers_of_thousands_of_digits_are_config_errors() -> None:
+    """Found by the fuzzer (`./dev.sh fuzz --examples 300`): PyYAML's int() and the duration
+    parser's int() refuse 5000 digits with ValueError, and 400 digits of hours overflow."""
+    with pytest.raises(ConfigError):
+        _override(b"thresholds:\n  gpu_temperature_celsius: " + b"9" * 5000 + b"\n")
+    for digits in (5000, 400):
+        with pytest.raises(ConfigError, match="a number too large"):
+            _override(b"alerts:\n  GPUOverheating:\n    for: " + b"9" * digits + b"h\n")
+    with pytest.raises(ScenarioError):
+        _scenario(b"gpus: " + b"9" * 5000 + b"\n")
