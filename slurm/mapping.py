@@ -233,8 +233,8 @@ def _parse_job(text: str, job_id: str) -> tuple[JobGpus, str]:
     """One fleetwatch job file: the job and the boot it was written in."""
     try:
         record = json.loads(text)
-    except ValueError as exc:
-        raise MappingError(f"not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise MappingError(f"not JSON: {exc!r}") from None
     if not isinstance(record, dict):
         raise MappingError("not a JSON object")
     if record.get("version") != FORMAT_VERSION:

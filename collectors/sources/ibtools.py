@@ -14,6 +14,7 @@ rate means nothing, and output cut short by `ibpanic`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -161,9 +162,10 @@ class _CaBuilder:
 
 def _number(text: str | None) -> int | None:
     try:
-        return int(text, 0) if text is not None else None
+        number = int(text, 0) if text is not None else None
     except ValueError:
         return None
+    return None if number is None or number < 0 else number
 
 
 def _port(fields: dict[str, str], number: int) -> IbstatPort:
@@ -173,6 +175,8 @@ def _port(fields: dict[str, str], number: int) -> IbstatPort:
     try:
         rate_gbps = float(rate.split()[0]) if active and rate else None
     except ValueError:
+        rate_gbps = None
+    if rate_gbps is not None and not 0 <= rate_gbps < math.inf:  # "-1", "inf", "nan"
         rate_gbps = None
     return IbstatPort(
         port=number,
@@ -203,7 +207,7 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
             cas.append((ca.group(1), _CaBuilder(fields={})))
             current = cas[-1][1].fields
             continue
-        port = re.fullmatch(r"Port\s+(\d+)\s*:", line)
+        port = re.fullmatch(r"Port\s+([0-9]{1,9})\s*:", line)
         if port and cas:
             current = {"#": port.group(1)}
             cas[-1][1].ports.append(current)

@@ -207,3 +207,12 @@ def test_perfquery_padding_dots_are_read_in_linear_time() -> None:
     text = PERFQUERY[1] + "PortRcvData:" + "." * MIB + "x y\n"
     assert "PortRcvData" not in parse_perfquery(text).values
     assert parse_perfquery(PERFQUERY[0]).values["PortXmitWait"] == 5000000000
+
+
+def test_ibstat_numbers_no_port_holds_are_not_read() -> None:
+    """Found by `./dev.sh fuzz --examples 600`: a port number of 5000 digits raised, a rate
+    of -1 or inf and a lid of -1 were read."""
+    text = IBSTAT[0].replace("Rate: 400", "Rate: inf", 1).replace("Base lid: 17", "Base lid: -1")
+    text += "CA 'mlx5_9'\n\tPort " + "9" * 5000 + ":\n"
+    port = parse_ibstat(text)[0].ports[0]
+    assert (port.rate_gbps, port.base_lid) == (None, None)

@@ -118,3 +118,11 @@ def test_job_mapping_directory(
             malformed=lambda found: bool(found.malformed),
             holds=reading_holds,
         )
+
+
+def test_a_job_file_nested_too_deep_is_malformed() -> None:
+    """Found by `./dev.sh fuzz --examples 600`: json.loads raised RecursionError."""
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "job-1.json").write_text("[" * 100000)
+        found = read(Path(folder), now=time.time(), boot="")
+    assert [name for name, _ in found.malformed] == ["job-1.json"]
