@@ -37,7 +37,7 @@ from fleetwatch.durations import DURATION_PATTERN
 from fleetwatch.k8snames import TAINT_REASON_PATTERN, anchored
 from fleetwatch.rules import groups as rule_groups_data
 from fleetwatch.rules.config import SCOPES
-from fleetwatch.rules.remediation import CLEAR
+from fleetwatch.rules.contract import CLEAR
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 CHART_DIR: Final = ROOT / "helm" / "fleetwatch"

@@ -13,7 +13,7 @@ from typing import Final
 
 from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.rules.config import Config
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER
 
 # The exporter's collectors (the `collector` label of COLLECTOR_UP) whose success the clear
 # conditions require.

@@ -21,7 +21,7 @@ from fleetwatch.flags import number_setting, setting
 from fleetwatch.tainter.payload import AlertState, PayloadError, taint_key
 
 if TYPE_CHECKING:
-    from fleetwatch.rules.remediation import Contract
+    from fleetwatch.rules.contract import Contract
 
 NO_EXECUTE: Final = "NoExecute"
 
@@ -36,7 +36,7 @@ def shipped_reasons() -> frozenset[str]:
 def shipped_contract() -> Contract:
     """The installed rules' remediation contract: each reason's clear condition, or why a
     person must lift it."""
-    from fleetwatch.rules.remediation import load_contract
+    from fleetwatch.rules.contract import load_contract
 
     return load_contract()
 

@@ -29,7 +29,7 @@ from fleetwatch.flags import (
 )
 from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 
 

@@ -19,7 +19,7 @@ from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
 from fleetwatch.rules.config import load_config
-from fleetwatch.rules.remediation import load_contract
+from fleetwatch.rules.contract import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
 from tests.deploy import fakekube

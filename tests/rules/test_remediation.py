@@ -14,15 +14,15 @@ import re
 import pytest
 
 from fleetwatch.rules.config import Config, ConfigError, load_config
-from fleetwatch.rules.groups import alert_groups, remediation_contract
-from fleetwatch.rules.promql import Remediation
-from fleetwatch.rules.remediation import (
+from fleetwatch.rules.contract import (
     CLEAR,
     MANUAL,
     NODE_PLACEHOLDER,
     load_contract,
     parse_contract,
 )
+from fleetwatch.rules.groups import alert_groups, remediation_contract
+from fleetwatch.rules.promql import Remediation
 from fleetwatch.tainter.policy import shipped_reasons
 
 MANUAL_REASONS = {"xid-critical", "gpu-lost", "row-remap-failed"}
