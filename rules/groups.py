@@ -26,7 +26,16 @@ from fleetwatch.rules.config import (
     Substitute,
     keep_defaults,
 )
-from fleetwatch.rules.contract import CLEAR, MANUAL
+from fleetwatch.rules.contract import (
+    CLEAR,
+    LOCAL,
+    MANUAL,
+    TAINT_LABEL,
+    NeedsPrometheus,
+    Threshold,
+    local_data,
+    threshold_value,
+)
 from fleetwatch.rules.promql import Alert, Record, Remediation
 
 _HEADER: Final = (
@@ -101,6 +110,19 @@ def _remediation(alert: Alert, policy: AlertPolicy, config: Config) -> Remediati
             f"{key}: {policy.taint!r} is not the reason {alert.name}'s remediation declares "
             f"({alert.remediation.reason!r}, rules/alerts/)"
         )
+    local = alert.remediation.local
+    if local is None:
+        raise ConfigError(
+            f"{key}: {alert.name}'s remediation in rules/alerts/ declares no local check "
+            "(how one scrape of the node's exporter shows it) nor NeedsPrometheus (why one "
+            "scrape cannot), so the Slurm health check could not judge it alone"
+        )
+    for check in () if isinstance(local, NeedsPrometheus) else local:
+        if isinstance(check.limit, Threshold):
+            try:
+                threshold_value(config.thresholds, check.limit.name)
+            except ConfigError as exc:
+                raise ConfigError(f"{config.source}: {exc} ({alert.name}, rules/alerts/)") from exc
     return alert.remediation
 
 
@@ -116,7 +138,7 @@ def _alert_rule(alert: Alert, policy: AlertPolicy, config: Config, p: Params) ->
     _remediation(alert, policy, config)
     labels = {"severity": policy.severity}
     if policy.taint is not None:
-        labels["fleetwatch_taint"] = policy.taint
+        labels[TAINT_LABEL] = policy.taint
     if policy.taint_effect is not None:
         labels["fleetwatch_taint_effect"] = policy.taint_effect
     rule: dict[str, Any] = {
@@ -167,7 +189,8 @@ def remediation_contract(
     alerts that ask for it and either its clear condition (`$node` in place of the node)
     or why a person must lift it (manual). Alerts that share a reason share its taint key,
     so the reason clears only when every one's condition is clear (their conditions joined
-    `and on (node)`), and it is manual when any of them is."""
+    `and on (node)`), and it is manual when any of them is. `local`: how one scrape judges
+    each of those alerts (the Slurm health check's checks), by alert."""
     p = Params(config=config, substitute=substitute)
     found: dict[str, list[tuple[str, Remediation]]] = {}
     for _, built in _alerts(config, p):
@@ -187,6 +210,7 @@ def remediation_contract(
             entry[CLEAR] = clears[0]
         else:
             entry[CLEAR] = "\nand on (node)\n".join(f"(\n{clear}\n)" for clear in clears)
+        entry[LOCAL] = {name: local_data(r.local) for name, r in declared if r.local is not None}
         contract[reason] = entry
     return contract
 

@@ -56,7 +56,7 @@ class SlurmCommand:
         parse=http_url,
         metavar="URL",
         flag="exporter-url",
-        help="the local exporter the health check reads (URL/metrics)",
+        help="the local exporter the health check reads (URL/metrics) where no Prometheus answers",
     )
     node: str = setting(
         "",
@@ -79,6 +79,22 @@ class SlurmCommand:
         help="the health check's thresholds and taint reasons (default: the shipped "
         "rules/config.yaml)",
     )
+    contract: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="PATH",
+        flag="healthcheck.contract",
+        help="the remediation contract the health check judges by, as the rules generator "
+        "writes it from your rules (default: the shipped fleetwatch.remediation.yaml)",
+    )
+    prometheus_url: str | None = setting(
+        None,
+        parse=http_url,
+        metavar="URL",
+        flag="prometheus.url",
+        help="health check: the Prometheus whose firing alerts judge this node (without "
+        "one, or when it does not answer: the contract's local checks on one scrape)",
+    )
     dry_run: bool = setting(
         False,
         flag="healthcheck.dry-run",
@@ -96,8 +112,9 @@ def subcommands() -> tuple[Subcommand, ...]:
             name="slurm",
             help="Slurm prolog, epilog and health check",
             description="prolog/epilog: record which job holds which GPU in the mapping "
-            "directory the exporter reads; healthcheck: drain this node when the local "
-            "exporter shows a critical condition (slurm.conf HealthCheckProgram, NHC).",
+            "directory the exporter reads; healthcheck: drain this node when Prometheus "
+            "fires a tainting alert for it, or the local exporter shows one's condition "
+            "(slurm.conf HealthCheckProgram, NHC).",
             flags=(COMMAND,),
             run=run,
         ),

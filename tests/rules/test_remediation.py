@@ -131,7 +131,7 @@ def test_a_remediation_is_clear_or_manual_not_both() -> None:
         ("- a\n", "expected a mapping of taint reasons"),
         ("r: {alerts: [A]}\n", "r: expected exactly one of clear, manual"),
         ("r: {clear: up, manual: why}\n", "r: expected exactly one of clear, manual"),
-        ("r: {clear: up, when: now}\n", "r: expected alerts and clear or manual"),
+        ("r: {clear: up, when: now}\n", "r: expected alerts, clear or manual, and local"),
         ("r: {clear: ''}\n", "r: expected exactly one of clear, manual"),
         ("r: [", "not valid YAML"),
     ],
