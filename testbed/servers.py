@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import subprocess
 import threading
 import urllib.parse
@@ -194,9 +195,12 @@ def promtool_check_metrics(exposition: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def served_in_thread(app: web.Application) -> Iterator[str]:
+def served_in_thread(
+    app: web.Application, *, ssl_context: ssl.SSLContext | None = None
+) -> Iterator[str]:
     """Serve `app` on a loopback port from a thread of its own (for code under test that
-    runs its own event loop, or other processes); yields its base URL."""
+    runs its own event loop, or other processes), over TLS with `ssl_context`; yields its
+    base URL."""
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app, access_log=None)
     started = threading.Event()
@@ -205,7 +209,9 @@ def served_in_thread(app: web.Application) -> Iterator[str]:
     def serve() -> None:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        loop.run_until_complete(
+            web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+        )
         ports.append(runner.addresses[0][1])
         started.set()
         loop.run_forever()
@@ -215,7 +221,7 @@ def served_in_thread(app: web.Application) -> Iterator[str]:
     if not started.wait(10):
         raise AssertionError("the in-thread server did not start within 10s")
     try:
-        yield f"http://127.0.0.1:{ports[0]}"
+        yield f"{'http' if ssl_context is None else 'https'}://127.0.0.1:{ports[0]}"
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

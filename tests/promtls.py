@@ -1,0 +1,185 @@
+"""A Prometheus API behind TLS and authentication, for the tests of its clients
+(`fleetwatch.promclient`, the tainter's evidence, the report).
+
+`write_pki` makes a temporary PKI with `cryptography`: a CA, a serving certificate for
+127.0.0.1/localhost, one for a name only (`--prometheus.tls.server-name`), and a client
+certificate. `guarded_api` serves `/api/v1/query` and `/api/v1/query_range` from a thread
+over TLS, answering only requests with the expected Authorization header (and, with
+`client_ca`, a client certificate), and records each query it answered.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import ipaddress
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from testbed.servers import served_in_thread
+
+NAMED_HOST = "prometheus.fleet.internal"
+"""The only name on the named serving certificate (no IP address)."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    """The files of the temporary PKI."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    named_cert: Path
+    named_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _issue(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    *,
+    names: list[x509.GeneralName] | None = None,
+    usage: x509.ObjectIdentifier | None = None,
+) -> x509.Certificate:
+    """A one-day certificate: a CA when `ca` is None, else signed by it."""
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name if ca is None else ca[0].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca is None, path_length=None), critical=True)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    return builder.sign(key if ca is None else ca[1], hashes.SHA256())
+
+
+def write_pki(folder: Path) -> Pki:
+    """A CA and the certificates it signs, written under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue("fleetwatch-test-ca", ca_key, None)
+    pki = Pki(
+        ca=folder / "ca.crt",
+        server_cert=folder / "server.crt",
+        server_key=folder / "server.key",
+        named_cert=folder / "named.crt",
+        named_key=folder / "named.key",
+        client_cert=folder / "client.crt",
+        client_key=folder / "client.key",
+    )
+    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    loopback: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
+    named: list[x509.GeneralName] = [x509.DNSName(NAMED_HOST)]
+    for cert_path, key_path, subject, names, usage in (
+        (pki.server_cert, pki.server_key, "prometheus", loopback, ExtendedKeyUsageOID.SERVER_AUTH),
+        (
+            pki.named_cert,
+            pki.named_key,
+            NAMED_HOST,
+            named,
+            ExtendedKeyUsageOID.SERVER_AUTH,
+        ),
+        (pki.client_cert, pki.client_key, "fleetwatch", None, ExtendedKeyUsageOID.CLIENT_AUTH),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(subject, key, (ca, ca_key), names=names, usage=usage)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(_pem_key(key))
+    return pki
+
+
+def basic(username: str, password: str) -> str:
+    """The Authorization header value of HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+
+
+def server_context(cert: Path, key: Path, *, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A serving context; with `client_ca`, client certificates signed by it are required."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+@dataclass
+class GuardedApi:
+    """What the guarded API expects and what it answered."""
+
+    url: str
+    expected: Callable[[], str | None]
+    queries: list[str] = field(default_factory=list)
+
+
+def _vector(query: str) -> dict[str, object]:
+    """An instant vector of one series that names the query it answers."""
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": {"query": query, "node": "gpu-1"}, "value": [1.0, "1"]}],
+        },
+    }
+
+
+@contextlib.contextmanager
+def guarded_api(
+    context: ssl.SSLContext, expected: Callable[[], str | None]
+) -> Iterator[GuardedApi]:
+    """A Prometheus API over TLS that answers 401 unless Authorization is `expected()`
+    (asked on each request, so a test can rotate the secret); a range query gets a matrix."""
+    holder: list[GuardedApi] = []
+
+    async def query(request: web.Request) -> web.Response:
+        api = holder[0]
+        if request.headers.get("Authorization") != api.expected():
+            return web.json_response({"status": "error", "error": "unauthorized"}, status=401)
+        expr = request.query.get("query", "")
+        api.queries.append(expr)
+        if request.path.endswith("query_range"):
+            return web.json_response(
+                {
+                    "status": "success",
+                    "data": {
+                        "resultType": "matrix",
+                        "result": [{"metric": {"node": "gpu-1"}, "values": [[1.0, "1"]]}],
+                    },
+                }
+            )
+        return web.json_response(_vector(expr))
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    app.router.add_get("/api/v1/query_range", query)
+    with served_in_thread(app, ssl_context=context) as url:
+        holder.append(GuardedApi(url=url, expected=expected))
+        yield holder[0]
