@@ -6,7 +6,8 @@ and never fail the job over a mapping. Slurm drains a node whose prolog or epilo
 non-zero, so bad input (no job ID, a GPU list that is neither indices nor UUIDs) is reported
 on standard error, which slurmd logs, and the prolog exits 0 having written nothing.
 The health check (`HealthCheckProgram=`, NHC) is `fleetwatch.slurm.healthcheck`, imported
-only when it runs.
+only when it runs; it asks Prometheus through the `--prometheus.*` client flags every reader
+of Prometheus shares (`fleetwatch.promclient`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from fleetwatch import promclient
 from fleetwatch.flags import (
     REQUIRED,
     Flags,
@@ -87,14 +89,6 @@ class SlurmCommand:
         help="the remediation contract the health check judges by, as the rules generator "
         "writes it from your rules (default: the shipped fleetwatch.remediation.yaml)",
     )
-    prometheus_url: str | None = setting(
-        None,
-        parse=http_url,
-        metavar="URL",
-        flag="prometheus.url",
-        help="health check: the Prometheus whose firing alerts judge this node (without "
-        "one, or when it does not answer: the contract's local checks on one scrape)",
-    )
     dry_run: bool = setting(
         False,
         flag="healthcheck.dry-run",
@@ -115,7 +109,7 @@ def subcommands() -> tuple[Subcommand, ...]:
             "directory the exporter reads; healthcheck: drain this node when Prometheus "
             "fires a tainting alert for it, or the local exporter shows one's condition "
             "(slurm.conf HealthCheckProgram, NHC).",
-            flags=(COMMAND,),
+            flags=(COMMAND, promclient.FLAGS),
             run=run,
         ),
     )
@@ -128,9 +122,14 @@ def run(args: argparse.Namespace) -> int:
         return prolog(command.mapping_dir, os.environ)
     if command.action == "epilog":
         return epilog(command.mapping_dir, os.environ)
+    prometheus: promclient.PrometheusClientSettings = promclient.FLAGS.read(args)
+    problem = prometheus.problem()
+    if problem is not None:
+        print(f"fleetwatch slurm {command.action}: error: {problem}", file=sys.stderr)
+        return 2
     from fleetwatch.slurm import healthcheck
 
-    return healthcheck.run(command, os.environ)
+    return healthcheck.run(command, prometheus, os.environ)
 
 
 def prolog(directory: Path, environ: os._Environ[str] | dict[str, str]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -87,15 +87,14 @@ def _ordered(found: Iterable[Finding], contract: Contract) -> list[Finding]:
     )
 
 
-def from_alerts(result: list[dict[str, Any]], contract: Contract) -> Judgement:
+def from_alerts(result: Iterable[Sample], contract: Contract) -> Judgement:
     """The firing alerts of Prometheus' answer to `ALERTS{alertstate="firing",
-    fleetwatch_taint!="", node="..."}` (`result` of an instant vector) whose reason the
+    fleetwatch_taint!="", node="..."}` (each series' labels and value) whose reason the
     contract declares; an alert asking for another reason is not judged (the drain
     controller refuses it too)."""
     found: list[Finding] = []
     not_judged: dict[str, str] = {}
-    for series in result:
-        labels = series.get("metric", {})
+    for labels, _ in result:
         alert, reason = labels.get(ALERT_NAME, "?"), labels.get(TAINT_LABEL, "")
         if reason not in contract.reasons:
             not_judged[alert] = f"its reason {reason!r} is not in the remediation contract"

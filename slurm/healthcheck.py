@@ -2,7 +2,8 @@
 `HealthCheckProgram`, or a check NHC runs).
 
 It judges the node by the remediation contract the drain controller acts on
-(`fleetwatch.slurm.findings`): with a Prometheus to ask (`--prometheus.url`), the node's
+(`fleetwatch.slurm.findings`): with a Prometheus to ask (`--prometheus.url` and the
+other `--prometheus.*` client flags, `fleetwatch.promclient`), the node's
 firing alerts that carry a taint reason the contract declares; without one, or when it does
 not answer, the local exporter's `/metrics` (`--exporter-url`) judged by the local checks
 the contract declares beside each alert, with the thresholds of rules/config.yaml (the
@@ -24,17 +25,20 @@ the node, is broken.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
+from fleetwatch.promclient import (
+    PrometheusClientError,
+    PrometheusClientSettings,
+    instant_query,
+)
 from fleetwatch.rules.config import ConfigError, load_config
 from fleetwatch.rules.contract import TAINT_LABEL, Contract, load_contract
 from fleetwatch.slurm.findings import (
@@ -113,22 +117,9 @@ def firing_alerts_query(node: str) -> str:
     return f'ALERTS{{alertstate="firing", {TAINT_LABEL}!="", node="{name}"}}'
 
 
-def instant_query(url: str, expr: str, timeout: float) -> list[dict[str, Any]]:
-    """The instant vector `expr` evaluates to in the Prometheus at `url`; OSError when it
-    does not answer, ValueError when its answer is not a vector."""
-    query = urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(  # noqa: S310 - an http(s) URL (flag parser)
-        f"{url.rstrip('/')}/api/v1/query?{query}", timeout=timeout
-    ) as response:
-        body: Any = json.load(response)
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, dict) or data.get("resultType") != "vector":
-        raise ValueError(f"not an instant vector: {str(body)[:200]}")
-    result: list[dict[str, Any]] = data.get("result", [])
-    return result
-
-
-def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
+def run(
+    command: SlurmCommand, prometheus: PrometheusClientSettings, environ: Mapping[str, str]
+) -> int:
     """The health check: judge, drain on a finding, print what was done; 0 unless the
     command line or the config it names is wrong."""
     deadline = Deadline(command.deadline)
@@ -146,7 +137,7 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
     except ConfigError as exc:
         print(f"fleetwatch slurm healthcheck: error: {exc}", file=sys.stderr)
         return 2
-    judged = _ask_prometheus(command, node, contract, deadline)
+    judged = _ask_prometheus(prometheus, node, contract, deadline)
     if judged is None:
         scraped = _scrape_exporter(command, node, deadline, environ)
         if scraped is None:
@@ -166,21 +157,22 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
 
 
 def _ask_prometheus(
-    command: SlurmCommand, node: str, contract: Contract, deadline: Deadline
+    prometheus: PrometheusClientSettings, node: str, contract: Contract, deadline: Deadline
 ) -> tuple[Judgement, str] | None:
     """The node's firing tainting alerts, where `--prometheus.url` is given and answers;
     None (having said why) otherwise."""
-    url = command.prometheus_url
-    if not url:
+    if prometheus.url is None:
         return None
     try:
         result = instant_query(
-            url, firing_alerts_query(node), timeout=max(0.5, deadline.left() * PROMETHEUS_SHARE)
+            prometheus,
+            firing_alerts_query(node),
+            timeout=max(0.5, deadline.left() * PROMETHEUS_SHARE),
         )
-    except (OSError, ValueError) as exc:
-        _say(f"Prometheus {url} did not answer ({exc}); judging one scrape of the exporter")
+    except PrometheusClientError as exc:
+        _say(f"{exc}; judging one scrape of the exporter")
         return None
-    return from_alerts(result, contract), f"the firing alerts in {url}"
+    return from_alerts(result, contract), f"the firing alerts in {prometheus.url}"
 
 
 def _scrape_exporter(

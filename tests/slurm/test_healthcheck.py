@@ -218,8 +218,8 @@ def test_a_threshold_the_config_lacks_is_named_not_judged() -> None:
 
 def test_firing_alerts_drain_for_the_reasons_the_contract_declares() -> None:
     result = [
-        {
-            "metric": {
+        (
+            {
                 "__name__": "ALERTS",
                 "alertname": "GPUXidCritical",
                 "alertstate": "firing",
@@ -228,17 +228,17 @@ def test_firing_alerts_drain_for_the_reasons_the_contract_declares() -> None:
                 "gpu": "2",
                 "xid": "48",
             },
-            "value": [0, "1"],
-        },
-        {
-            "metric": {
+            1.0,
+        ),
+        (
+            {
                 "alertname": "SomeoneElsesAlert",
                 "alertstate": "firing",
                 "fleetwatch_taint": "not-declared",
                 "node": "gpu01",
             },
-            "value": [0, "1"],
-        },
+            1.0,
+        ),
     ]
     judgement = from_alerts(result, load_contract())
     assert [(f.drain_reason, f.detail) for f in judgement.findings] == [
