@@ -132,6 +132,13 @@ def from_scrape(samples: Samples, contract: Contract, config: Config) -> Judgeme
                 ]
             except ConfigError as exc:
                 not_judged[alert] = f"{config.source}: {exc}"
+    in_contract = {alert for alerts in contract.alerts.values() for alert in alerts}
+    for alert, policy in config.alerts.items():
+        if policy.taint is not None and alert not in in_contract:
+            not_judged[alert] = (
+                f"{config.source} makes it taint, and the contract has no entry for it: "
+                "give --healthcheck.contract the contract generated from these rules"
+            )
     return Judgement(_ordered(found, contract), not_judged)
 
 

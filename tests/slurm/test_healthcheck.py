@@ -19,6 +19,7 @@ from fleetwatch.catalog.gpu import (
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
+from fleetwatch.catalog.infiniband import INFINIBAND_PORT_UP
 from fleetwatch.catalog.nvlink import NVLINK_UP
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
 from fleetwatch.catalog.storage import STORAGE_HUNG, STORAGE_READ_ONLY
@@ -257,3 +258,16 @@ def test_the_query_asks_for_this_nodes_firing_tainting_alerts() -> None:
     assert firing_alerts_query('gpu"01') == (
         'ALERTS{alertstate="firing", fleetwatch_taint!="", node="gpu\\"01"}'
     )
+
+
+def test_a_taint_the_contract_does_not_know_is_named_not_judged(tmp_path: Path) -> None:
+    """A config that opts an alert into tainting, read with the shipped contract (generated
+    without it), says the contract must be generated from those rules."""
+    text = shipped_text("config.yaml")
+    line = "  InfiniBandPortDown: {severity: warning, for: 1m}\n"
+    assert line in text
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace(line, line.replace("}", ", taint: infiniband-port-down}")))
+    judgement = judge(f'{INFINIBAND_PORT_UP}{{device="mlx5_0",port="1"}} 0\n', load_config(path))
+    assert judgement.findings == []
+    assert "--healthcheck.contract" in judgement.not_judged["InfiniBandPortDown"]
