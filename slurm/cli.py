@@ -1,13 +1,14 @@
 """`fleetwatch slurm prolog|epilog|healthcheck`.
 
 The prolog and epilog run for every job (slurm.conf `Prolog=`/`Epilog=`, as root on each
-node of the job): they import the flag system and `fleetwatch.slurm.mapping`, nothing else,
-and never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
+node of the job): they import the flag system, `fleetwatch.slurm.mapping` and the
+Prometheus client's flags (`fleetwatch.promclient`, standard library only), nothing else, and
+never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
 non-zero, so bad input (no job ID, a GPU list that is neither indices nor UUIDs) is reported
 on standard error, which slurmd logs, and the prolog exits 0 having written nothing.
 The health check (`HealthCheckProgram=`, NHC) is `fleetwatch.slurm.healthcheck`, imported
 only when it runs; it asks Prometheus through the `--prometheus.*` client flags every reader
-of Prometheus shares (`fleetwatch.promclient`).
+of Prometheus shares.
 """
 
 from __future__ import annotations
