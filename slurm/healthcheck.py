@@ -44,6 +44,7 @@ from fleetwatch.rules.contract import TAINT_LABEL, Contract, load_contract
 from fleetwatch.slurm.findings import (
     Finding,
     Judgement,
+    Samples,
     from_alerts,
     from_scrape,
     parse_exposition,
@@ -177,7 +178,7 @@ def _ask_prometheus(
 
 def _scrape_exporter(
     command: SlurmCommand, node: str, deadline: Deadline, environ: Mapping[str, str]
-) -> tuple[dict[str, list[tuple[dict[str, str], float]]], str] | None:
+) -> tuple[Samples, str] | None:
     """One scrape of the local exporter (or of a one-shot one) and where it came from; None
     (having said why) when none could be read."""
     try:
