@@ -154,9 +154,7 @@ def _joined(
     samples: Samples, family: str, on: tuple[str, ...], labels: Mapping[str, str]
 ) -> Sample | None:
     """The sample of `family` whose labels `on` equal `labels`' (the first such)."""
-    for sample in _matching(samples, family, {key: labels.get(key, "") for key in on}):
-        return sample
-    return None
+    return next(iter(_matching(samples, family, {key: labels.get(key, "") for key in on})), None)
 
 
 class _Labels(dict[str, str]):
