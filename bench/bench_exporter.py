@@ -157,7 +157,7 @@ def _refresh_cost(node: SimulatedNode, root: Path) -> float:
 
 
 WRK = "/usr/bin/wrk"
-DEFAULT_INTERVAL_SECONDS = 5.0  # `fleetwatch export --collection-interval` default
+DEFAULT_INTERVAL_SECONDS = 5.0  # `fleetwatch export --collector.interval` default
 # Each wrk connection is one scraper; `delay` paces it (ms between its scrapes).
 SCRAPER_LUA = """
 wrk.headers["Accept-Encoding"] = "gzip"

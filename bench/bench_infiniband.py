@@ -14,7 +14,7 @@ moves 10 simulated seconds on (untimed, files rewritten in place): traffic count
 advance on every port and one link keeps erroring, like a busy host with one bad cable.
 
 Our collector reads the driver's hw_counters at most every
-`--collector.infiniband.hw-stats-interval` (30 s) and the port counters every collection
+`--collector.infiniband.hw-stats.interval` (30 s) and the port counters every collection
 (5 s by default), so one collection in six reads everything. The collector's clock moves
 5 s a round, as in production, and the figures say both: the median of the collections
 that read the port counters alone, of those that also read hw_counters, and the average
@@ -60,8 +60,8 @@ from testbed.servers import node_exporter
 
 START: float = 600.0
 STEP: float = 10.0
-INTERVAL: float = 5.0  # `--collection-interval` default: the collector's clock per round
-HW_STATS: float = 30.0  # `--collector.infiniband.hw-stats-interval` default
+INTERVAL: float = 5.0  # `--collector.interval` default: the collector's clock per round
+HW_STATS: float = 30.0  # `--collector.infiniband.hw-stats.interval` default
 
 
 def _tree(root: Path, ports: int) -> SimulatedSysfs:
@@ -164,8 +164,8 @@ def _as_run(root: Path, tree: SimulatedSysfs | None, seconds: float, workdir: Pa
         f"--no-collector.{spec.name}" for spec in COLLECTORS if spec.name != "infiniband"
     ]
     # hw_counters every 6 collections, as the defaults give (5 s collections, 30 s).
-    args = [f"--path.sysfs={root}", "--collection-interval=1s", *only_infiniband]
-    args.append(f"--collector.infiniband.hw-stats-interval={HW_STATS / INTERVAL:g}s")
+    args = [f"--path.sysfs={root}", "--collector.interval=1s", *only_infiniband]
+    args.append(f"--collector.infiniband.hw-stats.interval={HW_STATS / INTERVAL:g}s")
     ours, theirs = [], []
     with (
         node_exporter(workdir / "ne", sysfs=root, collectors=["infiniband"]) as ne,

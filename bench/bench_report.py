@@ -101,7 +101,7 @@ def run_report(url: str, spec: FleetSpec, out: Path, extra: list[str]) -> tuple[
     command = [
         str(Path(sys.executable).parent / "fleetwatch"),
         "report",
-        f"--prometheus-url={url}",
+        f"--prometheus.url={url}",
         f"--since={spec.hours:g}h",
         f"--until={spec.end}",
         f"--out={out}",

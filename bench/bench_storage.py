@@ -86,7 +86,7 @@ def _helpers(pid: int) -> list[int]:
 def as_run(procfs: Path, workdir: Path, seconds: float) -> None:
     args = [
         f"--path.procfs={procfs}",
-        "--collection-interval=1s",
+        "--collector.interval=1s",
         *(f"--no-collector.{name}" for name in OTHER_COLLECTORS),
     ]
     with fleetwatch_command(workdir, command="export", args=args, ready_path="/readyz") as server:

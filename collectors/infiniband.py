@@ -367,6 +367,8 @@ class InfinibandSettings:
         30.0,
         minimum=1.0,
         maximum=86400.0,
+        flag="{prefix}.hw-stats.interval",
+        deprecated=("collector.infiniband.hw-stats-interval",),
         help="read the driver's hw_counters files at most this often (the driver refreshes "
         "them from the device, on mlx5 with firmware commands); the port counters are read "
         "every collection",

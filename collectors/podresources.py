@@ -263,7 +263,7 @@ class PodResourcesSettings:
     )
     node_name: str = setting(
         "",
-        flag="node-name",
+        deprecated=("node-name",),
         metavar="NODE",
         help="this node's Kubernetes name, for DRA attribution (default: $NODE_NAME)",
     )
@@ -301,7 +301,9 @@ def _slice_watcher(settings: PodResourcesSettings, env_node: str) -> ResourceSli
     node = settings.node_name or env_node
     try:
         if not node:
-            raise KubeAccessError("no node name: set --node-name or NODE_NAME")
+            raise KubeAccessError(
+                "no node name: set --collector.podresources.node-name or NODE_NAME"
+            )
         access = (
             KubeAccess.in_cluster()
             if settings.kubeconfig is None

@@ -1,8 +1,8 @@
 """Slurm job attribution: which Slurm job holds which GPU, from the mapping directory.
 
-`fleetwatch slurm prolog` and `epilog` keep one file per job in `--mapping-dir`; a fleet
+`fleetwatch slurm prolog` and `epilog` keep one file per job in `--slurm.mapping-dir`; a fleet
 whose prolog writes dcgm-exporter's HPC job-mapping files (one per GPU index, `GPU.GI` for a
-MIG instance, holding job IDs) can point `--mapping-dir` at that directory instead, or keep
+MIG instance, holding job IDs) can point `--slurm.mapping-dir` at that directory instead, or keep
 both in one (`fleetwatch.slurm.mapping`). Each (job, GPU) is a series of the allocation
 family pods use, `namespace="slurm"` and `pod=<job ID>`, joined to the GPU by `gpu`/`uuid`
 as PodResources allocations are; `fleetwatch_slurm_job_info` adds the job's user,
@@ -92,13 +92,14 @@ class SlurmJobsCollector:
 
 @dataclass(frozen=True, kw_only=True)
 class SlurmJobsSettings:
-    """`--mapping-dir` and `--collector.slurmjobs.*` flags."""
+    """`--slurm.mapping-dir` and `--collector.slurmjobs.*` flags."""
 
     mapping_dir: Path = setting(
         mapping.DEFAULT_DIR,
         parse=Path,
         metavar="DIR",
-        flag="mapping-dir",
+        flag="slurm.mapping-dir",
+        deprecated=("mapping-dir",),
         help="the Slurm job-to-GPU mapping directory (fleetwatch's prolog, or dcgm-exporter's "
         "HPC job-mapping format); absent: no Slurm series",
     )

@@ -2,7 +2,7 @@
 
 Builds the settings from flags and environment, the hardware the collectors read (real,
 or the simulated node under `--simulate`: `exporter.hardware`), starts the engine and the
-HTTP server, and stops on SIGTERM/SIGINT within `--shutdown-timeout`: engine, HTTP server,
+HTTP server, and stops on SIGTERM/SIGINT within `--shutdown.timeout`: engine, HTTP server,
 collectors and NVML in that order, or a log line naming what still ran and exit status 3.
 """
 

@@ -51,6 +51,8 @@ class ExportFlags:
         10.0,
         minimum=1.0,
         maximum=300.0,
+        flag="shutdown.timeout",
+        deprecated=("shutdown-timeout",),
         help="on SIGTERM, exit with status 3 if stopping takes longer",
     )
     simulate: str | None = setting(
@@ -88,6 +90,8 @@ class ExportFlags:
         5.0,
         minimum=INTERVAL_BOUNDS[0],
         maximum=INTERVAL_BOUNDS[1],
+        flag="collector.interval",
+        deprecated=("collection-interval",),
         help="how often each collector runs",
     )
     collector_timeout: float | None = setting(
@@ -122,7 +126,7 @@ class CollectorSchedule:
         None,
         parse=bounded_duration(*INTERVAL_BOUNDS),
         metavar="DURATION",
-        help="collection interval of this collector (default --collection-interval)",
+        help="collection interval of this collector (default --collector.interval)",
     )
 
 

@@ -13,11 +13,12 @@ import logging
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from fleetwatch import promclient
 from fleetwatch.durations import format_duration
 from fleetwatch.flags import (
     REQUIRED,
@@ -25,11 +26,10 @@ from fleetwatch.flags import (
     Subcommand,
     duration_setting,
     existing_dir,
-    http_url,
     number_setting,
-    readable_file,
     setting,
 )
+from fleetwatch.promclient import PrometheusClientSettings
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
 # `fleetwatch` process (the exporter too) builds this parser and must stay small.
@@ -80,21 +80,10 @@ def selector(text: str) -> str:
 class ReportSettings:
     """Everything `fleetwatch report` runs with: where the history is, which window, how to
     query it, where the report goes. The bounds: a window of at most a year at a step of one
-    second to a day, and query settings no Prometheus needs more of."""
+    second to a day, and query settings no Prometheus needs more of. `prometheus` is the
+    `--prometheus.*` client group (`fleetwatch.promclient`)."""
 
-    prometheus_url: str | None = setting(
-        None,
-        parse=http_url,
-        metavar="URL",
-        help="Prometheus-compatible API base URL (Prometheus, Thanos, Mimir, ...)",
-    )
-    bearer_token_file: Path | None = setting(
-        None,
-        parse=readable_file,
-        metavar="FILE",
-        flag="prometheus.bearer-token-file",
-        help="file holding a bearer token for the API",
-    )
+    prometheus: PrometheusClientSettings = field(default_factory=PrometheusClientSettings)
     since: float = duration_setting(
         86400.0, minimum=60.0, maximum=366 * 86400.0, help="window length before --until"
     )
@@ -114,6 +103,8 @@ class ReportSettings:
         "",
         parse=selector,
         metavar="SELECTOR",
+        flag="query.node-selector",
+        deprecated=("node-selector",),
         help='PromQL label matchers limiting the nodes, e.g. node=~"rack1-.*"',
     )
     threshold_celsius: float | None = number_setting(
@@ -155,12 +146,19 @@ class ReportSettings:
         120.0, minimum=1.0, maximum=3600.0, flag="query.timeout", help="per-request timeout"
     )
     save_snapshot: Path | None = setting(
-        None, parse=Path, metavar="DIR", help="also write the pulled data (Parquet)"
+        None,
+        parse=Path,
+        metavar="DIR",
+        flag="snapshot.save",
+        deprecated=("save-snapshot",),
+        help="also write the pulled data (Parquet)",
     )
     from_snapshot: Path | None = setting(
         None,
         parse=existing_dir,
         metavar="DIR",
+        flag="snapshot.load",
+        deprecated=("from-snapshot",),
         help="analyse a saved snapshot instead of querying Prometheus",
     )
     out: Path = setting(
@@ -177,7 +175,7 @@ def subcommands() -> tuple[Subcommand, ...]:
         Subcommand(
             name="report",
             help="ranked fleet report from Prometheus history",
-            flags=(REPORT_FLAGS,),
+            flags=(REPORT_FLAGS, promclient.FLAGS),
             run=run,
         ),
     )
@@ -212,13 +210,12 @@ def _window(settings: ReportSettings) -> Window:
     )
 
 
-async def _pull(settings: ReportSettings, url: str, window: Window) -> Dataset:
+async def _pull(settings: ReportSettings, window: Window) -> Dataset:
     from tqdm import tqdm
 
     from fleetwatch.report.dataset import fetch
     from fleetwatch.report.promapi import PrometheusClient
 
-    token = settings.bearer_token_file.read_text().strip() if settings.bearer_token_file else None
     with tqdm(
         desc="querying",
         unit="req",
@@ -226,8 +223,7 @@ async def _pull(settings: ReportSettings, url: str, window: Window) -> Dataset:
         disable=not sys.stderr.isatty(),
     ) as bar:
         async with PrometheusClient(
-            url=url,
-            bearer_token=token,
+            access=promclient.PrometheusAccess(settings.prometheus),
             concurrency=settings.concurrency,
             retries=settings.retries,
             timeout_s=settings.query_timeout,
@@ -245,16 +241,20 @@ def run(args: argparse.Namespace) -> int:
     from fleetwatch.report.dataset import load_snapshot, save_snapshot
     from fleetwatch.report.promapi import PrometheusAuthError, PrometheusUnreachable, QueryError
 
-    settings: ReportSettings = REPORT_FLAGS.read(args)
+    settings: ReportSettings = REPORT_FLAGS.read(args, prometheus=promclient.FLAGS.read(args))
+    problem = settings.prometheus.problem()
+    if problem is not None:
+        log.error("report: %s", problem)
+        return 1
     try:
         if settings.from_snapshot:
             dataset = load_snapshot(settings.from_snapshot)
-        elif not settings.prometheus_url:
-            log.error("report: give --prometheus-url or --from-snapshot")
+        elif not settings.prometheus.url:
+            log.error("report: give --prometheus.url or --snapshot.load")
             return 1
         else:
             started = time.monotonic()
-            dataset = asyncio.run(_pull(settings, settings.prometheus_url, _window(settings)))
+            dataset = asyncio.run(_pull(settings, _window(settings)))
             log.info("queried Prometheus", extra={"seconds": round(time.monotonic() - started, 2)})
     except (PrometheusUnreachable, PrometheusAuthError, QueryError, ValueError) as exc:
         log.error("report: %s", exc)

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from fleetwatch.promclient import PrometheusAccess, PrometheusCredentialsError
+
 MAX_POINTS = 11_000
 
 
@@ -92,7 +94,8 @@ def chunks(start: float, end: float, step: float) -> list[tuple[float, float]]:
 
 
 class PrometheusClient:
-    """Async client for one Prometheus-compatible endpoint.
+    """Async client for one Prometheus-compatible endpoint, reached with the `--prometheus.*`
+    client options (`access`: TLS, bearer token or basic auth, read again for each request).
 
     Use as an async context manager; it owns its aiohttp session.
     """
@@ -100,16 +103,15 @@ class PrometheusClient:
     def __init__(
         self,
         *,
-        url: str,
-        bearer_token: str | None = None,
+        access: PrometheusAccess,
         concurrency: int = 4,
         retries: int = 3,
         timeout_s: float = 120.0,
         backoff_s: float = 0.5,
         progress: Progress | None = None,
     ) -> None:
-        self._url = url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        self._access = access
+        self._url = access.url
         self._limit = asyncio.Semaphore(concurrency)
         self._retries = retries
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -120,7 +122,7 @@ class PrometheusClient:
         """Response bytes read so far (bodies, as received)."""
 
     async def __aenter__(self) -> PrometheusClient:
-        self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -181,11 +183,19 @@ class PrometheusClient:
             if attempt:
                 await asyncio.sleep(self._backoff_s * 2 ** (attempt - 1))
             try:
-                async with self._limit, self._session.get(url, params=params) as response:
+                async with (
+                    self._limit,
+                    self._session.get(
+                        url,
+                        params=params,
+                        headers=self._access.headers(),
+                        ssl=self._access.ssl_context(),
+                    ) as response,
+                ):
                     if response.status in (401, 403):
                         raise PrometheusAuthError(
                             f"{url}: HTTP {response.status}: Prometheus refused the credentials "
-                            "(check --prometheus.bearer-token-file)"
+                            "(check --prometheus.bearer-token-file or --prometheus.basic-auth.*)"
                         )
                     if response.status >= 500 or response.status == 429:
                         last = f"HTTP {response.status}: {(await response.text())[:200]}"
@@ -193,6 +203,8 @@ class PrometheusClient:
                     raw = await response.read()
                     self.bytes_fetched += len(raw)
                     body = _json(raw, response.status, url)
+            except PrometheusCredentialsError as exc:
+                raise PrometheusAuthError(str(exc)) from exc
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue

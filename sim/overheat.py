@@ -134,7 +134,7 @@ def start_overheat_stack(
         tainter_args=(
             f"--untaint.hold={hold}",
             f"--untaint.evidence=gpu-overheat={fast_clear_condition()}",
-            "--reconcile-interval=2s",
+            "--reconcile.interval=2s",
             "--breaker.max-new-taints=10",
             "--breaker.max-fraction=1",
             *tainter_args,

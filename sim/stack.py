@@ -173,9 +173,9 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
             ready_path="/readyz",
             port=ports["cluster"],
             args=[
-                f"--node-scenario={plan.node}={plan.scenario}",
-                f"--kubelet-dir={workdir}",
-                f"--kubeconfig-out={kubeconfig}",
+                f"--kubelet.scenario={plan.node}={plan.scenario}",
+                f"--kubelet.socket-dir={workdir}",
+                f"--out.kubeconfig={kubeconfig}",
             ],
         )
     )
@@ -186,7 +186,7 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
             simulate=plan.scenario,
             port=ports["exporter"],
             args=[
-                f"--collection-interval={plan.collection_interval}",
+                f"--collector.interval={plan.collection_interval}",
                 # As a node's DaemonSet is told its GPU count: a GPU that falls off the bus
                 # shows against it, and the report's reliability section reads it.
                 f"--collector.gpu.expected-count={load_scenario(plan.scenario).gpus}",
@@ -207,8 +207,8 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
                 args=[
                     f"--web.token-file={token}",
                     f"--kubeconfig={kubeconfig}",
-                    f"--prometheus-url={urls['prometheus']}",
-                    f"--alertmanager-url={urls['alertmanager']}",
+                    f"--prometheus.url={urls['prometheus']}",
+                    f"--alertmanager.url={urls['alertmanager']}",
                     *plan.tainter_args,
                 ],
             )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -30,6 +30,7 @@ from fleetwatch.flags import (
     readable_file,
     setting,
 )
+from fleetwatch.promclient import PrometheusClientSettings
 from fleetwatch.slurm import mapping
 
 ACTIONS: Final = ("prolog", "epilog", "healthcheck")
@@ -38,7 +39,8 @@ DEFAULT_EXPORTER_URL: Final = "http://127.0.0.1:9842"
 
 @dataclass(frozen=True, kw_only=True)
 class SlurmCommand:
-    """`fleetwatch slurm ACTION` and its flags."""
+    """`fleetwatch slurm ACTION` and its flags; `prometheus` is the health check's
+    `--prometheus.*` client group (`fleetwatch.promclient`: URL and credentials)."""
 
     action: str = setting(
         REQUIRED,
@@ -51,14 +53,16 @@ class SlurmCommand:
         mapping.DEFAULT_DIR,
         parse=Path,
         metavar="DIR",
-        flag="mapping-dir",
+        flag="slurm.mapping-dir",
+        deprecated=("mapping-dir",),
         help="the job-to-GPU mapping directory (prolog, epilog)",
     )
     exporter_url: str = setting(
         DEFAULT_EXPORTER_URL,
         parse=http_url,
         metavar="URL",
-        flag="exporter-url",
+        flag="exporter.url",
+        deprecated=("exporter-url",),
         help="the local exporter the health check reads (URL/metrics) where no Prometheus answers",
     )
     node: str = setting(
@@ -95,6 +99,7 @@ class SlurmCommand:
         flag="healthcheck.dry-run",
         help="health check: report what it would drain, drain nothing",
     )
+    prometheus: PrometheusClientSettings = field(default_factory=PrometheusClientSettings)
 
 
 COMMAND: Final = Flags(settings=SlurmCommand)
@@ -118,19 +123,18 @@ def subcommands() -> tuple[Subcommand, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the action named on the command line."""
-    command: SlurmCommand = COMMAND.read(args)
+    command: SlurmCommand = COMMAND.read(args, prometheus=promclient.FLAGS.read(args))
     if command.action == "prolog":
         return prolog(command.mapping_dir, os.environ)
     if command.action == "epilog":
         return epilog(command.mapping_dir, os.environ)
-    prometheus: promclient.PrometheusClientSettings = promclient.FLAGS.read(args)
-    problem = prometheus.problem()
-    if problem is not None:
-        print(f"fleetwatch slurm {command.action}: error: {problem}", file=sys.stderr)
-        return 2
     from fleetwatch.slurm import healthcheck
 
-    return healthcheck.run(command, prometheus, os.environ)
+    problem = command.prometheus.problem()
+    if problem is not None:
+        print(f"fleetwatch slurm healthcheck: error: {problem}", file=sys.stderr)
+        return 2
+    return healthcheck.run(command, os.environ)
 
 
 def prolog(directory: Path, environ: os._Environ[str] | dict[str, str]) -> int:

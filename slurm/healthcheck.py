@@ -5,7 +5,7 @@ It judges the node by the remediation contract the drain controller acts on
 (`fleetwatch.slurm.findings`): with a Prometheus to ask (`--prometheus.url` and the
 other `--prometheus.*` client flags, `fleetwatch.promclient`), the node's
 firing alerts that carry a taint reason the contract declares; without one, or when it does
-not answer, the local exporter's `/metrics` (`--exporter-url`) judged by the local checks
+not answer, the local exporter's `/metrics` (`--exporter.url`) judged by the local checks
 the contract declares beside each alert, with the thresholds of rules/config.yaml (the
 shipped one, or the file `--healthcheck.rules-config` names). With no exporter answering, it
 starts one (`fleetwatch export` on a free loopback port, with this process's FLEETWATCH_*
@@ -118,9 +118,7 @@ def firing_alerts_query(node: str) -> str:
     return f'ALERTS{{alertstate="firing", {TAINT_LABEL}!="", node="{name}"}}'
 
 
-def run(
-    command: SlurmCommand, prometheus: PrometheusClientSettings, environ: Mapping[str, str]
-) -> int:
+def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
     """The health check: judge, drain on a finding, print what was done; 0 unless the
     command line or the config it names is wrong."""
     deadline = Deadline(command.deadline)
@@ -138,7 +136,7 @@ def run(
     except ConfigError as exc:
         print(f"fleetwatch slurm healthcheck: error: {exc}", file=sys.stderr)
         return 2
-    judged = _ask_prometheus(prometheus, node, contract, deadline)
+    judged = _ask_prometheus(command.prometheus, node, contract, deadline)
     if judged is None:
         scraped = _scrape_exporter(command, node, deadline, environ)
         if scraped is None:

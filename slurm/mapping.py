@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Final
 
 DEFAULT_DIR: Final = Path("/run/fleetwatch/slurm-jobs")
-ENV_DIR: Final = "FLEETWATCH_MAPPING_DIR"
+ENV_DIR: Final = "FLEETWATCH_SLURM_MAPPING_DIR"
 FORMAT_VERSION: Final = 1
 BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 GPU_VARIABLES: Final = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES")

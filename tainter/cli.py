@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from typing import Final
 
+from fleetwatch import promclient
 from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
 from fleetwatch.tainter.policy import TaintPolicy
@@ -82,6 +83,7 @@ def subcommands() -> tuple[Subcommand, ...]:
                 NODE_CONDITION,
                 LEASE,
                 ELECTION,
+                promclient.FLAGS,
             ),
             run=_run_taint,
         ),
@@ -109,9 +111,9 @@ def _fail(problem: str) -> SystemExit:
 def _tls(web: WebhookSecurity) -> TlsFiles | None:
     """The TLS files, when given; SystemExit when they are given halfway."""
     if (web.tls_cert_file is None) != (web.tls_key_file is None):
-        raise _fail("--web.tls-cert-file and --web.tls-key-file go together")
+        raise _fail("--web.tls.cert-file and --web.tls.key-file go together")
     if web.tls_client_ca_file is not None and web.tls_cert_file is None:
-        raise _fail("--web.tls-client-ca-file needs --web.tls-cert-file and --web.tls-key-file")
+        raise _fail("--web.tls.client-ca-file needs --web.tls.cert-file and --web.tls.key-file")
     if web.tls_cert_file is None or web.tls_key_file is None:
         return None
     return TlsFiles(cert=web.tls_cert_file, key=web.tls_key_file, client_ca=web.tls_client_ca_file)
@@ -188,6 +190,10 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     if problem is not None:
         raise _fail(problem)
     queries, manual = _untaint(args)
+    prometheus: promclient.PrometheusClientSettings = promclient.FLAGS.read(args)
+    problem = prometheus.problem()
+    if problem is not None:
+        raise _fail(problem)
     controller = CONTROLLER.read(args, quarantine=QUARANTINE.read(args))
     settings: TaintSettings = SERVICE.read(
         args,
@@ -206,6 +212,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         tls=tls,
         orchestrator=orchestrator.orchestrator,
         slurm=SLURM.read(args),
+        prometheus=prometheus,
     )
     if settings.event_namespace != NODE_EVENT_NAMESPACE:
         # A real API server refuses (422) an Event about a cluster-scoped object in any other

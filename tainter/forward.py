@@ -9,12 +9,12 @@ again, so a notification is handed over at most once and never loops between rep
 whose views of the Lease disagree for a moment.
 
 Over TLS the follower trusts exactly the certificate the replicas serve (the first
-certificate of `--web.tls-cert-file`, which every replica mounts from the same Secret): the
+certificate of `--web.tls.cert-file`, which every replica mounts from the same Secret): the
 leader is reached by its pod IP, which a certificate issued for the Service's name does not
 carry, so the host name is not checked; what proves the leader is holding that
 certificate's key. Both the certificate this process loaded at start and the one in the
 file now are trusted, so a rotated Secret works while replicas restarted before and after
-it serve different ones. With `--web.tls-client-ca-file` (mTLS) the follower presents its
+it serve different ones. With `--web.tls.client-ca-file` (mTLS) the follower presents its
 own serving certificate as its client certificate.
 """
 

@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from fleetwatch.listener import Listener, start_listener
+from fleetwatch.promclient import PrometheusAccess
 from fleetwatch.tainter.auth import TokenFile
 from fleetwatch.tainter.backend import ClusterApi, NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRecord, BreakerStore
@@ -142,11 +143,11 @@ async def build_app(
         evidence: EvidenceSource = (
             PrometheusEvidence(
                 session=session,
-                url=settings.prometheus_url,
+                access=PrometheusAccess(settings.prometheus),
                 queries=settings.evidence_queries,
                 metrics=metrics,
             )
-            if settings.prometheus_url
+            if settings.prometheus.url
             else NoEvidence()
         )
         alerts = (
@@ -248,7 +249,7 @@ def run_tainter(settings: TaintSettings, *, host: str, port: int) -> int:
             "listen": f"{host}:{port}",
             "dry_run": settings.controller.dry_run,
             "orchestrator": settings.orchestrator,
-            "prometheus_url": settings.prometheus_url,
+            "prometheus_url": settings.prometheus.url,
             "alertmanager_url": settings.alertmanager_url,
             "breaker_max_new_taints": settings.breaker.max_new_taints,
             "breaker_window_seconds": settings.breaker.window,

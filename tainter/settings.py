@@ -29,6 +29,7 @@ from fleetwatch.flags import (
 )
 from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
+from fleetwatch.promclient import PrometheusClientSettings
 from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.policy import TaintPolicy, listed, reason, reasons
 
@@ -147,15 +148,27 @@ class WebhookSecurity:
         help="accept webhooks without a token (never in production)",
     )
     tls_cert_file: Path | None = setting(
-        None, parse=readable_file, metavar="FILE", help="server certificate (PEM)"
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="{prefix}.tls.cert-file",
+        deprecated=("web.tls-cert-file",),
+        help="server certificate (PEM)",
     )
     tls_key_file: Path | None = setting(
-        None, parse=readable_file, metavar="FILE", help="server certificate's key (PEM)"
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="{prefix}.tls.key-file",
+        deprecated=("web.tls-key-file",),
+        help="server certificate's key (PEM)",
     )
     tls_client_ca_file: Path | None = setting(
         None,
         parse=readable_file,
         metavar="FILE",
+        flag="{prefix}.tls.client-ca-file",
+        deprecated=("web.tls-client-ca-file",),
         help="require client certificates signed by this CA (mTLS)",
     )
 
@@ -218,7 +231,7 @@ class QuarantineSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerSettings:
-    """Behaviour knobs of the controller: `--dry-run`, `--node-selector`, `--untaint.hold`,
+    """Behaviour knobs of the controller: `--dry-run`, `--breaker.node-selector`, `--untaint.hold`,
     `--untaint.manual-reason` and `--kube.concurrency`; `quarantine` is built from its own
     flags."""
 
@@ -243,7 +256,8 @@ class ControllerSettings:
     )
     node_selector: str = setting(
         "",
-        flag="node-selector",
+        flag="breaker.node-selector",
+        deprecated=("node-selector",),
         metavar="SELECTOR",
         help="label selector of the nodes the breaker fraction counts",
     )
@@ -472,25 +486,23 @@ class TaintSettings:
     tls: TlsFiles | None = None
     orchestrator: str = "kubernetes"
     slurm: SlurmAccess = field(default_factory=SlurmAccess)
-    prometheus_url: str | None = setting(
-        None,
-        parse=http_url,
-        metavar="URL",
-        flag="prometheus-url",
-        help="Prometheus for positive-evidence untaint; without it taints stay",
-    )
+    prometheus: PrometheusClientSettings = field(default_factory=PrometheusClientSettings)
+    """The Prometheus asked for positive-evidence untaint (`--prometheus.*`); without its URL
+    taints stay."""
     alertmanager_url: str | None = setting(
         None,
         parse=http_url,
         metavar="URL",
-        flag="alertmanager-url",
+        flag="alertmanager.url",
+        deprecated=("alertmanager-url",),
         help="Alertmanager for periodic reconcile of firing alerts",
     )
     reconcile_interval: float = duration_setting(
         30.0,
         minimum=1.0,
         maximum=3600.0,
-        flag="reconcile-interval",
+        flag="reconcile.interval",
+        deprecated=("reconcile-interval",),
         help="how often to reconcile against Alertmanager and nodes",
     )
     max_body_bytes: int = number_setting(

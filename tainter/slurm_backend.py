@@ -14,7 +14,7 @@ backend seam (`tainter.backend`) with `scontrol` and one JSON state file:
   a write that would change such a node's holds raises `HeldByOthers` and runs no scontrol
   command, so its reason is never changed, not even rewritten with the same text.
 - A node whose `Gres` names GPUs carries the label `nvidia.com/gpu.present=true`, as GPU
-  feature discovery labels a Kubernetes GPU node, so `--node-selector` picks the GPU nodes
+  feature discovery labels a Kubernetes GPU node, so `--breaker.node-selector` picks the GPU nodes
   whose share the breaker counts, on either orchestrator.
 - Labels and annotations (the taint history and quarantine, the audit records, a person's
   untaint request) and the record leader election and the breaker live on (`LeaseApi`) are
@@ -68,7 +68,7 @@ DRAIN_EFFECT: Final = "NoSchedule"
 """A drain lets the running jobs finish and starts no new one: Kubernetes' NoSchedule."""
 GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
 """Set to `true` on a node whose GRES names GPUs, as GPU feature discovery labels a Kubernetes
-GPU node: `--node-selector=nvidia.com/gpu.present=true` makes the breaker's share count GPU
+GPU node: `--breaker.node-selector=nvidia.com/gpu.present=true` makes the breaker's share count GPU
 nodes on either orchestrator."""
 OTHERS_KEY: Final = "slurm.schedmd.com/unavailable"
 """The hold a node drained, downed or failed by anyone but fleetwatch carries."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from fleetwatch.promclient import PrometheusAccess, PrometheusClientError
 from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
@@ -59,19 +60,20 @@ class AlertSource(Protocol):
 
 
 class PrometheusEvidence:
-    """EvidenceSource over the Prometheus HTTP API (`/api/v1/query`)."""
+    """EvidenceSource over the Prometheus HTTP API (`/api/v1/query`), reached with the
+    `--prometheus.*` client options (TLS, bearer token or basic auth)."""
 
     def __init__(
         self,
         *,
         session: aiohttp.ClientSession,
-        url: str,
+        access: PrometheusAccess,
         queries: Mapping[str, str],
         metrics: TainterMetrics,
         timeout: float = 10.0,
     ) -> None:
         self._session = session
-        self._url = url
+        self._access = access
         self._queries = dict(queries)
         self._metrics = metrics
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -86,12 +88,19 @@ class PrometheusEvidence:
         expr = query.replace(NODE_PLACEHOLDER, promql_string(node))
         try:
             async with self._session.get(
-                f"{self._url}/api/v1/query",
+                f"{self._access.url}/api/v1/query",
                 params={"query": expr},
+                headers=self._access.headers(),
+                ssl=self._access.ssl_context(),
                 timeout=self._timeout,
             ) as response:
+                if response.status in (401, 403):
+                    return self._failed(
+                        f"Prometheus refused the credentials: HTTP {response.status} (check "
+                        "--prometheus.bearer-token-file or --prometheus.basic-auth.*)"
+                    )
                 body: Any = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, PrometheusClientError) as exc:
             return self._failed(f"Prometheus query failed: {exc!r}")
         result = _vector(body)
         if isinstance(result, str):
@@ -134,7 +143,7 @@ class NoEvidence:
         return False
 
     async def condition_clear(self, *, node: str, reason: str) -> EvidenceResult:
-        return EvidenceResult(clear=False, detail="no --prometheus-url: taints stay until untaint")
+        return EvidenceResult(clear=False, detail="no --prometheus.url: taints stay until untaint")
 
 
 class AlertmanagerAlerts:

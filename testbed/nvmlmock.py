@@ -129,7 +129,7 @@ def exporter_on_mock(
     mock: NvmlMock,
     profile: str,
     strict: bool = False,
-    args: Sequence[str] = ("--collection-interval=1s",),
+    args: Sequence[str] = ("--collector.interval=1s",),
 ) -> Iterator[MockedExporter]:
     """`fleetwatch export` on the mock's `profile`, with an empty overrides file the test
     rewrites; `strict` makes the mock abort the process on any NVML call it does not

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
+import importlib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,14 @@ from typing import Any
 import pytest
 
 from fleetwatch import cli
-from fleetwatch.flags import DeclaredFlag, Flags, Subcommand, env_name
+from fleetwatch.flags import (
+    DeclaredFlag,
+    Flags,
+    Subcommand,
+    declared_flags,
+    deprecated_flags_used,
+    env_name,
+)
 
 # argparse calls that build a parser: only fleetwatch.flags makes them.
 PARSER_CALLS = frozenset(
@@ -48,7 +58,7 @@ def test_only_the_flags_module_builds_parsers() -> None:
 
 
 # What each command must be given for the parse to get as far as the flag under test.
-REQUIRED = {"--out": "report-out", "--kubeconfig-out": "kubeconfig", "node": "gpu-1"}
+REQUIRED = {"--out": "report-out", "--out.kubeconfig": "kubeconfig", "node": "gpu-1"}
 
 
 def _declared() -> list[tuple[Subcommand, Flags, DeclaredFlag, str]]:
@@ -150,3 +160,165 @@ def test_required_flags_and_positionals_are_enforced(capsys: pytest.CaptureFixtu
         cli.parse_args(["breaker", "open"])
     assert "invalid choice: 'open'" in capsys.readouterr().err
     assert isinstance(cli.parse_args(["breaker", "reset"]), argparse.Namespace)
+
+
+# -- one convention ---------------------------------------------------------------------------
+# Prometheus' own: `--GROUP.NAME`, dotted groups, each part lowercase words joined by dashes.
+_PART = r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*"
+FLAG_SYNTAX = re.compile(rf"--{_PART}(?:\.{_PART})*")
+
+# Flags outside any group that are more than one word: each names one thing, as the
+# ecosystem spells it, not a setting of a subject (which would be `--SUBJECT.SETTING`).
+UNGROUPED_TERMS = {
+    "dry-run": "kubectl's --dry-run",
+    "leader-elect": "Kubernetes components' switch; heads its own --leader-elect.* group",
+}
+
+
+def _every_option() -> dict[str, str]:
+    """Every spelling a command line accepts, deprecated ones included, to where it is
+    declared (`settings class: field`)."""
+    found: dict[str, str] = {}
+    for command in cli.subcommands():
+        for flags in (*command.flags, *cli.COMMON_FLAGS):
+            for declared in flags.declared():
+                if declared.spec.positional:
+                    continue
+                where = f"{flags.settings.__name__}.{declared.field.name}"
+                found[declared.option] = where
+                found.update(
+                    (f"--{old}", f"{where} (deprecated)") for old in declared.spec.deprecated
+                )
+    return found
+
+
+def _settings_classes() -> list[type[Any]]:
+    """Every dataclass of the package with a field declared by `setting()`."""
+    classes: dict[str, type[Any]] = {}
+    root = Path(str(resources.files("fleetwatch")))
+    for path in _package_modules():
+        if path.name == "__main__.py":
+            continue  # runs the command
+        name = ".".join(("fleetwatch", *path.relative_to(root).with_suffix("").parts))
+        module = importlib.import_module(name.removesuffix(".__init__"))
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and dataclasses.is_dataclass(value)
+                and value.__module__ == module.__name__
+                and declared_flags(value)
+            ):
+                classes[f"{value.__module__}.{value.__qualname__}"] = value
+    return list(classes.values())
+
+
+def convention_breaks(options: dict[str, str]) -> list[str]:
+    """Why each of `options` breaks the one convention (empty: none does)."""
+    groups = {part for option in options for part in option[2:].split(".")[:-1]}
+    words = set(options)
+    found = []
+    for option, where in sorted(options.items()):
+        parts = option[2:].split(".")
+        if not FLAG_SYNTAX.fullmatch(option):
+            found.append(f"{option} ({where}): not lowercase dash-joined words in dotted groups")
+        elif len(parts) == 1 and "-" in option[2:] and option[2:] not in UNGROUPED_TERMS:
+            found.append(f"{option} ({where}): a setting of a subject is --SUBJECT.SETTING")
+        elif clash := [g for g in sorted(groups) for p in parts if p.startswith(g + "-")]:
+            found.append(f"{option} ({where}): {clash[0]!r} is a group: write {clash[0]}.")
+        elif clash := [
+            w for w in sorted(words) if option.startswith(w + "-") and "." not in option[len(w) :]
+        ]:
+            found.append(f"{option} ({where}): extends the flag {clash[0]}: write {clash[0]}.")
+    return found
+
+
+def test_the_convention_catches_what_the_issue_named() -> None:
+    assert convention_breaks(
+        {
+            "--prometheus-url": "a",
+            "--prometheus.bearer-token-file": "b",
+            "--reconcile-interval": "c",
+            "--untaint.hold": "d",
+            "--web.tls-cert-file": "e",
+            "--client.tls.ca-file": "f",
+            "--collector.x.hw-stats": "g",
+            "--collector.x.hw-stats-interval": "h",
+            "--Web.Listen_Address": "i",
+            "--dry-run": "j",
+        }
+    ) == [
+        "--Web.Listen_Address (i): not lowercase dash-joined words in dotted groups",
+        "--collector.x.hw-stats-interval (h): extends the flag --collector.x.hw-stats: "
+        "write --collector.x.hw-stats.",
+        "--prometheus-url (a): a setting of a subject is --SUBJECT.SETTING",
+        "--reconcile-interval (c): a setting of a subject is --SUBJECT.SETTING",
+        "--web.tls-cert-file (e): 'tls' is a group: write tls.",
+    ]
+
+
+def test_every_flag_of_every_subcommand_follows_the_convention() -> None:
+    options = _every_option()
+    assert {"--prometheus.url", "--alertmanager.url", "--reconcile.interval"} <= set(options)
+    current = {o: w for o, w in options.items() if not w.endswith("(deprecated)")}
+    assert convention_breaks(current) == []
+
+
+def test_every_settings_dataclass_follows_the_convention() -> None:
+    """Also the settings no subcommand lists (a generator's), each under no prefix, and the
+    prefixes the subcommands give them."""
+    classes = _settings_classes()
+    assert len(classes) > 20
+    used = {flags.settings: flags.prefix for c in cli.subcommands() for flags in c.flags}
+    options = {
+        declared.option: f"{cls.__qualname__}.{declared.field.name}"
+        for cls in classes
+        for declared in declared_flags(cls, used.get(cls, ""))
+        if not declared.spec.positional
+    }
+    assert convention_breaks(options) == []
+
+
+DEPRECATED = [
+    (command, declared, old)
+    for command, _, declared, old in DECLARED
+    if old != declared.option and not declared.spec.positional
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "declared", "old"), DEPRECATED, ids=[f"{c.name} {o}" for c, _, o in DEPRECATED]
+)
+def test_an_old_spelling_works_and_is_reported_with_its_new_name(
+    command: Subcommand, declared: DeclaredFlag, old: str
+) -> None:
+    value = "zz-old"
+    parse = declared.spec.parse or str
+    try:
+        parse(value)
+    except (argparse.ArgumentTypeError, ValueError):
+        value = _a_valid_value(declared)
+    argv = [command.name, *_required_words(command, skip=declared.option)]
+    new = cli.parse_args([*argv, f"{declared.option}={value}"])
+    args = cli.parse_args([*argv, f"{old}={value}"])
+    assert getattr(args, declared.dest) == getattr(new, declared.dest)
+    assert deprecated_flags_used(args) == {old: declared.option}
+    assert deprecated_flags_used(new) == {}
+
+
+VALID = {
+    "DURATION": "7s",
+    "N": "3",
+    "NUMBER": "0.5",
+    "URL": "http://127.0.0.1:1",
+    "HOST:PORT": "127.0.0.1:1",
+    "SELECTOR": 'node="a"',
+    "NODE=SCENARIO": "gpu-1=demo",
+    "FILE": __file__,
+    "DIR": str(Path(__file__).parent),
+    "KUBELET_DIR": str(Path(__file__).parent),
+}
+"""A value each kind of flag accepts, by its metavar."""
+
+
+def _a_valid_value(declared: DeclaredFlag) -> str:
+    return VALID[declared.spec.metavar or ""]

@@ -99,7 +99,7 @@ demo_duration = bounded_duration(1.0, 366 * 86400.0)
 
 
 def node_scenario(text: str) -> tuple[str, Scenario]:
-    """`NODE=SCENARIO` (a built-in name or a file) for `simulate-cluster --node-scenario`."""
+    """`NODE=SCENARIO` (a built-in name or a file) for `simulate-cluster --kubelet.scenario`."""
     node, sep, spec = text.partition("=")
     if not sep or not node or not spec:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NODE=SCENARIO")
@@ -152,6 +152,8 @@ class SimulateClusterSettings:
     node_scenario: tuple[tuple[str, Scenario], ...] = setting(
         (),
         parse=node_scenario,
+        flag="kubelet.scenario",
+        deprecated=("node-scenario",),
         repeatable=True,
         metavar="NODE=SCENARIO",
         help="a node whose scenario's pods the cluster shows: its kubelet's PodResources "
@@ -161,10 +163,17 @@ class SimulateClusterSettings:
         None,
         parse=existing_dir,
         metavar="KUBELET_DIR",
-        help="where the kubelets' sockets go (default: beside --kubeconfig-out)",
+        flag="kubelet.socket-dir",
+        deprecated=("kubelet-dir",),
+        help="where the kubelets' sockets go (default: beside --out.kubeconfig)",
     )
     kubeconfig_out: Path = setting(
-        REQUIRED, parse=Path, metavar="FILE", help="the kubeconfig written for the cluster"
+        REQUIRED,
+        parse=Path,
+        metavar="FILE",
+        flag="out.kubeconfig",
+        deprecated=("kubeconfig-out",),
+        help="the kubeconfig written for the cluster",
     )
 
 
@@ -514,7 +523,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
     settings: SimulateClusterSettings = SIMULATE_FLAGS.read(args)
     nodes = [*settings.node, *(node for node, _ in settings.node_scenario)]
     if not nodes:
-        print("fleetwatch simulate-cluster: error: give --node or --node-scenario", file=sys.stderr)
+        print(
+            "fleetwatch simulate-cluster: error: give --node or --kubelet.scenario",
+            file=sys.stderr,
+        )
         return 2
     # No token: a loopback-only simulation that people (and the demo) read with plain curl.
     cluster = FakeCluster(token=None)

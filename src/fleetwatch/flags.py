@@ -131,6 +131,7 @@ def existing_dir(text: str) -> Path:
 # -- settings dataclasses as flags ------------------------------------------------------------
 _FLAG = "fleetwatch.flag"
 _DEPRECATED_USED = "fleetwatch_deprecated_flags"
+_REQUIRED_RENAMED = "required_with_old_spellings"
 ENV_PREFIX: Final = "FLEETWATCH_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -414,11 +415,15 @@ def _add_flags(group: argparse._ActionsContainer, flags: Flags) -> None:
             type=spec.parse or str,
             action="append" if spec.repeatable else "store",
             default=None if spec.repeatable or spec.required else default,
-            required=spec.required,
+            # argparse would not count an old spelling as giving a required flag: ArgParser
+            # checks those itself (`_REQUIRED_RENAMED`).
+            required=spec.required and not spec.deprecated,
             choices=spec.choices,
             metavar=spec.metavar,
             help=argparse.SUPPRESS if text is None else text,
         )
+        if spec.required and spec.deprecated:
+            setattr(canonical, _REQUIRED_RENAMED, True)
         for old in spec.deprecated:
             group.add_argument(
                 f"--{old}",
@@ -450,6 +455,20 @@ class ArgParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, and a required flag that has old spellings given in one of them."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        missing = [
+            action.option_strings[0]
+            for action in self._actions
+            if getattr(action, _REQUIRED_RENAMED, False) and getattr(parsed, action.dest) is None
+        ]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
+        return parsed, extras
 
 
 def build_parser(

@@ -19,19 +19,19 @@ standard library's urllib underneath.
 
 from __future__ import annotations
 
-import base64
-import json
+import functools
 import os
-import ssl
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from fleetwatch.flags import Flags, http_url, readable_file, setting
+
+# ssl and urllib are imported where a client is built: `fleetwatch slurm` declares these
+# flags, and its prolog, which runs for every job, must not pay for them.
+if TYPE_CHECKING:
+    import ssl
 
 PREFIX: Final = "prometheus"
 
@@ -47,6 +47,7 @@ class PrometheusClientSettings:
         None,
         parse=http_url,
         metavar="URL",
+        deprecated=("prometheus-url",),
         help="base URL of Prometheus' HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
     )
     bearer_token_file: Path | None = setting(
@@ -117,6 +118,8 @@ class PrometheusClientSettings:
 
         The TLS files are loaded here, so a file that is not a certificate or a key that
         does not match is refused at start rather than at the first query."""
+        import ssl
+
         given = f"--{PREFIX}"
         if self.url is None:
             if self.uses_credentials or self.uses_tls_options:
@@ -181,8 +184,10 @@ def _secret(path: Path, flag: str) -> str:
 
 def _load_context(settings: PrometheusClientSettings) -> ssl.SSLContext:
     """A verifying client context from the TLS flags; OSError/SSLError naming the flag."""
+    import ssl
+
     context: ssl.SSLContext = (
-        _NamedContext(ssl.PROTOCOL_TLS_CLIENT, settings.tls_server_name)
+        _named_context_type()(ssl.PROTOCOL_TLS_CLIENT, settings.tls_server_name)
         if settings.tls_server_name
         else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     )
@@ -208,25 +213,31 @@ def _load_context(settings: PrometheusClientSettings) -> ssl.SSLContext:
     return context
 
 
-class _NamedContext(ssl.SSLContext):
-    """A client context that verifies, and sends as SNI, one fixed server name whatever host
-    the URL names (`--prometheus.tls.server-name`): urllib wraps sockets, asyncio (aiohttp)
-    wraps memory BIOs, and both pass the URL's host, which this replaces."""
+@functools.cache
+def _named_context_type() -> type[ssl.SSLContext]:
+    """The type of a client context that verifies, and sends as SNI, one fixed server name
+    whatever host the URL names (`--prometheus.tls.server-name`): urllib wraps sockets,
+    asyncio (aiohttp) wraps memory BIOs, and both pass the URL's host, which it replaces.
+    Declared on first use, so that importing this module does not import ssl."""
+    import ssl
 
-    server_name: str
+    class NamedContext(ssl.SSLContext):
+        server_name: str
 
-    def __new__(cls, protocol: int, server_name: str) -> _NamedContext:
-        context = super().__new__(cls, protocol)
-        context.server_name = server_name
-        return context
+        def __new__(cls, protocol: int, server_name: str) -> NamedContext:
+            context = super().__new__(cls, protocol)
+            context.server_name = server_name
+            return context
 
-    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
-        kwargs["server_hostname"] = self.server_name
-        return super().wrap_socket(*args, **kwargs)
+        def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+            kwargs["server_hostname"] = self.server_name
+            return super().wrap_socket(*args, **kwargs)
 
-    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
-        kwargs["server_hostname"] = self.server_name
-        return super().wrap_bio(*args, **kwargs)
+        def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+            kwargs["server_hostname"] = self.server_name
+            return super().wrap_bio(*args, **kwargs)
+
+    return NamedContext
 
 
 def _signature(paths: tuple[Path | None, ...]) -> tuple[tuple[int, int, int], ...]:
@@ -263,6 +274,8 @@ class PrometheusAccess:
     def ssl_context(self) -> ssl.SSLContext:
         """The client SSL context; loaded again when a TLS file changed since the last one
         (a rotated certificate). A file caught half-written keeps the previous context."""
+        import ssl
+
         now = _signature(self._files)
         with self._lock:
             if now != self._loaded:
@@ -285,6 +298,8 @@ class PrometheusAccess:
             password = _secret(
                 settings.basic_auth_password_file, f"--{PREFIX}.basic-auth.password-file"
             )
+            import base64
+
             pair = f"{settings.basic_auth_username}:{password}".encode()
             return "Basic " + base64.b64encode(pair).decode("ascii")
         return None
@@ -305,6 +320,10 @@ def instant_query(settings: PrometheusClientSettings, expr: str, *, timeout: flo
     Standard library only, for a short-lived command (the Slurm health check). Raises
     PrometheusClientError saying why when Prometheus cannot be reached, refuses the
     credentials or the query, or answers anything but an instant vector."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
     access = PrometheusAccess(settings)
     query = urllib.parse.urlencode({"query": expr})
     request = urllib.request.Request(  # noqa: S310 - an http(s) URL, checked by http_url
@@ -331,6 +350,8 @@ def instant_query(settings: PrometheusClientSettings, expr: str, *, timeout: flo
 
 def _samples(raw: bytes, url: str) -> list[Sample]:
     """The (labels, value) pairs of an API answer holding an instant vector."""
+    import json
+
     try:
         body: Any = json.loads(raw)
     except ValueError as exc:

@@ -18,6 +18,7 @@ import yaml
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
+from fleetwatch.flags import deprecated_flags_used
 from fleetwatch.rules.config import load_config
 from fleetwatch.rules.contract import load_contract
 from fleetwatch.tainter.cli import settings_from_args
@@ -430,10 +431,12 @@ def test_container_args_parse_with_the_real_cli(
     for container in _exporter_containers(release).values():
         exporter = _parse(container["args"], token)
         assert exporter.command == "export"
-        assert exporter.collection_interval == 5.0
+        assert exporter.collector_interval == 5.0
+        assert deprecated_flags_used(exporter) == {}
     if release.of_kind("Deployment"):
         args = _parse(_container(release.one("Deployment"))["args"], token)
         assert args.command == "taint"
+        assert deprecated_flags_used(args) == {}
         tainter = settings_from_args(args)
         assert tainter.controller.dry_run is (name != "no-operator-no-nvidia-runtime")
         assert tainter.election.enabled

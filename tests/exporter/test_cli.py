@@ -92,7 +92,13 @@ def _export_flags() -> list[argparse.Action]:
 
 def test_collector_flags_follow_one_naming_scheme() -> None:
     names = {spec.name for spec in COLLECTORS}
-    engine = {"--collector.timeout", "--collector.max-staleness", "--collector.hang-timeout"}
+    engine = {
+        "--collector.interval",
+        "--collector.timeout",
+        "--collector.max-staleness",
+        "--collector.hang-timeout",
+    }
+    assert not engine & {f"--collector.{name}" for name in names}
     seen = 0
     for action in _export_flags():
         option = next(o for o in action.option_strings if not o.startswith("--no-"))
@@ -100,7 +106,7 @@ def test_collector_flags_follow_one_naming_scheme() -> None:
             continue
         name, _, setting = option.removeprefix("--collector.").partition(".")
         assert name in names, option
-        assert setting == "" or setting.replace("-", "").isalnum(), option
+        assert setting == "" or setting.replace("-", "").replace(".", "").isalnum(), option
         assert action.dest == option.lstrip("-").replace(".", "_").replace("-", "_"), option
         seen += 1
     assert seen > 2 * len(names)
@@ -165,11 +171,11 @@ def test_listen_addresses() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["export", "--collection-interval=soon"], "argument --collection-interval: invalid"),
+        (["export", "--collector.interval=soon"], "argument --collector.interval: invalid"),
         (["export", "--web.listen-address=nowhere"], "invalid listen address 'nowhere'"),
         (["export", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        (["export", "--collection-interval=0s"], "invalid duration '0s': must be between"),
-        (["export", "--collection-interval=1ms"], "'1ms': must be between 100ms"),
+        (["export", "--collector.interval=0s"], "invalid duration '0s': must be between"),
+        (["export", "--collector.interval=1ms"], "'1ms': must be between 100ms"),
         (["export", "--collector.gpu.interval=2d"], "'2d': must be between 100ms and 1h"),
         (["export", "--collector.hang-timeout=400d"], "must be between 1s and 1d"),
         (["export", "--collector.xid.dedup-window=-5"], "invalid duration '-5'"),
@@ -200,13 +206,13 @@ def test_bad_flags_exit_2_with_one_line(
 
 def test_environment_fills_flags_and_command_line_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = build_parser()
-    monkeypatch.setenv("FLEETWATCH_COLLECTION_INTERVAL", "7s")
+    monkeypatch.setenv("FLEETWATCH_COLLECTOR_INTERVAL", "7s")
     monkeypatch.setenv("FLEETWATCH_COLLECTOR_GPU", "false")
     words = env_arguments(subparsers(parser)["export"])
-    assert "--collection-interval=7s" in words
+    assert "--collector.interval=7s" in words
     assert "--no-collector.gpu" in words
-    args = parser.parse_args(["export", *words, "--collection-interval=3s"])
-    assert args.collection_interval == 3.0
+    args = parser.parse_args(["export", *words, "--collector.interval=3s"])
+    assert args.collector_interval == 3.0
     assert args.collector_gpu is False
 
 
@@ -214,10 +220,10 @@ def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     result = run_cli(
         "export",
         "--simulate=dgx-h100",
-        env={"FLEETWATCH_COLLECTION_INTERVAL": "often", "PATH": "/usr/bin:/bin"},
+        env={"FLEETWATCH_COLLECTOR_INTERVAL": "often", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2
-    assert "--collection-interval" in result.stderr
+    assert "--collector.interval" in result.stderr
     assert "invalid duration 'often'" in result.stderr
 
 

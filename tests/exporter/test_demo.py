@@ -29,15 +29,15 @@ from fleetwatch.slurm_demo import missing
         (["demo", "--duration=60"], "invalid duration '60': use whole numbers with units"),
         (["demo", "--orchestrator=nomad"], "argument --orchestrator: invalid choice: 'nomad'"),
         (
-            ["simulate-cluster", "--kubeconfig-out=k", "--web.listen-address=:70000"],
+            ["simulate-cluster", "--out.kubeconfig=k", "--web.listen-address=:70000"],
             "invalid listen address ':70000': port above 65535",
         ),
         (
-            ["simulate-cluster", "--kubeconfig-out=k", "--kubelet-dir=/nonexistent"],
+            ["simulate-cluster", "--out.kubeconfig=k", "--kubelet.socket-dir=/nonexistent"],
             "not a directory: /nonexistent",
         ),
         (
-            ["simulate-cluster", "--kubeconfig-out=k", "--node-scenario=demo-node"],
+            ["simulate-cluster", "--out.kubeconfig=k", "--kubelet.scenario=demo-node"],
             "'demo-node': expected NODE=SCENARIO",
         ),
     ],

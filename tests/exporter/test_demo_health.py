@@ -132,12 +132,12 @@ def test_the_report_over_the_demo_computes_every_section(demo: Demo, tmp_path: P
     status = main(
         [
             "report",
-            f"--prometheus-url={demo.stack.prometheus.url}",
+            f"--prometheus.url={demo.stack.prometheus.url}",
             f"--since={since}s",
             "--step=5s",
             "--bucket=1m",
             f"--out={tmp_path / 'out'}",
-            f"--save-snapshot={tmp_path / 'snapshot'}",
+            f"--snapshot.save={tmp_path / 'snapshot'}",
             "--log.format=text",
         ]
     )

@@ -140,7 +140,7 @@ def live(
     """A real exporter on dgx-h100 and a real Prometheus scraping it as node `node-a`."""
     workdir = tmp_path_factory.mktemp("live")
     with servers.fleetwatch_export(
-        workdir / "exporter", simulate="dgx-h100", args=["--collection-interval=1s"]
+        workdir / "exporter", simulate="dgx-h100", args=["--collector.interval=1s"]
     ) as exporter:
         target = exporter.url.removeprefix("http://")
         scrape = [
@@ -193,7 +193,7 @@ def test_the_demos_scrape_passes_promtool(tmp_path: Path) -> None:
     """The demo scenario's exporter once its first faults have happened (NVLink errors,
     an InfiniBand flap, a lost GPU and its Xid 79 all start within a minute)."""
     with servers.fleetwatch_export(
-        tmp_path, simulate="demo", args=["--collection-interval=1s"]
+        tmp_path, simulate="demo", args=["--collector.interval=1s"]
     ) as exporter:
 
         def after_the_xid() -> bytes | None:

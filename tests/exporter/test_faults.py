@@ -43,7 +43,7 @@ def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Serve
     workdir = tmp_path_factory.mktemp("faults")
     scenario = workdir / "faults.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
-    args = ["--collection-interval=1s", "--collector.hang-timeout=4s"]
+    args = ["--collector.interval=1s", "--collector.hang-timeout=4s"]
     with servers.fleetwatch_export(workdir / "run", simulate=str(scenario), args=args) as server:
         yield server
 

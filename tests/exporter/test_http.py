@@ -176,7 +176,7 @@ async def test_metrics_honours_gzip_q_zero() -> None:
         ("--web.keepalive-timeout=500ms", "invalid duration '500ms': must be between 1s and 1h"),
         ("--web.max-connections=0", "invalid whole number '0': must be in 1..10000"),
         ("--web.max-connections=many", "invalid whole number 'many'"),
-        ("--shutdown-timeout=0s", "invalid duration '0s': must be between 1s and 5m"),
+        ("--shutdown.timeout=0s", "invalid duration '0s': must be between 1s and 5m"),
     ],
 )
 def test_listener_flags_are_bounded(
@@ -193,7 +193,7 @@ def test_listener_flags_are_bounded(
 def test_listener_flags_reach_the_settings() -> None:
     args = build_parser().parse_args(
         ["export", "--web.header-timeout=2s", "--web.keepalive-timeout=1m",
-         "--web.max-connections=8", "--shutdown-timeout=20s"]
+         "--web.max-connections=8", "--shutdown.timeout=20s"]
     )  # fmt: skip
     settings = ExportSettings.from_args(args, ())
     assert settings.listener == ListenerSettings(

@@ -69,7 +69,7 @@ def test_sigterm_while_collections_are_in_flight_exits_in_time(
 ) -> None:
     """Every collector every 100 ms (InfiniBand runs take milliseconds): SIGTERM lands
     while runs are in flight and results are being handed back; repeated to catch races."""
-    args = ["--collection-interval=100ms", "--shutdown-timeout=10s"]
+    args = ["--collector.interval=100ms", "--shutdown.timeout=10s"]
     with servers.fleetwatch_export(tmp_path, simulate="dgx-h100", args=args) as server:
         server.process.send_signal(signal.SIGTERM)
         try:

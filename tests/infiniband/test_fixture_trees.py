@@ -220,12 +220,12 @@ def test_hw_counters_are_read_at_most_every_interval(tmp_path: Path) -> None:
 def test_hw_stats_interval_is_a_bounded_flag() -> None:
     assert InfinibandSettings().hw_stats_interval == 30.0
     parser = build_parser()
-    args = parser.parse_args(["export", "--collector.infiniband.hw-stats-interval=2m"])
+    args = parser.parse_args(["export", "--collector.infiniband.hw-stats.interval=2m"])
     assert ExportSettings.from_args(args, COLLECTORS).collectors["infiniband"] == replace(
         InfinibandSettings(), hw_stats_interval=120.0
     )
     with pytest.raises(SystemExit):
-        parser.parse_args(["export", "--collector.infiniband.hw-stats-interval=0s"])
+        parser.parse_args(["export", "--collector.infiniband.hw-stats.interval=0s"])
 
 
 def _collect_within(collector: InfinibandCollector, seconds: float) -> str:

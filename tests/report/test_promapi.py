@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from fleetwatch.cli import main
+from fleetwatch.promclient import PrometheusAccess, PrometheusClientSettings
 from fleetwatch.report import render
 from fleetwatch.report.analysis import analyse
 from fleetwatch.report.dataset import fetch
@@ -31,8 +32,14 @@ from fleetwatch.report.promapi import (
 )
 from fleetwatch.report.queries import QUERIES, Window
 from fleetwatch.sim.servers import free_port
+from tests.promtls import NAMED_HOST, basic, guarded_api, server_context, write_pki
 
 NAMES = [name for q in QUERIES for name in (*q.required, *(q.any_of() if q.any_of else ()))]
+
+
+def access(url: str, *, token: Path | None = None) -> PrometheusAccess:
+    """How the client reaches `url`, with a bearer token file or without credentials."""
+    return PrometheusAccess(PrometheusClientSettings(url=url, bearer_token_file=token))
 
 
 @dataclass
@@ -126,9 +133,13 @@ def test_chunks_respect_the_point_limit_and_cover_the_range() -> None:
         chunks(10, 0, 60)
 
 
-async def test_long_range_is_chunked_and_merged(fake: tuple[FakePrometheus, TestServer]) -> None:
+async def test_long_range_is_chunked_and_merged(
+    fake: tuple[FakePrometheus, TestServer], tmp_path: Path
+) -> None:
     state, server = fake
-    async with PrometheusClient(url=url(server), concurrency=2, bearer_token="s3cret") as c:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    async with PrometheusClient(access=access(url(server), token=token), concurrency=2) as c:
         answer = await c.query_range("up", start=0, end=25_000 * 60, step=60)
     assert len(state.requests) == 3
     assert len(answer.series) == 1
@@ -142,7 +153,7 @@ async def test_long_range_is_chunked_and_merged(fake: tuple[FakePrometheus, Test
 async def test_5xx_is_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
     state, server = fake
     state.fail_first = 2
-    async with PrometheusClient(url=url(server), retries=3, backoff_s=0.01) as c:
+    async with PrometheusClient(access=access(url(server)), retries=3, backoff_s=0.01) as c:
         answer = await c.query_range("up", start=0, end=60, step=60)
     assert len(state.requests) == 3
     assert len(answer.series) == 1
@@ -151,7 +162,7 @@ async def test_5xx_is_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
 async def test_persistent_5xx_names_the_url(fake: tuple[FakePrometheus, TestServer]) -> None:
     state, server = fake
     state.fail_first = 100
-    async with PrometheusClient(url=url(server), retries=2, backoff_s=0.01) as c:
+    async with PrometheusClient(access=access(url(server)), retries=2, backoff_s=0.01) as c:
         with pytest.raises(PrometheusUnreachable, match=r"after 3 attempts: HTTP 503"):
             await c.query_range("up", start=0, end=60, step=60)
 
@@ -159,7 +170,7 @@ async def test_persistent_5xx_names_the_url(fake: tuple[FakePrometheus, TestServ
 async def test_auth_failure_is_not_retried(fake: tuple[FakePrometheus, TestServer]) -> None:
     state, server = fake
     state.status = 401
-    async with PrometheusClient(url=url(server), backoff_s=0.01) as c:
+    async with PrometheusClient(access=access(url(server)), backoff_s=0.01) as c:
         with pytest.raises(PrometheusAuthError, match="refused the credentials"):
             await c.query_range("up", start=0, end=60, step=60)
     assert len(state.requests) == 1
@@ -172,7 +183,7 @@ async def test_a_rejected_query_fails_only_its_own_tables(
     state.reject = "quantile_over_time(0.99"
     state.names.remove("fleetwatch_infiniband_port_errors_total")
     window = Window(start=0, end=7200, step=60, bucket=3600, threshold_celsius=78)
-    async with PrometheusClient(url=url(server)) as c:
+    async with PrometheusClient(access=access(url(server))) as c:
         dataset = await fetch(c, window)
     assert dataset.problems["temp_p99"] == (
         "query 'max by (node,gpu,uuid) (quantile_over_time(0.99, "
@@ -206,7 +217,7 @@ async def test_a_failed_or_partial_batch_is_named_in_every_section_it_feeds(
     state, server = fake
     state.nodes = ["n1", "n2", "n3"]
     state.faults = {"n2": fault}
-    async with PrometheusClient(url=url(server), retries=0, timeout_s=0.5) as c:
+    async with PrometheusClient(access=access(url(server)), retries=0, timeout_s=0.5) as c:
         dataset = await fetch(c, WINDOW, batch_nodes=1)
     state.release.set()
     batched = [q.name for q in QUERIES if q.batched]
@@ -237,7 +248,7 @@ async def test_batches_cover_every_node_once_and_keep_one_node_per_regex(
 ) -> None:
     state, server = fake
     state.nodes = [f"n{i}.rack" for i in range(5)]
-    async with PrometheusClient(url=url(server), concurrency=2) as c:
+    async with PrometheusClient(access=access(url(server)), concurrency=2) as c:
         dataset = await fetch(c, WINDOW, batch_nodes=2)
     regexes = {m for r in state.requests for m in re.findall(r'node=~"([^"]*)"', r["query"])}
     # A node name's regex metacharacters are escaped (and the escape itself, for PromQL).
@@ -248,7 +259,7 @@ async def test_batches_cover_every_node_once_and_keep_one_node_per_regex(
 
 async def test_unreachable_prometheus() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    async with PrometheusClient(url=dead, retries=1, backoff_s=0.01) as c:
+    async with PrometheusClient(access=access(dead), retries=1, backoff_s=0.01) as c:
         with pytest.raises(PrometheusUnreachable, match=f"cannot reach Prometheus at {dead}"):
             await c.metric_names(start=0, end=60, match=None)
 
@@ -260,7 +271,7 @@ def test_cli_unreachable_exits_1_with_one_clear_line(
     status = main(
         [
             "report",
-            f"--prometheus-url={dead}",
+            f"--prometheus.url={dead}",
             "--query.retries=0",
             f"--out={tmp_path}",
             "--log.format=text",
@@ -274,24 +285,24 @@ def test_cli_unreachable_exits_1_with_one_clear_line(
 @pytest.mark.parametrize(
     ("flag", "message"),
     [
-        ('--node-selector=node=="x"', "invalid node selector"),
+        ('--query.node-selector=node=="x"', "invalid node selector"),
         ("--since=yesterday", "invalid duration"),
         ("--until=noon", "invalid time 'noon'"),
-        ("--prometheus-url=localhost:9090", "invalid URL"),
+        ("--prometheus.url=localhost:9090", "invalid URL"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_problem(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["report", "--prometheus-url=http://127.0.0.1:1", f"--out={tmp_path}", flag])
+        main(["report", "--prometheus.url=http://127.0.0.1:1", f"--out={tmp_path}", flag])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_bad_snapshot_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "snap").mkdir()
-    assert main(["report", f"--from-snapshot={tmp_path / 'snap'}", f"--out={tmp_path}"]) == 1
+    assert main(["report", f"--snapshot.load={tmp_path / 'snap'}", f"--out={tmp_path}"]) == 1
     assert "not a fleetwatch report snapshot" in capsys.readouterr().err
 
 
@@ -302,7 +313,7 @@ def test_window_shorter_than_a_bucket_is_refused_before_any_query(
     status = main(
         [
             "report",
-            f"--prometheus-url={dead}",
+            f"--prometheus.url={dead}",
             "--since=5m",
             f"--out={tmp_path}",
             "--log.format=text",
@@ -313,3 +324,48 @@ def test_window_shorter_than_a_bucket_is_refused_before_any_query(
     assert "--since (5m) is shorter than one --bucket (1h)" in err
     assert "cannot reach Prometheus" not in err
     assert not (tmp_path / "report.html").exists()
+
+
+async def test_the_report_reads_over_tls_with_basic_auth_and_names_refused_credentials(
+    tmp_path: Path,
+) -> None:
+    pki = write_pki(tmp_path / "pki")
+    password = tmp_path / "password"
+    password.write_text("hunter2\n")
+    context = server_context(pki.named_cert, pki.named_key)
+    with guarded_api(context, lambda: basic("report", "hunter2")) as api:
+        settings = PrometheusClientSettings(
+            url=api.url,
+            basic_auth_username="report",
+            basic_auth_password_file=password,
+            tls_ca_file=pki.ca,
+            tls_server_name=NAMED_HOST,
+        )
+        async with PrometheusClient(access=PrometheusAccess(settings)) as client:
+            answer = await client.query_range("up", start=0, end=60, step=60)
+            assert [s.labels for s in answer.series] == [{"node": "gpu-1"}]
+            password.write_text("wrong")
+            with pytest.raises(PrometheusAuthError, match=r"--prometheus\.basic-auth"):
+                await client.query_range("up", start=0, end=60, step=60)
+        assert api.queries == ["up"]
+
+
+def test_the_old_report_flags_still_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    status = main(
+        [
+            "report",
+            f"--prometheus-url={dead}",
+            '--node-selector=node="a"',
+            "--query.retries=0",
+            f"--out={tmp_path}",
+            "--log.format=text",
+        ]
+    )
+    assert status == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach Prometheus at {dead}" in err
+    assert "use --prometheus.url (FLEETWATCH_PROMETHEUS_URL)" in err
+    assert "use --query.node-selector (FLEETWATCH_QUERY_NODE_SELECTOR)" in err

@@ -107,13 +107,13 @@ def run_report(
         status = main(
             [
                 "report",
-                f"--prometheus-url={url}",
+                f"--prometheus.url={url}",
                 "--since=30m",
                 f"--until={END}",
                 "--step=60s",
                 "--bucket=10m",
                 f"--out={root / 'out'}",
-                f"--save-snapshot={root / 'snapshot'}",
+                f"--snapshot.save={root / 'snapshot'}",
                 "--log.format=text",
             ]
         )

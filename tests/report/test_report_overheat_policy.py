@@ -87,7 +87,7 @@ def report(url: str, out: Path) -> Path:
     status = main(
         [
             "report",
-            f"--prometheus-url={url}",
+            f"--prometheus.url={url}",
             f"--since={HOURS}h",
             f"--until={END}",
             "--step=60s",

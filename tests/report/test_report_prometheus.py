@@ -49,7 +49,7 @@ def report(prom: Server, out: Path, *extra: str) -> int:
     return main(
         [
             "report",
-            f"--prometheus-url={prom.url}",
+            f"--prometheus.url={prom.url}",
             f"--since={int(SPEC.hours)}h",
             f"--until={SPEC.end}",
             "--step=60s",
@@ -65,7 +65,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("report")
     plan = backfill_fleet(SPEC, root)
     with history_prometheus(root) as prom:
-        status = report(prom, root / "out", f"--save-snapshot={root / 'snapshot'}")
+        status = report(prom, root / "out", f"--snapshot.save={root / 'snapshot'}")
         yield Run(prom=prom, plan=plan, out=root / "out", snapshot=root / "snapshot", status=status)
 
 
@@ -213,7 +213,7 @@ def test_missing_collector_is_named_and_other_sections_still_render(run: Run) ->
 
 
 def test_snapshot_round_trip_gives_identical_tables(run: Run, tmp_path: Path) -> None:
-    assert main(["report", f"--from-snapshot={run.snapshot}", f"--out={tmp_path}"]) == 0
+    assert main(["report", f"--snapshot.load={run.snapshot}", f"--out={tmp_path}"]) == 0
     live = sorted((run.out / "tables").iterdir())
     assert [p.name for p in live] == sorted(p.name for p in (tmp_path / "tables").iterdir())
     for path in live:
@@ -226,7 +226,7 @@ def test_snapshot_round_trip_gives_identical_tables(run: Run, tmp_path: Path) ->
 
 def test_node_selector_limits_the_report(run: Run, tmp_path: Path) -> None:
     node = run.plan.hot_gpu[0]
-    assert report(run.prom, tmp_path, f'--node-selector=node="{node}"') == 0
+    assert report(run.prom, tmp_path, f'--query.node-selector=node="{node}"') == 0
     assert set(
         table(Run(run.prom, run.plan, tmp_path, tmp_path, 0), "gpu_temperatures")["node"]
     ) == {node}
@@ -243,7 +243,7 @@ def test_empty_window_says_so_and_exits_nonzero(
     status = main(
         [
             "report",
-            f"--prometheus-url={run.prom.url}",
+            f"--prometheus.url={run.prom.url}",
             "--since=1h",
             f"--until={SPEC.start - 86400}",
             f"--out={tmp_path}",

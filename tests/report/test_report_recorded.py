@@ -50,12 +50,12 @@ def report(url: str, out: Path, *, hours: int = int(SPEC.hours)) -> Path:
     status = main(
         [
             "report",
-            f"--prometheus-url={url}",
+            f"--prometheus.url={url}",
             f"--since={hours}h",
             f"--until={SPEC.end}",
             "--step=60s",
             f"--out={out / 'report'}",
-            f"--save-snapshot={out / 'snapshot'}",
+            f"--snapshot.save={out / 'snapshot'}",
             "--log.format=text",
         ]
     )

@@ -53,7 +53,7 @@ def report(url: str, out: Path) -> Path:
     status = main(
         [
             "report",
-            f"--prometheus-url={url}",
+            f"--prometheus.url={url}",
             f"--since={int(SPEC.hours)}h",
             f"--until={SPEC.end}",
             "--step=60s",

@@ -89,9 +89,9 @@ def simulated_nodes(
             command="simulate-cluster",
             ready_path="/metrics",
             args=[
-                *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
-                f"--kubelet-dir={workdir}",
-                f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
+                *(f"--kubelet.scenario={node}={path}" for node, path in scenarios.items()),
+                f"--kubelet.socket-dir={workdir}",
+                f"--out.kubeconfig={workdir / 'kubeconfig.yaml'}",
             ],
         )
     )
@@ -102,7 +102,7 @@ def simulated_nodes(
                 workdir / node,
                 simulate=str(path),
                 args=[
-                    "--collection-interval=1s",
+                    "--collector.interval=1s",
                     f"--collector.podresources.socket={workdir / f'{node}.sock'}",
                     "--collector.podresources.refresh-interval=1s",
                     *exporter_args(node),

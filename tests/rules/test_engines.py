@@ -159,7 +159,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
             fleetwatch_export(
                 workdir / "exporter",
                 simulate=str(workdir / "story.yaml"),
-                args=["--collection-interval=1s"],
+                args=["--collector.interval=1s"],
             )
         )
         started = time.monotonic()

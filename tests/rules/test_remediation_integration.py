@@ -30,6 +30,7 @@ import aiohttp
 import pytest
 
 from fleetwatch.durations import parse_duration
+from fleetwatch.promclient import PrometheusAccess, PrometheusClientSettings
 from fleetwatch.rules.config import Config, load_config
 from fleetwatch.rules.contract import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.rules.definitions import CHECKPOINT_READ_ONLY_REMOUNT_RECORD
@@ -291,7 +292,7 @@ def test_the_tainter_reads_the_same_answers_at_the_present(history: History) -> 
         async with aiohttp.ClientSession() as session:
             evidence = PrometheusEvidence(
                 session=session,
-                url=history.prom.url,
+                access=PrometheusAccess(PrometheusClientSettings(url=history.prom.url)),
                 queries=CLEAR_QUERIES,
                 metrics=TainterMetrics(),
             )

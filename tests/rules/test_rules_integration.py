@@ -132,7 +132,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     scenario = workdir / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     with fleetwatch_export(
-        workdir / "exporter", simulate=str(scenario), args=["--collection-interval=1s"]
+        workdir / "exporter", simulate=str(scenario), args=["--collector.interval=1s"]
     ) as exporter:
         target = exporter.url.removeprefix("http://")
         scrape = {

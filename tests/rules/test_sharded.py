@@ -128,9 +128,9 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
                 command="simulate-cluster",
                 ready_path="/metrics",
                 args=[
-                    *(f"--node-scenario={node}={path}" for node, path in scenarios.items()),
-                    f"--kubelet-dir={workdir}",
-                    f"--kubeconfig-out={workdir / 'kubeconfig.yaml'}",
+                    *(f"--kubelet.scenario={node}={path}" for node, path in scenarios.items()),
+                    f"--kubelet.socket-dir={workdir}",
+                    f"--out.kubeconfig={workdir / 'kubeconfig.yaml'}",
                 ],
             )
         )
@@ -141,7 +141,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
                     workdir / node,
                     simulate=str(path),
                     args=[
-                        "--collection-interval=1s",
+                        "--collector.interval=1s",
                         f"--collector.podresources.socket={workdir / f'{node}.sock'}",
                         "--collector.podresources.refresh-interval=1s",
                     ],

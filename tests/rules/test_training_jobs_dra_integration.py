@@ -6,9 +6,10 @@ claim `llm-gpus` (the simulated kubelet reports them in `dynamic_resources`). A 
 kube-apiserver holds the ResourceSlices NVIDIA's DRA driver would publish for each node;
 they are created only after the exporters run (which shows the watch, not only the first
 list, resolves the claims). Each exporter resolves its node's claims with
-`--collector.podresources.dra=on --node-name=NODE` and the chart's exporter ServiceAccount
-(RBAC applied from the rendered chart). A real Prometheus runs the shipped recording and
-alert rules: every GPU gets the job's identity, and GPUStraggler names the throttled one.
+`--collector.podresources.dra=on --collector.podresources.node-name=NODE` and the chart's
+exporter ServiceAccount (RBAC applied from the rendered chart). A real Prometheus runs the
+shipped recording and alert rules: every GPU gets the job's identity, and GPUStraggler names
+the throttled one.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def dra_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraJob]:
             scenarios,
             lambda node: (
                 "--collector.podresources.dra=on",
-                f"--node-name={node}",
+                f"--collector.podresources.node-name={node}",
                 f"--kubeconfig={kube.kubeconfig(exporter_identity)}",
             ),
         )

@@ -78,7 +78,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
     kmsg = workdir / "kmsg"
     kmsg.write_text(record(1, an_hour_ago(), xid_message(CRITICAL_XID)))
     args = [
-        "--collection-interval=1s",
+        "--collector.interval=1s",
         "--collector.xid.source=kmsg",
         f"--collector.xid.kmsg-path={kmsg}",
     ]

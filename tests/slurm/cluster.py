@@ -16,5 +16,5 @@ def fleetwatch_script(action: str, maps: str) -> list[str]:
         "sh",
         "-c",
         f"exec {sys.executable} -m fleetwatch slurm {action} "
-        f'--mapping-dir="{maps}/$SLURMD_NODENAME"',
+        f'--slurm.mapping-dir="{maps}/$SLURMD_NODENAME"',
     ]

@@ -168,7 +168,7 @@ def healthcheck(
             "fleetwatch",
             "slurm",
             "healthcheck",
-            f"--exporter-url={url}",
+            f"--exporter.url={url}",
             f"--healthcheck.rules-config={rules.config}",
             f"--healthcheck.contract={rules.contract}",
             *args,

@@ -75,7 +75,7 @@ def clean(slurm: SlurmCluster) -> Iterator[SlurmCluster]:
 
 
 def test_critical_condition_drains_this_node(clean: SlurmCluster, degraded: Server) -> None:
-    done, seconds = healthcheck(clean, "gpu02", f"--exporter-url={degraded.url}")
+    done, seconds = healthcheck(clean, "gpu02", f"--exporter.url={degraded.url}")
     assert done.returncode == 0, done.stderr
     assert "GPUFabricDegraded" in done.stdout
     node = clean.wait_for("gpu02", "DRAIN", timeout=10)
@@ -83,13 +83,13 @@ def test_critical_condition_drains_this_node(clean: SlurmCluster, degraded: Serv
     assert "DRAIN" not in clean.state("gpu01")
     assert seconds < SLURM_LIMIT / 2
     # Run again: drained already, left as it is (and never resumed).
-    again, _ = healthcheck(clean, "gpu02", f"--exporter-url={degraded.url}")
+    again, _ = healthcheck(clean, "gpu02", f"--exporter.url={degraded.url}")
     assert "already drained" in again.stderr
     assert clean.node("gpu02")["Reason"] == node["Reason"]
 
 
 def test_healthy_node_is_left_alone(clean: SlurmCluster, healthy: Server) -> None:
-    done, _ = healthcheck(clean, "gpu01", f"--exporter-url={healthy.url}")
+    done, _ = healthcheck(clean, "gpu01", f"--exporter.url={healthy.url}")
     assert done.returncode == 0, done.stderr
     assert "healthy" in done.stdout
     assert "DRAIN" not in clean.state("gpu01")
@@ -97,14 +97,14 @@ def test_healthy_node_is_left_alone(clean: SlurmCluster, healthy: Server) -> Non
 
 def test_a_persons_drain_is_kept(clean: SlurmCluster, degraded: Server) -> None:
     clean.drain("gpu01", "bad PSU, ticket 123")
-    done, _ = healthcheck(clean, "gpu01", f"--exporter-url={degraded.url}")
+    done, _ = healthcheck(clean, "gpu01", f"--exporter.url={degraded.url}")
     assert done.returncode == 0
     assert "already drained" in done.stderr
     assert clean.node("gpu01")["Reason"].startswith("bad PSU, ticket 123 [root@")
 
 
 def test_without_an_exporter_it_collects_once(clean: SlurmCluster, degraded_scenario: Path) -> None:
-    """Nothing answers at --exporter-url (a socket that accepts and never answers, as a
+    """Nothing answers at --exporter.url (a socket that accepts and never answers, as a
     wedged exporter does): the check runs the collectors once itself (here on the simulated
     GB200), still drains, and stays inside Slurm's limit."""
     with socket.socket() as silent:
@@ -114,7 +114,7 @@ def test_without_an_exporter_it_collects_once(clean: SlurmCluster, degraded_scen
         done, seconds = healthcheck(
             clean,
             "gpu02",
-            f"--exporter-url={url}",
+            f"--exporter.url={url}",
             env={"FLEETWATCH_SIMULATE": str(degraded_scenario)},
         )
     assert done.returncode == 0, done.stderr
@@ -124,7 +124,7 @@ def test_without_an_exporter_it_collects_once(clean: SlurmCluster, degraded_scen
 
 
 def test_unknown_node_is_named_and_nothing_drains(clean: SlurmCluster, degraded: Server) -> None:
-    done, _ = healthcheck(clean, "gpu09", f"--exporter-url={degraded.url}")
+    done, _ = healthcheck(clean, "gpu09", f"--exporter.url={degraded.url}")
     assert done.returncode == 0
     assert "gpu09" in done.stderr
     assert "unknown_node" in done.stderr
@@ -138,7 +138,7 @@ def test_slurmd_runs_it_as_health_check_program(degraded: Server, tmp_path: Path
     check = [sys.executable, "-m", "fleetwatch", "slurm", "healthcheck"]
     with slurm_cluster(
         tmp_path / "cluster",
-        health_check=[*check, f"--exporter-url={degraded.url}"],
+        health_check=[*check, f"--exporter.url={degraded.url}"],
         health_check_interval=5,
     ) as cluster:
         for name in cluster.nodes:

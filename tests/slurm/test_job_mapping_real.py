@@ -42,7 +42,7 @@ def test_prolog_mapping_is_what_the_exporter_exports(slurm: SlurmCluster, tmp_pa
         with fleetwatch_export(
             tmp_path / "exporter",
             simulate="dgx-h100",
-            args=[f"--mapping-dir={slurm.workdir / MAPS / 'gpu01'}"],
+            args=[f"--slurm.mapping-dir={slurm.workdir / MAPS / 'gpu01'}"],
         ) as exporter:
             samples = parse_exposition(http_get(exporter.url + "/metrics").decode())
         allocated = [

@@ -174,7 +174,7 @@ def test_prolog_command_imports_almost_nothing(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         "from fleetwatch.cli import main\n"
-        f"main(['slurm', 'prolog', '--mapping-dir={tmp_path}'])\n"
+        f"main(['slurm', 'prolog', '--slurm.mapping-dir={tmp_path}'])\n"
         "print('\\n'.join(sorted(sys.modules)))\n"
     )
     done = subprocess.run(

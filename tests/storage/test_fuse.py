@@ -5,7 +5,7 @@ slowly or fail writes. The exporter is `fleetwatch export --simulate dgx-h100` w
 FUSE mount named by `--collector.storage.mounts` (under simulation, named mounts are the
 real ones). While the mount hangs, /metrics keeps answering with every other collector's
 series, the mount turns hung, at most one stuck call is counted whatever the number of
-cycles, and SIGTERM ends the process within --shutdown-timeout; when the server answers
+cycles, and SIGTERM ends the process within --shutdown.timeout; when the server answers
 again the mount recovers. Wall times are printed, never asserted.
 """
 
@@ -70,10 +70,10 @@ def mount(tmp_path: Path) -> Iterator[FuseMount]:
 
 def _export(tmp_path: Path, mount: FuseMount, *extra: str) -> list[str]:
     return [
-        "--collection-interval=500ms",
+        "--collector.interval=500ms",
         f"--collector.storage.mounts={mount.mountpoint}",
         f"--collector.storage.hung-timeout={HUNG_TIMEOUT:g}s",
-        f"--shutdown-timeout={SHUTDOWN_TIMEOUT:g}s",
+        f"--shutdown.timeout={SHUTDOWN_TIMEOUT:g}s",
         *extra,
     ]
 

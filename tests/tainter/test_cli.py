@@ -248,8 +248,8 @@ def test_renamed_listener_flag_keeps_its_old_spelling_for_one_release(
     [
         ("--untaint.hold=8d", "invalid duration '8d': must be between 0s and 7d"),
         ("--untaint.hold=-1s", "invalid duration '-1s'"),
-        ("--reconcile-interval=0s", "invalid duration '0s': must be between 1s and 1h"),
-        ("--reconcile-interval=2h", "invalid duration '2h': must be between 1s and 1h"),
+        ("--reconcile.interval=0s", "invalid duration '0s': must be between 1s and 1h"),
+        ("--reconcile.interval=2h", "invalid duration '2h': must be between 1s and 1h"),
         ("--kube.concurrency=0", "invalid whole number '0': must be in 1..1000"),
         ("--kube.concurrency=5000", "invalid whole number '5000': must be in 1..1000"),
         ("--untaint.clear-celsius=0", "invalid number '0': must be in 1..150"),
@@ -299,3 +299,74 @@ def test_every_duration_and_number_flag_is_bounded(command: str) -> None:
         for bad in ("-1", "nan", "inf", "1e12", "x"):
             with pytest.raises(argparse.ArgumentTypeError):
                 action.type(bad)
+
+
+def test_the_prometheus_client_group_reaches_the_tainter(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    settings = cli.settings_from_args(
+        parse(
+            "taint",
+            "--web.insecure-no-token",
+            "--prometheus.url=https://prometheus:9090",
+            f"--prometheus.bearer-token-file={token}",
+            "--prometheus.tls.server-name=prometheus.monitoring.svc",
+        )
+    )
+    assert settings.prometheus.url == "https://prometheus:9090"
+    assert settings.prometheus.bearer_token_file == token
+    assert settings.prometheus.tls_server_name == "prometheus.monitoring.svc"
+    assert cli.settings_from_args(parse("taint", "--web.insecure-no-token")).prometheus.url is None
+
+
+@pytest.mark.parametrize(
+    ("words", "problem"),
+    [
+        (["--prometheus.basic-auth.username=u"], "--prometheus.url is needed"),
+        (
+            ["--prometheus.url=http://p:9090", "--prometheus.basic-auth.username=u", "BEARER"],
+            "--prometheus.bearer-token-file and --prometheus.basic-auth.* exclude each other",
+        ),
+        (
+            ["--prometheus.url=http://p:9090", "--prometheus.tls.server-name=p"],
+            "--prometheus.tls.* needs an https:// --prometheus.url",
+        ),
+    ],
+)
+def test_a_client_option_that_cannot_be_honoured_stops_the_start(
+    tmp_path: Path, words: list[str], problem: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    bearer = f"--prometheus.bearer-token-file={token}"
+    argv = ["taint", "--web.insecure-no-token", *(bearer if w == "BEARER" else w for w in words)]
+    with pytest.raises(SystemExit) as exit_:
+        cli.settings_from_args(parse(*argv))
+    message = str(exit_.value)
+    assert message.startswith("fleetwatch taint: error: ")
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_the_renamed_tainter_flags_keep_their_old_spellings() -> None:
+    args = parse_args(
+        [
+            "taint",
+            "--web.insecure-no-token",
+            "--prometheus-url=http://p:9090",
+            "--alertmanager-url=http://a:9093",
+            "--reconcile-interval=1m",
+            "--node-selector=gpu=true",
+        ]
+    )
+    settings = cli.settings_from_args(args)
+    assert settings.prometheus.url == "http://p:9090"
+    assert settings.alertmanager_url == "http://a:9093"
+    assert settings.reconcile_interval == 60.0
+    assert settings.controller.node_selector == "gpu=true"
+    assert deprecated_flags_used(args) == {
+        "--prometheus-url": "--prometheus.url",
+        "--alertmanager-url": "--alertmanager.url",
+        "--reconcile-interval": "--reconcile.interval",
+        "--node-selector": "--breaker.node-selector",
+    }

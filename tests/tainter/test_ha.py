@@ -124,7 +124,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
                         f"--kubeconfig={kubeconfig}",
                         "--breaker.max-new-taints=1",
                         "--breaker.max-fraction=1",
-                        "--reconcile-interval=2s",
+                        "--reconcile.interval=2s",
                         "--taint.declared-reasons=gpu-overheat,gpu-lost",
                         *LEASE_FLAGS,
                     ],

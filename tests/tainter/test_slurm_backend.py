@@ -307,7 +307,7 @@ def slurm_settings(fake: FakeSlurm, state: Path, *extra: str) -> Any:
             "--leader-elect.lease-duration=2s",
             "--leader-elect.renew-deadline=1500ms",
             "--leader-elect.retry-period=200ms",
-            "--reconcile-interval=1s",
+            "--reconcile.interval=1s",
             "--taint.allow-undeclared-reasons",
             *extra,
         ]

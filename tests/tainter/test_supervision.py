@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from fleetwatch.promclient import PrometheusAccess, PrometheusClientSettings
 from fleetwatch.sim.kubeapi import FakeCluster
 from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.metrics import TainterMetrics
@@ -108,7 +109,7 @@ async def test_prometheus_and_api_failures_are_counted_and_the_loop_keeps_runnin
     async with aiohttp.ClientSession() as session:
         evidence = PrometheusEvidence(
             session=session,
-            url=url,
+            access=PrometheusAccess(PrometheusClientSettings(url=url)),
             queries={"gpu-overheat": 'up{node="$node"} == 1'},
             metrics=metrics,
             timeout=0.2,

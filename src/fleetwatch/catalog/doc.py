@@ -151,7 +151,7 @@ its `statvfs` series are absent until the call returns. NFS counters are exporte
     (
         "Slurm jobs",
         """\
-Collector `slurmjobs`: the mapping directory (`--mapping-dir`, default
+Collector `slurmjobs`: the mapping directory (`--slurm.mapping-dir`, default
 `/run/fleetwatch/slurm-jobs`) that `fleetwatch slurm prolog` and `epilog` keep, and
 dcgm-exporter's HPC job-mapping files in the same directory (docs/slurm.md). Each GPU a Slurm
 job holds is a `fleetwatch_gpu_allocation_info` series with `namespace="slurm"` and the job

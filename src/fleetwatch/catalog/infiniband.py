@@ -212,7 +212,7 @@ INFINIBAND_PORT_HW_STAT_TOTAL: Final = MetricSpec(
     source=(
         '`hw_counters/*` (port level; `port=""` for device level), raw names, '
         "`lifespan` excluded; read at most every "
-        "`--collector.infiniband.hw-stats-interval` (30 s; the driver refreshes them "
+        "`--collector.infiniband.hw-stats.interval` (30 s; the driver refreshes them "
         "from the device, on mlx5 with firmware commands, whenever a read finds its "
         "`lifespan` cache older than 10 ms), the port counters every collection; "
         "**lean profile** (`--no-collector.infiniband.hw-stats`): not exported"

@@ -25,7 +25,7 @@ SLURM_JOB_INFO: Final = MetricSpec(
     ("job_id", "user", "partition", "nodes"),
     unit="info (1)",
     source=(
-        "the mapping directory (`--mapping-dir`) that `fleetwatch slurm prolog` writes; "
+        "the mapping directory (`--slurm.mapping-dir`) that `fleetwatch slurm prolog` writes; "
         "jobs known only from dcgm-exporter's mapping format have no user or partition "
         "and are not listed here"
     ),
