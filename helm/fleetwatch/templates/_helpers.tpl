@@ -27,6 +27,24 @@
 {{- default (printf "%s-token" (include "fleetwatch.tainter.fullname" .)) .Values.tainter.webhookToken.existingSecret }}
 {{- end }}
 
+{{/* The Secrets holding the tainter's Prometheus credentials, by the folder each is mounted
+in under /etc/fleetwatch/prometheus (YAML: name: secret). */}}
+{{- define "fleetwatch.tainter.prometheusSecrets" -}}
+{{- $client := .Values.tainter.prometheusClient }}
+{{- with $client.bearerToken.secret }}
+token: {{ . }}
+{{- end }}
+{{- if $client.basicAuth.username }}
+password: {{ required "tainter.prometheusClient.basicAuth.secret: the Secret holding the password" $client.basicAuth.secret }}
+{{- end }}
+{{- with $client.tls.caSecret }}
+ca: {{ . }}
+{{- end }}
+{{- with $client.tls.clientCertSecret }}
+client: {{ . }}
+{{- end }}
+{{- end }}
+
 {{/* The breaker's --breaker.max-new-taints: the deprecated tainter.breaker.maxNodes when
 set (0 included), else tainter.breaker.maxNewTaints. */}}
 {{- define "fleetwatch.tainter.maxNewTaints" -}}
