@@ -2,7 +2,7 @@
 
 node_exporter, dcgm-exporter and every exporter built on exporter-toolkit take one YAML file
 for TLS, mutual TLS, basic auth and response headers; fleets already write it. This module
-reads that format (docs/web-configuration.md of prometheus/exporter-toolkit) the way
+reads that format (exporter-toolkit's "Web configuration" document) the way
 exporter-toolkit does: a key it does not know is refused, relative paths are relative to the
 file's folder, bcrypt hashes and header values are checked, the certificate and key must
 load. Every refusal names the key. What Python's `ssl` cannot honour is refused by name too,
