@@ -175,5 +175,4 @@ async def test_a_stalled_handshake_is_closed_within_the_header_timeout(tmp_path:
             while not listener.handshakes:  # accepted, waiting for a ClientHello never sent
                 await asyncio.sleep(0.01)
             assert await reader.read() == b""
-        assert not listener.handshakes
         writer.close()
