@@ -56,9 +56,12 @@ SELF_METRICS = (
     COLLECTOR_ERRORS_TOTAL,
     COLLECTOR_HUNG,
     COLLECTOR_SKIPPED_RUNS_TOTAL,
+)
+WEB_CONFIG_METRICS = (
     WEB_CONFIG_RELOAD_ERRORS_TOTAL,
     WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
 )
+"""Self-metrics shown only when the exporter serves under `--web.config.file`."""
 
 
 class WebConfigReloads(Protocol):
@@ -425,10 +428,13 @@ class Engine:
             out.add(COLLECTOR_ERRORS_TOTAL.name, name, state.errors)
             out.add(COLLECTOR_HUNG.name, name, 1.0 if hung else 0.0)
             out.add(COLLECTOR_SKIPPED_RUNS_TOTAL.name, name, state.skipped)
-        if self._web_config is not None:
-            web = self._web_config
-            out.add(WEB_CONFIG_RELOAD_ERRORS_TOTAL.name, (), web.reload_errors)
-            out.add(
-                WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS.name, (), web.last_reload_success
-            )
-        return out.families()
+        if self._web_config is None:
+            return out.families()
+        web = FamilyBuilder(WEB_CONFIG_METRICS)
+        web.add(WEB_CONFIG_RELOAD_ERRORS_TOTAL.name, (), self._web_config.reload_errors)
+        web.add(
+            WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS.name,
+            (),
+            self._web_config.last_reload_success,
+        )
+        return out.families() + web.families()
