@@ -289,7 +289,9 @@ def _run_taint(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     host, port = WEBHOOK.read(args).listen_address
-    if settings.token_file is None:
+    config_file = settings.listener.config_file
+    basic_auth = config_file is not None and bool(check_web_config(config_file).users)
+    if settings.token_file is None and not basic_auth:
         log.warning("webhook authentication is OFF (--web.insecure-no-token)")
     return run_tainter(settings, host=host, port=port)
 
