@@ -63,3 +63,63 @@ app.kubernetes.io/component: {{ index . 1 }}
 - --log.format={{ .Values.log.format }}
 - --log.level={{ .Values.log.level }}
 {{- end }}
+
+{{/* The Secret holding COMPONENT's serving certificate (tls.crt, tls.key, ca.crt): the
+user's, or <component fullname>-tls (what the chart's cert-manager Certificate writes).
+Called with (list $ "exporter"|"tainter"). */}}
+{{- define "fleetwatch.web.tlsSecret" -}}
+{{- $root := index . 0 }}{{- $component := index . 1 }}
+{{- $tls := (index $root.Values $component).web.tls }}
+{{- default (printf "%s-tls" (include (printf "fleetwatch.%s.fullname" $component) $root)) $tls.secretName }}
+{{- end }}
+
+{{/* COMPONENT's --web.config.file argument, when its web TLS is on. Called with a dict
+of root and component, as the web helpers below. */}}
+{{- define "fleetwatch.web.args" -}}
+{{- if (index .root.Values .component).web.tls.enabled }}
+- --web.config.file=/etc/fleetwatch/web/web-config.yml
+{{- end }}
+{{- end }}
+
+{{/* The probe handler of COMPONENT on PORT for PATH: HTTPS when web TLS is on, a TCP
+connect with mutual TLS (a kubelet probe presents no client certificate, and exporter-toolkit
+guards every path: docs/deploy.md), plain HTTP otherwise. Called with a dict of root,
+component, port, path. */}}
+{{- define "fleetwatch.web.probe" -}}
+{{- $tls := (index .root.Values .component).web.tls }}
+{{- if and $tls.enabled $tls.clientAuth }}
+tcpSocket:
+  port: {{ .port }}
+{{- else }}
+httpGet:
+  path: {{ .path }}
+  port: {{ .port }}
+  {{- if $tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The volume mounts of COMPONENT's web config and certificate, when web TLS is on. */}}
+{{- define "fleetwatch.web.volumeMounts" -}}
+{{- if (index .root.Values .component).web.tls.enabled }}
+- name: web-config
+  mountPath: /etc/fleetwatch/web
+  readOnly: true
+- name: web-tls
+  mountPath: /etc/fleetwatch/web-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volumes of COMPONENT's web config (a ConfigMap) and certificate (its Secret). */}}
+{{- define "fleetwatch.web.volumes" -}}
+{{- if (index .root.Values .component).web.tls.enabled }}
+- name: web-config
+  configMap:
+    name: {{ include (printf "fleetwatch.%s.fullname" .component) .root }}-web-config
+- name: web-tls
+  secret:
+    secretName: {{ include "fleetwatch.web.tlsSecret" (list .root .component) }}
+{{- end }}
+{{- end }}
