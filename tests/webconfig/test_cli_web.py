@@ -4,17 +4,28 @@ start (a refusal names the key), and how it meets the tainter's own webhook auth
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fleetwatch.cli import build_parser
 from fleetwatch.tainter import cli
-from tests.exporter.test_cli import run_cli
 from tests.webconfig.serving import bcrypt_hash
 
 TOOLKIT = Path(__file__).parent / "toolkit"
 MUTUAL = "tls_config_noAuth.requireandverifyclientcert.good.yml"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleetwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def parse(*argv: str) -> argparse.Namespace:
