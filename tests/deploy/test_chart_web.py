@@ -1,7 +1,7 @@
-"""The chart's web TLS (`exporter.web.tls`, `tainter.web.tls`): `--web.config.file` from a
-ConfigMap with the certificate from its Secret (or a cert-manager Certificate), the probes
-over HTTPS (a TCP connect with mutual TLS), the ServiceMonitors and the AlertmanagerConfig
-speaking TLS to match, the NetworkPolicies unchanged."""
+"""The chart's web TLS and basic auth (`exporter.web`, `tainter.web.tls`): `--web.config.file`
+from a Secret with the certificate from its own Secret (or a cert-manager Certificate), the
+probes over HTTPS (a TCP connect with mutual TLS or basic auth), the ServiceMonitors and the
+AlertmanagerConfig speaking TLS and basic auth to match, the NetworkPolicies unchanged."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ WEB_OVERRIDES: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"tlsClientSecret": "prometheus-client"},
     },
 }
+HASH = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
+BASIC = {
+    "exporter": {
+        "web": {"tls": {"enabled": True}, "basicAuth": {"users": {"prometheus": HASH}}},
+    },
+    "serviceMonitor": {"basicAuthSecret": "prometheus-basic-auth"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +44,18 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Rel
     certificates = fakekube.Kind("cert-manager.io/v1", "Certificate", "certificates")
     api = fakekube.FakeKubeApi(kinds=(*fakekube.CORE_KINDS, *fakekube.OPERATOR_KINDS, certificates))
     with fakekube.serve(api, path) as served:
-        overrides = {"defaults": {}, **WEB_OVERRIDES}
+        overrides = {"defaults": {}, "web-basic": BASIC, **WEB_OVERRIDES}
         yield {name: install(served, values) for name, values in overrides.items()}
 
 
-@pytest.mark.parametrize("name", list(WEB_OVERRIDES))
-def test_helm_lint_is_clean(name: str, tmp_path: Path) -> None:
-    assert lint(tmp_path, WEB_OVERRIDES[name]) == []
+@pytest.mark.parametrize("values", [*WEB_OVERRIDES.values(), BASIC])
+def test_helm_lint_is_clean(values: dict[str, Any], tmp_path: Path) -> None:
+    assert lint(tmp_path, values) == []
+
+
+def test_helm_lint_refuses_a_password_for_a_hash(tmp_path: Path) -> None:
+    plain = {"exporter": {"web": {"basicAuth": {"users": {"prometheus": "s3cret"}}}}}
+    assert lint(tmp_path, plain)
 
 
 def _pods(release: Release) -> dict[str, dict[str, Any]]:
@@ -55,9 +67,9 @@ def _pods(release: Release) -> dict[str, dict[str, Any]]:
 
 def _config(release: Release, component: str, tmp_path: Path) -> Path:
     """The component's rendered web config, its certificate paths pointing at a test PKI."""
-    (configmap,) = [
+    (secret_object,) = [
         o
-        for o in release.of_kind("ConfigMap")
+        for o in release.of_kind("Secret")
         if o["metadata"]["name"].endswith(f"-{component}-web-config")
     ]
     pki = write_pki(tmp_path / component)
@@ -69,7 +81,9 @@ def _config(release: Release, component: str, tmp_path: Path) -> Path:
         (pki.ca, "ca.crt"),
     ):
         shutil.copy(source, secret / name)
-    text = configmap["data"]["web-config.yml"].replace("/etc/fleetwatch/web-tls", str(secret))
+    text = secret_object["stringData"]["web-config.yml"].replace(
+        "/etc/fleetwatch/web-tls", str(secret)
+    )
     path = tmp_path / f"{component}-web-config.yml"
     path.write_text(text)
     return path
@@ -87,7 +101,9 @@ def test_every_listener_serves_the_web_config_file(
         secret = "fleet-serving" if mutual else f"fw-fleetwatch-{component}-tls"
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["web-tls"]["secret"]["secretName"] == secret
-        assert volumes["web-config"]["configMap"]["name"] == f"fw-fleetwatch-{component}-web-config"
+        assert (
+            volumes["web-config"]["secret"]["secretName"] == f"fw-fleetwatch-{component}-web-config"
+        )
         for container in pod["containers"]:
             assert "--web.config.file=/etc/fleetwatch/web/web-config.yml" in container["args"]
             mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -151,3 +167,24 @@ def test_cert_manager_writes_the_serving_secrets(releases: dict[str, Release]) -
 @pytest.mark.parametrize("name", list(WEB_OVERRIDES))
 def test_network_policies_are_unchanged(releases: dict[str, Release], name: str) -> None:
     assert releases[name].of_kind("NetworkPolicy") == releases["defaults"].of_kind("NetworkPolicy")
+
+
+def test_basic_auth_on_the_exporter(releases: dict[str, Release], tmp_path: Path) -> None:
+    release = releases["web-basic"]
+    config = check_web_config(_config(release, "exporter", tmp_path))
+    assert config.users == {"prometheus": HASH.encode()}
+    for container in _pods(release)["exporter"]["containers"]:
+        for probe in (container["livenessProbe"], container["readinessProbe"]):
+            assert "httpGet" not in probe  # the kubelet sends no password
+            assert "tcpSocket" in probe
+    monitors = {
+        m["metadata"]["labels"]["app.kubernetes.io/component"]: m["spec"]["endpoints"]
+        for m in release.of_kind("ServiceMonitor")
+    }
+    for endpoint in monitors["exporter"]:
+        assert endpoint["basicAuth"] == {
+            "username": {"name": "prometheus-basic-auth", "key": "username"},
+            "password": {"name": "prometheus-basic-auth", "key": "password"},
+        }
+    assert all("basicAuth" not in e and "scheme" not in e for e in monitors["tainter"])
+    assert not [s for s in release.of_kind("Secret") if "tainter-web" in s["metadata"]["name"]]
