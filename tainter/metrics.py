@@ -11,7 +11,11 @@ import platform
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from fleetwatch import __version__
-from fleetwatch.catalog.exporter import BUILD_INFO
+from fleetwatch.catalog.exporter import (
+    BUILD_INFO,
+    WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    WEB_CONFIG_RELOAD_ERRORS_TOTAL,
+)
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.catalog.tainter import (
     TAINTER_API_CONFLICTS_TOTAL,
@@ -96,6 +100,18 @@ class TainterMetrics:
 
         self.evictions = _counter(TAINTER_EVICTIONS_TOTAL, self.registry)
         self.node_condition_writes = _counter(TAINTER_NODE_CONDITION_WRITES_TOTAL, self.registry)
+
+        self.web_config_reload_errors = _counter(WEB_CONFIG_RELOAD_ERRORS_TOTAL, self.registry)
+        self.web_config_last_reload = _gauge(
+            WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, self.registry
+        )
+
+    def web_config_reloaded(self, ok: bool) -> None:
+        """`--web.config.file` (or a file it names) changed and loaded, or did not."""
+        if ok:
+            self.web_config_last_reload.set_to_current_time()
+        else:
+            self.web_config_reload_errors.inc()
 
     def refused_connection(self, why: str) -> None:
         """The listener closed a connection (`too_many`, `header_timeout`)."""

@@ -73,7 +73,7 @@ def _error(status: int, reason: str) -> web.Response:
 def _authorized(request: web.Request) -> bool:
     auth = request.app.get(AUTH_KEY)
     if auth is None:
-        return True  # started with the explicit insecure flag
+        return True  # no token: the insecure flag, or --web.config.file basic auth guards all
     return auth.accepts(request.headers.get("Authorization", ""))
 
 
