@@ -140,8 +140,9 @@ class PrometheusClient:
         params: list[tuple[str, str]] = [("start", _ts(start)), ("end", _ts(end))]
         if match:
             params.append(("match[]", match))
-        data, _ = await self._get(f"/api/v1/label/{label}/values", params, what=f"{label} values")
-        return {str(value) for value in data or ()}
+        what = f"{label} values"
+        data, _ = await self._get(f"/api/v1/label/{label}/values", params, what=what)
+        return label_set(data, what=what)
 
     async def query_range(self, expr: str, *, start: float, end: float, step: float) -> Answer:
         """Evaluate `expr` over [start, end] every `step` seconds; chunks are merged per series,
@@ -167,9 +168,10 @@ class PrometheusClient:
 
     async def _query_chunk(self, expr: str, *, start: float, end: float, step: float) -> Answer:
         params = [("query", expr), ("start", _ts(start)), ("end", _ts(end)), ("step", _ts(step))]
-        data, warnings = await self._get("/api/v1/query_range", params, what=f"query {expr!r}")
+        what = f"query {expr!r}"
+        data, warnings = await self._get("/api/v1/query_range", params, what=what)
         self.progress.update(1)
-        return Answer([_series(item) for item in data["result"]], warnings)
+        return Answer(range_series(data, what=what), warnings)
 
     async def _get(
         self, path: str, params: Sequence[tuple[str, str]], *, what: str
@@ -220,18 +222,37 @@ class PrometheusClient:
 def _json(raw: bytes, status: int, url: str) -> dict[str, Any]:
     try:
         body = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer") from exc
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or (body.get("status") == "success" and "data" not in body):
         raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer")
     return body
+
+
+def range_series(data: Any, *, what: str) -> list[Series]:
+    """The series of a range query's `data`; QueryError when it is not a matrix of
+    `[time, "value"]` pairs (a proxy's page, another engine's shape, a truncated body)."""
+    try:
+        return [_series(item) for item in data["result"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise QueryError(f"{what}: not a range query answer: {exc!r}") from exc
+
+
+def label_set(data: Any, *, what: str) -> set[str]:
+    """The values of a label values answer's `data` (a list of strings)."""
+    if data is None:
+        return set()
+    if not isinstance(data, list):
+        raise QueryError(f"{what}: not a list of label values: {str(data)[:80]!r}")
+    return {str(value) for value in data}
 
 
 def _warnings(body: dict[str, Any]) -> list[str]:
     """Why a successful answer may be incomplete: Prometheus' `warnings` (a store or shard
     that did not answer, behind Thanos or Mimir) and VictoriaMetrics' `isPartial` (a
     vmstorage node that did not answer)."""
-    warnings = [str(w) for w in body.get("warnings") or ()]
+    raw = body.get("warnings") or []
+    warnings = [str(w) for w in raw] if isinstance(raw, list) else [str(raw)]
     if body.get("isPartial") is True:
         warnings.append("partial response: some storage nodes did not answer (isPartial)")
     return warnings
@@ -239,9 +260,12 @@ def _warnings(body: dict[str, Any]) -> list[str]:
 
 def _series(item: dict[str, Any]) -> Series:
     values = item.get("values", [])
+    timestamps = [float(t) for t, _ in values]
+    if not all(math.isfinite(t) for t in timestamps):  # JSON may hold 1e999 or Infinity
+        raise ValueError("a sample time that is not a finite number")
     return Series(
         labels={str(k): str(v) for k, v in item["metric"].items()},
-        timestamps=[float(t) for t, _ in values],
+        timestamps=timestamps,
         values=[float(v) for _, v in values],
     )
 

@@ -312,6 +312,10 @@ def _read_yaml(path: Path | None, source: str) -> Any:
         return yaml.safe_load(path.read_text() if path is not None else shipped_text("config.yaml"))
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: not valid YAML: nested too deep") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
 

@@ -423,6 +423,8 @@ def load_scenario(spec: str) -> Scenario:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: nested too deep") from exc
     return parse_scenario(data, source=source, name=name)
 
 

@@ -98,9 +98,11 @@ def parse_perfquery(text: str) -> PerfqueryCounters:
         if match is None:
             continue
         try:
-            values[match.group(1)] = int(match.group(2), 0)
+            value = int(match.group(2), 0)
         except ValueError:
             continue
+        if value >= 0:  # no counter is negative: "-1" is garbage, not a reading
+            values[match.group(1)] = value
     if header is None:
         raise IbToolError(f"perfquery printed no counters header: {text.strip()[:120]!r}")
     cap2 = header.group("cap2")

@@ -21,6 +21,15 @@ leave out, and PCI addresses with or without a domain, are read. A line that is 
 record with a timestamp, or an Xid, SXid or fallen-off-the-bus record whose fields do not
 parse, gives `Unreadable` with a bounded reason (`no_timestamp`, `malformed`, `binary`)
 and a sentence saying why (the collector counts it): never an exception, never an event.
+
+Only the kernel is trusted. `<prio>` is the syslog priority, facility * 8 + level; the kernel
+logs with facility 0 (`kern`), and a record a process writes to /dev/kmsg gets the user
+facility (1) unless it names another, never 0 (printk_dev_write). Any root process of any
+container that can open /dev/kmsg could otherwise forge an Xid and have its node drained, so a
+record of another facility that reads as an event gives `Unreadable` with reason `user_space`
+(counted, logged once), never the event. A record longer than the kernel ever hands out
+(`MAX_RECORD` characters) is `malformed`, unread: it did not come from the kernel either, and
+a line of megabytes must not cost the regexes their time.
 """
 
 from __future__ import annotations
@@ -41,8 +50,14 @@ from fleetwatch.collectors.sources.kmsg_storage import StorageEvent, parse_stora
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH: Final = Path("/dev/kmsg")
-# "<prio>,<seq>,<usec since boot>,<flags>[,...];<message>" — the /dev/kmsg record header.
-_RECORD: Final = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+# "<prio>,<seq>,<usec since boot>,<flags>[,...];<message>" — the /dev/kmsg record header. The
+# numbers are bounded (a u64 has 20 digits) so that int() never meets a runaway digit string.
+_RECORD: Final = re.compile(r"^(\d{1,20}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)$")
+# The kernel's own facility (LOG_KERN): prio >> 3 of every record printk wrote.
+KERNEL_FACILITY: Final = 0
+# The longest line /dev/kmsg hands out: one read of a record fills at most CONSOLE_EXT_LOG_MAX
+# (8192) bytes, header, escaped message and dictionary together.
+MAX_RECORD: Final = 8192
 # The kernel escapes every byte of a message below 0x20 (newline, tab) or above 0x7e as
 # "\xNN"; a literal backslash arrives as "\x5c", so each "\xNN" is exactly one byte.
 _ESCAPE: Final = re.compile(r"\\x([0-9a-fA-F]{2})")
@@ -56,14 +71,13 @@ _XID: Final = re.compile(
 )
 # The driver's own fallen-off-the-bus report, one record whose lines the driver splits:
 #   "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:2901) installed in this system
-#    has\nNVRM: fallen off the bus and is not responding to commands." (PCI ID optional),
+#    has\nNVRM: fallen off the bus and is not responding to commands." (PCI ID optional; as
+#    NVIDIA's NVSentinel reads it, whatever stands between the address and "fallen off the
+#    bus": "The NVIDIA GPU 0000:b3:00.0 has fallen off the bus" too),
 #   "NVRM: GPU 0000:91:00.0: GPU has fallen off the bus." (also "GPU at PCI:...", a bus id
 #    without domain, or no id at all).
 _FALLEN: Final = (
-    re.compile(
-        rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})(?: \(PCI ID: [0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}}\))?"
-        r" installed in this system has fallen off the bus"
-    ),
+    re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})\b.{{0,200}}?fallen off the bus", re.DOTALL),
     re.compile(rf"NVRM: (?:GPU (?:at )?(?:PCI:)?(?P<pci>{_PCI}): )?GPU has fallen off the bus"),
 )
 # "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ..." opens an SXid;
@@ -135,14 +149,20 @@ class SwitchXid:
     seconds: float
 
 
-UnreadableReason = Literal["no_timestamp", "malformed", "binary"]
-UNREADABLE_REASONS: Final[tuple[UnreadableReason, ...]] = ("no_timestamp", "malformed", "binary")
+UnreadableReason = Literal["no_timestamp", "malformed", "binary", "user_space"]
+UNREADABLE_REASONS: Final[tuple[UnreadableReason, ...]] = (
+    "no_timestamp",
+    "malformed",
+    "binary",
+    "user_space",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Unreadable:
-    """A line that is not a timestamped record, or an Xid, SXid or fallen-off-the-bus record
-    that does not parse: `reason` is the bounded class (a metric label), `why` says what."""
+    """A line that is not a timestamped record, an Xid, SXid or fallen-off-the-bus record
+    that does not parse, or an event's text in a record the kernel did not write: `reason` is
+    the bounded class (a metric label), `why` says what."""
 
     reason: UnreadableReason
     why: str
@@ -210,16 +230,34 @@ def parse_record(line: str) -> KernelEvent | Unreadable | None:
     r"""The event in one kmsg record; None for other messages and continuation lines.
 
     The message is unescaped first, so a report the driver printed over several lines (one
-    record, its newlines escaped as "\x0a") is matched whole."""
+    record, its newlines escaped as "\x0a") is matched whole. An event's text in a record of
+    another facility than the kernel's is `Unreadable` (`user_space`), not an event."""
     if not line.strip() or line[0].isspace():  # blank, or a record's " KEY=value" line
         return None
+    if len(line) > MAX_RECORD:
+        return Unreadable(
+            reason="malformed", why=f"longer than any kernel record ({MAX_RECORD})", line=line
+        )
     record = _RECORD.match(line)
     if record is None:
         return Unreadable(
             reason="no_timestamp", why="not a prio,seq,usec,flags;message record", line=line
         )
-    sequence, seconds = int(record[2]), int(record[3]) / 1e6
-    message = unescape(record[4])
+    found = _event(unescape(record[4]), line, sequence=int(record[2]), seconds=int(record[3]) / 1e6)
+    facility = int(record[1]) >> 3
+    if found is None or facility == KERNEL_FACILITY:
+        return found
+    return Unreadable(
+        reason="user_space",
+        why=f"written to the kernel log from user space (facility {facility}), not by the kernel",
+        line=line,
+    )
+
+
+def _event(
+    message: str, line: str, *, sequence: int, seconds: float
+) -> KernelEvent | Unreadable | None:
+    """The event one unescaped message tells of, whoever wrote it."""
     if "NVRM: Xid" in message:
         xid = _XID.search(message)
         if xid is None or int(xid["xid"]) == 0:
@@ -258,6 +296,14 @@ def parse_record(line: str) -> KernelEvent | Unreadable | None:
         if "NVRM:" in message:
             return _unreadable(line, message, "fallen-off-the-bus")
     return parse_storage(message, sequence=sequence, seconds=seconds)
+
+
+def _decode(line: bytes) -> str:
+    """A record's text; a line longer than any record stays longer once decoded (one
+    character per byte), so that parse_record knows it for what it is."""
+    if len(line) <= MAX_RECORD:
+        return line.decode(errors="replace")
+    return line[: MAX_RECORD + 1].decode("ascii", errors="replace")
 
 
 class KernelLog(Protocol):
@@ -310,8 +356,11 @@ class KmsgReader:
                 break
             chunks.append(data)
         text = self._partial + b"".join(chunks)
-        *lines, self._partial = text.split(b"\n")
-        return [line.decode(errors="replace") for line in lines]
+        *lines, partial = text.split(b"\n")
+        # A line longer than any record (only a file holds one) keeps only what shows it too
+        # long: memory stays bounded however long the line, and parse_record skips it.
+        self._partial = partial[: MAX_RECORD + 1]
+        return [_decode(line) for line in lines]
 
     def now(self) -> float:
         return time.clock_gettime(time.CLOCK_MONOTONIC)

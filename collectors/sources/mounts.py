@@ -66,6 +66,13 @@ NETWORK_FSTYPES: Final = frozenset(
 SECTOR_BYTES: Final = 512
 _OCTAL: Final = re.compile(r"\\([0-7]{3})")
 _PER_OP: Final = re.compile(r"\s*([A-Z_0-9]+):\s+([0-9 ]+)\s*")
+# A counter as the kernel writes one: ASCII digits, at most a u64's 20 (str.isdigit() also
+# takes "²", which int() refuses, and int() refuses 4300 digits or more).
+_COUNT: Final = re.compile(r"[0-9]{1,20}")
+
+
+def _is_count(text: str) -> bool:
+    return _COUNT.fullmatch(text) is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +194,7 @@ def parse_mountinfo(text: str, path: str = "mountinfo") -> Parsed:
             )
             continue
         major, _, minor = fields[2].partition(":")
-        if not (fields[0].isdigit() and major.isdigit() and minor.isdigit()):
+        if not (_is_count(fields[0]) and _is_count(major) and _is_count(minor)):
             reason = f"bad mount id or MAJ:MIN {fields[0]!r} {fields[2]!r}"
             problems.append(LineProblem(path=path, line=number, reason=reason))
             continue
@@ -256,7 +263,10 @@ class _NfsBlock:
             match = _PER_OP.fullmatch(line)
             if match is None:
                 return f"not a per-op statistics line: {line.strip()[:60]!r}"
-            found = _operation(match.group(1), [int(n) for n in match.group(2).split()])
+            numbers = match.group(2).split()
+            if not all(_is_count(n) for n in numbers):
+                return f"operation {match.group(1)}: a counter of over 20 digits"
+            found = _operation(match.group(1), [int(n) for n in numbers])
             if isinstance(found, str):
                 return found
             self.operations.append(found)
@@ -265,7 +275,7 @@ class _NfsBlock:
             self.in_operations = True
         elif key == "bytes":
             numbers = value.split()
-            if len(numbers) != 8 or not all(n.isdigit() for n in numbers):
+            if len(numbers) != 8 or not all(_is_count(n) for n in numbers):
                 return f"bytes: expected 8 counters, got {value.strip()[:60]!r}"
             self.bytes = [int(n) for n in numbers]
         elif key == "xprt":
@@ -335,7 +345,7 @@ def parse_diskstats(text: str, path: str = "diskstats") -> Parsed:
         if not fields:
             continue
         numbers = fields[:2] + fields[3:]
-        if len(fields) < 14 or not all(n.isdigit() for n in numbers):
+        if len(fields) < 14 or not all(_is_count(n) for n in numbers):
             reason = f"expected MAJ MIN NAME and 11 or more counters: {line.strip()[:60]!r}"
             problems.append(LineProblem(path=path, line=number, reason=reason))
             continue
@@ -374,11 +384,11 @@ def parse_llite_stats(
         fields = line.split()
         if not fields or fields[0] in ("snapshot_time", "start_time", "elapsed_time"):
             continue
-        if len(fields) < 4 or fields[2] != "samples" or not fields[1].isdigit():
+        if len(fields) < 4 or fields[2] != "samples" or not _is_count(fields[1]):
             return LineProblem(path=path, line=number, reason=f"not a stats line: {line[:60]!r}")
         name, count = fields[0], int(fields[1])
         if name in ("read_bytes", "write_bytes"):
-            if len(fields) < 7 or not fields[6].isdigit():
+            if len(fields) < 7 or not _is_count(fields[6]):
                 return LineProblem(path=path, line=number, reason=f"{name}: no sum of bytes")
             if name == "read_bytes":
                 read_bytes = int(fields[6])

@@ -150,9 +150,19 @@ class ApiError(Exception):
         self.status = status
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is an object; an empty one for anything else a broken slice holds."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    """`value` when it is a string, else "" (a field of the wrong type is not read)."""
+    return value if isinstance(value, str) else ""
+
+
 def _attribute(device: Mapping[str, Any], name: str) -> str:
     """A device attribute as text (`{string|int|bool|version: value}`), "" when absent."""
-    value = (device.get("attributes") or {}).get(name) or {}
+    value = _mapping(_mapping(device.get("attributes")).get(name))
     for kind in ("string", "version", "int", "bool"):
         if kind in value:
             return str(value[kind])
@@ -160,23 +170,27 @@ def _attribute(device: Mapping[str, Any], name: str) -> str:
 
 
 def slice_devices(obj: Mapping[str, Any]) -> tuple[SliceDevice, ...]:
-    """The devices of one ResourceSlice object (the drivers we resolve; others skipped)."""
-    spec = obj.get("spec") or {}
-    driver = spec.get("driver", "")
-    if driver not in DRIVERS:
+    """The devices of one ResourceSlice object (the drivers we resolve; others skipped).
+    Parts of the wrong shape (a slice edited by hand, a driver's bug) are not read: a device
+    that is not an object or has no name is left out, a field of another type reads as ""."""
+    spec = _mapping(_mapping(obj).get("spec"))
+    driver = _text(spec.get("driver"))
+    devices = spec.get("devices")
+    if driver not in DRIVERS or not isinstance(devices, list):
         return ()
-    pool = (spec.get("pool") or {}).get("name", "")
+    pool = _text(_mapping(spec.get("pool")).get("name"))
     return tuple(
         SliceDevice(
             driver=driver,
             pool=pool,
-            name=device.get("name", ""),
+            name=_text(device["name"]),
             uuid=_attribute(device, "uuid"),
             kind=_attribute(device, "type"),
             product=_attribute(device, "productName"),
             profile=_attribute(device, "profile") or _attribute(device, "migProfile"),
         )
-        for device in spec.get("devices") or ()
+        for device in devices
+        if isinstance(device, Mapping) and _text(device.get("name"))
     )
 
 

@@ -62,8 +62,9 @@ _UNAVAILABLE: Final = frozenset(
     {errno.EINVAL, errno.ENOSYS, errno.EACCES, errno.EPERM, errno.EOPNOTSUPP, errno.ENOENT}
 )
 _READ_SIZE: Final = 256
-_STATE = re.compile(r"\s*(\d+)\s*:\s*(\S.*?)\s*")
-_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec\b.*")
+# ASCII digits of a bounded count: int() refuses 4300 digits, float() makes 400 of them inf.
+_STATE = re.compile(r"\s*([0-9]{1,9})\s*:\s*(\S.*?)\s*")
+_RATE = re.compile(r"\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*Gb/sec\b.*")
 
 
 class FileAccess(Protocol):

@@ -304,7 +304,12 @@ def wait_for_unreadable(
 ) -> None:
     """Wait until the unreadable-record counters read these counts (the records before
     them have been handled by then)."""
-    expected = {("no_timestamp",): no_timestamp, ("malformed",): malformed, ("binary",): 0.0}
+    expected = {
+        ("no_timestamp",): no_timestamp,
+        ("malformed",): malformed,
+        ("binary",): 0.0,
+        ("user_space",): 0.0,
+    }
     servers.wait_until(
         lambda: family(collector, "fleetwatch_kmsg_unreadable_records_total") == expected,
         timeout=10,
@@ -600,6 +605,7 @@ def test_kernel_log_recovery_actions_nvlink5_decode_and_driver_texts(tmp_path: P
             ("no_timestamp",): 0.0,
             ("malformed",): 0.0,
             ("binary",): 0.0,
+            ("user_space",): 0.0,
         }
     finally:
         collector.close()

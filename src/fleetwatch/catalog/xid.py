@@ -148,21 +148,24 @@ KMSG_UNREADABLE_RECORDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_unreadable_records_total",
     "counter",
     (
-        "Kernel-log lines that are not timestamped records, or Xid, SXid or "
-        "fallen-off-the-bus records that do not parse (malformed) or hold binary data."
+        "Kernel-log lines that are not timestamped records, Xid, SXid or "
+        "fallen-off-the-bus records that do not parse (malformed) or hold binary data, or "
+        "an event's text written from user space (ignored: only the kernel is trusted)."
     ),
     ("reason",),
     unit="records",
     source=(
         "kernel-log lines skipped; the first of each reason is logged with a sentence saying why"
     ),
-    series="3",
+    series="4",
     label_values={
         "reason": (
             "(`no_timestamp`: not a `prio,seq,usec,flags;message` record; "
             "`malformed`: an Xid, SXid or fallen-off-the-bus record whose fields do not "
-            "parse, truncated ones included; `binary`: such a record holding control bytes "
-            "or invalid UTF-8)"
+            "parse, truncated ones included, and lines longer than any kernel record; "
+            "`binary`: such a record holding control bytes or invalid UTF-8; `user_space`: "
+            "an Xid, fallen-off-the-bus, SXid or storage event's text in a record of another "
+            "facility than the kernel's, which any process that can write /dev/kmsg can forge)"
         ),
     },
 )

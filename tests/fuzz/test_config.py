@@ -1,0 +1,126 @@
+"""Files an operator writes, fuzzed: simulator scenario files (the shipped scenarios) and the
+rules config's override file (docs/configuration.md's example and parts of the shipped config).
+A file is a scenario or config, or `ScenarioError`/`ConfigError` naming what is wrong; a
+config never carries a threshold that is not a finite number."""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+from hypothesis import given
+
+from fleetwatch.rules.config import Config, ConfigError, load_config, parameters, shipped_text
+from fleetwatch.sim.scenario import BUILTIN_PACKAGE, Scenario, ScenarioError, load_scenario
+from tests.fuzz.harness import FUZZ, exercise
+from tests.fuzz.mutations import mutated_bytes, mutated_tree
+
+SCENARIOS: Final = tuple(
+    resource.read_bytes()
+    for resource in importlib.resources.files(BUILTIN_PACKAGE).iterdir()
+    if resource.name.endswith(".yaml")
+)
+
+
+def _scenario(raw: bytes) -> Scenario:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fuzzed.yaml"
+        path.write_bytes(raw)
+        return load_scenario(str(path))
+
+
+def scenario_holds(scenario: Scenario) -> None:
+    assert 0 <= scenario.gpus <= 72
+    assert 0 <= scenario.nvlinks_per_gpu <= 36
+    assert all(fault.at >= 0 for fault in scenario.faults)
+
+
+@FUZZ
+@given(mutated_bytes(SCENARIOS, huge=65536))
+def test_scenario_file(raw: bytes) -> None:
+    exercise("scenario file", _scenario, raw, errors=(ScenarioError,), holds=scenario_holds)
+
+
+SHIPPED: Final = yaml.safe_load(shipped_text("config.yaml"))
+OVERRIDES: Final[tuple[Any, ...]] = (
+    {
+        "thresholds": {
+            "gpu_temperature_celsius": 83,
+            "untaint_gpu_temperature_celsius": 79,
+            "untaint_hold_down": "5m",
+            "job_busy_ratio": 0.4,
+            "overheat_policy": [
+                {"model": "NVIDIA H100 80GB HBM3", "celsius": 80},
+                {"model": "NVIDIA B200", "margin_celsius": 5},
+            ],
+        },
+        "alerts": {"GPUOverheating": {"for": "30s"}},
+    },
+    {"thresholds": SHIPPED["thresholds"]},
+    {"alerts": SHIPPED["alerts"]},
+    {key: SHIPPED[key] for key in ("selectors", "intervals", "training_jobs")},
+)
+_NOT_FINITE: Final = frozenset({"nan", "inf", "+inf", "-inf", ".nan", ".inf", "-.inf"})
+
+
+def _override(text: bytes) -> Config:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "override.yaml"
+        path.write_bytes(text)
+        return load_config(override=path)
+
+
+def config_holds(config: Config) -> None:
+    for name, value in parameters(config).items():
+        assert isinstance(value, str), name
+        assert value.strip().lower() not in _NOT_FINITE, (name, value)
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        assert math.isfinite(number), (name, value)
+
+
+@FUZZ
+@given(mutated_tree(OVERRIDES))
+def test_rules_override_tree(tree: Any) -> None:
+    exercise(
+        "rules config override (YAML values)",
+        _override,
+        yaml.safe_dump(tree).encode(),
+        errors=(ConfigError,),
+        holds=config_holds,
+    )
+
+
+@FUZZ
+@given(mutated_bytes([yaml.safe_dump(tree).encode() for tree in OVERRIDES], huge=65536))
+def test_rules_override_bytes(raw: bytes) -> None:
+    exercise(
+        "rules config override (file bytes)",
+        _override,
+        raw,
+        errors=(ConfigError,),
+        holds=config_holds,
+    )
+
+
+def test_an_override_that_is_not_utf8_is_a_config_error() -> None:
+    """Found by the fuzzer: a file of bytes that are not UTF-8 raised UnicodeDecodeError."""
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        _override(b"\xff\xfethresholds: {}\n")
+
+
+def test_yaml_nested_too_deep_is_a_config_or_scenario_error() -> None:
+    """Found by the fuzzer: PyYAML recurses once per level, and 10000 levels of `[` raised
+    RecursionError out of the config and scenario loaders."""
+    deep = b"thresholds: " + b"[" * 10000 + b"\n"
+    with pytest.raises(ConfigError, match="nested too deep"):
+        _override(deep)
+    with pytest.raises(ScenarioError, match="nested too deep"):
+        _scenario(deep)

@@ -1,0 +1,184 @@
+"""InfiniBand input, fuzzed: sysfs port state and rate strings and counter files (the
+ConnectX-7 tree of tests/infiniband/fixtures.py), `perfquery` and `ibstat` output (the
+infiniband-diags formats the tool tests hold). Garbage is None or a problem, an absent
+header is `IbToolError`; no counter is negative, no rate NaN or infinite."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Final
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetwatch.collectors.sources.ibtools import (
+    IbstatCa,
+    IbToolError,
+    PerfqueryCounters,
+    parse_ibstat,
+    parse_perfquery,
+)
+from fleetwatch.collectors.sources.sysfs import (
+    IbReading,
+    InfinibandSysfs,
+    parse_rate_gbps,
+    parse_state,
+)
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, finite_number
+from tests.fuzz.mutations import MIB, mutated_text
+from tests.infiniband.fixtures import CX7_COUNTERS, CX7_HW_COUNTERS, add_device, ib_port
+
+STATES: Final = ("4: ACTIVE", "1: DOWN", "7: Phy Test", "5: LinkUp", "3: Disabled", "N/A")
+RATES: Final = ("400 Gb/sec (4X NDR)", "200 Gb/sec (2X NDR)", "2.5 Gb/sec (1X SDR)", "N/A")
+# infiniband-diags' formats, as tests/infiniband/test_ibtools.py holds them.
+PERFQUERY: Final = (
+    "# Port extended counters: Lid 2 port 1 (CapMask: 0x5300 CapMask2: 0x0000002)\n"
+    "PortSelect:......................1\nCounterSelect:...................0x0000\n"
+    "PortXmitData:....................1000\nPortRcvData:.....................2000\n"
+    "SymbolErrorCounter:..............70000\nLinkDownedCounter:...............300\n"
+    "PortXmitWait:....................5000000000\n",
+    "# Port extended counters: Lid 2 port 1 (CapMask: 0x5A00)\n"
+    "PortSelect:......................1\nPortXmitData:....................1000\n"
+    "SymbolErrorCounter:..............0\n",
+    "# Port counters: Lid 2 port 1 (CapMask: 0x5A00)\nPortSelect:......................1\n"
+    "SymbolErrorCounter:..............65535\nPortRcvRemPhysErrors:............4\n"
+    "PortXmitWait:....................4294967295\n",
+    "ibwarn: [1234] mad_rpc_open_port: can't open UMAD port ((null):0)\n"
+    "ibpanic: [1234] main: can't open UMAD port ((null):0)\n",
+)
+IBSTAT: Final = (
+    "CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.39.1002\n"
+    "\tHardware version: 0\n\tNode GUID: 0xa088c20300b10000\n"
+    "\tSystem image GUID: 0xa088c20300b10000\n\tPort 1:\n\t\tState: Active\n"
+    "\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tBase lid: 17\n\t\tLMC: 0\n\t\tSM lid: 1\n"
+    "\t\tCapability mask: 0xa751e848\n\t\tPort GUID: 0xa088c20300b10001\n"
+    "\t\tLink layer: InfiniBand\n\t\tEffective speed: 400\n"
+    "CA 'mlx5_1'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState:   Down\n"
+    "\t\tPhysical state: Disabled\n\t\tRate: 10\n\t\tBase lid: 65535\n"
+    "CA 'mlx5_10'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n"
+    "\t\tPhysical state: LinkUp\n\t\tRate: 200\nCA 'mlx5_2'\n",
+    "ibwarn: [77] umad_get_ca: can't open mlx5_3\nibpanic: [77] main: stat of CA failed\n",
+)
+
+
+def state_holds(found: tuple[int, str] | None) -> None:
+    if found is not None:
+        finite_counts((found[0],))
+        bounded_label(found[1], 2 * MIB)
+
+
+@FUZZ
+@given(mutated_text(STATES))
+def test_sysfs_port_state(text: str) -> None:
+    line = text.split("\n", 1)[0].strip()  # what the reader hands over: the first line
+    exercise("InfiniBand sysfs state", parse_state, line, holds=state_holds)
+
+
+@FUZZ
+@given(mutated_text(RATES))
+def test_sysfs_rate(text: str) -> None:
+    line = text.split("\n", 1)[0].strip()
+    exercise(
+        "InfiniBand sysfs rate",
+        parse_rate_gbps,
+        line,
+        holds=finite_number,
+        malformed=lambda rate: rate is None,
+    )
+
+
+def reading_holds(reading: IbReading) -> None:
+    """Every counter None (unreadable) or a non-negative integer; every port state sane."""
+    finite_counts(value for value in reading.values if value is not None)
+    for port in reading.ports:
+        if port is None:
+            continue
+        finite_number(port.rate_gbps)
+        finite_counts(n for n in (port.state_id, port.phys_state_id) if n is not None)
+
+
+COUNTER_FILES: Final = {**CX7_COUNTERS, **{f"hw:{k}": v for k, v in CX7_HW_COUNTERS.items()}}
+_FILE_TEXT: Final = mutated_text((*COUNTER_FILES.values(), "N/A (no PMA)", "0x1f"), huge=65536)
+
+
+@FUZZ
+@given(
+    st.fixed_dictionaries(dict.fromkeys(COUNTER_FILES, _FILE_TEXT)),
+    st.tuples(mutated_text(STATES), mutated_text(STATES), mutated_text(RATES)),
+)
+def test_sysfs_counter_tree(files: dict[str, str], port: tuple[str, str, str]) -> None:
+    """A ConnectX-7 port whose every counter file and state file holds mutated text."""
+    counters = {k: v for k, v in files.items() if not k.startswith("hw:")}
+    hw = {k[3:]: v for k, v in files.items() if k.startswith("hw:")}
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        state, phys_state, rate = (text.replace("/", "_") for text in port)
+        tree = ib_port(
+            state=state, phys_state=phys_state, rate=rate, counters=counters, hw_counters=hw
+        )
+        add_device(root, "mlx5_0", ports={1: tree})
+        sysfs = InfinibandSysfs(root=root)
+        try:
+            sysfs.discover()
+            exercise(
+                "InfiniBand sysfs counters",
+                lambda _: sysfs.read(),
+                None,
+                malformed=lambda reading: bool(reading.problems),
+                holds=reading_holds,
+            )
+        finally:
+            sysfs.close()
+
+
+def perfquery_holds(found: PerfqueryCounters) -> None:
+    finite_counts(found.values.values())
+    finite_counts(found.error_counters().values())
+    finite_counts((found.cap_mask, *(() if found.cap_mask2 is None else (found.cap_mask2,))))
+
+
+@FUZZ
+@given(mutated_text(PERFQUERY))
+def test_perfquery(text: str) -> None:
+    exercise(
+        "perfquery output", parse_perfquery, text, errors=(IbToolError,), holds=perfquery_holds
+    )
+
+
+def ibstat_holds(cas: list[IbstatCa]) -> None:
+    for ca in cas:
+        bounded_label(ca.name, 2 * MIB)
+        finite_counts(n for n in (ca.number_of_ports,) if n is not None)
+        for port in ca.ports:
+            finite_counts((port.port,))
+            finite_number(port.rate_gbps)
+            finite_counts(n for n in (port.base_lid, port.sm_lid) if n is not None)
+
+
+@FUZZ
+@given(mutated_text(IBSTAT))
+def test_ibstat(text: str) -> None:
+    exercise(
+        "ibstat output",
+        parse_ibstat,
+        text,
+        malformed=lambda cas: not all(ca.complete for ca in cas),
+        holds=ibstat_holds,
+    )
+
+
+def test_perfquery_negative_counter_is_not_read() -> None:
+    """Found by the fuzzer: `int(text, 0)` reads "-1", which no counter can hold."""
+    found = parse_perfquery(PERFQUERY[1].replace("..1\n", "..-1\n", 1))
+    assert "PortSelect" not in found.values
+    assert found.values["PortXmitData"] == 1000
+
+
+def test_sysfs_numbers_too_long_to_be_a_state_or_rate() -> None:
+    """Found by the fuzzer: a 5000-digit state id made int() raise, and a 400-digit rate
+    read as an infinite one."""
+    assert parse_state("4" * 5000 + ": ACTIVE") is None
+    assert parse_rate_gbps("4" * 400 + " Gb/sec (4X NDR)") is None
+    assert parse_state("4: ACTIVE") == (4, "ACTIVE")
+    assert parse_rate_gbps("2.5 Gb/sec (1X SDR)") == 2.5

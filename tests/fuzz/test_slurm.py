@@ -1,0 +1,120 @@
+"""Slurm input, fuzzed: `scontrol show node -o` lines (Slurm 22.05's, as the Slurm backend
+tests hold them) and the job-to-GPU mapping files the prolog writes (fleetwatch's JSON, and
+dcgm-exporter's one-job-ID-a-line files) in a mapping directory. A line is a node or
+`ScontrolError(malformed)`; a directory is jobs plus named malformed files, never an error."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetwatch.slurm.mapping import JobGpus, Reading, read
+from fleetwatch.slurm.scontrol import Node, ScontrolError
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts
+from tests.fuzz.mutations import MIB, mutated_text
+
+LINES: Final = (
+    "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=1 CPUTot=1 "
+    "CPULoad=0.01 AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:2 "
+    "NodeAddr=127.0.0.1 NodeHostName=host Version=22.05.8 OS=Linux 6.1.0 RealMemory=1 "
+    "AllocMem=0 FreeMem=1000 Sockets=1 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 "
+    "TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=main "
+    "BootTime=2026-12-03T05:00:00 SlurmdStartTime=2026-12-03T06:00:00 "
+    "LastBusyTime=2026-12-03T06:00:00 CfgTRES=cpu=1,billing=1 AllocTRES= CapWatts=n/a "
+    "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+    "Reason=fleetwatch:gpu-overheat GPUOverheating [root@2026-12-03T06:10:00]",
+    "NodeName=gpu02 Gres=gpu:h100:8(S:0-1) State=MIXED+DRAIN Reason=bad fan, ticket 42 "
+    "[admin@2026-12-03T06:10:00] Comment=rack 7 Extra=x InstanceId=i-1",
+    "NodeName=gpu03 Gres=(null) State=DOWN*",
+)
+
+
+def node_holds(node: Node) -> None:
+    assert node.name
+    assert node.state
+    assert all(isinstance(flag, str) for flag in node.flags)
+    assert isinstance(node.drained, bool)
+    assert isinstance(node.has_gpus, bool)
+
+
+@FUZZ
+@given(mutated_text(LINES))
+def test_scontrol_node_line(text: str) -> None:
+    for line in text.splitlines() or [text]:
+        exercise(
+            "scontrol show node line", Node.parse, line, errors=(ScontrolError,), holds=node_holds
+        )
+
+
+def _job_file(job_id: str, gpus: list[str], **extra: object) -> str:
+    record = {
+        "version": 1,
+        "job_id": job_id,
+        "user": "alice",
+        "partition": "main",
+        "nodes": 2,
+        "gpus": gpus,
+        "boot_id": "",
+        "written": 1764720000.0,
+    }
+    return json.dumps(record | extra)
+
+
+JOB_FILES: Final = (
+    _job_file("4242", ["0", "1", "2", "3"]),
+    _job_file("77", ["GPU-0b7e3c1a-6f1e-4c8a-9d2e-000000000003"], user="bob", nodes=1),
+    _job_file("9", ["MIG-1b2c3d4e-0000-0000-0000-000000000000"]),
+)
+DCGM_FILES: Final = ("4242\n", "4242\n77\n", "\n12345678901234567890\n")
+_JOB_ID: Final = re.compile(r"[0-9]{1,20}")
+
+
+def reading_holds(found: Reading) -> None:
+    for job in found.jobs:
+        assert isinstance(job, JobGpus)
+        assert _JOB_ID.fullmatch(job.job_id)
+        assert job.gpus
+        for gpu in job.gpus:
+            bounded_label(gpu, 128)
+        for text in (job.user, job.partition):
+            bounded_label(text, 4 * 256)
+        finite_counts((job.nodes,))
+    for name, why in found.malformed:
+        assert name
+        assert why
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(("job-4242.json", "job-77.json", "job-9.json")), st.none())
+        | st.tuples(st.sampled_from(("0", "1", "3.1", "7.0")), st.none()),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
+    st.lists(mutated_text(JOB_FILES, huge=MIB // 4), min_size=4, max_size=4),
+    st.lists(mutated_text(DCGM_FILES, huge=MIB // 4), min_size=4, max_size=4),
+)
+def test_job_mapping_directory(
+    names: list[tuple[str, None]], jobs: list[str], dcgm: list[str]
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        directory = Path(folder)
+        for index, (name, _) in enumerate(names):
+            text = jobs[index] if name.startswith("job-") else dcgm[index]
+            (directory / name).write_text(text, errors="surrogateescape")
+        exercise(
+            "Slurm and dcgm-exporter job mapping files",
+            lambda path: read(path, now=time.time(), boot=""),
+            directory,
+            malformed=lambda found: bool(found.malformed),
+            holds=reading_holds,
+        )
