@@ -1,12 +1,15 @@
-"""Exporter overhead on a simulated DGX H100: series, CPU per cycle, render cost, scrape
-latency under 50 concurrent scrapers (also while a collector hangs), whole-process CPU per
-exported series against node_exporter's in the same run, and RSS over time.
+"""Exporter overhead: series, CPU per cycle, render cost, scrape latency under 50 concurrent
+scrapers (also while a collector hangs), whole-process CPU per exported series against
+node_exporter's in the same run, and RSS over time with and without checkpoint mounts.
 
 Prints figures; asserts nothing. Run: `.venv/bin/python bench/bench_exporter.py`
-(`--rss-minutes 10` for the full RSS figure; the default keeps it short; `--only cpu`
-and the like run one section). The scrape load
-comes from Debian's `wrk` (a C load generator, so the client does not compete with the
-exporter for the GIL-bound CPU it measures).
+(`--rss-minutes 60` for the full RSS figure; the default keeps it short; `--only cpu`
+and the like run one section). The `cpu` and `rss` sections run the exporter on NVIDIA's
+mock NVML (`FLEETWATCH_NVML_MOCK`) with a real-shaped sysfs tree (`bench/exporter_setups.py`),
+or under `--simulate dgx-h100` with `--simulate`; `--baseline DIR` runs another tree's code
+beside it in the same window. The cycle, render and latency sections use the simulated
+dgx-h100. The scrape load comes from Debian's `wrk` (a C load generator, so the client does
+not compete with the exporter for the GIL-bound CPU it measures).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
+from testbed.mounts import nfs_node, write_procfs
 from testbed.nvml_timing import timed
 from testbed.tool_servers import node_exporter
 
@@ -212,18 +216,60 @@ def hung_scenario(workdir: Path) -> str:
     return str(path)
 
 
-def rss_over_time(workdir: Path, minutes: float) -> None:
-    with servers.fleetwatch_export(workdir, simulate="dgx-h100") as exporter:
-        pid = exporter.process.pid
-        end = time.monotonic() + minutes * 60
-        while time.monotonic() < end:
-            servers.http_get(exporter.url + "/metrics")
+def rss_over_time(
+    workdir: Path, minutes: float, *, simulate: bool, baseline: Path | None = None
+) -> None:
+    """Resident size of the exporter, and of its mount helper, after `minutes` of scrapes
+    every 5 s: on a GPU node without checkpoint mounts and on one with 50 NFS mounts
+    (`testbed.mounts.nfs_node` as `--path.procfs`; the mount points do not exist here, so
+    each statvfs fails fast, counted), all running side by side (with `baseline`, that
+    code's two as well). Prints every minute, so a long run shows growth."""
+    mountinfo, mountstats = nfs_node(50)
+    procfs = write_procfs(workdir / "proc", mountinfo=mountinfo, mountstats=mountstats)
+    codes: dict[str, Path | None] = {"": None}
+    if baseline is not None:
+        codes["baseline "] = baseline
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
+        running: dict[str, servers.Server] = {}
+        for label, code in codes.items():
+            for mounts, fixture in (("no checkpoint mounts", None), ("50 NFS mounts", procfs)):
+                name = f"{label}{mounts}"
+                running[name] = stack.enter_context(
+                    _exporter(
+                        workdir / name.replace(" ", "-"),
+                        simulate=simulate,
+                        sysfs=tree,
+                        code=code,
+                        procfs=fixture,
+                    )
+                )
+        start = time.monotonic()
+        next_print = 60.0
+        while (elapsed := time.monotonic() - start) < minutes * 60:
+            for server in running.values():
+                servers.http_get(server.url + "/metrics")
+            if elapsed >= next_print or elapsed + 5 >= minutes * 60:
+                next_print += 60
+                figures = ", ".join(
+                    f"{name}: {_rss_mib(server.process.pid):.1f} MiB"
+                    + "".join(
+                        f" + helper {_rss_mib(child):.1f} MiB"
+                        for child in _children(server.process.pid)
+                    )
+                    for name, server in running.items()
+                )
+                print(f"RSS after {elapsed / 60:.0f} min: {figures}", flush=True)
             time.sleep(5)
-        status = Path(f"/proc/{pid}/status").read_text()
-        rss_kb = int(
-            next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]
-        )
-        print(f"RSS after {minutes:g} min (scraped every 5 s): {rss_kb / 1024:.1f} MiB")
+
+
+def _children(pid: int) -> list[int]:
+    """The process's child processes (the mount helper), from /proc."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -322,9 +368,16 @@ def cpu_per_series(
 
 @contextlib.contextmanager
 def _exporter(
-    workdir: Path, *, simulate: bool, sysfs: Path, code: Path | None = None
+    workdir: Path,
+    *,
+    simulate: bool,
+    sysfs: Path,
+    code: Path | None = None,
+    procfs: Path | None = None,
 ) -> Iterator[servers.Server]:
     env, args = exporter_argv(simulate=simulate, sysfs=sysfs)
+    if procfs is not None:
+        args.append(f"--path.procfs={procfs}")
     if code is not None:
         env["PYTHONPATH"] = str(code)  # ahead of the editable install's package
     with servers.fleetwatch_command(
@@ -395,7 +448,9 @@ def main() -> None:
                 baseline=args.baseline,
             )
         if "rss" in sections:
-            rss_over_time(workdir / "rss", args.rss_minutes)
+            rss_over_time(
+                workdir / "rss", args.rss_minutes, simulate=args.simulate, baseline=args.baseline
+            )
 
 
 if __name__ == "__main__":
