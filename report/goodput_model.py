@@ -150,12 +150,21 @@ class JobHistory:
 
 @dataclass(frozen=True, kw_only=True)
 class Signal:
-    """A node signal: a cause, on a node, at a time, with what showed it."""
+    """A node signal: a cause, on a node, from `time` (to `until`, for a condition that
+    lasted: an alert firing, a node silent), with what showed it."""
 
     node: str
     time: float
     cause: str
     detail: str
+    until: float | None = None
+
+    def distance(self, when: float) -> float:
+        """Seconds from the signal to `when`: 0 while it lasted, else to its nearer edge."""
+        end = self.time if self.until is None else self.until
+        if self.time <= when <= end:
+            return 0.0
+        return self.time - when if when < self.time else when - end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,14 +279,20 @@ def attribute(
     *,
     window: AttributionWindow = AttributionWindow(),
 ) -> Interruption:
-    """The interruption with its cause and node: of the signals on its nodes within the
-    window, the first in `PRECEDENCE` (ties: the one nearest the interruption); every such
-    signal is kept as evidence. No signal: `UNATTRIBUTED`, no node."""
+    """The interruption with its cause and node: of the signals on its nodes seen within
+    the window (a lasting one counts while it overlaps it), the first in `PRECEDENCE`
+    (ties: the one nearest the interruption); every such signal is kept as evidence. No
+    signal: `UNATTRIBUTED`, no node."""
     nodes = set(interruption.nodes)
     t = interruption.time
+
+    def seen(s: Signal) -> bool:
+        end = s.time if s.until is None else s.until
+        return s.node in nodes and s.time <= t + window.after and end >= t - window.before
+
     near = sorted(
-        (s for s in signals if s.node in nodes and t - window.before <= s.time <= t + window.after),
-        key=lambda s: (PRECEDENCE.index(s.cause), abs(s.time - t), s.node),
+        (s for s in signals if seen(s)),
+        key=lambda s: (PRECEDENCE.index(s.cause), s.distance(t), s.node),
     )
     if not near:
         return _with(interruption, cause=UNATTRIBUTED, node="", evidence=())

@@ -184,3 +184,12 @@ def test_xids_by_nvidias_catalog(xid: int, cause: str | None) -> None:
 
 def test_every_cause_lines_up_with_llama3() -> None:
     assert set(LLAMA3) == set(CAUSES)
+
+
+def test_a_lasting_signal_counts_while_it_overlaps_the_window() -> None:
+    # Firing from an hour before until two minutes before the interruption.
+    lasting = Signal(node="n2", time=1_400, until=4_880, cause=INFINIBAND, detail="port down")
+    found = attribute(interruption(), [lasting])
+    assert (found.cause, found.node) == (INFINIBAND, "n2")
+    over = Signal(node="n2", time=1_400, until=4_300, cause=INFINIBAND, detail="port down")
+    assert attribute(interruption(), [over]).cause == UNATTRIBUTED
