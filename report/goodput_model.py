@@ -187,7 +187,9 @@ def _stopped_before(active: Sequence[Span], when: float, slack: float) -> float:
     """When the job last stopped progressing at or before `when` (+ `slack`): the end of
     the active span that ends last by then, or `when` itself when it was still active."""
     ends = [s.end for s in active if s.end <= when + slack]
-    running = any(s.start <= when < s.end for s in active)
+    # A restart seen as the job came back (a Slurm job's new restart count) falls at the
+    # start of a span: the job stopped at the end of the span before.
+    running = any(s.start + slack <= when < s.end for s in active)
     if running or not ends:
         return when
     return max(ends)
@@ -236,7 +238,7 @@ def find_interruptions(
                 time=stopped,
                 kinds=tuple(dict.fromkeys(r.kind for r in group)),
                 nodes=nodes or history.nodes,
-                resumed=_resumed_after(active, first),
+                resumed=_resumed_after(active, stopped),
             )
         )
     for before, after in itertools.pairwise(active):
