@@ -5,8 +5,8 @@ VictoriaMetrics and check that the report finds what was injected: every interru
 cause and node, each job's ETTR, and nothing for a checkpoint save, a planned stop or a
 job's end.
 
-Jobs of 1 to 4 nodes (8 GPUs each) train for the whole history; JobSet jobs (pods on
-Kubernetes, kube-state-metrics' series) and Slurm jobs (`fleetwatch_slurm_job_info` with its
+Jobs of one or `nodes_per_job` nodes (`gpus_per_node` GPUs each) train for the whole
+history; JobSet jobs (pods on Kubernetes, kube-state-metrics' series) and Slurm jobs (`fleetwatch_slurm_job_info` with its
 restart count). Each job saves a checkpoint every `checkpoint_minutes` of progress (its GPUs
 idle while it saves, the checkpoint record at 1) and is interrupted every few hours: a cause
 drawn from a mix shaped like Llama 3's Table 5 (a third of it software that leaves no
@@ -371,7 +371,8 @@ def _gpus(
                     if not part.any():
                         continue
                     training_job = _job_name(spec, job, name_at)
-                    labels = f'{gpu_labels},namespace="{job.key[0]}",pod="{pod}",training_job="{training_job}"'
+                    owner = f'namespace="{job.key[0]}",pod="{pod}",training_job="{training_job}"'
+                    labels = f"{gpu_labels},{owner}"
                     out.append((JOB_INFO, "gauge", labels, np.where(part & here, 1.0, np.nan)))
     return out
 
