@@ -38,7 +38,7 @@ from fleetwatch.tainter.taint_policy import TaintPolicy
 
 if TYPE_CHECKING:
     from fleetwatch.rules.config import Config
-    from fleetwatch.rules.remediation import Contract
+    from fleetwatch.rules.contract import Contract
 
 log = logging.getLogger(__name__)
 

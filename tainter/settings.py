@@ -30,7 +30,7 @@ from fleetwatch.flags import (
 from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
 from fleetwatch.promclient import PrometheusClientSettings
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.taint_policy import TaintPolicy, listed, reason, reasons
 
 

@@ -4,7 +4,7 @@ A resolved alert is not evidence that a node is healthy (it also resolves when t
 exporter dies and the series vanish), so untainting asks Prometheus a per-reason PromQL
 "condition clear" question that returns a non-empty vector only when the node's exporter
 is up and the condition is gone. The questions are the rules' remediation contract
-(`fleetwatch.rules.remediation`, generated beside the alerts), never PromQL of the
+(`fleetwatch.rules.contract`, generated beside the alerts), never PromQL of the
 tainter's own. Alertmanager's `GET /api/v2/alerts` is the live list of
 firing alerts the periodic reconcile compares against, to restore missed taints and to
 notice resolves that were never delivered.
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from fleetwatch.promclient import PrometheusAccess, PrometheusClientError
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
 

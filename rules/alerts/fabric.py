@@ -21,6 +21,13 @@ from fleetwatch.catalog.infiniband import (
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.contract import (
+    GPU_SUBJECT,
+    LINK_SUBJECT,
+    PORT_SUBJECT,
+    LocalCheck,
+    NeedsPrometheus,
+)
 from fleetwatch.rules.definitions import fabric_errors_record
 from fleetwatch.rules.promql import (
     GPU,
@@ -125,6 +132,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="nvlink-down",
                 clear=cleared(NVLINK_COLLECTOR, Healthy(NVLINK_UP.name, "min", "== 1")),
+                local=(LocalCheck(family=NVLINK_UP.name, op="==", limit=0, subject=LINK_SUBJECT),),
             ),
         ),
         Alert(
@@ -162,6 +170,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="gpu-fabric",
                 clear=cleared(GPU_COLLECTOR, Healthy(GPU_FABRIC_DEGRADED.name, "max", "== 0")),
+                local=(
+                    LocalCheck(
+                        family=GPU_FABRIC_DEGRADED.name, op="==", limit=1, subject=GPU_SUBJECT
+                    ),
+                ),
             ),
         ),
         Alert(
@@ -183,6 +196,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     GPU_COLLECTOR,
                     Healthy(GPU_FABRIC_STATE_ID.name, "min", f"== {FABRIC_COMPLETED}"),
                 ),
+                local=NeedsPrometheus(
+                    why="a GPU registers with its fabric after boot and after a Fabric Manager "
+                    "restart: not started or in progress is a fault only when it lasts (the "
+                    "alert's `for`), and slurmd runs the health check at boot"
+                ),
             ),
         ),
         Alert(
@@ -193,6 +211,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="infiniband-port-down",
                 clear=cleared(INFINIBAND_COLLECTOR, Healthy(PORT_UP, "min", "== 1")),
+                local=(LocalCheck(family=PORT_UP, op="==", limit=0, subject=PORT_SUBJECT),),
             ),
         ),
         Alert(

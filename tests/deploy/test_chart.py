@@ -22,8 +22,8 @@ from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
 from fleetwatch.flags import deprecated_flags_used
 from fleetwatch.report.thresholds import judged_by, shipped_config, shipped_policy
 from fleetwatch.rules.config import keep_defaults, load_config
+from fleetwatch.rules.contract import load_contract
 from fleetwatch.rules.override import RulesConfigFile
-from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
 from tests.deploy import fakekube
