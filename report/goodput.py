@@ -44,7 +44,7 @@ from fleetwatch.report.goodput_pricing import (
     projected_mttf_hours,
     recommend,
 )
-from fleetwatch.report.goodput_queries import SLURM_RESTART_LABEL
+from fleetwatch.report.goodput_queries import NO_RESTART_COUNT, SLURM_RESTARTS
 from fleetwatch.report.goodput_signals import node_seconds, node_signals, spans
 from fleetwatch.report.query import JOB
 from fleetwatch.report.section import Section, ranked
@@ -210,32 +210,33 @@ def _container_restarts(ds: Dataset, pods: Pods, parts: dict[tuple[str, str], Pa
 
 
 def _slurm_restarts(ds: Dataset, parts: dict[tuple[str, str], Parts], notes: list[str]) -> None:
-    """Slurm jobs' restart counts: each count above the first one seen is a restart, when
-    it was first seen; a job whose mapping has no restart count is said."""
+    """Slurm jobs' restart counts: a count above the highest one the job had before is a
+    restart, when it was first seen; a job without a restart count is said."""
     frame = ds.frame("goodput_slurm_restarts")
     if frame is None or frame.empty:
         return
     first: dict[str, dict[int, float]] = defaultdict(dict)
     uncounted: set[str] = set()
     for row in frame.itertuples(index=False):
-        job_id, count = str(row.job_id), str(getattr(row, SLURM_RESTART_LABEL))
+        job_id = str(row.job_id)
         parts.setdefault((SLURM, job_id), Parts()).nodes.add(str(row.node))
-        if not count.isdigit():
+        if row.value == NO_RESTART_COUNT:
             uncounted.add(job_id)
             continue
         seen = first[job_id]
-        seen[int(count)] = min(seen.get(int(count), float(row.value)), float(row.value))
+        seen[int(row.value)] = min(seen.get(int(row.value), row.timestamp), float(row.timestamp))
     for job_id, counts in first.items():
-        base = min(counts)
         part = parts[(SLURM, job_id)]
-        for number, when in counts.items():
-            if number > base:
+        highest = None
+        for number, when in sorted(counts.items(), key=lambda item: item[1]):
+            if highest is not None and number > highest:
                 restart = Restart(time=when, kind=SLURM_RESTART, nodes=tuple(sorted(part.nodes)))
                 part.restarts.append(restart)
+            highest = number if highest is None else max(highest, number)
     if uncounted:
         notes.append(
-            f"Slurm jobs without a restart count in {SLURM_RESTART_LABEL} "
-            f"({', '.join(sorted(uncounted)[:10])}): their prolog's mapping predates it; their "
+            f"Slurm jobs without a restart count ({', '.join(sorted(uncounted)[:10])}): "
+            f"{SLURM_RESTARTS} has no series for them (an exporter before it); their "
             "requeues show only as gaps in their activity (in-place restarts)"
         )
 

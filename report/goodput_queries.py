@@ -6,7 +6,7 @@ with the window's length:
 
 - one row per pod incarnation (kube-state-metrics' `kube_pod_created`, `kube_pod_info`,
   the job and the JobSet restart attempt from `kube_pod_labels`), per Slurm restart count
-  (`fleetwatch_slurm_job_info`'s `restart_count`, the first time each was seen);
+  (`fleetwatch_slurm_job_restarts`, the first time each was seen);
 - only the steps at which something changed: a job's activity starting or stopping (every
   GPU of the job idle, or the job gone; from the rules' `fleetwatch:gpu_job:info` and
   `fleetwatch:gpu_tensor_active:ratio`), a container restarted, an Xid counted, a node's
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Final
 
 from fleetwatch.catalog.gpu import GPUS_VISIBLE
-from fleetwatch.catalog.slurm import SLURM_JOB_INFO
+from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_JOB_RESTARTS
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 from fleetwatch.report.query import GPU, JOB, Query, Window
 from fleetwatch.report.thresholds import shipped_config, shipped_policy
@@ -39,15 +39,15 @@ from fleetwatch.rules.definitions import (
     kube_state_metrics_label,
     pod_training_job,
 )
+from fleetwatch.rules.interruptions import JOBSET_RESTART_ATTEMPT_LABEL
 
 POD_CREATED: Final = "kube_pod_created"
 POD_INFO: Final = "kube_pod_info"
 CONTAINER_RESTARTS: Final = "kube_pod_container_status_restarts_total"
-RESTART_ATTEMPT_KEY: Final = "jobset.sigs.k8s.io/restart-attempt"
-"""JobSet's global restart attempt, a pod label (kube-state-metrics must allowlist it)."""
-SLURM_RESTART_LABEL: Final = "restart_count"
-"""The label of `fleetwatch_slurm_job_info` holding the job's `SLURM_RESTART_COUNT`."""
+NO_RESTART_COUNT: Final = -1.0
+"""The value of a Slurm job's row in `goodput_slurm_restarts` when it has no restart count."""
 SLURM_INFO: Final = SLURM_JOB_INFO.name
+SLURM_RESTARTS: Final = SLURM_JOB_RESTARTS.name
 XIDS: Final = GPU_XID_ERRORS_TOTAL.name
 NODE_PRESENT: Final = GPUS_VISIBLE.name
 POD = ("namespace", "pod")
@@ -139,7 +139,7 @@ def _pod_jobs(w: Window) -> str:
 
 
 def _attempts(w: Window) -> str:
-    label = kube_state_metrics_label(RESTART_ATTEMPT_KEY)
+    label = kube_state_metrics_label(JOBSET_RESTART_ATTEMPT_LABEL)
     pods = _over_window(w, "last_over_time", _ksm(w, POD_LABELS_METRIC, f'{label}!=""'))
     named = f'label_replace({pods}, "attempt", "$1", "{label}", "(.*)")'
     return f"max by (namespace,pod,attempt) ({named})"
@@ -153,10 +153,28 @@ def _container_restarts(w: Window) -> str:
 
 
 def _slurm_restarts(w: Window) -> str:
-    """When each Slurm job was first seen at each restart count (and its nodes)."""
-    info = select(w, SLURM_INFO, scoped=False)
-    per_count = f"max by (job_id,node,{SLURM_RESTART_LABEL}) ({info})"
-    return f"min_over_time(timestamp({per_count})[{duration(w.seconds)}:{duration(w.step)}])"
+    """Each Slurm job's restart count (its `SLURM_RESTART_COUNT`,
+    `fleetwatch_slurm_job_restarts`) per node, at the steps where it changed: where the job
+    appeared on the node (first, or again after a requeue) and where the count rose while it
+    stayed. A job listed by `fleetwatch_slurm_job_info` without a restart count (an exporter
+    before it) appears with `NO_RESTART_COUNT`."""
+    step = duration(w.step)
+    by = "max by (job_id,node)"
+
+    def count(offset: str) -> str:
+        return f"{by} (max_over_time({select(w, SLURM_RESTARTS, scoped=False)}[{step}]{offset}))"
+
+    def listed(offset: str) -> str:
+        return f"{by} (max_over_time({select(w, SLURM_INFO, scoped=False)}[{step}]{offset}))"
+
+    on = "on (job_id,node)"
+    appeared = f"({count('')} unless {on} {count(f' offset {step}')})"
+    rose = f"({count('')} > {on} {count(f' offset {step}')})"
+    uncounted = (
+        f"({listed('')} * 0 + {NO_RESTART_COUNT:g} unless {on} {listed(f' offset {step}')} "
+        f"unless {on} {count('')})"
+    )
+    return f"{appeared} or {rose} or {uncounted}"
 
 
 def _xid_events(w: Window) -> str:
@@ -255,10 +273,10 @@ GOODPUT: tuple[Query, ...] = (
     ),
     Query(
         name="goodput_slurm_restarts",
-        shape="summary",
-        keys=("job_id", "node", SLURM_RESTART_LABEL),
+        shape="timeline",
+        keys=("job_id", "node"),
         required=(),
-        optional=(SLURM_INFO,),
+        optional=(SLURM_INFO, SLURM_RESTARTS),
         build=_slurm_restarts,
         scoped=False,
         batched=False,

@@ -6,8 +6,9 @@ cause and node, each job's ETTR, and nothing for a checkpoint save, a planned st
 job's end.
 
 Jobs of one or `nodes_per_job` nodes (`gpus_per_node` GPUs each) train for the whole
-history; JobSet jobs (pods on Kubernetes, kube-state-metrics' series) and Slurm jobs (`fleetwatch_slurm_job_info` with its
-restart count). Each job saves a checkpoint every `checkpoint_minutes` of progress (its GPUs
+history; JobSet jobs (pods on Kubernetes, kube-state-metrics' series) and Slurm jobs
+(`fleetwatch_slurm_job_info`, and `fleetwatch_slurm_job_restarts` with its restart count).
+Each job saves a checkpoint every `checkpoint_minutes` of progress (its GPUs
 idle while it saves, the checkpoint record at 1) and is interrupted every few hours: a cause
 drawn from a mix shaped like Llama 3's Table 5 (a third of it software that leaves no
 signal), its node signal a few minutes before (an alert firing, an Xid counted, the node's
@@ -32,7 +33,7 @@ from typing import BinaryIO, Final
 import numpy as np
 
 from fleetwatch.catalog.gpu import GPUS_VISIBLE
-from fleetwatch.catalog.slurm import SLURM_JOB_INFO
+from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_JOB_RESTARTS
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
 from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_BURST_RECORD,
@@ -359,21 +360,22 @@ def _gpus(
             out.append(
                 (TENSOR_ACTIVE_RECORD, "gauge", gpu_labels, np.where(here, tensor + noise, np.nan))
             )
+            owners: dict[str, np.ndarray] = {}  # a Slurm job's runs are one series
             for generation in job.generations:
                 pod = job.key[1] if job.slurm else _pod(job, generation, node)
-                mask = np.zeros(n, dtype=bool)
-                mask[generation.start : generation.end] = True
-                for part, name_at in ((mask.copy(), 0), (mask.copy(), cut)):
-                    if name_at == 0:
-                        part[cut:] = False
-                    else:
-                        part[:cut] = False
+                for first, last in ((0, cut), (cut, n)):
+                    part = np.zeros(n, dtype=bool)
+                    part[max(first, generation.start) : min(last, generation.end)] = True
                     if not part.any():
                         continue
-                    training_job = _job_name(spec, job, name_at)
+                    training_job = _job_name(spec, job, first)
                     owner = f'namespace="{job.key[0]}",pod="{pod}",training_job="{training_job}"'
-                    labels = f"{gpu_labels},{owner}"
-                    out.append((JOB_INFO, "gauge", labels, np.where(part & here, 1.0, np.nan)))
+                    key = f"{gpu_labels},{owner}"
+                    owners[key] = owners.get(key, np.zeros(n, dtype=bool)) | part
+            out += [
+                (JOB_INFO, "gauge", labels, np.where(mask & here, 1.0, np.nan))
+                for labels, mask in owners.items()
+            ]
     return out
 
 
@@ -428,18 +430,19 @@ def _slurm(spec: GoodputSpec, job: Job) -> list[Series]:
     out: list[Series] = []
     last = max(i for i in range(spec.jobs) if i % 2 == 1)
     without = spec.slurm_without_restart_count and job.key[1] == str(1000 + last)
+    held = np.where(job.state > 0, 1.0, np.nan)
+    count = np.full(n, np.nan)
     for generation in job.generations:
-        held = np.zeros(n)
-        held[generation.start : generation.end] = 1.0
-        held = np.where((held > 0) & (job.state > 0), 1.0, np.nan)
-        for node in job.nodes:
-            labels = (
-                f'{EXPORTER},node="{node_name(node)}",job_id="{job.key[1]}",user="ml",'
-                f'partition="gpu",nodes="{len(job.nodes)}"'
-            )
-            if not without:
-                labels += f',restart_count="{generation.attempt}"'
-            out.append((SLURM_JOB_INFO.name, "gauge", labels, held))
+        count[generation.start : generation.end] = generation.attempt
+    for node in job.nodes:
+        labels = (
+            f'{EXPORTER},node="{node_name(node)}",job_id="{job.key[1]}",user="ml",'
+            f'partition="gpu",nodes="{len(job.nodes)}"'
+        )
+        out.append((SLURM_JOB_INFO.name, "gauge", labels, held))
+        if not without:
+            restarts = f'{EXPORTER},node="{node_name(node)}",job_id="{job.key[1]}"'
+            out.append((SLURM_JOB_RESTARTS.name, "gauge", restarts, held * count))
     return out
 
 
@@ -480,7 +483,7 @@ def write_openmetrics(spec: GoodputSpec, path: Path) -> Truth:
             for _, _, labels, values in members:
                 present = np.flatnonzero(~np.isnan(values))
                 out.write(
-                    "".join(f"{sample}{{{labels}}} {values[i]:.6g} {ts[i]}\n" for i in present)
+                    "".join(f"{sample}{{{labels}}} {values[i]:.12g} {ts[i]}\n" for i in present)
                 )
         out.write("# EOF\n")
     return truth

@@ -166,7 +166,7 @@ def test_bad_input_is_named_and_the_rest_computed(tmp_path: Path, engine: str) -
     summary = (result.out / "summary.md").read_text()
     assert "a job label changed mid-run (training/run-0 → run-0-v2)" in summary
     assert "pods without a node in kube_pod_info: training/run-2-" in summary
-    assert "Slurm jobs without a restart count in restart_count (1003)" in summary
+    assert "Slurm jobs without a restart count (1003)" in summary
     jobs = result.table("goodput_jobs")
     names = set(jobs["training_job"].astype(str))
     assert "run-0-v2" in names
