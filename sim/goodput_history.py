@@ -489,27 +489,29 @@ def write_openmetrics(spec: GoodputSpec, path: Path) -> Truth:
     return truth
 
 
+def _import_item(
+    name: str, kind: str, labels: str, values: np.ndarray, ms: list[int]
+) -> dict[str, object]:
+    present = np.flatnonzero(~np.isnan(values))
+    sample = f"{name}_total" if kind == "counter" else name
+    return {
+        "metric": {"__name__": sample, **dict(re.findall(r'(\w+)="([^"]*)"', labels))},
+        "values": [float(values[i]) for i in present],
+        "timestamps": [ms[i] for i in present],
+    }
+
+
 def victoria_lines(spec: GoodputSpec) -> tuple[list[dict[str, object]], Truth]:
     """The history as VictoriaMetrics `/api/v1/import` items (one per series)."""
     rows, truth = series(spec)
     ms = (spec.timestamps * 1000).tolist()
-    items: list[dict[str, object]] = []
-    for name, kind, labels, values in rows:
-        present = np.flatnonzero(~np.isnan(values))
-        sample = f"{name}_total" if kind == "counter" else name
-        items.append(
-            {
-                "metric": {"__name__": sample, **dict(re.findall(r'(\w+)="([^"]*)"', labels))},
-                "values": [float(values[i]) for i in present],
-                "timestamps": [ms[i] for i in present],
-            }
-        )
-    return items, truth
+    return [_import_item(*row, ms) for row in rows], truth
 
 
 def write_victoria_import(spec: GoodputSpec, out: BinaryIO) -> Truth:
-    """The history as import JSON lines, written to `out`."""
-    items, truth = victoria_lines(spec)
-    for item in items:
-        out.write((json.dumps(item) + "\n").encode())
+    """The history as import JSON lines, written to `out` one series at a time."""
+    rows, truth = series(spec)
+    ms = (spec.timestamps * 1000).tolist()
+    for row in rows:
+        out.write((json.dumps(_import_item(*row, ms)) + "\n").encode())
     return truth
