@@ -242,10 +242,15 @@ class Contract:
         return frozenset(self.clear) | frozenset(self.manual)
 
     def repair_of(self, reason: str, labels: Mapping[str, str]) -> str:
-        """The repair an alert with `labels` asks for when it takes a node out for `reason`
-        (none for a reason the contract gives no repair)."""
-        repair = self.repairs.get(reason, NO_REPAIR)
-        return repair.of(labels) if isinstance(repair, RepairByLabel) else repair
+        """The repair an alert with `labels` asks for when it takes a node out for `reason`."""
+        return repair_of(self.repairs, reason, labels)
+
+
+def repair_of(repairs: Mapping[str, Repair], reason: str, labels: Mapping[str, str]) -> str:
+    """The repair an alert with `labels` asks for when it takes a node out for `reason`
+    (none for a reason `repairs` does not hold)."""
+    repair = repairs.get(reason, NO_REPAIR)
+    return repair.of(labels) if isinstance(repair, RepairByLabel) else repair
 
 
 def threshold_value(thresholds: Mapping[str, Any], name: str) -> float:
