@@ -13,6 +13,7 @@ import pytest
 
 from fleetwatch.tainter.backend import RepairView
 from fleetwatch.tainter.breaker import Breaker
+from fleetwatch.tainter.condition import desired
 from fleetwatch.tainter.desired import Intents
 from fleetwatch.tainter.kube_objects import NodeView, Taint, rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
@@ -217,3 +218,16 @@ def test_attempts_round_trip_through_their_annotation() -> None:
     broken = replace(node, annotations={REPAIRS_ANNOTATION: '[{"reason": "x"}]'})
     with pytest.raises(ValueError, match="lacks"):
         read_attempts(broken)
+
+
+def test_the_node_condition_names_the_repair_asked_for() -> None:
+    condition = desired(held_node("reboot"), condition_type="GPUHealthy")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "XidCritical")
+    assert condition.message == (
+        "fleetwatch holds fleetwatch.io/xid-critical (alert GPUXidCritical, repair reboot) "
+        "on this node"
+    )
+    quiet = desired(held_node("none"), condition_type="GPUHealthy")
+    assert quiet is not None
+    assert "repair" not in quiet.message
