@@ -9,8 +9,9 @@ gone (a node that never carried the condition is left without it). The message n
 hold, the repair its alerts ask for (`repair reboot`), as its audit record says; node-repair
 controllers select by type, status and duration (docs/tainter.md, "Repair after the
 drain"). Only the condition of the configured type is written, by a strategic-merge
-patch of `status.conditions` (a list merged by `type`, so Ready and the rest stay) guarded by the node's resourceVersion.
-`lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on each write.
+patch of `status.conditions` (a list merged by `type`, so Ready and the rest stay) guarded
+by the node's resourceVersion. `lastTransitionTime` moves only when the status changes;
+`lastHeartbeatTime` on each write.
 """
 
 from __future__ import annotations
