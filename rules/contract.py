@@ -14,17 +14,25 @@ Prometheus answers: `LocalCheck`s over the samples of one scrape, with threshold
 rules/config.yaml and read when the check runs, or `NeedsPrometheus` with why one scrape
 cannot tell (a rate, a history baseline, a state that is a fault only when it lasts). The
 health check has no per-alert code of its own.
+
+Per reason, `repair` says what puts the node back once it is out (`REPAIRS`: none, a GPU
+reset, a node reboot, or a person's hardware inspection), from NVIDIA's Xid catalog where an
+Xid is the reason. One alert may cover many Xids, so a repair may be by label
+(`RepairByLabel`: the alert's `xid` label looked up in a map written from the catalog); the
+tainter and the Slurm drain controller tell the repair from the firing alert's labels
+(`Contract.repair_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
+from fleetwatch.catalog.nvidia_xids import XidCatalog
 from fleetwatch.rules.config import PACKAGE, ConfigError, shipped_text
 
 NODE_PLACEHOLDER: Final = "$node"
@@ -39,6 +47,25 @@ TAINT_LABEL: Final = "fleetwatch_taint"
 """The alert label that carries an alert's taint reason (its ALERTS series carry it too)."""
 JOIN_ON: Final = "join_on"
 """The contract file's key for the labels a joined family is matched on (PromQL's `on`)."""
+REPAIR: Final = "repair"
+NO_REPAIR: Final = "none"
+GPU_RESET: Final = "gpu-reset"
+REBOOT: Final = "reboot"
+HARDWARE_INSPECTION: Final = "hardware-inspection"
+REPAIRS: Final = (NO_REPAIR, GPU_RESET, REBOOT, HARDWARE_INSPECTION)
+"""What puts a taken-out node back, least to most disruptive: none (the job restarts
+elsewhere, the node waits for its clear condition or a person), a GPU reset, a node reboot,
+or a person inspecting the hardware."""
+ACTION_REPAIRS: Final[Mapping[str, str]] = {
+    "none": NO_REPAIR,
+    "update_software": NO_REPAIR,
+    "restart_application": NO_REPAIR,
+    "reset_gpu": GPU_RESET,
+    "reboot_node": REBOOT,
+    "check_mechanicals": HARDWARE_INSPECTION,
+    "contact_support": HARDWARE_INSPECTION,
+}
+"""NVIDIA's catalog actions (`fleetwatch.catalog.nvidia_xids.ACTIONS`) as repairs."""
 OPERATORS: Final = ("<", "<=", "==", "!=", ">=", ">")
 """The comparisons a local check may make, written as in PromQL."""
 # What a local check is about, as its `subject` names it from the sample's labels.
@@ -76,6 +103,88 @@ class OverheatPolicy:
     model_label: str
     margin: str
     on: tuple[str, ...]
+
+
+def check_repair(repair: str, where: str) -> str:
+    """`repair` when it is one of REPAIRS; ConfigError naming `where` otherwise."""
+    if repair not in REPAIRS:
+        raise ConfigError(
+            f"{where}: unknown repair {repair!r} (expected one of {', '.join(REPAIRS)})"
+        )
+    return repair
+
+
+def worst_repair(repairs: Collection[str]) -> str:
+    """The most disruptive of `repairs` (a reboot also resets the GPUs); none when empty."""
+    return max(repairs, key=REPAIRS.index, default=NO_REPAIR)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepairByLabel:
+    """A repair told by one label of the firing alert: `repairs[value]`, else `otherwise`
+    (a value the map does not hold, or no such label)."""
+
+    label: str
+    repairs: Mapping[str, str]
+    otherwise: str
+
+    def __post_init__(self) -> None:
+        where = f"repair by label {self.label!r}"
+        for value, repair in self.repairs.items():
+            check_repair(repair, f"{where}: {value}")
+        check_repair(self.otherwise, f"{where}: otherwise")
+
+    def of(self, labels: Mapping[str, str]) -> str:
+        """The repair an alert with these labels asks for."""
+        return self.repairs.get(labels.get(self.label, ""), self.otherwise)
+
+
+Repair = str | RepairByLabel
+"""A reason's repair: one of REPAIRS, or told by a label of the alert."""
+
+
+def catalog_repair(catalog: XidCatalog, code: int) -> str:
+    """The repair NVIDIA's catalog action for Xid `code` asks for; hardware inspection for a
+    code the catalog does not hold (a person decides)."""
+    entry = catalog.entry(code)
+    return HARDWARE_INSPECTION if entry is None else ACTION_REPAIRS[entry.action]
+
+
+def xid_repairs(catalog: XidCatalog, codes: Collection[int], *, label: str) -> RepairByLabel:
+    """Per Xid of `codes`, the repair its catalog action asks for, by the alert's `label`."""
+    return RepairByLabel(
+        label=label,
+        repairs={str(code): catalog_repair(catalog, code) for code in sorted(codes)},
+        otherwise=HARDWARE_INSPECTION,
+    )
+
+
+def repair_data(repair: Repair) -> Any:
+    """`repair` as the contract file writes it (`parse_repair` reads it back)."""
+    if isinstance(repair, RepairByLabel):
+        return {
+            "by_label": repair.label,
+            "map": dict(repair.repairs),
+            "otherwise": repair.otherwise,
+        }
+    return repair
+
+
+def parse_repair(data: Any, where: str) -> Repair:
+    """One reason's `repair` entry; ConfigError naming `where` and what is wrong."""
+    if isinstance(data, str):
+        return check_repair(data, where)
+    if not isinstance(data, dict) or set(data) != {"by_label", "map", "otherwise"}:
+        raise ConfigError(f"{where}: expected a repair or by_label, map and otherwise")
+    mapping = data["map"]
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where}.map: expected a mapping of label values to repairs")
+    repairs = {str(k): check_repair(v, f"{where}.map.{k}") for k, v in mapping.items()}
+    return RepairByLabel(
+        label=_text(data, "by_label", where),
+        repairs=repairs,
+        otherwise=check_repair(data["otherwise"], f"{where}.otherwise"),
+    )
 
 
 Limit = float | Threshold | Series | OverheatPolicy
@@ -125,11 +234,23 @@ class Contract:
     manual: Mapping[str, str]
     alerts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     local: Mapping[str, Local] = field(default_factory=dict)
+    repairs: Mapping[str, Repair] = field(default_factory=dict)
 
     @property
     def reasons(self) -> frozenset[str]:
         """Every reason the contract covers."""
         return frozenset(self.clear) | frozenset(self.manual)
+
+    def repair_of(self, reason: str, labels: Mapping[str, str]) -> str:
+        """The repair an alert with `labels` asks for when it takes a node out for `reason`."""
+        return repair_of(self.repairs, reason, labels)
+
+
+def repair_of(repairs: Mapping[str, Repair], reason: str, labels: Mapping[str, str]) -> str:
+    """The repair an alert with `labels` asks for when it takes a node out for `reason`
+    (none for a reason `repairs` does not hold)."""
+    repair = repairs.get(reason, NO_REPAIR)
+    return repair.of(labels) if isinstance(repair, RepairByLabel) else repair
 
 
 def threshold_value(thresholds: Mapping[str, Any], name: str) -> float:
@@ -261,9 +382,14 @@ def parse_contract(text: str, *, source: str) -> Contract:
     manual: dict[str, str] = {}
     alerts: dict[str, tuple[str, ...]] = {}
     local: dict[str, Local] = {}
+    repairs: dict[str, Repair] = {}
     for reason, entry in data.items():
-        if not isinstance(entry, dict) or set(entry) - {ALERTS, CLEAR, MANUAL, LOCAL}:
-            raise ConfigError(f"{source}: {reason}: expected alerts, clear or manual, and local")
+        if not isinstance(entry, dict) or set(entry) - {ALERTS, CLEAR, MANUAL, LOCAL, REPAIR}:
+            raise ConfigError(
+                f"{source}: {reason}: expected alerts, clear or manual, local and repair"
+            )
+        if REPAIR in entry:
+            repairs[str(reason)] = parse_repair(entry[REPAIR], f"{source}: {reason}.{REPAIR}")
         kinds = [kind for kind in (CLEAR, MANUAL) if kind in entry]
         if len(kinds) != 1 or not isinstance(entry[kinds[0]], str) or not entry[kinds[0]]:
             raise ConfigError(f"{source}: {reason}: expected exactly one of clear, manual")
@@ -275,7 +401,7 @@ def parse_contract(text: str, *, source: str) -> Contract:
             raise ConfigError(f"{source}: {reason}.{LOCAL}: expected a mapping of its alerts")
         for alert, declared in checks.items():
             local[alert] = parse_local(declared, f"{source}: {reason}.{LOCAL}.{alert}")
-    return Contract(clear=clear, manual=manual, alerts=alerts, local=local)
+    return Contract(clear=clear, manual=manual, alerts=alerts, local=local, repairs=repairs)
 
 
 def load_contract(path: Path | None = None) -> Contract:

@@ -30,10 +30,15 @@ from fleetwatch.rules.contract import (
     CLEAR,
     LOCAL,
     MANUAL,
+    REPAIR,
     TAINT_LABEL,
     NeedsPrometheus,
+    Repair,
+    RepairByLabel,
     Threshold,
+    check_repair,
     local_data,
+    repair_data,
     threshold_value,
 )
 from fleetwatch.rules.promql import Alert, Record, Remediation
@@ -117,6 +122,18 @@ def _remediation(alert: Alert, policy: AlertPolicy, config: Config) -> Remediati
             "(how one scrape of the node's exporter shows it) nor NeedsPrometheus (why one "
             "scrape cannot), so the Slurm health check could not judge it alone"
         )
+    repair = alert.remediation.repair
+    if repair is None:
+        raise ConfigError(
+            f"{key}: {alert.name}'s remediation in rules/alerts/ declares no repair (none, "
+            "gpu-reset, reboot or hardware-inspection), so nothing could say what puts the "
+            "node back"
+        )
+    if not isinstance(repair, RepairByLabel):
+        try:
+            check_repair(repair, f"{alert.name}'s remediation")
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc} (rules/alerts/)") from exc
     for check in () if isinstance(local, NeedsPrometheus) else local:
         if isinstance(check.limit, Threshold):
             try:
@@ -211,8 +228,23 @@ def remediation_contract(
         else:
             entry[CLEAR] = "\nand on (node)\n".join(f"(\n{clear}\n)" for clear in clears)
         entry[LOCAL] = {name: local_data(r.local) for name, r in declared if r.local is not None}
+        entry[REPAIR] = repair_data(_one_repair(config, reason, declared))
         contract[reason] = entry
     return contract
+
+
+def _one_repair(config: Config, reason: str, declared: list[tuple[str, Remediation]]) -> Repair:
+    """The one repair of `reason`: alerts that share a reason share its taint and so its
+    repair; ConfigError when they declare different ones."""
+    repairs = {name: r.repair for name, r in declared if r.repair is not None}
+    first = next(iter(repairs.values()))
+    if any(repair != first for repair in repairs.values()):
+        said = ", ".join(f"{name}: {repair_data(repair)}" for name, repair in repairs.items())
+        raise ConfigError(
+            f"{config.source}: taint {reason!r}: its alerts declare different repairs ({said}); "
+            "one reason is one taint with one repair"
+        )
+    return first
 
 
 def dump_contract(contract: dict[str, dict[str, Any]]) -> str:

@@ -28,6 +28,7 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
     Orchestrator,
     QuarantineSettings,
+    RepairSettings,
     SlurmAccess,
     TaintSettings,
     TlsFiles,
@@ -54,6 +55,7 @@ CONTROLLER: Final = Flags(settings=ControllerSettings, prefix="controller")
 EVIDENCE: Final = Flags(settings=EvidenceSettings, prefix="untaint")
 BREAKER: Final = Flags(settings=BreakerPolicy, prefix="breaker")
 QUARANTINE: Final = Flags(settings=QuarantineSettings, prefix="quarantine")
+REPAIR: Final = Flags(settings=RepairSettings, prefix="repair")
 POLICY: Final = Flags(settings=TaintPolicy, prefix="taint")
 EVICTION: Final = Flags(settings=EvictionSettings, prefix="evict")
 NODE_CONDITION: Final = Flags(settings=NodeConditionSettings, prefix="node-condition")
@@ -84,6 +86,7 @@ def subcommands() -> tuple[Subcommand, ...]:
                 EVIDENCE,
                 BREAKER,
                 QUARANTINE,
+                REPAIR,
                 POLICY,
                 EVICTION,
                 NODE_CONDITION,
@@ -249,7 +252,9 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = prometheus.problem()
     if problem is not None:
         raise _fail(problem)
-    controller = CONTROLLER.read(args, quarantine=QUARANTINE.read(args))
+    controller = CONTROLLER.read(
+        args, quarantine=QUARANTINE.read(args), repair=REPAIR.read(args), repairs=contract.repairs
+    )
     settings: TaintSettings = SERVICE.read(
         args,
         token_file=web.token_file,

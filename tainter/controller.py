@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fleetwatch.rules.contract import repair_of
 from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.backend import NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal, BreakerStore, node_out
@@ -39,6 +41,7 @@ from fleetwatch.tainter.node_plan import NodePlanner, SyncAttempt
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.quarantine import Quarantine
 from fleetwatch.tainter.reconcile import LiveState
+from fleetwatch.tainter.repair import Repairer
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource
 from fleetwatch.tainter.taint_policy import Refusal, TaintPolicy
@@ -101,6 +104,16 @@ class Controller:
             api=api, metrics=metrics, settings=settings, policy=policy, breaker=breaker
         )
         self._quarantine = Quarantine(settings=settings.quarantine, metrics=metrics)
+        self._repairer = Repairer(
+            api=api,
+            intents=self._intents,
+            breaker=breaker,
+            quarantine=self._quarantine,
+            metrics=metrics,
+            settings=settings.repair,
+            retry=settings.retry,
+            event=self._told.event,
+        )
         self._gate = UntaintGate(settings=settings, evidence=evidence, metrics=metrics)
         self._planner = NodePlanner(
             intents=self._intents,
@@ -157,7 +170,11 @@ class Controller:
         now = time.time() if now is None else now
         allowed: list[AlertState] = []
         refused: list[Refusal] = []
-        for alert in alerts:
+        for told in alerts:
+            alert = told
+            if told.firing:
+                asks = repair_of(self._settings.repairs, told.reason, told.labels)
+                alert = dataclasses.replace(told, repair=asks)
             if alert.firing and (refusal := self._policy.check(alert)) is not None:
                 refused.append(refusal)
                 self._metrics.policy_refusals.labels(why=refusal.why).inc()
@@ -307,5 +324,6 @@ class Controller:
             )
             for step in self._after_sync:
                 await step.node_synced(node)
+            await self._repairer.node_synced(node)
             held = dict.fromkeys((intent.key for intent in attempt.capped), None)
             return held | {intent.key: attempt.refusal for intent in attempt.refused}

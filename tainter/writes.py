@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from fleetwatch.tainter.backend import NodeApi, Unavailable
+from fleetwatch.tainter.backend import NodeApi, RepairView, Unavailable, repair_backend, view_of
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
@@ -253,12 +253,29 @@ class DryRunNodeApi:
             warning=warning,
         )
 
+    @property
+    def can_repair(self) -> bool:
+        return repair_backend(self._real) is not None
+
+    async def repair_view(self, name: str) -> RepairView:
+        """The real node's jobs; a repair this dry run pretended to start is never seen
+        under way, so it reads as back at the next sync."""
+        return await view_of(self._real, name)
+
+    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+        """Asks nothing of the orchestrator: the attempt is kept in memory with the rest."""
+        log.info(
+            "repair not asked for (dry run)",
+            extra={"node": node.name, "repair": repair, "reason": reason, "alert": alert},
+        )
+
 
 def new_record(
-    *, taint: Taint, alertname: str, fingerprints: Sequence[str], owner: str
+    *, taint: Taint, alertname: str, fingerprints: Sequence[str], owner: str, repair: str = "none"
 ) -> dict[str, Any]:
-    """The audit record for a taint fleetwatch adds."""
+    """The audit record for a taint fleetwatch adds, with the repair its alerts ask for."""
     return {
+        "repair": repair,
         "owner": owner,
         "alert": alertname,
         "value": taint.value,

@@ -22,8 +22,10 @@ from fleetwatch.catalog.infiniband import (
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.contract import (
+    GPU_RESET,
     GPU_SUBJECT,
     LINK_SUBJECT,
+    NO_REPAIR,
     PORT_SUBJECT,
     LocalCheck,
     NeedsPrometheus,
@@ -133,6 +135,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 reason="nvlink-down",
                 clear=cleared(NVLINK_COLLECTOR, Healthy(NVLINK_UP.name, "min", "== 1")),
                 local=(LocalCheck(family=NVLINK_UP.name, op="==", limit=0, subject=LINK_SUBJECT),),
+                # A link that is down retrains on a GPU reset (runbook: reset, or reboot).
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -175,6 +179,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                         family=GPU_FABRIC_DEGRADED.name, op="==", limit=1, subject=GPU_SUBJECT
                     ),
                 ),
+                # The GPU registers with its fabric again after a reset (NVL72 procedure).
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -201,6 +207,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     "restart: not started or in progress is a fault only when it lasts (the "
                     "alert's `for`), and slurmd runs the health check at boot"
                 ),
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -212,6 +219,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 reason="infiniband-port-down",
                 clear=cleared(INFINIBAND_COLLECTOR, Healthy(PORT_UP, "min", "== 1")),
                 local=(LocalCheck(family=PORT_UP, op="==", limit=0, subject=PORT_SUBJECT),),
+                # A port down is a cable, a switch or the far end: nothing on the node fixes it.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(

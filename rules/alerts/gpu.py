@@ -25,7 +25,7 @@ from fleetwatch.catalog.gpu import (
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
-from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS
+from fleetwatch.catalog.nvidia_xids import FALLEN_OFF_BUS, NVLINK5_XIDS, shipped_catalog
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
 from fleetwatch.catalog.xid import (
     GPU_XID_ERRORS_TOTAL,
@@ -35,10 +35,14 @@ from fleetwatch.catalog.xid import (
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.contract import (
     GPU_SUBJECT,
+    HARDWARE_INSPECTION,
+    NO_REPAIR,
     LocalCheck,
     NeedsPrometheus,
     OverheatPolicy,
     Series,
+    catalog_repair,
+    xid_repairs,
 )
 from fleetwatch.rules.definitions import (
     TENSOR_ACTIVE_RECORD,
@@ -299,6 +303,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                         subject=GPU_SUBJECT,
                     ),
                 ),
+                # Cooling, not the GPU: the node returns when its clear condition holds.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(
@@ -355,6 +361,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     f"one: only its growth within {window} is, and a check on the counter "
                     "would drain the node again after a person resumed it"
                 ),
+                # Per Xid, the repair NVIDIA's catalog action asks for (by the alert's `xid`
+                # label); a listed code the catalog lacks goes to a person.
+                repair=xid_repairs(
+                    shipped_catalog(), config.thresholds["xid_critical"], label="xid"
+                ),
             ),
         ),
         Alert(
@@ -382,6 +393,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     LocalCheck(family=VISIBLE, op="<", limit=Series(family=GPUS_EXPECTED.name)),
                     LocalCheck(family=VISIBLE, op="<", limit=Series(family=GPUS_PCI_PRESENT.name)),
                 ),
+                # Xid 79's catalog action: a reboot brings a GPU back onto the bus.
+                repair=catalog_repair(shipped_catalog(), FALLEN_OFF_BUS),
             ),
         ),
         Alert(
@@ -408,6 +421,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                         family=GPU_ROW_REMAP_FAILED.name, op=">", limit=0, subject=GPU_SUBJECT
                     ),
                 ),
+                repair=HARDWARE_INSPECTION,
             ),
         ),
         Alert(

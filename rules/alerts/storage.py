@@ -26,7 +26,7 @@ from fleetwatch.catalog.storage import (
 )
 from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config, Params
-from fleetwatch.rules.contract import MOUNT_SUBJECT, LocalCheck, NeedsPrometheus
+from fleetwatch.rules.contract import MOUNT_SUBJECT, NO_REPAIR, LocalCheck, NeedsPrometheus
 from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_BURST_BYTES_RECORD,
     CHECKPOINT_JOB_BURST_DURATION_RECORD,
@@ -216,6 +216,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 local=(
                     LocalCheck(family=STORAGE_HUNG.name, op="==", limit=1, subject=MOUNT_SUBJECT),
                 ),
+                # The server or the path to it is at fault: a reboot of this node fixes neither.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(
@@ -237,6 +239,7 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     f"{p('presence_history')} (a history baseline); a mount read-only by "
                     "design reads the same in one scrape"
                 ),
+                repair=NO_REPAIR,
             ),
         ),
         Alert(

@@ -143,7 +143,7 @@ def test_a_remediation_is_clear_or_manual_not_both() -> None:
         ("- a\n", "expected a mapping of taint reasons"),
         ("r: {alerts: [A]}\n", "r: expected exactly one of clear, manual"),
         ("r: {clear: up, manual: why}\n", "r: expected exactly one of clear, manual"),
-        ("r: {clear: up, when: now}\n", "r: expected alerts, clear or manual, and local"),
+        ("r: {clear: up, when: now}\n", "r: expected alerts, clear or manual, local and repair"),
         ("r: {clear: ''}\n", "r: expected exactly one of clear, manual"),
         ("r: [", "not valid YAML"),
     ],
@@ -230,7 +230,8 @@ def test_a_local_check_on_a_threshold_the_config_lacks_is_refused(
 ) -> None:
     check = LocalCheck(family="up", op="==", limit=Threshold(name="no_such_threshold"))
     config = _plus_alert(
-        monkeypatch, Remediation(reason="test-reason", manual="why", local=(check,))
+        monkeypatch,
+        Remediation(reason="test-reason", manual="why", local=(check,), repair="none"),
     )
     with pytest.raises(ConfigError, match=r"thresholds\.no_such_threshold: .*TestAlert"):
         remediation_contract(config)

@@ -72,6 +72,7 @@ def new_alerts(config: Config, p: Params) -> list[Alert]:
                         subject=GPU_SUBJECT,
                     ),
                 ),
+                repair="none",
             ),
         )
     ]
