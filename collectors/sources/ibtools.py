@@ -48,7 +48,9 @@ _HEADER = re.compile(
     r"\(\s*CapMask:\s*(?P<cap>0x[0-9a-fA-F]+)(?:\s+CapMask2:\s*(?P<cap2>0x[0-9a-fA-F]+))?",
     re.IGNORECASE,
 )
-_FIELD = re.compile(r"\s*([A-Za-z0-9_]+)\s*:[.\s]*(\S+)\s*")
+# The value starts at its first character that is no padding dot: a value that could start
+# with a dot backtracks quadratically over a long run of dots.
+_FIELD = re.compile(r"\s*([A-Za-z0-9_]+)\s*:[.\s]*([^.\s]\S*)\s*")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
 _TOOL_MARKERS: Final = ("ibwarn", "iberror", "ibpanic")
 

@@ -65,7 +65,8 @@ NETWORK_FSTYPES: Final = frozenset(
 )
 SECTOR_BYTES: Final = 512
 _OCTAL: Final = re.compile(r"\\([0-7]{3})")
-_PER_OP: Final = re.compile(r"\s*([A-Z_0-9]+):\s+([0-9 ]+)\s*")
+# The numbers end on a digit: `[0-9 ]+\s*` backtracked quadratically over a run of blanks.
+_PER_OP: Final = re.compile(r"\s*([A-Z_0-9]+):\s+([0-9 ]*[0-9])\s*")
 # A counter as the kernel writes one: ASCII digits, at most a u64's 20 (str.isdigit() also
 # takes "²", which int() refuses, and int() refuses 4300 digits or more).
 _COUNT: Final = re.compile(r"[0-9]{1,20}")

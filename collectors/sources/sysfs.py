@@ -63,7 +63,9 @@ _UNAVAILABLE: Final = frozenset(
 )
 _READ_SIZE: Final = 256
 # ASCII digits of a bounded count: int() refuses 4300 digits, float() makes 400 of them inf.
-_STATE = re.compile(r"\s*([0-9]{1,9})\s*:\s*(\S.*?)\s*")
+# A state is matched stripped, its name greedy: a lazy name before `\s*` went quadratic on a
+# long run of blanks inside the line.
+_STATE = re.compile(r"([0-9]{1,9})\s*:\s*(\S.*)")
 _RATE = re.compile(r"\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*Gb/sec\b.*")
 
 
@@ -164,7 +166,7 @@ class DeviceVanished(Exception):
 
 def parse_state(text: str) -> tuple[int, str] | None:
     """`"4: ACTIVE"` -> (4, "ACTIVE"); `"7: Phy Test"` keeps the space; None if garbage."""
-    match = _STATE.fullmatch(text)
+    match = _STATE.fullmatch(text.strip())
     return (int(match.group(1)), match.group(2)) if match else None
 
 

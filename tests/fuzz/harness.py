@@ -47,6 +47,10 @@ settings.register_profile(
 PROFILE: Final = "fuzz" if os.environ.get(EXAMPLES_VARIABLE) else "ci"
 FUZZ: Final = settings(settings.get_profile(PROFILE))
 """The decorator every property carries: the profile this run uses."""
+CI_COSTLY_EXAMPLES: Final = 10
+FUZZ_COSTLY: Final = settings(FUZZ, max_examples=CI_COSTLY_EXAMPLES) if PROFILE == "ci" else FUZZ
+"""For a property whose example costs a tenth of a second or more (a YAML config loaded twice,
+a sysfs tree written): fewer examples in the suite, as many as any in `./dev.sh fuzz`."""
 
 T = TypeVar("T")
 R = TypeVar("R")

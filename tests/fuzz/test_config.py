@@ -17,7 +17,7 @@ from hypothesis import given
 
 from fleetwatch.rules.config import Config, ConfigError, load_config, parameters, shipped_text
 from fleetwatch.sim.scenario import BUILTIN_PACKAGE, Scenario, ScenarioError, load_scenario
-from tests.fuzz.harness import FUZZ, exercise
+from tests.fuzz.harness import FUZZ_COSTLY, exercise
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 SCENARIOS: Final = tuple(
@@ -40,7 +40,7 @@ def scenario_holds(scenario: Scenario) -> None:
     assert all(fault.at >= 0 for fault in scenario.faults)
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(mutated_bytes(SCENARIOS, huge=65536))
 def test_scenario_file(raw: bytes) -> None:
     exercise("scenario file", _scenario, raw, errors=(ScenarioError,), holds=scenario_holds)
@@ -86,7 +86,7 @@ def config_holds(config: Config) -> None:
         assert math.isfinite(number), (name, value)
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(mutated_tree(OVERRIDES))
 def test_rules_override_tree(tree: Any) -> None:
     exercise(
@@ -98,7 +98,7 @@ def test_rules_override_tree(tree: Any) -> None:
     )
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(mutated_bytes([yaml.safe_dump(tree).encode() for tree in OVERRIDES], huge=65536))
 def test_rules_override_bytes(raw: bytes) -> None:
     exercise(

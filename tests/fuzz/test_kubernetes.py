@@ -26,7 +26,7 @@ from fleetwatch.collectors.sources.podresources import (
 from fleetwatch.collectors.sources.resourceslices import SliceDevice, slice_devices
 from fleetwatch.sim.kubelet import resource_slice
 from fleetwatch.sim.scenario import load_scenario
-from tests.fuzz.harness import FUZZ, bounded_label, exercise
+from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 
@@ -148,7 +148,7 @@ def slice_holds(devices: tuple[SliceDevice, ...]) -> None:
         assert isinstance(device.profile, str)
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(mutated_tree(SLICES))
 def test_resourceslice_object(obj: Any) -> None:
     exercise(

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetwatch.collectors.sources.pci import PciGpuScan, scan_gpus
-from tests.fuzz.harness import FUZZ, exercise
+from tests.fuzz.harness import FUZZ_COSTLY, exercise
 from tests.fuzz.mutations import mutated_text
 
 FUNCTIONS: Final = {
@@ -41,7 +41,7 @@ def scan_holds(scan: PciGpuScan | None) -> None:
         assert problem.reason
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(
     st.fixed_dictionaries(
         {

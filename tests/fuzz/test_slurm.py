@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fleetwatch.slurm.mapping import JobGpus, Reading, read
 from fleetwatch.slurm.scontrol import Node, ScontrolError
-from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts
+from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts
 from tests.fuzz.mutations import MIB, mutated_text
 
 LINES: Final = (
@@ -91,7 +91,7 @@ def reading_holds(found: Reading) -> None:
         assert why
 
 
-@FUZZ
+@FUZZ_COSTLY
 @given(
     st.lists(
         st.tuples(st.sampled_from(("job-4242.json", "job-77.json", "job-9.json")), st.none())
