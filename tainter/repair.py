@@ -183,7 +183,8 @@ class Repairer:
         self._event = event
         self._clock = clock
         self._in_flight: set[str] = set()
-        self._dry_runs: set[tuple[str, str, int]] = set()  # (node, reason, taken out) told
+        # The take-out (reason, when) each node's dry run told of last: told once, bounded.
+        self._dry_runs: dict[str, tuple[str, int]] = {}
 
     @property
     def in_flight_nodes(self) -> frozenset[str]:
@@ -324,9 +325,9 @@ class Repairer:
             f"asked for: {hold.asked_for})"
         )
         if not live:
-            told = (node.name, hold.reason, hold.taken_out)
-            if told not in self._dry_runs:
-                self._dry_runs.add(told)
+            told = (hold.reason, hold.taken_out)
+            if self._dry_runs.get(node.name) != told:
+                self._dry_runs[node.name] = told
                 self._metrics.repairs.labels(repair=hold.repair, result="dry_run").inc()
                 await self._event(
                     node, "RepairDryRun", f"would ask for {what} (--repair.mode=dry-run)"
