@@ -58,7 +58,7 @@ from fleetwatch.tainter.kube_objects import (
 )
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import SlurmAccess
-from fleetwatch.tainter.writes import TAINTED_LABEL
+from fleetwatch.tainter.writes import TAINTED_LABEL, LeftAlone
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +80,16 @@ STATE_FILE: Final = "fleetwatch-tainter.json"
 LOCK_FILE: Final = "fleetwatch-tainter.lock"
 
 
-class HeldByOthers(ApiError):
-    """A write would change the holds of a node someone else took out: refused (423),
-    nothing run, so the other's reason stays exactly as it is."""
+class HeldByOthers(LeftAlone):
+    """A write would change the holds of a node someone else took out: left alone, nothing
+    run, so the other's reason stays exactly as it is (the webhook answers it with success:
+    a retry would change nothing)."""
 
     def __init__(self, node: str, state: str, reason: str) -> None:
         super().__init__(
-            status=423,
-            reason=f"{node} is {state} by someone else (reason {reason!r}); fleetwatch "
-            "leaves it alone",
+            why="held_by_others",
+            reason=f"Slurm node {node} is {state} by someone else (reason {reason!r}); "
+            "fleetwatch leaves it alone",
         )
 
 
