@@ -168,9 +168,10 @@ async def with_retries(
     """Run `call` until it succeeds, at most `retry.attempts` times, retrying what
     RETRIED_STATUSES names (the guard's conflicts, throttling, 5xx, an unreachable API) with
     jittered backoff, never sooner than a `Retry-After` the server sent (one longer than
-    RETRY_AFTER_LIMIT fails at once); counts every failure and logs every retried fault. Raises the last ApiError, or at once one retrying cannot fix (a refusal, or a
-    backend that says it is `Unavailable` while it backs off). A `LeftAlone` is no failure:
-    raised at once, not counted as an API error."""
+    RETRY_AFTER_LIMIT fails at once); counts every failure and logs every retried fault.
+    Raises the last ApiError, or at once one retrying cannot fix (a refusal, or a backend
+    that says it is `Unavailable` while it backs off). A `LeftAlone` is no failure: raised
+    at once, not counted as an API error."""
     last_error: ApiError | None = None
     for attempt in range(retry.attempts):
         if last_error is not None:
