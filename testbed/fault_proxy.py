@@ -12,7 +12,9 @@ code under test and the real server and, per request, applies the first rule tha
   `Status` object, without forwarding;
 - `Fault.cut_watch`: forward a watch and cut the stream after some events;
 - `Fault.watch_gone`: answer a watch with the `ERROR` event of code 410 (Expired) a real
-  server sends when the resourceVersion is too old, which forces the client to list again.
+  server sends when the resourceVersion is too old, which forces the client to list again;
+- `Fault.warn`: forward, then add `warnings` to the JSON answer, as Prometheus (and Thanos'
+  partial responses) mark an answer built from incomplete data.
 
 A rule matches by method and a regular expression searched in the path and query, for its
 first `times` matching requests (0: every one). Every request is recorded (`seen`) with when
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import re
 import socket
@@ -57,6 +60,7 @@ class Fault:
     status: int = 0
     retry_after: str | None = None
     after_events: int = 0
+    warning: str = ""
     taken: int = 0
 
     @classmethod
@@ -78,6 +82,10 @@ class Fault:
     @classmethod
     def cut_watch(cls, *, after_events: int, **match: object) -> Fault:
         return cls("cut_watch", after_events=after_events, **match)  # type: ignore[arg-type]
+
+    @classmethod
+    def warn(cls, warning: str, **match: object) -> Fault:
+        return cls("warn", warning=warning, **match)  # type: ignore[arg-type]
 
     @classmethod
     def watch_gone(cls, **match: object) -> Fault:
@@ -231,6 +239,13 @@ class FaultProxy:
             if fault is not None and fault.action == "reset_after":
                 await upstream.read()
                 return _reset(request)
+            if fault is not None and fault.action == "warn":
+                raw = await upstream.read()
+                if upstream.headers.get("Content-Encoding") == "gzip":
+                    raw = gzip.decompress(raw)
+                answer_body = json.loads(raw)
+                answer_body["warnings"] = [*answer_body.get("warnings", ()), fault.warning]
+                return web.json_response(answer_body, status=upstream.status)
             answer = web.StreamResponse(
                 status=upstream.status,
                 headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS},
