@@ -154,7 +154,7 @@ class Controller:
     ) -> tuple[set[str], list[Refusal]]:
         """Fold alert states into the desired state; returns the nodes touched and the
         alerts the policy refused (those change nothing)."""
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         allowed: list[AlertState] = []
         refused: list[Refusal] = []
         for alert in alerts:

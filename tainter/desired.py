@@ -30,7 +30,7 @@ class Intent:
     effect: str
     value: str
     firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
-    last_firing: float = 0.0  # time.time() when an alert was last seen firing
+    last_firing: float = 0.0  # time.monotonic() when an alert was last seen firing
     refused: bool = False  # a TaintRefused Event was already sent for this episode
 
     @property
