@@ -237,16 +237,24 @@ class StateFile:
             data = self._load()
             result = change(data)
             temporary = self.path.with_suffix(".tmp")
-            with open(temporary, "w") as out:
-                json.dump(data, out, sort_keys=True, indent=1)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-            directory = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+                with open(temporary, "w") as out:
+                    json.dump(data, out, sort_keys=True, indent=1)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temporary, self.path)
+                directory = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            except OSError as exc:
+                # A full disk, a read-only remount: the old file stands, whole; a retry
+                # (Alertmanager's, the reconcile loop's) writes it once there is room.
+                temporary.unlink(missing_ok=True)
+                raise ApiError(
+                    status=0, reason=f"cannot write {self.path}: {exc.strerror or exc}"
+                ) from exc
             return result
 
 

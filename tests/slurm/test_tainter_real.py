@@ -8,8 +8,11 @@ The whole story with real servers is
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import logging
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +319,72 @@ async def test_a_failing_scontrol_is_a_503_naming_slurm_and_dry_run_says_so(
             )
             == 1.0
         )
+
+
+@contextlib.contextmanager
+def tiny_disk(where: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs at `where`, unmounted on exit; skipped, saying why, when it cannot be
+    mounted (not root, or no mount in this container)."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
+    slurm: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tainter's state file (beside slurmctld's state) on a full disk: the drain is made
+    once and stands, the state file stays whole (never half-written), and the failed write is
+    counted and logged. What it costs is recorded here as it is: the drain's audit record and
+    its entry in the taint history are not written (the retry finds the drain and plans
+    nothing more), so quarantine counts that drain one fewer; docs/reliability.md says so."""
+    caplog.set_level(logging.INFO)
+    with tiny_disk(tmp_path / "disk") as disk:
+        state = StateFile(disk / "fleetwatch")
+        state.update(lambda data: None)  # the state file exists before the disk fills
+        before = state.path.read_bytes()
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as out:  # until full
+            while True:
+                out.write(b"\0" * 4096)
+                out.flush()
+        api = SlurmNodeApi(scontrol=GuardedScontrol(conf=slurm.conf), state=state)
+        metrics = TainterMetrics()
+        app = make_app(
+            controller=controller(api, evidence=FakeEvidence(), lease="disk", metrics=metrics),
+            metrics=metrics,
+            auth=None,
+            max_body_bytes=1 << 20,
+            orchestrator="slurm",
+        )
+        try:
+            async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+                first = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+                reason = slurm.node("gpu01")["Reason"]
+                again = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+            assert (first.status, again.status) == (200, 200)
+            assert reason.startswith(OURS)
+            assert slurm.node("gpu01")["Reason"] == reason  # drained once, not again
+            assert state.path.read_bytes() == before  # whole, not half-written
+            assert not state.path.with_suffix(".tmp").exists()
+            errors = metrics.registry.get_sample_value(
+                "fleetwatch_tainter_api_errors_total", {"status": "0"}
+            )
+            assert errors is not None
+            assert errors >= 1
+            assert any(
+                "No space left on device" in str(getattr(r, "error", ""))
+                for r in caplog.records
+                if r.getMessage() == "call retried"
+            )
+        finally:
+            slurm.resume("gpu01")
