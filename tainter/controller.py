@@ -46,7 +46,7 @@ from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource
 from fleetwatch.tainter.taint_policy import Refusal, TaintPolicy
 from fleetwatch.tainter.untaint_gate import UntaintGate
-from fleetwatch.tainter.writes import Change, guarded_update
+from fleetwatch.tainter.writes import Change, LeftAlone, guarded_update
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Controller:
     ) -> tuple[set[str], list[Refusal]]:
         """Fold alert states into the desired state; returns the nodes touched and the
         alerts the policy refused (those change nothing)."""
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         allowed: list[AlertState] = []
         refused: list[Refusal] = []
         for told in alerts:
@@ -204,10 +204,13 @@ class Controller:
         await self._breaker_sync.store_change()
         for alert in alerts:
             if alert.firing and (alert.node, alert.key) in held:
-                by_breaker = held[(alert.node, alert.key)]
-                refused.append(
-                    self._policy.capped(alert) if by_breaker is None else by_breaker.of(alert)
-                )
+                why = held[(alert.node, alert.key)]
+                if why is None:
+                    refused.append(self._policy.capped(alert))
+                elif isinstance(why, LeftAlone):
+                    refused.append(Refusal(alert=alert, why=why.why, detail=why.reason))
+                else:
+                    refused.append(why.of(alert))
         return Outcome(refused=refused)
 
     async def reconcile(self) -> None:
@@ -248,14 +251,15 @@ class Controller:
 
     async def sync_nodes(
         self, nodes: Iterable[str]
-    ) -> dict[tuple[str, str], BreakerRefusal | None]:
+    ) -> dict[tuple[str, str], BreakerRefusal | LeftAlone | None]:
         """Sync each node (concurrently, bounded); raises NodeSyncError listing failures.
-        Returns the (node, key) pairs kept from being added: by the breaker (its refusal)
-        or by the per-node cap (None)."""
+        Returns the (node, key) pairs kept from being added: by the breaker (its refusal),
+        by the backend leaving the node alone (someone else holds it) or by the per-node cap
+        (None)."""
         names = sorted(set(nodes))
         results = await asyncio.gather(*(self._sync_node(n) for n in names), return_exceptions=True)
         failures: dict[str, ApiError] = {}
-        held: dict[tuple[str, str], BreakerRefusal | None] = {}
+        held: dict[tuple[str, str], BreakerRefusal | LeftAlone | None] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, ApiError):
                 failures[name] = result
@@ -286,7 +290,7 @@ class Controller:
             else:
                 self._node_locks[name] = (lock, users - 1)
 
-    async def _sync_node(self, name: str) -> dict[str, BreakerRefusal | None]:
+    async def _sync_node(self, name: str) -> dict[str, BreakerRefusal | LeftAlone | None]:
         """Sync one node; returns the keys kept from being added (`sync_nodes`)."""
         async with self._node_lock(name), self._slots:
             attempt = SyncAttempt()
@@ -302,6 +306,13 @@ class Controller:
                     retry=self._settings.retry,
                     metrics=self._metrics,
                 )
+            except LeftAlone as exc:
+                if attempt.reserved:
+                    self._breaker.release(name)
+                log.info(
+                    "node left alone", extra={"node": name, "why": exc.why, "detail": exc.reason}
+                )
+                return {key: exc for key, intent in self._intents.on(name).items() if intent.firing}
             except ApiError as exc:
                 if attempt.reserved:
                     self._breaker.release(name)

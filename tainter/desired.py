@@ -32,7 +32,7 @@ class Intent:
     value: str
     firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
     repairs: dict[str, str] = field(default_factory=dict)  # fingerprint → repair asked
-    last_firing: float = 0.0  # time.time() when an alert was last seen firing
+    last_firing: float = 0.0  # time.monotonic() when an alert was last seen firing
     refused: bool = False  # a TaintRefused Event was already sent for this episode
 
     @property

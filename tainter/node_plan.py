@@ -94,7 +94,7 @@ class NodePlanner:
                     key=key,
                     effect=taint.effect,
                     value=taint.value,
-                    last_firing=time.time(),
+                    last_firing=time.monotonic(),
                 )
                 self._intents.add(intent)
             if intent.firing:

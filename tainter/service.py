@@ -217,6 +217,8 @@ async def build_app(
         ),
         supervisor=Supervisor(metrics=metrics),
         cleanup=close,
+        orchestrator=settings.orchestrator,
+        dry_run=settings.controller.dry_run,
     )
 
 

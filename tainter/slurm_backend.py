@@ -58,7 +58,7 @@ from fleetwatch.tainter.kube_objects import (
 )
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import SlurmAccess
-from fleetwatch.tainter.writes import TAINTED_LABEL
+from fleetwatch.tainter.writes import TAINTED_LABEL, LeftAlone
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,16 @@ STATE_FILE: Final = "fleetwatch-tainter.json"
 LOCK_FILE: Final = "fleetwatch-tainter.lock"
 
 
-class HeldByOthers(ApiError):
-    """A write would change the holds of a node someone else took out: refused (423),
-    nothing run, so the other's reason stays exactly as it is."""
+class HeldByOthers(LeftAlone):
+    """A write would change the holds of a node someone else took out: left alone, nothing
+    run, so the other's reason stays exactly as it is (the webhook answers it with success:
+    a retry would change nothing)."""
 
     def __init__(self, node: str, state: str, reason: str) -> None:
         super().__init__(
-            status=423,
-            reason=f"{node} is {state} by someone else (reason {reason!r}); fleetwatch "
-            "leaves it alone",
+            why="held_by_others",
+            reason=f"Slurm node {node} is {state} by someone else (reason {reason!r}); "
+            "fleetwatch leaves it alone",
         )
 
 
@@ -257,16 +258,24 @@ class StateFile:
             data = self._load()
             result = change(data)
             temporary = self.path.with_suffix(".tmp")
-            with open(temporary, "w") as out:
-                json.dump(data, out, sort_keys=True, indent=1)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-            directory = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+                with open(temporary, "w") as out:
+                    json.dump(data, out, sort_keys=True, indent=1)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temporary, self.path)
+                directory = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            except OSError as exc:
+                # A full disk, a read-only remount: the old file stands, whole; a retry
+                # (Alertmanager's, the reconcile loop's) writes it once there is room.
+                temporary.unlink(missing_ok=True)
+                raise ApiError(
+                    status=0, reason=f"cannot write {self.path}: {exc.strerror or exc}"
+                ) from exc
             return result
 
 

@@ -17,16 +17,20 @@ TAINTER_WEBHOOK_REQUESTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_webhook_requests_total",
     "counter",
     (
-        "Alertmanager webhook requests by result (ok, refused, unauthorized, bad_request, "
-        "too_deep, too_large, api_error); a standby's answers are counted apart."
+        "Alertmanager webhook requests by result: ok; left_alone and dry_run (answered 2xx: "
+        "alerts deliberately left alone by policy, breaker or someone else's hold, or nothing "
+        "written under --dry-run; not failures); unauthorized, bad_request, too_deep, "
+        "too_large (4xx); api_denied (the orchestrator denied a write, 4xx); api_error (503, "
+        "Alertmanager retries). A standby's answers are counted apart."
     ),
     ("result",),
     unit="requests",
     source="webhook handler",
-    series="7",
+    series="9",
     label_values={
         "result": (
-            "(`ok`, `refused`, `unauthorized`, `bad_request`, `too_deep`, `too_large`, `api_error`)"
+            "(`ok`, `left_alone`, `dry_run`, `unauthorized`, `bad_request`, `too_deep`, "
+            "`too_large`, `api_denied`, `api_error`)"
         ),
     },
 )
