@@ -1,7 +1,7 @@
 """Interruptions of training jobs: the recording rules' names and what they mean.
 
 An interruption is the moment a training job stops making progress and has to restart
-(docs/goodput.md, docs/training-jobs.md). The live rules (rules/alerts/goodput.py)
+(docs/training-jobs.md, "Interruptions and lemon nodes"). The live rules (rules/alerts/goodput.py)
 find each one from telemetry fleets already have and record it as sparse series: an
 interruption is a short run of samples, present only while it is being seen, so a reader
 over weeks reads what the interruptions cost, not every GPU's raw series. The report, the
