@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-from fleetwatch.rules.alerts import domains, fabric, gpu, stack, storage, training
+from fleetwatch.rules.alerts import domains, fabric, goodput, gpu, stack, storage, training
 from fleetwatch.rules.config import (
     AlertPolicy,
     Config,
@@ -62,6 +62,7 @@ ALERT_GROUPS: Final[tuple[tuple[str, tuple[AreaAlerts, ...]], ...]] = (
     ("fleetwatch-tainter", (stack.tainter_alerts,)),
     ("fleetwatch-storage", (storage.alerts,)),
     ("fleetwatch-checkpoint-jobs", (storage.job_alerts,)),
+    ("fleetwatch-goodput", (goodput.alerts,)),
 )
 """Alert groups in file order; each one's scope is rules/config.yaml's `rule_groups:`."""
 
@@ -75,6 +76,7 @@ RECORDING_GROUPS: Final[tuple[tuple[str, tuple[AreaRecords, ...]], ...]] = (
         "fleetwatch-fleet-recording",
         (gpu.fleet_records, training.records, domains.records, storage.job_records),
     ),
+    ("fleetwatch-interruptions", (goodput.records,)),
 )
 """Recording groups in file order: within a group, a record comes after the records it
 reads (a group evaluates its rules in order; groups evaluate independently, so a record

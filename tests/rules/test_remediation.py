@@ -37,8 +37,9 @@ from fleetwatch.rules.groups import alert_groups, remediation_contract
 from fleetwatch.rules.promql import Alert, Remediation
 from fleetwatch.tainter.taint_policy import shipped_reasons
 
-MANUAL_REASONS = {"xid-critical", "gpu-lost", "row-remap-failed"}
-"""What needs a person: a GPU reset, a reboot or a repair that no series shows done."""
+MANUAL_REASONS = {"xid-critical", "gpu-lost", "row-remap-failed", "lemon-node"}
+"""What needs a person: a GPU reset, a reboot or a repair that no series shows done, or
+the inspection of a lemon node, which passes every check."""
 
 
 def test_every_tainting_alert_has_a_clear_condition_or_is_manual() -> None:
@@ -155,9 +156,15 @@ def test_a_bad_contract_names_the_reason_and_the_problem(text: str, problem: str
 
 # -- How one scrape judges each tainting alert (the Slurm health check's local checks) -------
 
-NEEDS_PROMETHEUS = {"GPUXidCritical", "GPUFabricNotRegistered", "CheckpointMountReadOnly"}
+NEEDS_PROMETHEUS = {
+    "GPUXidCritical",
+    "GPUFabricNotRegistered",
+    "CheckpointMountReadOnly",
+    "NodeInterruptsJobs",
+}
 """What one scrape cannot judge: a counter's growth in a window, a state that is a fault only
-when it lasts, a read-only mount that was writable (a history baseline)."""
+when it lasts, a read-only mount that was writable (a history baseline), interruptions of
+different jobs within a day."""
 
 
 def test_every_tainting_alert_has_a_local_check_or_needs_prometheus() -> None:

@@ -39,6 +39,7 @@ SHIPPED_REPAIRS = {
     "NVLinkDown": GPU_RESET,
     "CheckpointMountHung": NO_REPAIR,
     "CheckpointMountReadOnly": NO_REPAIR,
+    "NodeInterruptsJobs": HARDWARE_INSPECTION,
 }
 """The repair of each shipped tainting alert but the Xid one (told by its label)."""
 

@@ -35,7 +35,12 @@ from fleetwatch.slurm.healthcheck import firing_alerts_query
 from tests.rules.overrides import H100, write
 
 GPU_A = 'gpu="0",uuid="GPU-a"'
-NEEDS_PROMETHEUS = {"GPUXidCritical", "GPUFabricNotRegistered", "CheckpointMountReadOnly"}
+NEEDS_PROMETHEUS = {
+    "GPUXidCritical",
+    "GPUFabricNotRegistered",
+    "CheckpointMountReadOnly",
+    "NodeInterruptsJobs",
+}
 
 
 def scrape(model: str, celsius: float, margin: float | None) -> str:
