@@ -1,17 +1,21 @@
-"""Exporter overhead on a simulated DGX H100: series, CPU per cycle, render cost, scrape
-latency under 50 concurrent scrapers (also while a collector hangs), whole-process CPU per
-exported series against node_exporter's in the same run, and RSS over time.
+"""Exporter overhead: series, CPU per cycle, render cost, scrape latency under 50 concurrent
+scrapers (also while a collector hangs), whole-process CPU per exported series against
+node_exporter's in the same run, and RSS over time with and without checkpoint mounts.
 
 Prints figures; asserts nothing. Run: `.venv/bin/python bench/bench_exporter.py`
-(`--rss-minutes 10` for the full RSS figure; the default keeps it short; `--only cpu`
-and the like run one section). The scrape load
-comes from Debian's `wrk` (a C load generator, so the client does not compete with the
-exporter for the GIL-bound CPU it measures).
+(`--rss-minutes 60` for the full RSS figure; the default keeps it short; `--only cpu`
+and the like run one section). The `cpu` and `rss` sections run the exporter on NVIDIA's
+mock NVML (`FLEETWATCH_NVML_MOCK`) with a real-shaped sysfs tree (`bench/exporter_setups.py`),
+or under `--simulate dgx-h100` with `--simulate`; `--baseline DIR` runs another tree's code
+beside it in the same window. The cycle, render and latency sections use the simulated
+dgx-h100. The scrape load comes from Debian's `wrk` (a C load generator, so the client does
+not compete with the exporter for the GIL-bound CPU it measures).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -32,6 +37,7 @@ from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.exporter_setups import exporter_argv, moving_tree
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.families import SeriesFamily, series_count
@@ -43,6 +49,7 @@ from fleetwatch.sim.exporter_hardware import simulated_hardware
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
+from testbed.mounts import nfs_node, write_procfs
 from testbed.nvml_timing import timed
 from testbed.tool_servers import node_exporter
 
@@ -209,18 +216,60 @@ def hung_scenario(workdir: Path) -> str:
     return str(path)
 
 
-def rss_over_time(workdir: Path, minutes: float) -> None:
-    with servers.fleetwatch_export(workdir, simulate="dgx-h100") as exporter:
-        pid = exporter.process.pid
-        end = time.monotonic() + minutes * 60
-        while time.monotonic() < end:
-            servers.http_get(exporter.url + "/metrics")
+def rss_over_time(
+    workdir: Path, minutes: float, *, simulate: bool, baseline: Path | None = None
+) -> None:
+    """Resident size of the exporter, and of its mount helper, after `minutes` of scrapes
+    every 5 s: on a GPU node without checkpoint mounts and on one with 50 NFS mounts
+    (`testbed.mounts.nfs_node` as `--path.procfs`; the mount points do not exist here, so
+    each statvfs fails fast, counted), all running side by side (with `baseline`, that
+    code's two as well). Prints every minute, so a long run shows growth."""
+    mountinfo, mountstats = nfs_node(50)
+    procfs = write_procfs(workdir / "proc", mountinfo=mountinfo, mountstats=mountstats)
+    codes: dict[str, Path | None] = {"": None}
+    if baseline is not None:
+        codes["baseline "] = baseline
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
+        running: dict[str, servers.Server] = {}
+        for label, code in codes.items():
+            for mounts, fixture in (("no checkpoint mounts", None), ("50 NFS mounts", procfs)):
+                name = f"{label}{mounts}"
+                running[name] = stack.enter_context(
+                    _exporter(
+                        workdir / name.replace(" ", "-"),
+                        simulate=simulate,
+                        sysfs=tree,
+                        code=code,
+                        procfs=fixture,
+                    )
+                )
+        start = time.monotonic()
+        next_print = 60.0
+        while (elapsed := time.monotonic() - start) < minutes * 60:
+            for server in running.values():
+                servers.http_get(server.url + "/metrics")
+            if elapsed >= next_print or elapsed + 5 >= minutes * 60:
+                next_print += 60
+                figures = ", ".join(
+                    f"{name}: {_rss_mib(server.process.pid):.1f} MiB"
+                    + "".join(
+                        f" + helper {_rss_mib(child):.1f} MiB"
+                        for child in _children(server.process.pid)
+                    )
+                    for name, server in running.items()
+                )
+                print(f"RSS after {elapsed / 60:.0f} min: {figures}", flush=True)
             time.sleep(5)
-        status = Path(f"/proc/{pid}/status").read_text()
-        rss_kb = int(
-            next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]
-        )
-        print(f"RSS after {minutes:g} min (scraped every 5 s): {rss_kb / 1024:.1f} MiB")
+
+
+def _children(pid: int) -> list[int]:
+    """The process's child processes (the mount helper), from /proc."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -239,19 +288,40 @@ def _series(url: str, prefix: str) -> int:
     )
 
 
-def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) -> None:
-    """Whole-process CPU per exported series: the exporter (simulated dgx-h100, every
-    default collector) against node_exporter (its default collectors on this machine's
-    /proc and /sys), both running and scraped every 5 s in the same window.
+def cpu_per_series(
+    workdir: Path,
+    seconds: float,
+    simulation: SimulationCost | None,
+    *,
+    simulate: bool,
+    baseline: Path | None = None,
+) -> None:
+    """Whole-process CPU per exported series: the exporter (every default collector) against
+    node_exporter (its default collectors on this machine's /proc and /sys), both running and
+    scraped every 5 s in the same window.
 
-    The exporter's process also runs the simulation: it rewrites the simulated tree once a
-    second and its NVML is Python. Their cost, measured in `cycle_costs`, is printed and
-    subtracted for a second figure, an estimate of the exporter on hardware."""
-    with (
-        servers.fleetwatch_export(workdir / "fw", simulate="dgx-h100") as fw,
-        node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None) as ne,
-    ):
+    Without `simulate` the exporter runs on NVIDIA's mock NVML with a real-shaped sysfs tree
+    that this process moves on (`exporter_setups`): its process runs only the exporter. With
+    `simulate` it runs `--simulate dgx-h100`, whose process also runs the simulation (a tree
+    rewrite an interval, a Python NVML); their cost, measured in `cycle_costs`, is printed and
+    subtracted for a second figure, an estimate of the exporter on hardware.
+
+    `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
+    third process in the same window, so a change is measured before and after under the
+    same load."""
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
+        fw = stack.enter_context(_exporter(workdir / "fw", simulate=simulate, sysfs=tree))
+        ne = stack.enter_context(node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None))
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
+        if baseline is not None:
+            procs["baseline"] = (
+                stack.enter_context(
+                    _exporter(workdir / "base", simulate=simulate, sysfs=tree, code=baseline)
+                ),
+                "fleetwatch_",
+            )
+        load = os.getloadavg()[0]
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
         end_time = time.monotonic() + seconds
         while time.monotonic() < end_time:
@@ -261,17 +331,30 @@ def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) ->
             name: _cpu_seconds(server.process.pid) - start[name]
             for name, (server, _) in procs.items()
         }
+        rss = {name: _rss_mib(server.process.pid) for name, (server, _) in procs.items()}
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
+    print(
+        f"exporter on {'--simulate dgx-h100' if simulate else 'the mock NVML (h100)'}, load "
+        f"average {load:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
     for name, (_, prefix) in procs.items():
         print(
             f"{name}: {spent[name]:.2f} CPU s in {seconds:g} s for {series[name]} "
-            f"`{prefix}` series = {per_series[name]:.2f} CPU µs per series per second"
+            f"`{prefix}` series = {per_series[name]:.2f} CPU µs per series per second, "
+            f"RSS at the end {rss[name]:.1f} MiB"
+        )
+    if baseline is not None:
+        print(
+            f"baseline per series {per_series['baseline'] / per_series['node_exporter']:.2f} "
+            "of node_exporter's"
         )
     print(
         f"CPU ratio {spent['fleetwatch'] / spent['node_exporter']:.2f}, series ratio "
         f"{series['fleetwatch'] / series['node_exporter']:.2f}, per series "
         f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
     )
+    if not simulate or simulation is None:
+        return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (
         seconds / DEFAULT_INTERVAL_SECONDS * simulation.fake_nvml
     )
@@ -280,6 +363,34 @@ def cpu_per_series(workdir: Path, seconds: float, simulation: SimulationCost) ->
         f"of which simulation (tree rewrites and fake NVML, estimated): {simulated:.2f} CPU s; "
         f"without it {net:.2f} CPU µs per series per second, per series "
         f"{net / per_series['node_exporter']:.2f} of node_exporter's"
+    )
+
+
+@contextlib.contextmanager
+def _exporter(
+    workdir: Path,
+    *,
+    simulate: bool,
+    sysfs: Path,
+    code: Path | None = None,
+    procfs: Path | None = None,
+) -> Iterator[servers.Server]:
+    env, args = exporter_argv(simulate=simulate, sysfs=sysfs)
+    if procfs is not None:
+        args.append(f"--path.procfs={procfs}")
+    if code is not None:
+        env["PYTHONPATH"] = str(code)  # ahead of the editable install's package
+    with servers.fleetwatch_command(
+        workdir, command="export", args=args, ready_path="/readyz", env=env
+    ) as server:
+        yield server
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return (
+        int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+        / 1024
     )
 
 
@@ -293,7 +404,22 @@ def main() -> None:
     parser.add_argument("--rss-minutes", type=float, default=1.0)
     parser.add_argument("--cpu-seconds", type=float, default=90.0)
     parser.add_argument(
-        "--only", choices=SECTIONS, action="append", help="run these sections (cpu runs cycles)"
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="run these sections (cpu under --simulate runs cycles)",
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="cpu section: the exporter under --simulate dgx-h100 instead of on the mock NVML "
+        "(FLEETWATCH_NVML_MOCK) with a real-shaped tree",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="cpu section: also run the fleetwatch package in this folder (another tree's "
+        "code, e.g. the commit before a change) side by side",
     )
     args = parser.parse_args()
     sections = set(args.only or SECTIONS)
@@ -301,7 +427,8 @@ def main() -> None:
         f"machine: {platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {len(os.sched_getaffinity(0))} cores"
     )
-    simulation = cycle_costs(args.cycles) if sections & {"cycles", "cpu"} else None
+    wants_costs = "cycles" in sections or ("cpu" in sections and args.simulate)
+    simulation = cycle_costs(args.cycles) if wants_costs else None
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if "latency" in sections:
@@ -312,10 +439,18 @@ def main() -> None:
                 workdir / "hung",
                 args.load_seconds,
             )
-        if simulation is not None and "cpu" in sections:
-            cpu_per_series(workdir / "cpu", args.cpu_seconds, simulation)
+        if "cpu" in sections:
+            cpu_per_series(
+                workdir / "cpu",
+                args.cpu_seconds,
+                simulation,
+                simulate=args.simulate,
+                baseline=args.baseline,
+            )
         if "rss" in sections:
-            rss_over_time(workdir / "rss", args.rss_minutes)
+            rss_over_time(
+                workdir / "rss", args.rss_minutes, simulate=args.simulate, baseline=args.baseline
+            )
 
 
 if __name__ == "__main__":

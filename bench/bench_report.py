@@ -23,6 +23,12 @@ report reads them instead of the raw expressions; the figures say which it read.
 it the store holds raw series only, as a long-term store fed by remote-write of raw series.
 
     .venv/bin/python bench/bench_report.py --nodes 1000 --hours 24 --step 60
+    .venv/bin/python bench/bench_report.py --goodput --nodes 2048 --hours 1296   # 54 days
+
+With `--goodput` the history is the Goodput section's (sim/goodput_history.py: training
+jobs of 4 nodes with interruptions, restarts, saves and node signals, as the rules record
+them) instead of the fleet's hardware series: the report's figure is then the Goodput
+section's cost (the other sections find none of their metrics and say so).
     .venv/bin/python bench/bench_report.py --nodes 10000 --step 300 --store /var/tmp/fleet10k
 """
 
@@ -45,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fleetwatch.report.dataset import RAW
+from fleetwatch.sim import goodput_history
 from fleetwatch.sim.fleet import FleetSpec, write_victoria_import
 from testbed.tool_servers import report_recording_rules
 from testbed.victoria import force_flush, victoria_metrics, vmalert_replay
@@ -58,7 +65,10 @@ SCRAPE_JOB = "scrape_job"
 RECORDED = "recorded.json"
 
 
-def stream_import(url: str, spec: FleetSpec) -> int:
+History = FleetSpec | goodput_history.GoodputSpec
+
+
+def stream_import(url: str, spec: History) -> int:
     """POST the fleet's history to VictoriaMetrics' import API as it is generated (a writer
     thread feeds a pipe the request body is read from); returns the bytes sent. A fleet the
     simulation refuses (or any failure of the writer) stops the bench with its error, rather
@@ -69,7 +79,10 @@ def stream_import(url: str, spec: FleetSpec) -> int:
     def produce() -> None:
         with os.fdopen(write_fd, "wb", buffering=BLOCK) as out:
             try:
-                write_victoria_import(spec, out)
+                if isinstance(spec, FleetSpec):
+                    write_victoria_import(spec, out)
+                else:
+                    goodput_history.write_victoria_import(spec, out)
             except Exception as exc:  # handed to the main thread, which stops the bench
                 failed.append(exc)
 
@@ -96,7 +109,7 @@ def stream_import(url: str, spec: FleetSpec) -> int:
     return sent
 
 
-def run_report(url: str, spec: FleetSpec, out: Path, extra: list[str]) -> tuple[float, int, str]:
+def run_report(url: str, spec: History, out: Path, extra: list[str]) -> tuple[float, int, str]:
     """`fleetwatch report` as a child: (wall seconds, peak RSS bytes, its stderr)."""
     command = [
         str(Path(sys.executable).parent / "fleetwatch"),
@@ -139,7 +152,7 @@ def sources(stderr: str) -> list[str]:
     return found
 
 
-def record(vm_url: str, spec: FleetSpec, workdir: Path) -> float:
+def record(vm_url: str, spec: History, workdir: Path) -> float:
     """Replay the recording rules the report reads over the history into the store at
     `vm_url`, evaluated at the history's step; returns the seconds it took."""
     rules = report_recording_rules(workdir / "report-rules.yaml", interval=f"{spec.step_seconds}s")
@@ -150,7 +163,7 @@ def record(vm_url: str, spec: FleetSpec, workdir: Path) -> float:
     return time.monotonic() - started
 
 
-def kept_store(store: Path, spec: FleetSpec) -> bool:
+def kept_store(store: Path, spec: History) -> bool:
     """Whether `store` already holds `spec`'s imported history (True) or must be imported
     (False: it is empty or absent). Refuses a store that holds another fleet, or data without
     the record of a finished import (an import that was interrupted)."""
@@ -184,19 +197,46 @@ def main() -> None:
     parser.add_argument(
         "--record", action="store_true", help="also write the recorded series the report reads"
     )
+    parser.add_argument(
+        "--goodput", action="store_true", help="the Goodput section's history (training jobs)"
+    )
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    parser.add_argument(
+        "--hours-between",
+        type=float,
+        default=1584.0,
+        help="--goodput: mean hours between a job's interruptions (default: Llama 3's rate, "
+        "419 in 54 days over 2,048 nodes, for jobs of 4 nodes)",
+    )
     parser.add_argument("report_flags", nargs="*", help="extra `fleetwatch report` flags")
     args = parser.parse_args()
-    spec = FleetSpec(
-        nodes=args.nodes,
-        gpus_per_node=8,
-        ib_ports_per_node=args.ib_ports,
-        hours=args.hours,
-        step_seconds=args.step,
-    )
-    print(
-        f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
-        f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node"
-    )
+    spec: History
+    if args.goodput:
+        spec = goodput_history.GoodputSpec(
+            jobs=max(2, args.nodes // 4),
+            nodes_per_job=4,
+            gpus_per_node=args.gpus,
+            hours=args.hours,
+            step_seconds=args.step,
+            mean_hours_between=args.hours_between,
+        )
+        nodes = (spec.jobs - 1) * spec.nodes_per_job + 1
+        print(
+            f"goodput: {spec.jobs} jobs on {nodes} nodes x {spec.gpus_per_node} GPUs x "
+            f"{spec.hours:g} h at {spec.step_seconds} s"
+        )
+    else:
+        spec = FleetSpec(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus,
+            ib_ports_per_node=args.ib_ports,
+            hours=args.hours,
+            step_seconds=args.step,
+        )
+        print(
+            f"fleet: {spec.nodes} nodes x {spec.gpus_per_node} GPUs x {spec.hours:g} h at "
+            f"{spec.step_seconds} s, {spec.ib_ports_per_node} IB ports/node"
+        )
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         store = args.store if args.store is not None else root

@@ -9,8 +9,9 @@ NVML uses, so `fleetwatch_gpu_pci_info unless on(node, pci_bus_id) fleetwatch_gp
 GPU NVML lost.
 
 A node without PCI sysfs has no series (not a GPU node, not a failure); a node with PCI
-sysfs and no NVIDIA GPU reads 0. The bus is read every cycle: a few hundred small reads
-of values the kernel cached at enumeration (docs/performance.md has the cost).
+sysfs and no NVIDIA GPU reads 0. The bus is listed every cycle, and a function's ids are
+read when it appears (`PciBus`): a GPU that falls off the bus or comes back shows in the
+next cycle, without a few hundred reads of fixed ids every cycle.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from fleetwatch.catalog.pci import GPU_PCI_INFO, GPUS_PCI_PRESENT, PCI_SYSFS_REA
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettings
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.sources.files import ReadProblems
-from fleetwatch.collectors.sources.pci import nvml_bus_id, scan_gpus
+from fleetwatch.collectors.sources.pci import PciBus, nvml_bus_id
 from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class PciCollector:
     """Counts the NVIDIA GPUs under `<sysfs>/bus/pci/devices` each cycle."""
 
     def __init__(self, *, root: Path) -> None:
-        self._root = root
+        self._bus = PciBus(root)
         self._labels = LabelCache(SPECS)
         self._problems = ReadProblems(
             LogOnce(log),
@@ -45,7 +46,7 @@ class PciCollector:
         )
 
     def collect(self) -> list[SeriesFamily]:
-        scan = scan_gpus(self._root)
+        scan = self._bus.scan()
         if scan is None:
             return []
         self._problems.report(scan.problems)

@@ -6,9 +6,12 @@ MIG instance, holding job IDs) can point `--slurm.mapping-dir` at that directory
 both in one (`fleetwatch.slurm.mapping`). Each (job, GPU) is a series of the allocation
 family pods use, `namespace="slurm"` and `pod=<job ID>`, joined to the GPU by `gpu`/`uuid`
 as PodResources allocations are; `fleetwatch_slurm_job_info` adds the job's user,
-partition and node count. A mapping whose job ended without an epilog (the node crashed)
-expires and is counted, not exported; a malformed file is logged once, naming the file and
-what is wrong, counted, and the rest of the directory is still read. No directory: no series
+partition and node count, `fleetwatch_slurm_job_restarts` how many times Slurm restarted it
+(`SLURM_RESTART_COUNT`: a requeue keeps the job ID, so the interruption rules see the count
+rise; a mapping written without one reads as 0, noted once in the log). A mapping whose
+job ended without an epilog (the node crashed) expires and is counted, not exported; a
+malformed file is logged once, naming the file and what is wrong, counted, and the rest of
+the directory is still read. No directory: no series
 and no error (a node that runs no Slurm jobs, or none yet).
 
 The directory is a few small files on tmpfs, read at each collection.
@@ -25,6 +28,7 @@ from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.slurm import (
     SLURM_JOB_INFO,
+    SLURM_JOB_RESTARTS,
     SLURM_MAPPING_FILES,
     SLURM_NAMESPACE,
 )
@@ -48,6 +52,7 @@ class SlurmJobsCollector:
         self._source = source
         self._max_age = max_age
         self._reported: frozenset[tuple[str, str]] = frozenset()
+        self._no_restarts: frozenset[str] = frozenset()
 
     def collect(self) -> list[SeriesFamily]:
         if not self._directory.is_dir():
@@ -65,6 +70,8 @@ class SlurmJobsCollector:
             if job.source == "fleetwatch":
                 nodes = str(job.nodes) if job.nodes else ""
                 builder.add(SLURM_JOB_INFO.name, (job.job_id, job.user, job.partition, nodes), 1)
+                builder.add(SLURM_JOB_RESTARTS.name, (job.job_id,), job.restarts or 0)
+        self._note_no_restarts(reading.jobs)
         counts = {
             "live": len(reading.jobs),
             "expired": reading.expired,
@@ -86,6 +93,19 @@ class SlurmJobsCollector:
                 extra={"file": name, "problem": problem},
             )
         self._reported = now
+
+    def _note_no_restarts(self, jobs: tuple[mapping.JobGpus, ...]) -> None:
+        """Note once per job a mapping without a restart count (an older prolog wrote it):
+        read as 0, so a requeue of that run is not seen by the restart count."""
+        now = frozenset(j.job_id for j in jobs if j.source == "fleetwatch" and j.restarts is None)
+        for job_id in sorted(now - self._no_restarts):
+            log.info(
+                "Slurm job mapping of job %s has no restart count (written by an older "
+                "prolog): read as 0",
+                job_id,
+                extra={"job_id": job_id},
+            )
+        self._no_restarts = now
 
     def close(self) -> None:
         """Nothing to release: the directory is read afresh each time."""

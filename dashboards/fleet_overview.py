@@ -8,6 +8,7 @@ from typing import Final
 
 from grafanalib.core import Dashboard, DashboardLink, Heatmap, Panel
 
+from dashboards.goodput_panels import fleet_panels
 from dashboards.panel_promql import Queries
 from dashboards.panels import (
     DS,
@@ -145,6 +146,7 @@ def build(q: Queries) -> Dashboard:
             description="Every training job (namespace/training_job from fleetwatch:gpu_job:"
             "info); click a job for its Training job dashboard.",
         ),
+        *fleet_panels(lay, q.exporter("up")),
     ]
     return dashboard(
         "fleetwatch-fleet",

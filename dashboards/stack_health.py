@@ -15,10 +15,55 @@ from fleetwatch.catalog.exporter import (
 )
 from fleetwatch.catalog.tainter import (
     TAINTER_BREAKER_OPEN,
+    TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS,
+    TAINTER_REPAIRS_IN_FLIGHT,
+    TAINTER_REPAIRS_NOT_HELD_TOTAL,
+    TAINTER_REPAIRS_TOTAL,
     TAINTER_TAINT_OPERATIONS_TOTAL,
     TAINTER_TAINTED_NODES,
     TAINTER_WEBHOOK_REQUESTS_TOTAL,
 )
+
+
+def _repair_panels(q: Queries, lay: Layout) -> list[Panel]:
+    """Repair after the drain (docs/tainter.md): repairs in flight, by kind and result, those
+    that did not hold, and the time from taken out to back in service per reason."""
+    back = q.tainter(f"{TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.name}_bucket")
+    return [
+        lay.row("Repair"),
+        stat(lay, "Repairs in flight", f"max({q.tainter(TAINTER_REPAIRS_IN_FLIGHT.name)})"),
+        timeseries(
+            lay,
+            "Repairs",
+            (
+                "sum by (repair, result) (increase("
+                f"{q.tainter(TAINTER_REPAIRS_TOTAL.name)}[$__rate_interval]))",
+                "{{repair}} {{result}}",
+            ),
+        ),
+        timeseries(
+            lay,
+            "Repairs that did not hold",
+            (
+                "sum by (reason, repair) (increase("
+                f"{q.tainter(TAINTER_REPAIRS_NOT_HELD_TOTAL.name)}[1d]))",
+                "{{reason}} {{repair}}",
+            ),
+        ),
+        timeseries(
+            lay,
+            "Time back in service (p50, p90)",
+            (
+                f"histogram_quantile(0.5, sum by (reason, le) (increase({back}[1d])))",
+                "p50 {{reason}}",
+            ),
+            (
+                f"histogram_quantile(0.9, sum by (reason, le) (increase({back}[1d])))",
+                "p90 {{reason}}",
+            ),
+            unit="s",
+        ),
+    ]
 
 
 def build(q: Queries) -> Dashboard:
@@ -78,6 +123,7 @@ def build(q: Queries) -> Dashboard:
             f"max({q.tainter(TAINTER_BREAKER_OPEN.name)})",
             limits=[(1, "red")],
         ),
+        *_repair_panels(q, lay),
     ]
     return dashboard(
         "fleetwatch-stack",

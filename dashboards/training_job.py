@@ -1,5 +1,6 @@
 """Training job (uid fleetwatch-training-job): one job (namespace/training_job) across its
-nodes: the GPU it waits for, idle GPUs, heat, fabric errors, checkpoint saves and taints.
+nodes: the GPU it waits for, idle GPUs, heat, its interruptions and effective training
+time, fabric errors, checkpoint saves and taints.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from typing import Final
 
 from grafanalib.core import Dashboard, Heatmap, Panel, Templating
 
+from dashboards.goodput_panels import job_panels
 from dashboards.panel_promql import Queries
 from dashboards.panels import (
     DS,
@@ -111,6 +113,7 @@ def build(q: Queries) -> Dashboard:
             description=f"The line is the {q.gpu_limit:g} °C taint threshold "
             "(rules/config.yaml); GPUOverheatingSoon warns on a trend towards it.",
         ),
+        *job_panels(lay, JOB_SEL),
         *checkpoint_panels(q, lay, on_job_nodes),
         lay.row("The job's nodes"),
         timeseries(

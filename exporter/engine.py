@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fleetwatch.catalog.exporter import (
     BUILD_INFO,
@@ -39,6 +39,8 @@ from fleetwatch.catalog.exporter import (
     COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS,
     COLLECTOR_SKIPPED_RUNS_TOTAL,
     COLLECTOR_UP,
+    WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    WEB_CONFIG_RELOAD_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
@@ -55,6 +57,18 @@ SELF_METRICS = (
     COLLECTOR_HUNG,
     COLLECTOR_SKIPPED_RUNS_TOTAL,
 )
+WEB_CONFIG_METRICS = (
+    WEB_CONFIG_RELOAD_ERRORS_TOTAL,
+    WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+)
+"""Self-metrics shown only when the exporter serves under `--web.config.file`."""
+
+
+class WebConfigReloads(Protocol):
+    """What the engine shows of `--web.config.file` (`fleetwatch.webguard.WebGuard`)."""
+
+    reload_errors: int
+    last_reload_success: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,8 +196,10 @@ class Engine:
         hang_timeout: float,
         version: str,
         clock: Callable[[], float] = time.monotonic,
+        web_config: WebConfigReloads | None = None,
     ) -> None:
         self._states = [CollectorState(spec=c) for c in collectors]
+        self._web_config = web_config
         self._max_staleness = max_staleness
         self._hang_timeout = hang_timeout
         self._version = version
@@ -353,6 +369,10 @@ class Engine:
         self._body = None
         self._gzip = None
 
+    def web_config_reloaded(self, _ok: bool) -> None:
+        """The web config's reload figures changed: render the self-metrics again."""
+        self._invalidate()
+
     # -- serving --------------------------------------------------------------------------
     def exposition(self) -> bytes:
         """The current exposition: every collector's latest good bytes plus self-metrics."""
@@ -408,4 +428,13 @@ class Engine:
             out.add(COLLECTOR_ERRORS_TOTAL.name, name, state.errors)
             out.add(COLLECTOR_HUNG.name, name, 1.0 if hung else 0.0)
             out.add(COLLECTOR_SKIPPED_RUNS_TOTAL.name, name, state.skipped)
-        return out.families()
+        if self._web_config is None:
+            return out.families()
+        web = FamilyBuilder(WEB_CONFIG_METRICS)
+        web.add(WEB_CONFIG_RELOAD_ERRORS_TOTAL.name, (), self._web_config.reload_errors)
+        web.add(
+            WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS.name,
+            (),
+            self._web_config.last_reload_success,
+        )
+        return out.families() + web.families()

@@ -28,6 +28,8 @@ from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
 from fleetwatch.flags import Subcommand
 from fleetwatch.listener import listen
+from fleetwatch.webconfig import check_web_config
+from fleetwatch.webguard import WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ def run_export(args: argparse.Namespace) -> int:
         return 0
     try:
         settings = ExportSettings.from_args(args, COLLECTORS)
+        if settings.listener.config_file is not None:
+            check_web_config(settings.listener.config_file)  # refused before any hardware
     except ValueError as exc:
         print(f"fleetwatch export: error: {exc}", file=sys.stderr)
         return 2
@@ -108,6 +112,8 @@ async def serve(
     deadline: ShutdownDeadline,
 ) -> None:
     """Run the engine and the HTTP server until SIGTERM or SIGINT, then stop them."""
+    config_file = settings.listener.config_file
+    guard = WebGuard(config_file) if config_file is not None else None
     engine = Engine(
         collectors=[
             ScheduledCollector(
@@ -121,7 +127,10 @@ async def serve(
         max_staleness=settings.max_staleness,
         hang_timeout=settings.hang_timeout,
         version=__version__,
+        web_config=guard,
     )
+    if guard is not None:
+        guard.on_reload = engine.web_config_reloaded
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -132,6 +141,7 @@ async def serve(
         host=host,
         port=port,
         limits=settings.listener,
+        web=guard,
         shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
     ):
         log.info(

@@ -7,7 +7,9 @@ value each time. The output is byte-for-byte what `generate_latest` writes for t
 families (a test holds it to that), so correctness is borrowed from the reference.
 Every collector hands over `SeriesFamily`s (label dicts and values as two lists), the one
 family type: each is rendered from its two lists, with its prefixes kept while its label
-list holds the same dicts.
+list holds the same dicts. A family whose label list and values are what they were at the
+last render reuses that render's bytes: most families of a GPU node (error counters at 0,
+thresholds, link states, PCIe widths, HCA rates) do not change from one cycle to the next.
 """
 
 from __future__ import annotations
@@ -62,19 +64,22 @@ class Renderer:
         # (collectors.families.LabelCache), and the entry holds the dict so the id stays
         # its own. A fresh dict each cycle only costs a miss.
         self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
-        self._headers: dict[tuple[str, str, str], str] = {}
+        self._headers: dict[tuple[str, str, str], bytes] = {}
         # A SeriesFamily's prefixes by sample name, with (a copy of) the label list they
         # were made for.
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
+        # A family's rendered bytes by sample name, with the prefix list and (a copy of) the
+        # values they were made from.
+        self._bodies: dict[str, tuple[list[str], tuple[float | None, ...], bytes]] = {}
 
-    def _header(self, family: SeriesFamily) -> str:
+    def _header(self, family: SeriesFamily) -> bytes:
         key = (family.name, family.type, family.documentation)
         header = self._headers.get(key)
         if header is None:
             name = family.name + "_total" if family.type == "counter" else family.name
             header = (
                 f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {family.type}\n"
-            )
+            ).encode()
             self._headers[key] = header
         return header
 
@@ -101,22 +106,50 @@ class Renderer:
         self._lists[family.sample_name] = (list(family.labels), prefixes)
         return prefixes
 
+    def _body(self, family: SeriesFamily) -> bytes:
+        """The family's sample lines, reused while its labels and values are unchanged.
+
+        Values compare by `==`, and a family holding -0.0 (equal to 0.0, rendered "-0.0")
+        is rendered afresh, so a reused body is always the one a fresh render writes.
+        """
+        values = tuple(family.values)
+        prefixes = self._prefix_list(family)  # a new list whenever the label list changed
+        hit = self._bodies.get(family.sample_name)
+        if (
+            hit is not None
+            and hit[0] is prefixes
+            and hit[1] == values
+            and not _has_negative_zero(values)
+        ):
+            return hit[2]
+        body = "".join(
+            f"{prefix}{format_value(value)}\n"
+            for prefix, value in zip(prefixes, values, strict=True)
+            if value is not None
+        ).encode()
+        self._bodies[family.sample_name] = (prefixes, values, body)
+        return body
+
     def render(self, families: Iterable[SeriesFamily]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
-        out: list[str] = []
+        out: list[bytes] = []
         used = 0
         for family in families:
             count = family.count()
             if not count:
                 continue
             out.append(self._header(family))
-            out.extend(
-                f"{prefix}{format_value(value)}\n"
-                for prefix, value in zip(self._prefix_list(family), family.values, strict=True)
-                if value is not None
-            )
+            out.append(self._body(family))
             used += count
         # Label sets of vanished devices would otherwise accumulate forever.
         if len(self._prefixes) > 4 * used + 1024:
             self._prefixes.clear()
-        return "".join(out).encode()
+        return b"".join(out)
+
+
+def _has_negative_zero(values: tuple[float | None, ...]) -> bool:
+    """Whether any value is -0.0 (equal to 0.0, rendered differently): a scan in C first,
+    one in Python only for families that hold a zero."""
+    if 0.0 not in values:
+        return False
+    return any(v == 0 and math.copysign(1.0, v) < 0 for v in values if v is not None)

@@ -17,6 +17,9 @@ from fleetwatch.report.actions import actions, overheat_words
 from fleetwatch.report.checkpoints import TITLE as CHECKPOINTS
 from fleetwatch.report.checkpoints import checkpoints
 from fleetwatch.report.dataset import Dataset
+from fleetwatch.report.goodput import TITLE as GOODPUT
+from fleetwatch.report.goodput import goodput
+from fleetwatch.report.goodput_queries import GOODPUT as GOODPUT_QUERIES
 from fleetwatch.report.jobs import training_jobs
 from fleetwatch.report.query import DOMAIN, GPU, PORT
 from fleetwatch.report.section import Section, frame_values, ranked, require
@@ -478,6 +481,7 @@ SECTION_QUERIES: dict[str, tuple[str, ...]] = {
         "mount_hours_to_full",
         "mount_available_ratio",
     ),
+    GOODPUT: tuple(q.name for q in GOODPUT_QUERIES),
 }
 """The queries each section reads: a part of one the store did not return is named in the
 section, so a finding table that looks clean is not taken for a healthy fleet."""
@@ -507,6 +511,7 @@ def analyse(ds: Dataset, policy: Policy | None = None) -> Report:
         fabric_section,
         reliability(ds),
         checkpoints(ds),
+        goodput(ds),
         remediation(ds),
     ]
     for section in sections:

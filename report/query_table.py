@@ -1,13 +1,14 @@
 """Every query the report runs, by section, and where the fleet's node list is read.
 
 `QUERIES` gathers the areas' queries in the order of the report's sections (thermal,
-activity and training jobs, fabric, reliability, remediation, checkpoint storage); names
+activity and training jobs, fabric, reliability, remediation, checkpoint storage, goodput); names
 are unique across them. `fleetwatch.report.dataset` runs them in node batches.
 """
 
 from __future__ import annotations
 
 from fleetwatch.report.fabric_queries import FABRIC, IB_UP
+from fleetwatch.report.goodput_queries import GOODPUT
 from fleetwatch.report.query import Query, Window
 from fleetwatch.report.reliability_queries import GPU_COUNT, RELIABILITY
 from fleetwatch.report.remediation_queries import REMEDIATION
@@ -24,6 +25,7 @@ QUERIES: tuple[Query, ...] = (
     *RELIABILITY,
     *REMEDIATION,
     *STORAGE,
+    *GOODPUT,
 )
 
 NODE_LISTS = (GPU_COUNT, IB_UP)

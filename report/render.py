@@ -222,9 +222,45 @@ def plot_jobs(report: Report) -> str:
     return _png(fig)
 
 
+def plot_goodput(report: Report) -> str:
+    """The job that lost the most GPU-hours: when it made progress (green), each
+    interruption (a red line, labelled with its cause) and its ETTR."""
+    fig = Figure(figsize=(12, 3))
+    ax = fig.subplots()
+    tables = report.tables()
+    jobs, spans = tables.get("goodput_jobs"), tables.get("goodput_activity")
+    found = tables.get("goodput_interruptions")
+    if jobs is None or jobs.empty or spans is None or found is None:
+        _empty(ax, "no training job in the window")
+        ax.set_title("Goodput")
+        return _png(fig)
+    top = jobs.iloc[0]
+    job = (spans["namespace"] == top["namespace"]) & (spans["training_job"] == top["training_job"])
+    start = report.dataset.window.start
+    bars = [((r.start - start) / 3600, (r.end - r.start) / 3600) for r in spans[job].itertuples()]
+    ax.broken_barh(bars, (0.2, 0.6), color="tab:green", label="making progress")
+    mine = found[
+        (found["namespace"] == top["namespace"]) & (found["training_job"] == top["training_job"])
+    ]
+    for row in mine.itertuples():
+        hours = (row.timestamp - start) / 3600
+        ax.axvline(hours, color="red", linewidth=0.8)
+        ax.text(hours, 0.9, str(row.cause), rotation=90, fontsize=6, va="top", ha="right")
+    ax.set_yticks([])
+    ax.set_xlim(0, report.dataset.window.seconds / 3600)
+    ax.set(
+        title=(
+            f"{top['namespace']}/{top['training_job']}: {len(mine)} interruptions, "
+            f"ETTR {top['ettr']:.2f}"
+        ),
+        xlabel="hours since window start",
+    )
+    return _png(fig)
+
+
 PLOTS = (plot_temperatures, plot_outliers, plot_activity, plot_fabric, plot_taints)
 # Plots shown at the top of their own section rather than in the overview grid.
-SECTION_PLOTS = {"Training jobs": (plot_straggler, plot_jobs)}
+SECTION_PLOTS = {"Training jobs": (plot_straggler, plot_jobs), "Goodput": (plot_goodput,)}
 
 
 def _img(plot: Callable[[Report], str], report: Report) -> str:

@@ -20,7 +20,7 @@ from fleetwatch.flags import Flags, readable_file, setting
 
 if TYPE_CHECKING:
     from fleetwatch.rules.config import Config
-    from fleetwatch.rules.remediation import Contract
+    from fleetwatch.rules.contract import Contract
 
 CONFIG_FILE_HELP: Final = (
     "a rules config override: a YAML file shaped like the shipped rules/config.yaml "
@@ -47,17 +47,15 @@ class RulesConfigFile:
     def contract(self, config: Config) -> Contract:
         """The remediation contract of `config` (loaded by `load`): the shipped contract
         file when there is no override, else built from the overridden config the way the
-        rules writer builds that file, so each clear condition carries its thresholds."""
-        from fleetwatch.rules.remediation import CLEAR, MANUAL, Contract, load_contract
+        rules writer builds that file (clear conditions with their thresholds, the alerts
+        each reason stands for, their local checks)."""
+        from fleetwatch.rules.contract import load_contract, parse_contract
+        from fleetwatch.rules.groups import dump_contract, remediation_contract
 
         if self.config_file is None:
             return load_contract()
-        from fleetwatch.rules.groups import remediation_contract
-
-        entries = remediation_contract(config)
-        return Contract(
-            clear={reason: entry[CLEAR] for reason, entry in entries.items() if CLEAR in entry},
-            manual={reason: entry[MANUAL] for reason, entry in entries.items() if MANUAL in entry},
+        return parse_contract(
+            dump_contract(remediation_contract(config)), source=f"{self.config_file} (override)"
         )
 
 

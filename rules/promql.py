@@ -13,7 +13,7 @@ from typing import Final
 
 from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.rules.config import Config
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER, Local, Repair
 
 # The exporter's collectors (the `collector` label of COLLECTOR_UP) whose success the clear
 # conditions require.
@@ -30,12 +30,19 @@ class Remediation:
     config.yaml's `alerts.<name>.taint` names it. Exactly one of: `clear`, a PromQL query for
     one node (`$node`) that returns a non-empty result only when positive evidence says
     the condition is gone (see `clear_condition`); or `manual`, why only a person may lift
-    it.
+    it. `local`: how one scrape of the node's exporter shows the alert's condition (the
+    Slurm health check's judgement where no Prometheus answers), or `NeedsPrometheus` with
+    why one scrape cannot; an alert that taints must say one or the other. `repair`: what
+    puts the node back once it is out (`fleetwatch.rules.contract.REPAIRS`, or by a label of
+    the alert, `RepairByLabel`), from NVIDIA's Xid catalog where an Xid is the reason; an
+    alert that taints must declare it.
     """
 
     reason: str
     clear: str | None = None
     manual: str | None = None
+    local: Local | None = None
+    repair: Repair | None = None
 
     def __post_init__(self) -> None:
         if (self.clear is None) == (self.manual is None):

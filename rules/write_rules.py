@@ -25,6 +25,7 @@ from fleetwatch.rules.config import (
     RECORDING_FILE,
     Config,
 )
+from fleetwatch.rules.contract import CONTRACT_FILE
 from fleetwatch.rules.groups import (
     alert_groups,
     dump_contract,
@@ -34,7 +35,6 @@ from fleetwatch.rules.groups import (
     remediation_contract,
     scope_groups,
 )
-from fleetwatch.rules.remediation import CONTRACT_FILE
 
 # Where the generated files live in a source checkout, relative to its root.
 RUNBOOK_INDEX_FILE: Final = Path("docs", "runbooks.md")

@@ -22,8 +22,8 @@ from fleetwatch.rules.config import (
     load_config,
     shipped_text,
 )
+from fleetwatch.rules.contract import CLEAR
 from fleetwatch.rules.groups import remediation_contract
-from fleetwatch.rules.remediation import CLEAR
 from fleetwatch.sim.stack import Plan, Stack, start_stack
 
 NODE = "e2e-node"

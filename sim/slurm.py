@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetwatch.sim.loopback_servers import free_port, process
+from fleetwatch.sim.slurm_reboot import RebootStandIn, reboot_program
 from fleetwatch.slurm.scontrol import Scontrol, parse_line
 
 BINARIES = {
@@ -108,6 +109,8 @@ class SlurmCluster:
     binaries: Mapping[str, Path]
     startup_seconds: float
     _pids: Mapping[str, int] = field(default_factory=dict)
+    reboots: Sequence[str] = ()
+    """The nodes the stand-in RebootProgram restarted, in order (`reboot=True`)."""
 
     def run(
         self, *argv: str, timeout: float = COMMAND_TIMEOUT, check: bool = True
@@ -321,13 +324,16 @@ def slurm_cluster(
     script_env: Mapping[str, str] | None = None,
     extra_conf: Sequence[str] = (),
     ready_timeout: float = READY_TIMEOUT,
+    reboot: bool = False,
 ) -> Iterator[SlurmCluster]:
     """munged, slurmctld and one slurmd per node name under `workdir`, every node up; each
     node has `gpus` GPUs (GRES on device files the harness creates). `prolog`, `epilog` and
     `health_check` are argv lists run with `script_env` (and PATH); with `prolog` set the
     prolog runs on every node of a job at allocation (`PrologFlags=Alloc`). A
     `health_check_interval` of 0 runs the health check only at slurmd start. Every daemon is
-    stopped by PID on exit. MissingSlurm when the packages are absent or this is not root,
+    stopped by PID on exit. With `reboot`, slurm.conf's RebootProgram stands in for a reboot
+    (`fleetwatch.sim.slurm_reboot`: the node's slurmd restarted with `-b`).
+    MissingSlurm when the packages are absent or this is not root,
     SlurmStartError when a daemon fails to start."""
     binaries = find_binaries()
     started = time.monotonic()
@@ -346,6 +352,9 @@ def slurm_cluster(
         for name, argv in (("prolog", prolog), ("epilog", epilog), ("health_check", health_check))
         if argv is not None
     }
+    if reboot:
+        program = reboot_program(workdir / "scripts", workdir / "reboots")
+        extra_conf = [*extra_conf, f"RebootProgram={program}"]
     for node in nodes:
         (workdir / "spool" / node).mkdir(exist_ok=True)
     devices = _gpu_devices(workdir / "dev", nodes, gpus)
@@ -399,14 +408,25 @@ def slurm_cluster(
                 env=env,
             )
         )
+        slurmd = {
+            node: [str(binaries["slurmd"]), "-D", "-N", node, "-f", str(conf)] for node in nodes
+        }
         for node in nodes:
             processes[node] = stack.enter_context(
-                process(
-                    [str(binaries["slurmd"]), "-D", "-N", node, "-f", str(conf)],
-                    log / f"{node}.out",
+                process(slurmd[node], log / f"{node}.out", env=env)
+            )
+        reboots: Sequence[str] = ()
+        if reboot:
+            stand_in = stack.enter_context(
+                RebootStandIn(
+                    requests=workdir / "reboots",
+                    daemons={node: processes[node] for node in nodes},
+                    argv=slurmd,
+                    log=log,
                     env=env,
                 )
             )
+            reboots = stand_in.reboots
         cluster = SlurmCluster(
             workdir=workdir,
             conf=conf,
@@ -416,6 +436,7 @@ def slurm_cluster(
             binaries=binaries,
             startup_seconds=0.0,
             _pids={name: daemon.pid for name, daemon in processes.items()},
+            reboots=reboots,
         )
         _wait_ready(cluster, processes, ready_timeout)
         yield dataclasses.replace(cluster, startup_seconds=time.monotonic() - started)

@@ -1,12 +1,14 @@
 """`fleetwatch slurm prolog|epilog|healthcheck`.
 
 The prolog and epilog run for every job (slurm.conf `Prolog=`/`Epilog=`, as root on each
-node of the job): they import the flag system and `fleetwatch.slurm.mapping`, nothing else,
-and never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
+node of the job): they import the flag system, `fleetwatch.slurm.mapping` and the
+Prometheus client's flags (`fleetwatch.promclient`, standard library only), nothing else, and
+never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
 non-zero, so bad input (no job ID, a GPU list that is neither indices nor UUIDs) is reported
 on standard error, which slurmd logs, and the prolog exits 0 having written nothing.
 The health check (`HealthCheckProgram=`, NHC) is `fleetwatch.slurm.healthcheck`, imported
-only when it runs.
+only when it runs; it asks Prometheus through the `--prometheus.*` client flags every reader
+of Prometheus shares.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class SlurmCommand:
         metavar="URL",
         flag="exporter.url",
         deprecated=("exporter-url",),
-        help="the local exporter the health check reads (URL/metrics)",
+        help="the local exporter the health check reads (URL/metrics) where no Prometheus answers",
     )
     node: str = setting(
         "",
@@ -86,6 +88,14 @@ class SlurmCommand:
         "a YAML file shaped like the shipped rules/config.yaml holding only the keys it "
         "changes (docs/configuration.md)",
     )
+    contract: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="healthcheck.contract",
+        help="the remediation contract the health check judges by, as the rules generator "
+        "writes it from your rules (default: the shipped fleetwatch.remediation.yaml)",
+    )
     dry_run: bool = setting(
         False,
         flag="healthcheck.dry-run",
@@ -104,8 +114,9 @@ def subcommands() -> tuple[Subcommand, ...]:
             name="slurm",
             help="Slurm prolog, epilog and health check",
             description="prolog/epilog: record which job holds which GPU in the mapping "
-            "directory the exporter reads; healthcheck: drain this node when the local "
-            "exporter shows a critical condition (slurm.conf HealthCheckProgram, NHC).",
+            "directory the exporter reads; healthcheck: drain this node when Prometheus "
+            "fires a tainting alert for it, or the local exporter shows one's condition "
+            "(slurm.conf HealthCheckProgram, NHC).",
             flags=(COMMAND, promclient.FLAGS),
             run=run,
         ),

@@ -1,22 +1,27 @@
 """`fleetwatch slurm healthcheck`: Slurm's own health check (slurm.conf
 `HealthCheckProgram`, or a check NHC runs).
 
-It reads the local exporter's `/metrics` (`--exporter.url`); with no exporter answering, it
+It judges the node by the remediation contract the drain controller acts on
+(`fleetwatch.slurm.findings`): with a Prometheus to ask (`--prometheus.url` and the
+other `--prometheus.*` client flags, `fleetwatch.promclient`), the node's
+firing alerts that carry a taint reason the contract declares; without one, or when it does
+not answer, the local exporter's `/metrics` (`--exporter.url`) judged by the local checks
+the contract declares beside each alert, with the thresholds of rules/config.yaml (the
+shipped one, with the override file `--rules.config-file` names merged over it; the
+contract then follows the override too). With no exporter answering, it
 starts one (`fleetwatch export` on a free loopback port, with this process's FLEETWATCH_*
-settings) for one collection, under the same deadline, and stops it. It judges the node on the
-conditions one scrape can show of the alerts that take a node out (those with a taint reason
-in rules/config.yaml), with the thresholds of rules/config.yaml (the shipped one, with the
-override file `--rules.config-file` names merged over it), and when one holds it drains this node
-(`SLURMD_NODENAME`, or `--healthcheck.node`) with the reason format the drain controller uses,
-`fleetwatch:<reason> <alertname>`. It never resumes a node, and it leaves a node that is
-already drained (by a person, another tool, or itself) as it is.
+settings) for one collection, under the same deadline, and stops it. When a condition holds
+it drains this node (`SLURMD_NODENAME`, or `--healthcheck.node`) with the reason format the
+drain controller uses, `fleetwatch:<reason> <alertname>`. It never resumes a node, and it
+leaves a node that is already drained (by a person, another tool, or itself) as it is.
 
 The whole run stays within `--healthcheck.deadline` (default 40 s, under Slurm's 60 s
-kill): the scrape, the one-shot exporter and every scontrol call have their share, and a
-hung NVML can cost at most the one-shot exporter's share (the process is killed). A check
-that cannot judge (no exporter and none could start, scontrol failing) says so on standard
-error and exits 0: slurmd holds a node's registration until the health check exits 0, and a
-node must not be kept out because the checker, not the node, is broken.
+kill): Prometheus' answer, the scrape, the one-shot exporter and every scontrol call have
+their share, and a hung NVML can cost at most the one-shot exporter's share (the process is
+killed). A check that cannot judge (no Prometheus, no exporter and none could start,
+scontrol failing) says so on standard error and exits 0: slurmd holds a node's registration
+until the health check exits 0, and a node must not be kept out because the checker, not
+the node, is broken.
 """
 
 from __future__ import annotations
@@ -28,153 +33,31 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from fleetwatch.catalog.gpu import (
-    GPU_FABRIC_DEGRADED,
-    GPU_INFO,
-    GPU_ROW_REMAP_FAILED,
-    GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_MARGIN_CELSIUS,
-    GPUS_EXPECTED,
-    GPUS_VISIBLE,
+from fleetwatch.promclient import (
+    PrometheusClientError,
+    PrometheusClientSettings,
+    instant_query,
 )
-from fleetwatch.catalog.nvlink import NVLINK_UP
-from fleetwatch.rules.config import Config, load_config
+from fleetwatch.rules.config import ConfigError
+from fleetwatch.rules.contract import TAINT_LABEL, Contract, load_contract
+from fleetwatch.rules.override import RulesConfigFile
+from fleetwatch.slurm.findings import (
+    Finding,
+    Judgement,
+    Samples,
+    from_alerts,
+    from_scrape,
+    parse_exposition,
+)
 from fleetwatch.slurm.scontrol import Scontrol, ScontrolError
 
 if TYPE_CHECKING:
     from fleetwatch.slurm.cli import SlurmCommand
 
-REASON_PREFIX: Final = "fleetwatch:"
-"""Every fleetwatch drain reason starts with it: `fleetwatch:<reason> <alertname>`."""
 ONE_SHOT_SHARE: Final = 0.6  # of the deadline, for a one-shot exporter's first collection
-
-Samples = Mapping[str, list[tuple[dict[str, str], float]]]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A condition that holds: the alert it is, its taint reason, what was seen."""
-
-    alert: str
-    reason: str
-    detail: str
-
-    @property
-    def drain_reason(self) -> str:
-        """`fleetwatch:<reason> <alertname>`, as the drain controller writes it."""
-        return f"{REASON_PREFIX}{self.reason} {self.alert}"
-
-
-def parse_exposition(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Samples of a Prometheus text exposition by metric name; ValueError when it is not one."""
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    return samples
-
-
-def _values(samples: Samples, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
-    return [
-        (have, value)
-        for have, value in samples.get(name, [])
-        if all(have.get(key) == want for key, want in labels.items())
-    ]
-
-
-def _gpu(labels: Mapping[str, str]) -> str:
-    return f"GPU {labels.get('gpu', '?')} ({labels.get('uuid', '?')})"
-
-
-# Each check: the alert it stands for, and what in one scrape shows its condition, with the
-# alert's threshold from config.yaml. Only alerts that take a node out (a taint reason).
-Check = Callable[[Samples, Config], list[str]]
-
-
-def _overheating(samples: Samples, config: Config) -> list[str]:
-    """GPUs past their model's overheat policy (config.yaml's `overheat_policy`, else
-    `gpu_temperature_celsius`), the model from fleetwatch_gpu_info by UUID."""
-    models = {
-        labels.get("uuid"): labels.get("name", "") for labels, _ in _values(samples, GPU_INFO.name)
-    }
-    margins = {
-        labels.get("uuid"): value
-        for labels, value in _values(samples, GPU_TEMPERATURE_MARGIN_CELSIUS.name)
-    }
-    found = []
-    for labels, value in _values(samples, GPU_TEMPERATURE_CELSIUS.name, sensor="gpu"):
-        model = models.get(labels.get("uuid"), "")
-        margin = margins.get(labels.get("uuid"))
-        headroom = config.overheat_headroom(model, value, margin)
-        if headroom is None or headroom >= 0:
-            continue
-        policy = config.overheat_limit(model)
-        if policy.margin_celsius is not None and margin is not None:
-            found.append(
-                f"{_gpu(labels)} at {value:g} °C, {margin:g} °C from its slowdown limit, "
-                f"closer than {model}'s policy of {policy.margin_celsius:g} °C"
-            )
-        else:
-            found.append(f"{_gpu(labels)} at {value:g} °C, above {policy.celsius:g} °C")
-    return found
-
-
-def _fallen_off_bus(samples: Samples, config: Config) -> list[str]:
-    visible = _values(samples, GPUS_VISIBLE.name)
-    expected = _values(samples, GPUS_EXPECTED.name)
-    if not visible or not expected or visible[0][1] >= expected[0][1]:
-        return []
-    return [f"NVML sees {visible[0][1]:g} GPUs, {expected[0][1]:g} expected"]
-
-
-def _row_remap_failed(samples: Samples, config: Config) -> list[str]:
-    return [
-        f"{_gpu(labels)} failed a row remap"
-        for labels, value in _values(samples, GPU_ROW_REMAP_FAILED.name)
-        if value > 0
-    ]
-
-
-def _fabric_degraded(samples: Samples, config: Config) -> list[str]:
-    return [
-        f"{_gpu(labels)} NVLink fabric degraded"
-        for labels, value in _values(samples, GPU_FABRIC_DEGRADED.name)
-        if value == 1
-    ]
-
-
-def _nvlink_down(samples: Samples, config: Config) -> list[str]:
-    return [
-        f"{_gpu(labels)} NVLink {labels.get('link', '?')} down"
-        for labels, value in _values(samples, NVLINK_UP.name)
-        if value == 0
-    ]
-
-
-CHECKS: Final[tuple[tuple[str, Check], ...]] = (
-    ("GPUFallenOffBus", _fallen_off_bus),
-    ("GPURowRemapFailed", _row_remap_failed),
-    ("GPUFabricDegraded", _fabric_degraded),
-    ("NVLinkDown", _nvlink_down),
-    ("GPUOverheating", _overheating),
-)
-"""In the order a drain names them (the first that holds names the drain)."""
-
-
-def findings(samples: Samples, config: Config) -> list[Finding]:
-    """Every condition that holds in `samples`, each with its alert's taint reason."""
-    found = []
-    for alert, check in CHECKS:
-        reason = config.alerts[alert].taint
-        if reason is None:  # config.yaml no longer takes the node out on it
-            continue
-        found += [Finding(alert, reason, detail) for detail in check(samples, config)]
-    return found
+PROMETHEUS_SHARE: Final = 0.25  # of the deadline, for Prometheus' answer
 
 
 class Deadline:
@@ -231,9 +114,15 @@ def one_shot(deadline: Deadline, environ: Mapping[str, str]) -> str:
         exporter.wait(timeout=5)
 
 
+def firing_alerts_query(node: str) -> str:
+    """The PromQL of the node's firing alerts that ask for a taint."""
+    name = node.replace("\\", "\\\\").replace('"', '\\"')
+    return f'ALERTS{{alertstate="firing", {TAINT_LABEL}!="", node="{name}"}}'
+
+
 def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
     """The health check: judge, drain on a finding, print what was done; 0 unless the
-    command line is wrong."""
+    command line or the config it names is wrong."""
     deadline = Deadline(command.deadline)
     node = command.node or environ.get("SLURMD_NODENAME", "")
     if not node:
@@ -244,6 +133,56 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
         )
         return 2
     try:
+        rules = RulesConfigFile(config_file=command.rules_config)
+        config = rules.load()
+        contract = load_contract(command.contract) if command.contract else rules.contract(config)
+    except ConfigError as exc:
+        print(f"fleetwatch slurm healthcheck: error: {exc}", file=sys.stderr)
+        return 2
+    judged = _ask_prometheus(command.prometheus, node, contract, deadline)
+    if judged is None:
+        scraped = _scrape_exporter(command, node, deadline, environ)
+        if scraped is None:
+            return 0
+        samples, where = scraped
+        judged = from_scrape(samples, contract, config), where
+    judgement, where = judged
+    found = judgement.findings
+    if not found:
+        left = f"; not judged: {', '.join(judgement.not_judged)}" if judgement.not_judged else ""
+        print(f"fleetwatch slurm healthcheck: node {node} healthy ({where}{left})")
+        return 0
+    print(f"fleetwatch slurm healthcheck: node {node}, read from {where}:")
+    for finding in found:
+        print(f"  {finding.alert}: {finding.detail}")
+    return _drain(node, found[0], deadline, dry_run=command.dry_run)
+
+
+def _ask_prometheus(
+    prometheus: PrometheusClientSettings, node: str, contract: Contract, deadline: Deadline
+) -> tuple[Judgement, str] | None:
+    """The node's firing tainting alerts, where `--prometheus.url` is given and answers;
+    None (having said why) otherwise."""
+    if prometheus.url is None:
+        return None
+    try:
+        result = instant_query(
+            prometheus,
+            firing_alerts_query(node),
+            timeout=max(0.5, deadline.left() * PROMETHEUS_SHARE),
+        )
+    except PrometheusClientError as exc:
+        _say(f"{exc}; judging one scrape of the exporter")
+        return None
+    return from_alerts(result, contract), f"the firing alerts in {prometheus.url}"
+
+
+def _scrape_exporter(
+    command: SlurmCommand, node: str, deadline: Deadline, environ: Mapping[str, str]
+) -> tuple[Samples, str] | None:
+    """One scrape of the local exporter (or of a one-shot one) and where it came from; None
+    (having said why) when none could be read."""
+    try:
         text = scrape(command.exporter_url, timeout=min(5.0, deadline.left() / 4))
         where = command.exporter_url
     except OSError as exc:
@@ -252,20 +191,12 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
             where = f"a one-shot exporter ({command.exporter_url} did not answer: {exc})"
         except OSError as failed:
             _say(f"cannot judge node {node}: {command.exporter_url}: {exc}; {failed}")
-            return 0
+            return None
     try:
-        samples = parse_exposition(text)
+        return parse_exposition(text), where
     except ValueError as exc:
         _say(f"cannot judge node {node}: {where} served no valid exposition: {exc}")
-        return 0
-    found = findings(samples, load_config(override=command.rules_config))
-    if not found:
-        print(f"fleetwatch slurm healthcheck: node {node} healthy ({where})")
-        return 0
-    print(f"fleetwatch slurm healthcheck: node {node}, read from {where}:")
-    for finding in found:
-        print(f"  {finding.alert}: {finding.detail}")
-    return _drain(node, found[0], deadline, dry_run=command.dry_run)
+        return None
 
 
 def _drain(node: str, finding: Finding, deadline: Deadline, *, dry_run: bool) -> int:

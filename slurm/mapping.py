@@ -5,8 +5,10 @@ Two formats live side by side in one directory:
 
 - fleetwatch's own, one file per job, `job-<JOBID>.json`, written by `fleetwatch slurm
   prolog` (atomically: a temporary file renamed into place) and removed by `fleetwatch slurm
-  epilog`: the job's ID, user, partition, node count, its GPUs on this node (NVML indices
-  or UUIDs, as Slurm gave them) and the boot it was written in (`boot_id`).
+  epilog`: the job's ID, user, partition, node count, how many times Slurm restarted it
+  (`SLURM_RESTART_COUNT`: a requeue keeps the job ID and counts up), its GPUs on this node
+  (NVML indices or UUIDs, as Slurm gave them) and the boot it was written in (`boot_id`).
+  A file without `restarts` (written by an older prolog) reads as restarts unknown.
 - dcgm-exporter's HPC job mapping (`--hpc-job-mapping-dir`), one file per GPU index, or
   `GPU.GI` for a MIG instance, whose lines are the IDs of the jobs using it: a fleet whose
   prolog already writes it needs no new one. It carries no user, partition or node count.
@@ -60,6 +62,7 @@ class JobGpus:
     user: str = ""  # empty where the format does not record it (dcgm-exporter's)
     partition: str = ""
     nodes: int = 0  # the job's node count; 0 when unknown
+    restarts: int | None = None  # SLURM_RESTART_COUNT; None when the mapping has none
     mig_instance: Mapping[str, str] | None = None  # dcgm `GPU.GI` files: gpu -> instance
     source: str = "fleetwatch"  # or "dcgm"
 
@@ -82,12 +85,17 @@ def from_environment(environ: Mapping[str, str]) -> JobGpus:
     nodes_text = environ.get("SLURM_JOB_NUM_NODES", "0") or "0"
     if not nodes_text.isdigit():
         raise MappingError(f"SLURM_JOB_NUM_NODES={nodes_text!r} is not a count")
+    # Slurm sets SLURM_RESTART_COUNT once the job has been restarted: absent is the first run.
+    restarts_text = environ.get("SLURM_RESTART_COUNT", "0") or "0"
+    if not restarts_text.isdigit():
+        raise MappingError(f"SLURM_RESTART_COUNT={restarts_text!r} is not a count")
     return JobGpus(
         job_id=job_id,
         gpus=gpus,
         user=environ.get("SLURM_JOB_USER", ""),
         partition=environ.get("SLURM_JOB_PARTITION", ""),
         nodes=int(nodes_text),
+        restarts=int(restarts_text),
     )
 
 
@@ -126,6 +134,7 @@ def write(directory: Path, job: JobGpus, *, now: float | None = None) -> Path:
         "user": job.user,
         "partition": job.partition,
         "nodes": job.nodes,
+        "restarts": job.restarts,
         "gpus": list(job.gpus),
         "boot_id": boot_id(),
         "written": time.time() if now is None else now,
@@ -253,12 +262,18 @@ def _parse_job(text: str, job_id: str) -> tuple[JobGpus, str]:
     nodes = record.get("nodes", 0)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0:
         raise MappingError(f"nodes {nodes!r} is not a count")
+    restarts = record.get("restarts")
+    if restarts is not None and (
+        not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0
+    ):
+        raise MappingError(f"restarts {restarts!r} is not a count")
     job = JobGpus(
         job_id=job_id,
         gpus=tuple(gpus),
         user=strings["user"],
         partition=strings["partition"],
         nodes=nodes,
+        restarts=restarts,
     )
     return job, strings["boot_id"]
 

@@ -23,7 +23,8 @@ slurmctld's state) implement them; this module imports neither.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from fleetwatch.tainter.kube_objects import (
     ApiError,
@@ -103,6 +104,47 @@ class PodApi(Protocol):
 class RemediationApi(NodeApi, PodApi, Protocol):
     """Nodes and pods: what the node condition and removal from the run call (the real
     client; they check leadership and `--dry-run` themselves)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairView:
+    """What the repair engine needs of a taken-out node: whether jobs still run on it, and
+    whether the orchestrator is still carrying out a repair asked of it."""
+
+    jobs_running: bool
+    repairing: bool
+
+
+@runtime_checkable
+class RepairApi(Protocol):
+    """A backend that can carry out repairs (`tainter.repair`): Slurm reboots through
+    `scontrol reboot` and its RebootProgram. A wrapper (leader-only, dry run) is one too,
+    and says through `can_repair` whether the backend it wraps is."""
+
+    @property
+    def can_repair(self) -> bool: ...
+
+    async def repair_view(self, name: str) -> RepairView:
+        """The node's jobs and repair as the orchestrator sees them now; ApiError."""
+        ...
+
+    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+        """Ask the orchestrator to carry out `repair` (`reboot`) of a node fleetwatch took
+        out for `reason` (alert `alert`) whose jobs are gone; ApiError when it refuses."""
+        ...
+
+
+def repair_backend(api: object) -> RepairApi | None:
+    """`api` as a RepairApi when it (or the backend it wraps) carries out repairs."""
+    return api if isinstance(api, RepairApi) and api.can_repair else None
+
+
+async def view_of(api: object, name: str) -> RepairView:
+    """The wrapped backend's `repair_view`; ApiError 501 when it carries out no repair."""
+    real = repair_backend(api)
+    if real is None:
+        raise ApiError(status=501, reason="this orchestrator carries out no repair")
+    return await real.repair_view(name)
 
 
 class LeaseApi(Protocol):

@@ -32,7 +32,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -174,6 +174,21 @@ class Breaker:
                 return self._trip_now(CAP_SHARE)
             self._reserved[node] = shares
             return None
+
+    def may_repair(self, in_flight: Collection[str]) -> str | None:
+        """Why one more repair may not start now (None: it may), given the nodes whose
+        repair is in flight: not while the breaker is open, and repairs in flight count
+        toward the share cap with the nodes out that count toward it."""
+        if self.open:
+            return f"circuit breaker open by the {self.opened_by or UNKNOWN_CAP} cap"
+        busy = self.sharing | frozenset(in_flight)
+        if len(busy) + 1 > max(1, self.limit()):
+            return (
+                f"share cap: {len(busy)} node(s) out or in repair of "
+                f"{self._selected_nodes or 0} (--breaker.max-fraction="
+                f"{self._policy.max_fraction:g})"
+            )
+        return None
 
     def commit(self, node: str, *, out: bool | None) -> None:
         """Record the outcome of a write: `out` as `node_out` says of the node as written.

@@ -28,6 +28,7 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
     Orchestrator,
     QuarantineSettings,
+    RepairSettings,
     SlurmAccess,
     TaintSettings,
     TlsFiles,
@@ -35,10 +36,11 @@ from fleetwatch.tainter.settings import (
     WebhookSecurity,
 )
 from fleetwatch.tainter.taint_policy import TaintPolicy
+from fleetwatch.webconfig import WebConfig, WebConfigError, check_web_config
 
 if TYPE_CHECKING:
     from fleetwatch.rules.config import Config
-    from fleetwatch.rules.remediation import Contract
+    from fleetwatch.rules.contract import Contract
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ CONTROLLER: Final = Flags(settings=ControllerSettings, prefix="controller")
 EVIDENCE: Final = Flags(settings=EvidenceSettings, prefix="untaint")
 BREAKER: Final = Flags(settings=BreakerPolicy, prefix="breaker")
 QUARANTINE: Final = Flags(settings=QuarantineSettings, prefix="quarantine")
+REPAIR: Final = Flags(settings=RepairSettings, prefix="repair")
 POLICY: Final = Flags(settings=TaintPolicy, prefix="taint")
 EVICTION: Final = Flags(settings=EvictionSettings, prefix="evict")
 NODE_CONDITION: Final = Flags(settings=NodeConditionSettings, prefix="node-condition")
@@ -83,6 +86,7 @@ def subcommands() -> tuple[Subcommand, ...]:
                 EVIDENCE,
                 BREAKER,
                 QUARANTINE,
+                REPAIR,
                 POLICY,
                 EVICTION,
                 NODE_CONDITION,
@@ -123,6 +127,36 @@ def _tls(web: WebhookSecurity) -> TlsFiles | None:
     if web.tls_cert_file is None or web.tls_key_file is None:
         return None
     return TlsFiles(cert=web.tls_cert_file, key=web.tls_key_file, client_ca=web.tls_client_ca_file)
+
+
+def _web_config(listener: ListenerSettings, web: WebhookSecurity) -> WebConfig | None:
+    """The checked `--web.config.file`, when given; SystemExit naming what it got wrong."""
+    if listener.config_file is None:
+        return None
+    if web.tls_cert_file or web.tls_key_file or web.tls_client_ca_file:
+        raise _fail("--web.config.file and --web.tls.* both set TLS: use one of them")
+    try:
+        return check_web_config(listener.config_file)
+    except WebConfigError as exc:
+        raise _fail(f"--web.config.file: {exc}") from exc
+
+
+def _forwarded_tls(config: WebConfig) -> TlsFiles | None:
+    """The files a follower pins when it hands a notification to the leader
+    (`tainter.forward`): the web config's certificate, and with client certificates
+    required, the same certificate as its client certificate."""
+    tls = config.tls
+    if tls is None:
+        return None
+    if tls.cert_file is None or tls.key_file is None:
+        raise _fail(
+            "--web.config.file: the tainter needs cert_file and key_file (not inline cert "
+            "and key): replicas pin the certificate file when they forward to the leader"
+        )
+    required = tls.client_auth_type == "RequireAndVerifyClientCert"
+    return TlsFiles(
+        cert=tls.cert_file, key=tls.key_file, client_ca=tls.client_ca_file if required else None
+    )
 
 
 def _rules(rules: RulesConfigFile) -> tuple[Config, Contract]:
@@ -176,12 +210,21 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     from fleetwatch.tainter.service import default_identity
 
     web: WebhookSecurity = WEBHOOK.read(args)
-    if web.token_file is None and not web.insecure_no_token:
+    listener: ListenerSettings = LISTENER.read(args)
+    web_config = _web_config(listener, web)
+    basic_auth = web_config is not None and bool(web_config.users)
+    if web.token_file is None and not web.insecure_no_token and not basic_auth:
         raise _fail(
             "--web.token-file is required "
-            "(or --web.insecure-no-token to accept unauthenticated webhooks)"
+            "(or basic_auth_users in --web.config.file, "
+            "or --web.insecure-no-token to accept unauthenticated webhooks)"
         )
-    tls = _tls(web)
+    if web.token_file is not None and basic_auth:
+        raise _fail(
+            "--web.token-file and basic_auth_users of --web.config.file both want the "
+            "Authorization header, and Alertmanager sends one: use one of them"
+        )
+    tls = _tls(web) if web_config is None else _forwarded_tls(web_config)
     if web.token_file is not None:
         try:
             read_token(web.token_file)
@@ -209,7 +252,9 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
     problem = prometheus.problem()
     if problem is not None:
         raise _fail(problem)
-    controller = CONTROLLER.read(args, quarantine=QUARANTINE.read(args))
+    controller = CONTROLLER.read(
+        args, quarantine=QUARANTINE.read(args), repair=REPAIR.read(args), repairs=contract.repairs
+    )
     settings: TaintSettings = SERVICE.read(
         args,
         token_file=web.token_file,
@@ -221,7 +266,7 @@ def settings_from_args(args: argparse.Namespace) -> TaintSettings:
         policy=_policy(args, config),
         election=election,
         evidence_queries=queries,
-        listener=LISTENER.read(args),
+        listener=listener,
         eviction=EVICTION.read(args),
         node_condition=NODE_CONDITION.read(args),
         tls=tls,
@@ -249,7 +294,9 @@ def _run_taint(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     host, port = WEBHOOK.read(args).listen_address
-    if settings.token_file is None:
+    config_file = settings.listener.config_file
+    basic_auth = config_file is not None and bool(check_web_config(config_file).users)
+    if settings.token_file is None and not basic_auth:
         log.warning("webhook authentication is OFF (--web.insecure-no-token)")
     return run_tainter(settings, host=host, port=port)
 

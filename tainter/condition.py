@@ -5,23 +5,29 @@ node repair of cluster autoscalers) do not read taints of a foreign prefix; a co
 tells them. After each node sync the condition is made to match the node's fleetwatch
 taints: `False` with a CamelCase reason for the taint reason (`gpu-overheat` →
 `GpuOverheat`) and a message naming the alert while any is held; `True` once the last is
-gone (a node that never carried the condition is left without it). Only the condition of
-the configured type is written, by a strategic-merge patch of `status.conditions` (a list
-merged by `type`, so Ready and the rest stay) guarded by the node's resourceVersion.
-`lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on each write.
+gone (a node that never carried the condition is left without it). The message names, per
+hold, the repair its alerts ask for (`repair reboot`), as its audit record says; node-repair
+controllers select by type, status and duration (docs/tainter.md, "Repair after the
+drain"). Only the condition of the configured type is written, by a strategic-merge
+patch of `status.conditions` (a list merged by `type`, so Ready and the rest stay) guarded
+by the node's resourceVersion. `lastTransitionTime` moves only when the status changes;
+`lastHeartbeatTime` on each write.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
+from fleetwatch.rules.contract import NO_REPAIR
 from fleetwatch.tainter.backend import RemediationApi
 from fleetwatch.tainter.election import Leadership
 from fleetwatch.tainter.kube_objects import ApiError, NodeCondition, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import NodeConditionSettings, RetryPolicy
-from fleetwatch.tainter.writes import our_taints, with_retries
+from fleetwatch.tainter.writes import our_taints, records, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +44,13 @@ def desired(node: NodeView, *, condition_type: str) -> NodeCondition | None:
     alone (no fleetwatch taint and no condition of ours to turn back to True)."""
     taints = sorted(our_taints(node).values(), key=lambda t: t.key)
     if taints:
+        audit = records(node)
         return NodeCondition(
             type=condition_type,
             status="False",
             reason=camel_case(taints[0].key.removeprefix(KEY_PREFIX)),
             message="fleetwatch holds "
-            + ", ".join(f"{t.key} (alert {t.value})" for t in taints)
+            + ", ".join(f"{t.key} ({_about(t.value, audit.get(t.key))})" for t in taints)
             + " on this node",
         )
     if any(c.type == condition_type for c in node.conditions):
@@ -54,6 +61,13 @@ def desired(node: NodeView, *, condition_type: str) -> NodeCondition | None:
             message="fleetwatch holds no taint on this node",
         )
     return None
+
+
+def _about(alert: str, record: Mapping[str, Any] | None) -> str:
+    """`alert GPUXidCritical, repair reboot`: the alert, and the repair it asks for (from
+    the hold's audit record; left out when none)."""
+    repair = str((record or {}).get("repair", NO_REPAIR))
+    return f"alert {alert}" + ("" if repair == NO_REPAIR else f", repair {repair}")
 
 
 def current(node: NodeView, condition_type: str) -> NodeCondition | None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fleetwatch.rules.contract import repair_of
 from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.backend import NodeApi
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal, BreakerStore, node_out
@@ -39,11 +41,12 @@ from fleetwatch.tainter.node_plan import NodePlanner, SyncAttempt
 from fleetwatch.tainter.payload import AlertState
 from fleetwatch.tainter.quarantine import Quarantine
 from fleetwatch.tainter.reconcile import LiveState
+from fleetwatch.tainter.repair import Repairer
 from fleetwatch.tainter.settings import ControllerSettings
 from fleetwatch.tainter.sources import AlertSource, EvidenceSource
 from fleetwatch.tainter.taint_policy import Refusal, TaintPolicy
 from fleetwatch.tainter.untaint_gate import UntaintGate
-from fleetwatch.tainter.writes import Change, guarded_update
+from fleetwatch.tainter.writes import Change, LeftAlone, guarded_update
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,16 @@ class Controller:
             api=api, metrics=metrics, settings=settings, policy=policy, breaker=breaker
         )
         self._quarantine = Quarantine(settings=settings.quarantine, metrics=metrics)
+        self._repairer = Repairer(
+            api=api,
+            intents=self._intents,
+            breaker=breaker,
+            quarantine=self._quarantine,
+            metrics=metrics,
+            settings=settings.repair,
+            retry=settings.retry,
+            event=self._told.event,
+        )
         self._gate = UntaintGate(settings=settings, evidence=evidence, metrics=metrics)
         self._planner = NodePlanner(
             intents=self._intents,
@@ -154,10 +167,14 @@ class Controller:
     ) -> tuple[set[str], list[Refusal]]:
         """Fold alert states into the desired state; returns the nodes touched and the
         alerts the policy refused (those change nothing)."""
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         allowed: list[AlertState] = []
         refused: list[Refusal] = []
-        for alert in alerts:
+        for told in alerts:
+            alert = told
+            if told.firing:
+                asks = repair_of(self._settings.repairs, told.reason, told.labels)
+                alert = dataclasses.replace(told, repair=asks)
             if alert.firing and (refusal := self._policy.check(alert)) is not None:
                 refused.append(refusal)
                 self._metrics.policy_refusals.labels(why=refusal.why).inc()
@@ -187,10 +204,13 @@ class Controller:
         await self._breaker_sync.store_change()
         for alert in alerts:
             if alert.firing and (alert.node, alert.key) in held:
-                by_breaker = held[(alert.node, alert.key)]
-                refused.append(
-                    self._policy.capped(alert) if by_breaker is None else by_breaker.of(alert)
-                )
+                why = held[(alert.node, alert.key)]
+                if why is None:
+                    refused.append(self._policy.capped(alert))
+                elif isinstance(why, LeftAlone):
+                    refused.append(Refusal(alert=alert, why=why.why, detail=why.reason))
+                else:
+                    refused.append(why.of(alert))
         return Outcome(refused=refused)
 
     async def reconcile(self) -> None:
@@ -231,14 +251,15 @@ class Controller:
 
     async def sync_nodes(
         self, nodes: Iterable[str]
-    ) -> dict[tuple[str, str], BreakerRefusal | None]:
+    ) -> dict[tuple[str, str], BreakerRefusal | LeftAlone | None]:
         """Sync each node (concurrently, bounded); raises NodeSyncError listing failures.
-        Returns the (node, key) pairs kept from being added: by the breaker (its refusal)
-        or by the per-node cap (None)."""
+        Returns the (node, key) pairs kept from being added: by the breaker (its refusal),
+        by the backend leaving the node alone (someone else holds it) or by the per-node cap
+        (None)."""
         names = sorted(set(nodes))
         results = await asyncio.gather(*(self._sync_node(n) for n in names), return_exceptions=True)
         failures: dict[str, ApiError] = {}
-        held: dict[tuple[str, str], BreakerRefusal | None] = {}
+        held: dict[tuple[str, str], BreakerRefusal | LeftAlone | None] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, ApiError):
                 failures[name] = result
@@ -269,7 +290,7 @@ class Controller:
             else:
                 self._node_locks[name] = (lock, users - 1)
 
-    async def _sync_node(self, name: str) -> dict[str, BreakerRefusal | None]:
+    async def _sync_node(self, name: str) -> dict[str, BreakerRefusal | LeftAlone | None]:
         """Sync one node; returns the keys kept from being added (`sync_nodes`)."""
         async with self._node_lock(name), self._slots:
             attempt = SyncAttempt()
@@ -285,6 +306,13 @@ class Controller:
                     retry=self._settings.retry,
                     metrics=self._metrics,
                 )
+            except LeftAlone as exc:
+                if attempt.reserved:
+                    self._breaker.release(name)
+                log.info(
+                    "node left alone", extra={"node": name, "why": exc.why, "detail": exc.reason}
+                )
+                return {key: exc for key, intent in self._intents.on(name).items() if intent.firing}
             except ApiError as exc:
                 if attempt.reserved:
                     self._breaker.release(name)
@@ -307,5 +335,6 @@ class Controller:
             )
             for step in self._after_sync:
                 await step.node_synced(node)
+            await self._repairer.node_synced(node)
             held = dict.fromkeys((intent.key for intent in attempt.capped), None)
             return held | {intent.key: attempt.refusal for intent in attempt.refused}

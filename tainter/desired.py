@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from fleetwatch.rules.contract import NO_REPAIR, worst_repair
 from fleetwatch.tainter.payload import KEY_PREFIX, AlertState
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,18 @@ class Intent:
     effect: str
     value: str
     firing: dict[str, datetime] = field(default_factory=dict)  # fingerprint → startsAt
-    last_firing: float = 0.0  # time.time() when an alert was last seen firing
+    repairs: dict[str, str] = field(default_factory=dict)  # fingerprint → repair asked
+    last_firing: float = 0.0  # time.monotonic() when an alert was last seen firing
     refused: bool = False  # a TaintRefused Event was already sent for this episode
 
     @property
     def reason(self) -> str:
         return self.key.removeprefix(KEY_PREFIX)
+
+    @property
+    def repair(self) -> str:
+        """The most disruptive repair its firing alerts ask for (none when none does)."""
+        return worst_repair([self.repairs.get(fp, NO_REPAIR) for fp in self.firing])
 
 
 class ResolvedMemory:
@@ -102,6 +109,19 @@ class Intents:
             if not keys:
                 del self._by_node[node]
 
+    def consume(self, node: str, key: str, *, now: float) -> None:
+        """The firing alerts of (node, key) were answered by a repair: treat them as resolved,
+        so a late firing of the same instance does not take the repaired node out again (a
+        new instance, once the node is back, does)."""
+        intent = self.on(node).get(key)
+        if intent is None:
+            return
+        for fingerprint, starts_at in intent.firing.items():
+            self.resolved.remember(fingerprint, starts_at, now=now)
+        intent.firing.clear()
+        intent.repairs.clear()
+        intent.last_firing = now
+
     def forget_node(self, node: str) -> None:
         self._by_node.pop(node, None)
 
@@ -131,9 +151,11 @@ class Intents:
             touched.add(alert.node)
             if alert.firing:
                 intent.firing[alert.fingerprint] = alert.starts_at
+                intent.repairs[alert.fingerprint] = alert.repair
                 intent.last_firing = now
             elif alert.fingerprint in intent.firing:
                 del intent.firing[alert.fingerprint]
+                intent.repairs.pop(alert.fingerprint, None)
                 intent.last_firing = now
         return touched
 
@@ -150,5 +172,6 @@ class Intents:
                         extra={"node": intent.node, "key": intent.key, "fingerprint": fingerprint},
                     )
                     del intent.firing[fingerprint]
+                    intent.repairs.pop(fingerprint, None)
                     self.resolved.remember(fingerprint, starts_at, now=now)
                     intent.last_firing = now

@@ -34,6 +34,7 @@ from fleetwatch.tainter.kube_objects import (
     nodes_from_api,
     pods_from_api,
 )
+from fleetwatch.tainter.writes import Throttled, retry_after
 
 __all__ = ["KubeNodeApi", "LeaseApi", "NodeApi", "PodApi", "RemediationApi"]
 
@@ -101,12 +102,21 @@ class KubeNodeApi:
                 if response.status == 409:
                     raise Conflict(status=409, reason=_status_message(body))
                 if not 200 <= response.status < 300:
-                    raise ApiError(status=response.status, reason=_status_message(body))
+                    reason = _status_message(body)
+                    wait = retry_after(response.headers.get("Retry-After"))
+                    if wait is not None:  # 429 and 503 ask to be retried after a while
+                        raise Throttled(status=response.status, reason=reason, retry_after=wait)
+                    raise ApiError(status=response.status, reason=reason)
                 try:
                     return json.loads(body)
                 except ValueError as exc:
                     raise Malformed("body (not JSON)") from exc
         except client.ApiException as exc:
+            wait = retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+            if wait is not None:
+                raise Throttled(
+                    status=exc.status or 0, reason=str(exc.reason), retry_after=wait
+                ) from exc
             raise ApiError(status=exc.status or 0, reason=str(exc.reason)) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiError(status=0, reason=f"Kubernetes API unreachable: {exc!r}") from exc

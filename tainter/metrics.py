@@ -11,7 +11,11 @@ import platform
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from fleetwatch import __version__
-from fleetwatch.catalog.exporter import BUILD_INFO
+from fleetwatch.catalog.exporter import (
+    BUILD_INFO,
+    WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    WEB_CONFIG_RELOAD_ERRORS_TOTAL,
+)
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.catalog.tainter import (
     TAINTER_API_CONFLICTS_TOTAL,
@@ -32,6 +36,10 @@ from fleetwatch.catalog.tainter import (
     TAINTER_QUARANTINES_TOTAL,
     TAINTER_RECONCILE_ERRORS_TOTAL,
     TAINTER_RECONCILE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS,
+    TAINTER_REPAIRS_IN_FLIGHT,
+    TAINTER_REPAIRS_NOT_HELD_TOTAL,
+    TAINTER_REPAIRS_TOTAL,
     TAINTER_SOURCE_ERRORS_TOTAL,
     TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL,
     TAINTER_TAINT_OPERATIONS_TOTAL,
@@ -96,6 +104,28 @@ class TainterMetrics:
 
         self.evictions = _counter(TAINTER_EVICTIONS_TOTAL, self.registry)
         self.node_condition_writes = _counter(TAINTER_NODE_CONDITION_WRITES_TOTAL, self.registry)
+        self.repairs = _counter(TAINTER_REPAIRS_TOTAL, self.registry)
+        self.repairs_in_flight = _gauge(TAINTER_REPAIRS_IN_FLIGHT, self.registry)
+        self.repairs_not_held = _counter(TAINTER_REPAIRS_NOT_HELD_TOTAL, self.registry)
+        self.back_in_service = Histogram(
+            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.name,
+            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.help,
+            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.labels,
+            buckets=(60, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800),
+            registry=self.registry,
+        )
+
+        self.web_config_reload_errors = _counter(WEB_CONFIG_RELOAD_ERRORS_TOTAL, self.registry)
+        self.web_config_last_reload = _gauge(
+            WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, self.registry
+        )
+
+    def web_config_reloaded(self, ok: bool) -> None:
+        """`--web.config.file` (or a file it names) changed and loaded, or did not."""
+        if ok:
+            self.web_config_last_reload.set_to_current_time()
+        else:
+            self.web_config_reload_errors.inc()
 
     def refused_connection(self, why: str) -> None:
         """The listener closed a connection (`too_many`, `header_timeout`)."""

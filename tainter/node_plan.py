@@ -27,6 +27,7 @@ from fleetwatch.tainter.kube_objects import NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.quarantine import Marks, Quarantine
+from fleetwatch.tainter.repair import in_flight
 from fleetwatch.tainter.untaint_gate import UntaintGate
 from fleetwatch.tainter.writes import (
     UNTAINT_ANNOTATION,
@@ -93,13 +94,15 @@ class NodePlanner:
                     key=key,
                     effect=taint.effect,
                     value=taint.value,
-                    last_firing=time.time(),
+                    last_firing=time.monotonic(),
                 )
                 self._intents.add(intent)
             if intent.firing:
                 continue
             if self._quarantine.holds(node, history, intent.reason):
                 self._metrics.untaint_deferred.labels(why="quarantined").inc()
+            elif (flying := in_flight(node)) is not None and flying.reason == intent.reason:
+                self._metrics.untaint_deferred.labels(why="repairing").inc()
             elif await self._gate.may_untaint(intent):
                 remove.add(key)
         mine = self._intents.on(node.name)
@@ -133,7 +136,11 @@ class NodePlanner:
         )
         new_records = {
             t.key: new_record(
-                taint=t, alertname=i.value, fingerprints=list(i.firing), owner=self._owner
+                taint=t,
+                alertname=i.value,
+                fingerprints=list(i.firing),
+                owner=self._owner,
+                repair=i.repair,
             )
             for t, i in zip(add, wanted, strict=True)
         }

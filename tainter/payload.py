@@ -9,7 +9,7 @@ receiver answers 4xx and writes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -38,6 +38,10 @@ class AlertState:
     alertname: str
     starts_at: datetime
     ends_at: datetime | None
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    repair: str = "none"
+    """The repair its reason's remediation contract asks for, given its labels (the
+    controller fills it in: `tainter.repair`)."""
 
     @property
     def key(self) -> str:
@@ -115,6 +119,7 @@ def alert_from_labels(
         alertname=alertname,
         starts_at=starts_at,
         ends_at=ends_at,
+        labels=dict(labels),
     )
 
 

@@ -203,6 +203,14 @@ class Quarantine:
         )
         return _marks(node, kept, quarantined=tuple(newly))
 
+    def hold_for_inspection(self, node: NodeView, history: History, reason: str) -> Marks:
+        """The marks that quarantine `reason` on `node` now (its repairs did not hold:
+        `tainter.repair`), whatever its count of taints; the caller tells it."""
+        if reason in quarantined_reasons(node, history):
+            return Marks()
+        kept = History(taints=history.taints, quarantined=history.quarantined | {reason})
+        return _marks(node, kept)
+
     def holds(self, node: NodeView, history: History, reason: str) -> bool:
         """True while `reason`'s taint on `node` is quarantined (only a person lifts it)."""
         return reason in quarantined_reasons(node, history)

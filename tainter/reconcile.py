@@ -80,7 +80,7 @@ class LiveState:
                 extra={"error": str(exc)},
             )
             return
-        now = time.time()
+        now = time.monotonic()
         _, refused = self._record(firing, now)
         if refused:
             log.warning(

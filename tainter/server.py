@@ -1,18 +1,24 @@
 """The webhook receiver: `POST /alerts` from Alertmanager, plus health, readiness, metrics.
 
-Answers follow Alertmanager's retry rules: 2xx when the notification was applied, 4xx
-with a reason for requests that a retry cannot change (wrong token, not JSON, nested too
-deep, too large, not a version 4 payload, a taint alert without a node, an alert the taint
-policy or the circuit breaker refuses: 422 naming the cap; the reconcile loop applies it
-once the breaker closes, so Alertmanager need not retry), 5xx when the Kubernetes
-API failed, so Alertmanager retries. A follower hands the notification to the leader
-(`tainter.forward`) and answers with the leader's answer; it answers 503 itself only
-when it has no leader to hand it to, the request was handed over already, or the leader
-does not answer within `--leader-elect.forward-timeout`. A malformed
-request changes nothing; a policy refusal changes nothing for the refused alert while
-the other alerts of the notification still apply. There is no way to reset the breaker
-here: the webhook token can never lift the safety cap (`fleetwatch breaker reset` does,
-through the Kubernetes API, where RBAC decides who may).
+Answers follow Alertmanager's retry rules (it redelivers on 5xx only): 2xx when the
+notification was handled, which includes every deliberate refusal: an alert the taint
+policy refuses (NoExecute without the operator's leave, an undeclared reason, the per-node
+cap), the circuit breaker holds back (the reconcile loop applies it once the breaker
+closes), or a node someone else took out (a Slurm node an admin drained: fleetwatch leaves
+it alone), and `--dry-run` (nothing written). Such an answer's body names each alert left
+alone and why (`left_alone`), and it is counted by its own result, so the self-health alert
+never pages on a refusal. 4xx with a reason for requests that a retry cannot change (wrong
+token, not JSON, nested too deep, too large, not a version 4 payload, a taint alert without
+a node) and for a write the orchestrator denies (RBAC, the admission policy: a person must
+act). 5xx only for what a retry can fix: the orchestrator failed or did not answer (its
+answer names which: the Kubernetes API or Slurm), and Alertmanager retries. A follower
+hands the notification to the leader (`tainter.forward`) and answers with the leader's
+answer; it answers 503 itself only when it has no leader to hand it to, the request was
+handed over already, or the leader does not answer within
+`--leader-elect.forward-timeout`. A malformed request changes nothing; a refusal changes
+nothing for the refused alert while the other alerts of the notification still apply.
+There is no way to reset the breaker here: the webhook token can never lift the safety cap
+(`fleetwatch breaker reset` does, through the Kubernetes API, where RBAC decides who may).
 
 The background loops (reconcile, breaker state, leader election) run supervised while
 the app serves; `/healthz` fails when one of them is wedged, `/readyz` only on the leader.
@@ -40,6 +46,7 @@ from fleetwatch.tainter.kube_objects import ApiError
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import PayloadError, parse_webhook
 from fleetwatch.tainter.supervise import Supervisor
+from fleetwatch.tainter.writes import RETRIED_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,10 @@ MAX_BODY_KEY: Final = web.AppKey("max_body_bytes", int)
 LEADERSHIP_KEY: Final = web.AppKey("leadership", Leadership)
 SUPERVISOR_KEY: Final = web.AppKey("supervisor", Supervisor)
 FORWARDER_KEY: Final = web.AppKey("forwarder", Forwarder)
+BACKEND_KEY: Final = web.AppKey("backend", str)
+DRY_RUN_KEY: Final = web.AppKey("dry_run", bool)
+BACKEND_NAMES: Final = {"kubernetes": "the Kubernetes API", "slurm": "Slurm (scontrol)"}
+"""What each `--orchestrator` is called in an answer that says what failed."""
 STANDBY: Final = "standby"
 # What became of a notification a follower handed to the leader (the `result` of
 # fleetwatch_tainter_webhook_forwards_total), by the leader's status class.
@@ -73,7 +84,7 @@ def _error(status: int, reason: str) -> web.Response:
 def _authorized(request: web.Request) -> bool:
     auth = request.app.get(AUTH_KEY)
     if auth is None:
-        return True  # started with the explicit insecure flag
+        return True  # no token: the insecure flag, or --web.config.file basic auth guards all
     return auth.accepts(request.headers.get("Authorization", ""))
 
 
@@ -119,19 +130,41 @@ async def _handle_alerts(request: web.Request) -> tuple[web.Response, str]:
         return _error(400, str(exc)), "bad_request"
     try:
         outcome = await request.app[CONTROLLER_KEY].handle_alerts(alerts)
-    except (NodeSyncError, ApiError) as exc:
-        return _error(503, f"Kubernetes API failed, retry later: {exc}"), "api_error"
+    except ApiError as exc:
+        return _backend_failed(request.app[BACKEND_KEY], exc)
+    answer: dict[str, object] = {"status": "ok", "alerts": len(alerts)}
+    result = "ok"
     if outcome.refused:
         first = outcome.refused[0]
-        refusal = {
-            "status": "error",
-            "error": f"{len(outcome.refused)} alert(s) refused; first: "
-            f"{first.alert.alertname} on {first.alert.node}: {first.detail}",
-            "refused": [r.to_json() for r in outcome.refused],
-            "alerts": len(alerts),
-        }
-        return web.json_response(refusal, status=422), "refused"
-    return web.json_response({"status": "ok", "alerts": len(alerts)}), "ok"
+        answer["message"] = (
+            f"{len(outcome.refused)} alert(s) left alone; first: "
+            f"{first.alert.alertname} on {first.alert.node}: {first.detail}"
+        )
+        answer["left_alone"] = [r.to_json() for r in outcome.refused]
+        result = "left_alone"
+    if request.app[DRY_RUN_KEY]:
+        answer["dry_run"] = "nothing was written: the tainter runs with --dry-run"
+        result = "dry_run"
+    return web.json_response(answer), result
+
+
+def _said(exc: ApiError) -> str:
+    """What the orchestrator answered, without naming it (the caller does)."""
+    return f"answered {exc.status}: {exc.reason}" if exc.status else exc.reason
+
+
+def _backend_failed(backend: str, exc: ApiError) -> tuple[web.Response, str]:
+    """503 when a retry can fix the failure (no answer, a conflict, throttling, the
+    orchestrator's own 5xx), else 422: the orchestrator denied the write (RBAC, an admission
+    policy) and only a person can change that. The text names the orchestrator."""
+    failures = exc.failures if isinstance(exc, NodeSyncError) else {"": exc}
+    detail = "; ".join(
+        f"{node}: {_said(each)}" if node else _said(each) for node, each in sorted(failures.items())
+    )
+    if any(each.status in RETRIED_STATUSES for each in failures.values()):
+        return _error(503, f"{backend} failed, retry later: {detail}"), "api_error"
+    log.error("the orchestrator denied a write", extra={"backend": backend, "error": detail})
+    return _error(422, f"{backend} denied the write; a retry cannot help: {detail}"), "api_denied"
 
 
 def _busy(reason: str) -> web.Response:
@@ -234,17 +267,22 @@ def make_app(
     background: Background | None = None,
     supervisor: Supervisor | None = None,
     cleanup: Callable[[web.Application], Awaitable[None]] | None = None,
+    orchestrator: str = "kubernetes",
+    dry_run: bool = False,
 ) -> web.Application:
     """The tainter's aiohttp app. `auth` None means no auth (explicit insecure mode);
     `leadership` None means always leader; `forwarder` None makes a follower answer every
     webhook 503 instead of handing it to the leader; `background` None runs no loops
-    (tests drive the controller)."""
+    (tests drive the controller); `orchestrator` names the backend in answers; `dry_run`
+    says in every answer that nothing was written."""
     app = web.Application(client_max_size=max_body_bytes)
     app[CONTROLLER_KEY] = controller
     app[METRICS_KEY] = metrics
     if auth is not None:
         app[AUTH_KEY] = auth
     app[MAX_BODY_KEY] = max_body_bytes
+    app[BACKEND_KEY] = BACKEND_NAMES[orchestrator]
+    app[DRY_RUN_KEY] = dry_run
     app[LEADERSHIP_KEY] = leadership or Leadership(renew_deadline=None)
     app[SUPERVISOR_KEY] = supervisor or Supervisor(metrics=metrics)
     if forwarder is not None:

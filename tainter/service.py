@@ -53,6 +53,7 @@ from fleetwatch.tainter.writes import (
     our_taints,
     with_retries,
 )
+from fleetwatch.webguard import WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -216,18 +217,28 @@ async def build_app(
         ),
         supervisor=Supervisor(metrics=metrics),
         cleanup=close,
+        orchestrator=settings.orchestrator,
+        dry_run=settings.controller.dry_run,
     )
 
 
 async def serve(settings: TaintSettings, *, host: str, port: int) -> None:
     """Serve the app behind the hardened listener until SIGTERM or SIGINT."""
     app = await build_app(settings)
+    metrics = app[METRICS_KEY]
+    config_file = settings.listener.config_file
+    guard = None
+    if config_file is not None:
+        guard = WebGuard(config_file, on_reload=metrics.web_config_reloaded)
+        metrics.web_config_last_reload.set(guard.last_reload_success)
     runner, server = await start_listener(
         app,
         host=host,
         port=port,
-        listener=Listener(limits=settings.listener, on_refused=app[METRICS_KEY].refused_connection),
-        ssl_context=settings.tls.context() if settings.tls else None,
+        listener=Listener(
+            limits=settings.listener, on_refused=metrics.refused_connection, web=guard
+        ),
+        ssl_context=settings.tls.context() if settings.tls and guard is None else None,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

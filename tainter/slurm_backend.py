@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError
-from fleetwatch.tainter.backend import Unavailable
+from fleetwatch.tainter.backend import RepairView, Unavailable
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -58,7 +58,7 @@ from fleetwatch.tainter.kube_objects import (
 )
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.settings import SlurmAccess
-from fleetwatch.tainter.writes import TAINTED_LABEL
+from fleetwatch.tainter.writes import TAINTED_LABEL, LeftAlone
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +76,28 @@ UNAVAILABLE_FLAGS: Final = frozenset(
     {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "INVALID_REG"}
     | {"REBOOT_REQUESTED", "REBOOT_ISSUED"}
 )
+REBOOT_FLAGS: Final = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+OWN_REBOOT_FLAGS: Final = REBOOT_FLAGS | {"DOWN", "NOT_RESPONDING", "POWERING_UP", "POWER_UP"}
+"""What a node fleetwatch asked to reboot shows until it is back: Slurm downs it while the
+RebootProgram runs."""
+JOB_FLAGS: Final = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+"""A node whose state has one of these still runs (or cleans up after) a job."""
+REASON_SUFFIX: Final = " : "
+"""Slurm appends ` : reboot issued` to the reason of a node it reboots."""
 STATE_FILE: Final = "fleetwatch-tainter.json"
 LOCK_FILE: Final = "fleetwatch-tainter.lock"
 
 
-class HeldByOthers(ApiError):
-    """A write would change the holds of a node someone else took out: refused (423),
-    nothing run, so the other's reason stays exactly as it is."""
+class HeldByOthers(LeftAlone):
+    """A write would change the holds of a node someone else took out: left alone, nothing
+    run, so the other's reason stays exactly as it is (the webhook answers it with success:
+    a retry would change nothing)."""
 
     def __init__(self, node: str, state: str, reason: str) -> None:
         super().__init__(
-            status=423,
-            reason=f"{node} is {state} by someone else (reason {reason!r}); fleetwatch "
-            "leaves it alone",
+            why="held_by_others",
+            reason=f"Slurm node {node} is {state} by someone else (reason {reason!r}); "
+            "fleetwatch leaves it alone",
         )
 
 
@@ -168,12 +177,24 @@ def drained_by_us(node: Node) -> bool:
     return node.drained and node.reason.startswith(REASON_PREFIX)
 
 
+def _flags(node: Node) -> frozenset[str]:
+    return frozenset(flag.strip("~#!%$@^-") for flag in node.flags)
+
+
+def rebooting_for_us(node: Node) -> bool:
+    """Drained by fleetwatch and rebooting: asked with `scontrol reboot` (its reason is
+    fleetwatch's, with Slurm's ` : reboot issued` after it) and not back yet."""
+    return drained_by_us(node) and bool(_flags(node) & REBOOT_FLAGS)
+
+
 def held_by_others(node: Node) -> bool:
-    """Drained, down or failed other than by fleetwatch's own drain alone."""
-    unavailable = {flag.strip("~#!%$@^-") for flag in node.flags} & UNAVAILABLE_FLAGS
-    return bool(unavailable - {"DRAIN", "DRAINING", "DRAINED"}) or (
-        node.drained and not drained_by_us(node)
+    """Drained, down or failed other than by fleetwatch's own drain alone (or the reboot
+    fleetwatch asked of its own drain)."""
+    unavailable = _flags(node) & UNAVAILABLE_FLAGS
+    ours = {"DRAIN", "DRAINING", "DRAINED"} | (
+        OWN_REBOOT_FLAGS if rebooting_for_us(node) else set()
     )
+    return bool(unavailable - ours) or (node.drained and not drained_by_us(node))
 
 
 def drain_reason(holds: Sequence[Taint]) -> str:
@@ -185,7 +206,8 @@ def drain_reason(holds: Sequence[Taint]) -> str:
 def holds_of(reason: str) -> tuple[Taint, ...]:
     """fleetwatch's holds in a drain reason it wrote (`drain_reason`'s inverse)."""
     holds = []
-    for part in reason.removeprefix(REASON_PREFIX).split(HOLD_SEPARATOR):
+    ours = reason.removeprefix(REASON_PREFIX).partition(REASON_SUFFIX)[0]
+    for part in ours.split(HOLD_SEPARATOR):
         name, _, alert = part.strip().partition(" ")
         if name:
             holds.append(Taint(key=KEY_PREFIX + name, value=alert.strip(), effect=DRAIN_EFFECT))
@@ -236,16 +258,24 @@ class StateFile:
             data = self._load()
             result = change(data)
             temporary = self.path.with_suffix(".tmp")
-            with open(temporary, "w") as out:
-                json.dump(data, out, sort_keys=True, indent=1)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-            directory = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+                with open(temporary, "w") as out:
+                    json.dump(data, out, sort_keys=True, indent=1)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temporary, self.path)
+                directory = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            except OSError as exc:
+                # A full disk, a read-only remount: the old file stands, whole; a retry
+                # (Alertmanager's, the reconcile loop's) writes it once there is room.
+                temporary.unlink(missing_ok=True)
+                raise ApiError(
+                    status=0, reason=f"cannot write {self.path}: {exc.strerror or exc}"
+                ) from exc
             return result
 
 
@@ -377,6 +407,45 @@ class SlurmNodeApi:
 
             await asyncio.to_thread(self._state.update, store)
         return await self.get_node(name)
+
+    # -- repairs ------------------------------------------------------------------------
+
+    @property
+    def can_repair(self) -> bool:
+        """Slurm reboots through `scontrol reboot` and the site's RebootProgram."""
+        return True
+
+    async def repair_view(self, name: str) -> RepairView:
+        """Jobs on the node (allocated, mixed or completing), and whether the reboot
+        fleetwatch asked for is still under way (Slurm's reboot flags, or down with
+        fleetwatch's reason)."""
+        found = [n for n in await self._scontrol.nodes(name) if n.name == name]
+        if not found:
+            raise ApiError(status=404, reason=f"Slurm has no node {name!r}")
+        node = found[0]
+        return RepairView(
+            jobs_running=bool(_flags(node) & JOB_FLAGS), repairing=rebooting_for_us(node)
+        )
+
+    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+        """`scontrol reboot ASAP nextstate=RESUME reason="fleetwatch:<reason> <alert>" N`:
+        the RebootProgram reboots the node and slurmctld resumes it when slurmd registers
+        again. Only a node fleetwatch alone drained; a reboot is the only repair Slurm
+        carries out (a GPU reset comes as one, `--repair.reset-by-reboot`)."""
+        if repair != "reboot":
+            raise ApiError(status=501, reason=f"Slurm carries out no {repair} but as a reboot")
+        found = [n for n in await self._scontrol.nodes(node.name) if n.name == node.name]
+        if not found:
+            raise ApiError(status=404, reason=f"Slurm has no node {node.name!r}")
+        current = found[0]
+        if held_by_others(current) or not drained_by_us(current):
+            raise HeldByOthers(node.name, current.state, current.reason)
+        text = current.reason.partition(REASON_SUFFIX)[0]
+        await self._scontrol.run("reboot", "ASAP", "nextstate=RESUME", f"reason={text}", node.name)
+        log.warning(
+            "reboot asked of Slurm",
+            extra={"node": node.name, "reason": reason, "alert": alert, "drain_reason": text},
+        )
 
     async def create_event(
         self, *, node: NodeView, reason: str, message: str, warning: bool

@@ -3,9 +3,11 @@
 A resolved alert is not evidence that a node is healthy (it also resolves when the
 exporter dies and the series vanish), so untainting asks Prometheus a per-reason PromQL
 "condition clear" question that returns a non-empty vector only when the node's exporter
-is up and the condition is gone. The questions are the rules' remediation contract
-(`fleetwatch.rules.remediation`, generated beside the alerts), never PromQL of the
-tainter's own. Alertmanager's `GET /api/v2/alerts` is the live list of
+is up and the condition is gone. An answer Prometheus marks with `warnings` (built from
+partial data: a remote store or a Thanos/Mimir querier that could not reach every source) is
+no evidence either, nor is an error or no answer within the deadline. The questions are the
+rules' remediation contract (`fleetwatch.rules.contract`, generated beside the alerts), never
+PromQL of the tainter's own. Alertmanager's `GET /api/v2/alerts` is the live list of
 firing alerts the periodic reconcile compares against, to restore missed taints and to
 notice resolves that were never delivered.
 """
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from fleetwatch.promclient import PrometheusAccess, PrometheusClientError
-from fleetwatch.rules.remediation import NODE_PLACEHOLDER
+from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
 
@@ -121,12 +123,14 @@ class PrometheusEvidence:
 
 
 def _vector(body: Any) -> list[Any] | str:
-    """The `data.result` list of a successful instant-vector answer, or why there is none
-    (an error status, `"data": null`, an HTML page, a scalar...)."""
+    """The `data.result` list of a successful, complete instant-vector answer, or why there
+    is none (an error status, partial data, `"data": null`, an HTML page, a scalar...)."""
     if not isinstance(body, dict):
         return f"answer is not a JSON object: {str(body)[:80]!r}"
     if body.get("status") != "success":
         return f"status {body.get('status')!r}: {body.get('error')}"
+    if body.get("warnings"):
+        return f"partial data (warnings: {str(body['warnings'])[:160]})"
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         return f"data is not an instant vector: {str(data)[:80]!r}"

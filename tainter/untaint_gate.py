@@ -4,7 +4,9 @@ A taint whose alerts all resolved is removed only when its reason is not manual 
 remediation contract or the operator's settings say a person lifts it, or it has no untaint
 evidence), the hold time has passed since an alert last fired for it, and Prometheus
 confirms that the condition is clear (`tainter.sources`). Each deferral is counted by why;
-quarantine, which also keeps taints, is `tainter.quarantine`.
+quarantine, which also keeps taints, is `tainter.quarantine`. The hold is a duration of
+this process (`time.monotonic`, as is every intent's `last_firing`): the wall clock stepping
+forward (NTP, a VM resumed) never lifts a taint early.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class UntaintGate:
         if self.manual(intent.reason):
             self._metrics.untaint_deferred.labels(why="manual").inc()
             return False
-        if time.time() - intent.last_firing < self._settings.hold_seconds:
+        if time.monotonic() - intent.last_firing < self._settings.hold_seconds:
             self._metrics.untaint_deferred.labels(why="hold").inc()
             return False
         result = await self._evidence.condition_clear(node=intent.node, reason=intent.reason)

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from fleetwatch.tainter.backend import NodeApi, Unavailable
+from fleetwatch.tainter.backend import NodeApi, RepairView, Unavailable, repair_backend, view_of
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
@@ -30,10 +30,53 @@ RECORD_ANNOTATION: Final = "fleetwatch.io/taints"
 UNTAINT_ANNOTATION: Final = "fleetwatch.io/untaint"
 TAINTED_LABEL: Final = "fleetwatch.io/tainted"
 T = TypeVar("T")
+RETRY_AFTER_LIMIT: Final = 10.0
+"""The longest `Retry-After` a write waits for; a server asking for longer is failed at once
+(the webhook answers 503, Alertmanager and the reconcile loop come back later), so a retry
+never holds a webhook or a node's lock for long."""
 RETRIED_STATUSES: Final = frozenset({0, 409, 429, 500, 502, 503, 504})
 """Answers a retry can fix: the guard's conflict (409: the node changed since it was read),
 throttling, the API server's own failures and no answer at all. Never a 4xx refusal such as
 the chart's admission policy's denial (422 Invalid, or 403): the same write is denied again."""
+
+
+class LeftAlone(ApiError):
+    """A write the backend deliberately does not make, because the node is not fleetwatch's
+    to change (someone else drained, downed or failed it): not a failure, and no retry
+    changes it. `why` is a metric label; the reason says what was left alone, for people.
+    The webhook answers it with success, naming the node and why."""
+
+    def __init__(self, *, why: str, reason: str) -> None:
+        super().__init__(status=423, reason=reason)
+        self.why = why
+
+
+class Throttled(ApiError):
+    """The server asked to be called again later (429 or 503 with `Retry-After`, in
+    seconds): the next attempt waits at least that long."""
+
+    def __init__(self, *, status: int, reason: str, retry_after: float) -> None:
+        super().__init__(status=status, reason=reason)
+        self.retry_after = retry_after
+
+
+def retry_after(value: str | None) -> float | None:
+    """A `Retry-After` header in seconds (Kubernetes writes whole seconds; an HTTP date, or
+    anything else, is not honoured: None)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+def pause_before(attempt: int, retry: RetryPolicy, error: ApiError) -> float:
+    """How long to wait before `attempt` (1 = the first retry) after `error`: the jittered
+    backoff, or the server's `Retry-After` when that is longer."""
+    backoff = retry.delay(attempt - 1)
+    if isinstance(error, Throttled):
+        return max(backoff, error.retry_after)
+    return backoff
 
 
 def ours(taint: Taint) -> bool:
@@ -122,16 +165,21 @@ async def with_retries(
     metrics: TainterMetrics,
     what: str,
 ) -> T:
-    """Run `call` until it succeeds, retrying what RETRIED_STATUSES names (the guard's
-    conflicts, throttling, 5xx, an unreachable API) with jittered backoff; counts every
-    failure. Raises the last ApiError, or at once one retrying cannot fix (a refusal, or a
-    backend that says it is `Unavailable` while it backs off)."""
+    """Run `call` until it succeeds, at most `retry.attempts` times, retrying what
+    RETRIED_STATUSES names (the guard's conflicts, throttling, 5xx, an unreachable API) with
+    jittered backoff, never sooner than a `Retry-After` the server sent (one longer than
+    RETRY_AFTER_LIMIT fails at once); counts every failure and logs every retried fault.
+    Raises the last ApiError, or at once one retrying cannot fix (a refusal, or a backend
+    that says it is `Unavailable` while it backs off). A `LeftAlone` is no failure: raised
+    at once, not counted as an API error."""
     last_error: ApiError | None = None
     for attempt in range(retry.attempts):
-        if attempt:
-            await asyncio.sleep(retry.delay(attempt - 1))
+        if last_error is not None:
+            await asyncio.sleep(pause_before(attempt, retry, last_error))
         try:
             return await call()
+        except LeftAlone:
+            raise
         except ApiError as exc:
             last_error = exc
             if isinstance(exc, Conflict):
@@ -140,13 +188,19 @@ async def with_retries(
                 metrics.api_errors.labels(status=str(exc.status)).inc()
             if exc.status not in RETRIED_STATUSES or isinstance(exc, Unavailable):
                 raise
-            log.debug(
-                "Kubernetes call retried",
+            if isinstance(exc, Throttled) and exc.retry_after > RETRY_AFTER_LIMIT:
+                raise
+            # A conflict is the guard doing its job (debug); anything else is a fault
+            # worth a line in the log.
+            log.log(
+                logging.DEBUG if isinstance(exc, Conflict) else logging.INFO,
+                "call retried",
                 extra={
                     "what": what,
                     "attempt": attempt + 1,
                     "status": exc.status,
                     "error": exc.reason,
+                    "retry_after": exc.retry_after if isinstance(exc, Throttled) else None,
                 },
             )
     assert last_error is not None
@@ -253,12 +307,29 @@ class DryRunNodeApi:
             warning=warning,
         )
 
+    @property
+    def can_repair(self) -> bool:
+        return repair_backend(self._real) is not None
+
+    async def repair_view(self, name: str) -> RepairView:
+        """The real node's jobs; a repair this dry run pretended to start is never seen
+        under way, so it reads as back at the next sync."""
+        return await view_of(self._real, name)
+
+    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+        """Asks nothing of the orchestrator: the attempt is kept in memory with the rest."""
+        log.info(
+            "repair not asked for (dry run)",
+            extra={"node": node.name, "repair": repair, "reason": reason, "alert": alert},
+        )
+
 
 def new_record(
-    *, taint: Taint, alertname: str, fingerprints: Sequence[str], owner: str
+    *, taint: Taint, alertname: str, fingerprints: Sequence[str], owner: str, repair: str = "none"
 ) -> dict[str, Any]:
-    """The audit record for a taint fleetwatch adds."""
+    """The audit record for a taint fleetwatch adds, with the repair its alerts ask for."""
     return {
+        "repair": repair,
         "owner": owner,
         "alert": alertname,
         "value": taint.value,

@@ -36,6 +36,7 @@ class Pki:
     """The files of the temporary PKI."""
 
     ca: Path
+    ca_key: Path
     server_cert: Path
     server_key: Path
     named_cert: Path
@@ -78,6 +79,23 @@ def _issue(
     return builder.sign(key if ca is None else ca[1], hashes.SHA256())
 
 
+def _loopback() -> list[x509.GeneralName]:
+    return [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+
+
+def reissue_server_certificate(pki: Pki) -> tuple[bytes, bytes]:
+    """A new serving certificate for 127.0.0.1/localhost from the same CA, and its key (PEM):
+    what cert-manager writes when it renews one."""
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(
+        "prometheus", key, (ca, ca_key), names=_loopback(), usage=ExtendedKeyUsageOID.SERVER_AUTH
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
 def write_pki(folder: Path) -> Pki:
     """A CA and the certificates it signs, written under `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -85,6 +103,7 @@ def write_pki(folder: Path) -> Pki:
     ca = _issue("fleetwatch-test-ca", ca_key, None)
     pki = Pki(
         ca=folder / "ca.crt",
+        ca_key=folder / "ca.key",
         server_cert=folder / "server.crt",
         server_key=folder / "server.key",
         named_cert=folder / "named.crt",
@@ -93,10 +112,8 @@ def write_pki(folder: Path) -> Pki:
         client_key=folder / "client.key",
     )
     pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    loopback: list[x509.GeneralName] = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
+    pki.ca_key.write_bytes(_pem_key(ca_key))
+    loopback = _loopback()
     named: list[x509.GeneralName] = [x509.DNSName(NAMED_HOST)]
     for cert_path, key_path, subject, names, usage in (
         (pki.server_cert, pki.server_key, "prometheus", loopback, ExtendedKeyUsageOID.SERVER_AUTH),

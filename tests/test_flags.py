@@ -174,6 +174,11 @@ UNGROUPED_TERMS = {
     "leader-elect": "Kubernetes components' switch; heads its own --leader-elect.* group",
 }
 
+# Flags spelled as the ecosystem spells them, whose dotted words make no group of ours.
+ECOSYSTEM_SPELLINGS = {
+    "--web.config.file": "exporter-toolkit's flag, the one fleets pass to node_exporter",
+}
+
 
 def _every_option() -> dict[str, str]:
     """Every spelling a command line accepts, deprecated ones included, to where it is
@@ -214,7 +219,12 @@ def _settings_classes() -> list[type[Any]]:
 
 def convention_breaks(options: dict[str, str]) -> list[str]:
     """Why each of `options` breaks the one convention (empty: none does)."""
-    groups = {part for option in options for part in option[2:].split(".")[:-1]}
+    groups = {
+        part
+        for option in options
+        if option not in ECOSYSTEM_SPELLINGS
+        for part in option[2:].split(".")[:-1]
+    }
     words = set(options)
     found = []
     for option, where in sorted(options.items()):

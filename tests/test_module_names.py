@@ -24,10 +24,6 @@ AREA_FOLDERS: Final = ("src/fleetwatch/catalog", "collectors/sources", "rules/al
 NOT_AREAS: Final = frozenset({"__init__", "spec", "doc", "nvidia_xids"})
 """Modules of the area folders that are not an area: the catalog's spec type, its docs page
 writer and NVIDIA's Xid catalog."""
-BEING_RENAMED: Final = frozenset({"remediation"})
-"""Names other branches of issue 34 are renaming now (tainter/policy.py, tainter/remediation.py
-and rules/remediation.py, report/queries.py, collectors/metrics.py). This set shrinks as those
-branches merge: empty it then."""
 
 
 def module_folders() -> list[Path]:
@@ -61,7 +57,7 @@ def test_the_names_looked_at_and_the_areas_are_found() -> None:
 
 
 def test_no_two_modules_share_a_name_while_doing_different_jobs() -> None:
-    allowed = SAME_JOB | areas() | BEING_RENAMED
+    allowed = SAME_JOB | areas()
     shared = {
         name: [str(path) for path in paths]
         for name, paths in modules_by_name().items()

@@ -153,6 +153,15 @@ class GpuReading:
 
 
 @dataclass(frozen=True, kw_only=True)
+class _StaticReadings:
+    """A GPU's readings that do not change while the driver is loaded (NVML units)."""
+
+    thresholds_celsius: Mapping[str, float | None]
+    pcie_generation_max: float | None
+    pcie_width_max: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FabricReading:
     """A GPU's NVLink-fabric registration (GB200/GB300 NVL72), as `nvmlGpuFabricInfo_v2`.
 
@@ -244,6 +253,7 @@ class NvmlSource:
         self._links: dict[int, tuple[int, ...]] = {}
         self._nvlink5: dict[int, bool] = {}
         self._fabric: dict[int, bool] = {}
+        self._static: dict[int, _StaticReadings] = {}
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
 
     def gpus(self) -> tuple[Gpu, ...]:
@@ -335,10 +345,8 @@ class NvmlSource:
         remap = calls.get("nvmlDeviceGetRemappedRows", h)
         recovery = fields.get(FIELD_RECOVERY_ACTION)
         temperature = self._temperature(calls, h)
-        thresholds = {
-            name: calls.number("nvmlDeviceGetTemperatureThreshold", h, code)
-            for name, code in THRESHOLDS.items()
-        }
+        static = self._read_static(calls, gpu)
+        thresholds = static.thresholds_celsius
         return GpuReading(
             temperature_celsius=temperature,
             memory_temperature_celsius=fields.get(FIELD_MEMORY_TEMP),
@@ -379,12 +387,36 @@ class NvmlSource:
             recovery_action=None if recovery is None else int(recovery),
             pcie_replays=calls.number("nvmlDeviceGetPcieReplayCounter", h),
             pcie_generation_current=calls.number("nvmlDeviceGetCurrPcieLinkGeneration", h),
-            pcie_generation_max=calls.number("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_generation_max=static.pcie_generation_max,
             pcie_width_current=calls.number("nvmlDeviceGetCurrPcieLinkWidth", h),
-            pcie_width_max=calls.number("nvmlDeviceGetMaxPcieLinkWidth", h),
+            pcie_width_max=static.pcie_width_max,
             fabric=self._read_fabric(calls, gpu),
             failures=tuple(calls.failures),
         )
+
+    def _read_static(self, calls: Calls, gpu: Gpu) -> _StaticReadings:
+        """What a GPU's board fixes while the driver is loaded (temperature thresholds,
+        maximum PCIe generation and width), read once: 6 of its 25 calls a cycle.
+
+        Kept only when every call answered (a value or "not supported"); a failed call is
+        retried next cycle, and a lost GPU raises as any call does.
+        """
+        found = self._static.get(gpu.index)
+        if found is not None:
+            return found
+        failed = len(calls.failures)
+        h = gpu.handle
+        found = _StaticReadings(
+            thresholds_celsius={
+                name: calls.number("nvmlDeviceGetTemperatureThreshold", h, code)
+                for name, code in THRESHOLDS.items()
+            },
+            pcie_generation_max=calls.number("nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_width_max=calls.number("nvmlDeviceGetMaxPcieLinkWidth", h),
+        )
+        if len(calls.failures) == failed:
+            self._static[gpu.index] = found
+        return found
 
     def _read_fabric(self, calls: Calls, gpu: Gpu) -> FabricReading | None:
         """The GPU's NVLink-fabric info; None (and never asked again) without a fabric.
@@ -445,17 +477,27 @@ class NvmlSource:
             extra = calls.fields(h, ids)
             if extra and all(value is None for value in extra.values()):
                 self._nvlink5[gpu.index] = False  # pre-NVLink5 GPU or driver: stop asking
+        # 6 calls a link (864 a DGX H100 cycle): the functions are looked up once, and each
+        # failure is sorted as `Calls` sorts it.
+        state_of = self.lib.nvmlDeviceGetNvLinkState
+        counter_of = self.lib.nvmlDeviceGetNvLinkErrorCounter
+        counters = tuple(NVLINK_ERROR_COUNTERS.items())
         readings = []
         for link in links:
-            state = calls.get("nvmlDeviceGetNvLinkState", h, link)
-            errors: dict[str, float | None] = {
-                name: calls.number("nvmlDeviceGetNvLinkErrorCounter", h, link, code)
-                for name, code in NVLINK_ERROR_COUNTERS.items()
-            }
+            try:
+                up: bool | None = bool(state_of(h, link))
+            except pynvml.NVMLError as exc:
+                calls.sort("nvmlDeviceGetNvLinkState", exc)
+                up = None
+            errors: dict[str, float | None] = {}
+            for name, code in counters:
+                try:
+                    errors[name] = float(counter_of(h, link, code))
+                except pynvml.NVMLError as exc:
+                    calls.sort("nvmlDeviceGetNvLinkErrorCounter", exc)
+                    errors[name] = None
             if extra:
                 for name, field_id in NVLINK5_FIELDS.items():
                     errors[name] = extra.get((field_id, link))
-            readings.append(
-                NvLinkReading(link=link, up=None if state is None else bool(state), errors=errors)
-            )
+            readings.append(NvLinkReading(link=link, up=up, errors=errors))
         return GpuLinksReading(links=tuple(readings), failures=tuple(calls.failures))

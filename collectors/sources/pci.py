@@ -113,24 +113,51 @@ def _gpu_at(directory: str, address: str, problems: list[ReadProblem]) -> PciGpu
     return PciGpu(address=address, device_id=_read_id(directory, "device", problems) or "")
 
 
-def scan_gpus(root: Path) -> PciGpuScan | None:
-    """The NVIDIA GPUs under `<root>/bus/pci/devices`; None when there is no such folder
-    (no PCI sysfs: not a GPU node). Other failures to list the folder raise `OSError`."""
-    pci = os.path.join(root, "bus", "pci", "devices")
-    try:
-        names = sorted(os.listdir(pci))
-    except FileNotFoundError:
-        return None
-    gpus: list[PciGpu] = []
-    problems: list[ReadProblem] = []
-    for name in names:
+class PciBus:
+    """The NVIDIA GPUs under `<root>/bus/pci/devices`, scanned again and again.
+
+    A function's vendor, class and device ids are fixed while it is on the bus, so each
+    scan lists the folder (one call) and reads only the functions that were not there last
+    time; one that left the listing leaves the scan at once. A function with an unreadable
+    or garbage file is read again next scan (its problem is reported every time).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._known: dict[str, PciGpu | None] = {}  # by address: a GPU, or None (not one)
+
+    def scan(self) -> PciGpuScan | None:
+        """This scan's GPUs; None when there is no such folder (no PCI sysfs: not a GPU
+        node). Other failures to list the folder raise `OSError`."""
+        pci = os.path.join(self._root, "bus", "pci", "devices")
         try:
-            gpu = _gpu_at(os.path.join(pci, name), name, problems)
-        except _Gone:
-            continue
-        if gpu is not None:
-            gpus.append(gpu)
-    return PciGpuScan(gpus=tuple(gpus), problems=tuple(problems))
+            names = sorted(os.listdir(pci))
+        except FileNotFoundError:
+            self._known.clear()
+            return None
+        known: dict[str, PciGpu | None] = {}
+        gpus: list[PciGpu] = []
+        problems: list[ReadProblem] = []
+        for name in names:
+            if name in self._known:
+                gpu = known[name] = self._known[name]
+            else:
+                before = len(problems)
+                try:
+                    gpu = _gpu_at(os.path.join(pci, name), name, problems)
+                except _Gone:
+                    continue
+                if len(problems) == before:
+                    known[name] = gpu
+            if gpu is not None:
+                gpus.append(gpu)
+        self._known = known
+        return PciGpuScan(gpus=tuple(gpus), problems=tuple(problems))
+
+
+def scan_gpus(root: Path) -> PciGpuScan | None:
+    """One scan of the NVIDIA GPUs under `<root>/bus/pci/devices` (`PciBus.scan`)."""
+    return PciBus(root).scan()
 
 
 def nvml_bus_id(address: str) -> str:

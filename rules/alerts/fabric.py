@@ -21,6 +21,15 @@ from fleetwatch.catalog.infiniband import (
 )
 from fleetwatch.catalog.nvlink import NVLINK_ERRORS_TOTAL, NVLINK_UP
 from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.contract import (
+    GPU_RESET,
+    GPU_SUBJECT,
+    LINK_SUBJECT,
+    NO_REPAIR,
+    PORT_SUBJECT,
+    LocalCheck,
+    NeedsPrometheus,
+)
 from fleetwatch.rules.definitions import fabric_errors_record
 from fleetwatch.rules.promql import (
     GPU,
@@ -125,6 +134,9 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="nvlink-down",
                 clear=cleared(NVLINK_COLLECTOR, Healthy(NVLINK_UP.name, "min", "== 1")),
+                local=(LocalCheck(family=NVLINK_UP.name, op="==", limit=0, subject=LINK_SUBJECT),),
+                # A link that is down retrains on a GPU reset (runbook: reset, or reboot).
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -162,6 +174,13 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="gpu-fabric",
                 clear=cleared(GPU_COLLECTOR, Healthy(GPU_FABRIC_DEGRADED.name, "max", "== 0")),
+                local=(
+                    LocalCheck(
+                        family=GPU_FABRIC_DEGRADED.name, op="==", limit=1, subject=GPU_SUBJECT
+                    ),
+                ),
+                # The GPU registers with its fabric again after a reset (NVL72 procedure).
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -183,6 +202,12 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                     GPU_COLLECTOR,
                     Healthy(GPU_FABRIC_STATE_ID.name, "min", f"== {FABRIC_COMPLETED}"),
                 ),
+                local=NeedsPrometheus(
+                    why="a GPU registers with its fabric after boot and after a Fabric Manager "
+                    "restart: not started or in progress is a fault only when it lasts (the "
+                    "alert's `for`), and slurmd runs the health check at boot"
+                ),
+                repair=GPU_RESET,
             ),
         ),
         Alert(
@@ -193,6 +218,9 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="infiniband-port-down",
                 clear=cleared(INFINIBAND_COLLECTOR, Healthy(PORT_UP, "min", "== 1")),
+                local=(LocalCheck(family=PORT_UP, op="==", limit=0, subject=PORT_SUBJECT),),
+                # A port down is a cable, a switch or the far end: nothing on the node fixes it.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(

@@ -14,16 +14,18 @@ from fleetwatch.catalog.exporter import COLLECTOR_UP
 from fleetwatch.catalog.gpu import (
     GPU_CLOCK_EVENT_SECONDS_TOTAL,
     GPU_ECC_ERRORS_TOTAL,
+    GPU_INFO,
     GPU_RECOVERY_ACTION,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_MARGIN_CELSIUS,
     GPU_TENSOR_ACTIVE_RATIO,
     GPU_UTILIZATION_RATIO,
     GPUS_EXPECTED,
     GPUS_VISIBLE,
 )
-from fleetwatch.catalog.nvidia_xids import NVLINK5_XIDS
+from fleetwatch.catalog.nvidia_xids import FALLEN_OFF_BUS, NVLINK5_XIDS, shipped_catalog
 from fleetwatch.catalog.pci import GPUS_PCI_PRESENT
 from fleetwatch.catalog.xid import (
     GPU_XID_ERRORS_TOTAL,
@@ -31,6 +33,17 @@ from fleetwatch.catalog.xid import (
     KMSG_UNREADABLE_RECORDS_TOTAL,
 )
 from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.contract import (
+    GPU_SUBJECT,
+    HARDWARE_INSPECTION,
+    NO_REPAIR,
+    LocalCheck,
+    NeedsPrometheus,
+    OverheatPolicy,
+    Series,
+    catalog_repair,
+    xid_repairs,
+)
 from fleetwatch.rules.definitions import (
     TENSOR_ACTIVE_RECORD,
     overheat_headroom,
@@ -276,6 +289,22 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                         )
                     ],
                 ),
+                local=(
+                    LocalCheck(
+                        family=temp,
+                        labels={"sensor": "gpu"},
+                        op=">",
+                        limit=OverheatPolicy(
+                            info=GPU_INFO.name,
+                            model_label="name",
+                            margin=GPU_TEMPERATURE_MARGIN_CELSIUS.name,
+                            on=("uuid",),
+                        ),
+                        subject=GPU_SUBJECT,
+                    ),
+                ),
+                # Cooling, not the GPU: the node returns when its clear condition holds.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(
@@ -327,6 +356,16 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 reason="xid-critical",
                 manual="the GPU needs a reset, a reboot or NVIDIA support; no series shows "
                 "that it was done",
+                local=NeedsPrometheus(
+                    why="an Xid counter holds every Xid since the exporter started, not a new "
+                    f"one: only its growth within {window} is, and a check on the counter "
+                    "would drain the node again after a person resumed it"
+                ),
+                # Per Xid, the repair NVIDIA's catalog action asks for (by the alert's `xid`
+                # label); a listed code the catalog lacks goes to a person.
+                repair=xid_repairs(
+                    shipped_catalog(), config.thresholds["xid_critical"], label="xid"
+                ),
             ),
         ),
         Alert(
@@ -348,6 +387,14 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 reason="gpu-lost",
                 manual="a GPU that fell off the bus needs a reboot or a repair, and a GPU "
                 "that is gone exports nothing to judge",
+                # One scrape shows fewer GPUs than configured or than on the PCI bus; fewer
+                # than the node's history, and Xid 79, are Prometheus' to see.
+                local=(
+                    LocalCheck(family=VISIBLE, op="<", limit=Series(family=GPUS_EXPECTED.name)),
+                    LocalCheck(family=VISIBLE, op="<", limit=Series(family=GPUS_PCI_PRESENT.name)),
+                ),
+                # Xid 79's catalog action: a reboot brings a GPU back onto the bus.
+                repair=catalog_repair(shipped_catalog(), FALLEN_OFF_BUS),
             ),
         ),
         Alert(
@@ -369,6 +416,12 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="row-remap-failed",
                 manual="the GPU's memory cannot be repaired in the field: it goes to RMA",
+                local=(
+                    LocalCheck(
+                        family=GPU_ROW_REMAP_FAILED.name, op=">", limit=0, subject=GPU_SUBJECT
+                    ),
+                ),
+                repair=HARDWARE_INSPECTION,
             ),
         ),
         Alert(

@@ -76,9 +76,10 @@ def tainter_alerts(config: Config, p: Params) -> list[Alert]:
     # What each replica received: handled itself, or handed to the leader (which counts
     # what it did with it). A failure is one it handled badly, or one it could not hand
     # over at all; the two families' `result` values never coincide, so `or` adds them.
+    # A deliberate refusal (left alone, dry run) is answered with success: not a failure.
     received = f"rate({q.tainter(requests)}[5m]) or rate({q.tainter(forwards)}[5m])"
     failed = (
-        f"rate({q.tainter(requests, match('result', '!=', 'ok'))}[5m])"
+        f"rate({q.tainter(requests, match('result', '!~', 'ok|left_alone|dry_run'))}[5m])"
         f" or rate({q.tainter(forwards, match('result', '=', 'unreachable'))}[5m])"
     )
     window = p("event_window")

@@ -26,6 +26,7 @@ from fleetwatch.catalog.storage import (
 )
 from fleetwatch.durations import parse_duration
 from fleetwatch.rules.config import Config, Params
+from fleetwatch.rules.contract import MOUNT_SUBJECT, NO_REPAIR, LocalCheck, NeedsPrometheus
 from fleetwatch.rules.definitions import (
     CHECKPOINT_JOB_BURST_BYTES_RECORD,
     CHECKPOINT_JOB_BURST_DURATION_RECORD,
@@ -212,6 +213,11 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="checkpoint-mount-hung",
                 clear=cleared(Healthy(STORAGE_HUNG.name, "max", "== 0")),
+                local=(
+                    LocalCheck(family=STORAGE_HUNG.name, op="==", limit=1, subject=MOUNT_SUBJECT),
+                ),
+                # The server or the path to it is at fault: a reboot of this node fixes neither.
+                repair=NO_REPAIR,
             ),
         ),
         Alert(
@@ -228,6 +234,12 @@ def alerts(config: Config, p: Params) -> list[Alert]:
             remediation=Remediation(
                 reason="checkpoint-mount-read-only",
                 clear=cleared(Healthy(CHECKPOINT_READ_ONLY_REMOUNT_RECORD, "max", "== 0")),
+                local=NeedsPrometheus(
+                    why="read-only is a fault only on a mount that was writable within "
+                    f"{p('presence_history')} (a history baseline); a mount read-only by "
+                    "design reads the same in one scrape"
+                ),
+                repair=NO_REPAIR,
             ),
         ),
         Alert(

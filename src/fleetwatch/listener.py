@@ -12,22 +12,34 @@ head nor the number of open connections. Each connection's protocol is wrapped s
   ends the watch, aiohttp's own limits apply to it);
 - an idle kept-alive connection is closed after `keepalive_timeout` (aiohttp's own).
 
-`ListenerSettings` declares those limits as the `--web.*` flags of both servers.
+With a web configuration file (`--web.config.file`, `fleetwatch.webguard`), each new
+connection starts TLS (`loop.start_tls`, within `header_timeout`) with the context the file
+asks for at that moment, so a rotated certificate is served to the next connection while
+those open keep theirs; a client certificate without an allowed SAN is closed after the
+handshake; every request passes the file's rate limit and basic auth, and every response
+gets its headers.
+
+`ListenerSettings` declares those limits and the file as the `--web.*` flags of both servers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from aiohttp import web
 
-from fleetwatch.flags import duration_setting, number_setting
+from fleetwatch.flags import duration_setting, number_setting, readable_file, setting
+from fleetwatch.webguard import WebGuard, add_web_headers, web_middleware
+
+log = logging.getLogger(__name__)
 
 _HEAD_END: Final = b"\r\n\r\n"
 _CONTENT_LENGTH: Final = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*$", re.I | re.M)
@@ -66,6 +78,14 @@ class ListenerSettings:
         integer=True,
         help="answer 503 and close a connection beyond this many open ones",
     )
+    config_file: Path | None = setting(
+        None,
+        parse=readable_file,
+        metavar="FILE",
+        flag="{prefix}.config.file",
+        help="exporter-toolkit's web configuration file: TLS, mutual TLS, basic auth, "
+        "response headers (docs/operations.md)",
+    )
 
 
 @dataclass
@@ -78,6 +98,8 @@ class Listener:
 
     limits: ListenerSettings
     on_refused: Callable[[str], None] | None = None
+    web: WebGuard | None = None
+    handshakes: set[asyncio.Task[None]] = field(default_factory=set)
     open: int = 0
     refused: int = 0
     timed_out: int = 0
@@ -114,11 +136,28 @@ class _Guarded(asyncio.Protocol):
             transport.write(_BUSY)
             transport.close()
             return
+        if not self._peer_allowed(transport):
+            transport.close()
+            return
         self._admitted = True
         listener.open += 1
         listener.peak = max(listener.peak, listener.open)
         self._arm()
         self._inner.connection_made(transport)
+
+    def _peer_allowed(self, transport: asyncio.Transport) -> bool:
+        """Whether the client certificate carries a SAN of `client_allowed_sans`."""
+        web = self._listener.web
+        tls = web.config().tls if web is not None else None
+        if tls is None or tls.client_allowed_sans is None:
+            return True
+        if tls.client_san_allowed(transport.get_extra_info("peercert") or {}):
+            return True
+        log.info(
+            "client certificate refused: no SAN of client_allowed_sans",
+            extra={"peer": str(transport.get_extra_info("peername"))},
+        )
+        return False
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()
@@ -183,6 +222,91 @@ class _Guarded(asyncio.Protocol):
             self._inner.connection_lost(exc)
 
 
+class _AfterHandshake(asyncio.Protocol):
+    """The app side of `loop.start_tls`, which hands over no `connection_made`: what the
+    TLS layer decrypts before the handshake task resumes (a request sent in the same flight
+    as the client's Finished) is kept until `begin` gives the guarded protocol its
+    transport."""
+
+    def __init__(self, inner: asyncio.Protocol) -> None:
+        self._inner = inner
+        self._early: list[bytes] = []
+        self._eof = False
+        self._begun = False
+        self._lost = False
+
+    def begin(self, transport: asyncio.Transport) -> None:
+        if self._lost:
+            return
+        self._begun = True
+        self._inner.connection_made(transport)
+        for data in self._early:
+            self._inner.data_received(data)
+        self._early.clear()
+        if self._eof:
+            self._inner.eof_received()
+
+    def data_received(self, data: bytes) -> None:
+        if self._begun:
+            self._inner.data_received(data)
+        else:
+            self._early.append(data)
+
+    def eof_received(self) -> bool | None:
+        if self._begun:
+            return self._inner.eof_received()
+        self._eof = True
+        return None
+
+    def pause_writing(self) -> None:
+        if self._begun:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._begun:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if self._begun:
+            self._inner.connection_lost(exc)
+
+
+class _StartTls(asyncio.Protocol):
+    """Takes a plain connection and starts TLS on it with the web config's context of the
+    moment; the guarded aiohttp protocol gets the connection once the handshake is done."""
+
+    def __init__(self, inner: Callable[[], asyncio.Protocol], listener: Listener) -> None:
+        self._inner = inner
+        self._listener = listener
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()  # the ClientHello waits for the TLS protocol
+        task = asyncio.get_running_loop().create_task(self._handshake(transport))
+        self._listener.handshakes.add(task)
+        task.add_done_callback(self._listener.handshakes.discard)
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        web = self._listener.web
+        assert web is not None
+        app = _AfterHandshake(self._inner())
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport,
+                app,
+                web.ssl_context(),
+                server_side=True,
+                ssl_handshake_timeout=self._listener.limits.header_timeout,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            log.debug("TLS handshake failed", extra={"reason": f"{type(exc).__name__}: {exc}"})
+            transport.close()
+            return
+        if tls is not None:
+            app.begin(tls)
+
+
 async def start_listener(
     app: web.Application,
     *,
@@ -192,8 +316,14 @@ async def start_listener(
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 60.0,
 ) -> tuple[web.AppRunner, asyncio.Server]:
-    """Serve `app` on HOST:PORT behind the guard. Stop with `server.close()` and then
+    """Serve `app` on HOST:PORT behind the guard, and behind `listener.web` when set (TLS
+    then comes from it, not from `ssl_context`). Stop with `server.close()` and then
     `runner.cleanup()` (which also runs the app's cleanup)."""
+    guard = listener.web
+    if guard is not None:
+        assert ssl_context is None, "TLS comes from the web config file"
+        app.middlewares.append(web_middleware(guard))
+        app.on_response_prepare.append(add_web_headers(guard))
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -204,13 +334,16 @@ async def start_listener(
     await runner.setup()
     handlers = runner.server  # builds one aiohttp RequestHandler per connection
     assert handlers is not None  # set by setup()
+
+    def guarded() -> asyncio.Protocol:
+        return _Guarded(handlers(), listener)
+
+    def accept() -> asyncio.Protocol:
+        return _StartTls(guarded, listener) if guard is not None and guard.tls else guarded()
+
     try:
         server = await asyncio.get_running_loop().create_server(
-            lambda: _Guarded(handlers(), listener),
-            host,
-            port,
-            ssl=ssl_context,
-            reuse_address=True,
+            accept, host, port, ssl=ssl_context, reuse_address=True
         )
     except BaseException:
         await runner.cleanup()
@@ -225,10 +358,11 @@ async def listen(
     host: str,
     port: int,
     limits: ListenerSettings,
+    web: WebGuard | None = None,
     shutdown_timeout: float = 60.0,
 ) -> AsyncIterator[Listener]:
-    """Serve `app` on `host:port` under `limits` until the context exits."""
-    listener = Listener(limits=limits)
+    """Serve `app` on `host:port` under `limits` (and `web`'s file) until the context exits."""
+    listener = Listener(limits=limits, web=web)
     runner, server = await start_listener(
         app, host=host, port=port, listener=listener, shutdown_timeout=shutdown_timeout
     )

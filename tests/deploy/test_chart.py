@@ -22,8 +22,8 @@ from fleetwatch.exporter.settings import LEAN_PROFILE_FLAGS, ExportSettings
 from fleetwatch.flags import deprecated_flags_used
 from fleetwatch.report.thresholds import judged_by, shipped_config, shipped_policy
 from fleetwatch.rules.config import keep_defaults, load_config
+from fleetwatch.rules.contract import load_contract
 from fleetwatch.rules.override import RulesConfigFile
-from fleetwatch.rules.remediation import load_contract
 from fleetwatch.tainter.cli import settings_from_args
 from fleetwatch.tainter.payload import taint_key
 from tests.deploy import fakekube
@@ -118,6 +118,19 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # An operator's policy (tests/rules/overrides.py): the same mapping as an override file.
     "rules-override": OVERRIDE,
     "no-overheat-policy": {"thresholds": {"overheat_policy": []}},
+    "prometheus-client": {
+        "tainter": {
+            "prometheusUrl": "https://prometheus.monitoring.svc:9090",
+            "prometheusClient": {
+                "basicAuth": {"username": "fleetwatch", "secret": "prom-basic"},
+                "tls": {
+                    "caSecret": "prom-ca",
+                    "clientCertSecret": "prom-client",
+                    "serverName": "prometheus.example",
+                },
+            },
+        },
+    },
     "own-images": {
         "exporter": {"image": {"repository": "registry.example.com/fw-exporter", "tag": "1.2"}},
         "tainter": {"image": {"repository": "registry.example.com/fw-tainter", "tag": "1.3"}},
@@ -463,6 +476,7 @@ def _parse(args: list[str], token_file: Path, rules_file: Path | None = None) ->
     """Parse container args with the real `fleetwatch` CLI (unknown flags exit), the files
     they name (the webhook token, the rules override) read from where the test put them."""
     args = [re.sub(r"^--web.token-file=.*", f"--web.token-file={token_file}", a) for a in args]
+    args = [re.sub(r"=/etc/fleetwatch/prometheus/.*", f"={token_file}", a) for a in args]
     if rules_file is not None:
         args = [
             re.sub(r"^--rules.config-file=.*", f"--rules.config-file={rules_file}", a) for a in args
@@ -491,7 +505,12 @@ def _tainter_settings(release: Release, tmp_path: Path) -> Any:
     return settings_from_args(parsed)
 
 
-@pytest.mark.parametrize("name", list(OVERRIDES))
+@pytest.mark.parametrize(
+    # The Prometheus client's files are Secrets a test has no certificates for: its args are
+    # parsed in test_the_tainter_authenticates_to_prometheus_from_secrets.
+    "name",
+    [name for name in OVERRIDES if name != "prometheus-client"],
+)
 def test_container_args_parse_with_the_real_cli(
     releases: dict[str, Release], name: str, tmp_path: Path
 ) -> None:
@@ -1109,3 +1128,39 @@ def test_lean_profile_passes_the_exporters_lean_flags(releases: dict[str, Releas
         added = [a for a in container["args"] if a not in full[name]["args"]]
         assert added == (list(LEAN_PROFILE_FLAGS) if name == "exporter" else [])
         assert not set(LEAN_PROFILE_FLAGS) & set(full[name]["args"])
+
+
+def test_the_tainter_authenticates_to_prometheus_from_secrets(
+    releases: dict[str, Release], tmp_path: Path
+) -> None:
+    """`tainter.prometheusClient`: each credential a Secret mounted read-only, named to the
+    `--prometheus.*` flags the report and the Slurm health check share; none by default."""
+    defaults = _container(releases["defaults"].one("Deployment"))
+    assert not [a for a in defaults["args"] if a.startswith("--prometheus.") and "url" not in a]
+    deployment = releases["prometheus-client"].one("Deployment")
+    container = _container(deployment)
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    assert {
+        "--prometheus.url=https://prometheus.monitoring.svc:9090",
+        "--prometheus.basic-auth.username=fleetwatch",
+        "--prometheus.basic-auth.password-file=/etc/fleetwatch/prometheus/password/password",
+        "--prometheus.tls.ca-file=/etc/fleetwatch/prometheus/ca/ca.crt",
+        "--prometheus.tls.cert-file=/etc/fleetwatch/prometheus/client/tls.crt",
+        "--prometheus.tls.key-file=/etc/fleetwatch/prometheus/client/tls.key",
+        "--prometheus.tls.server-name=prometheus.example",
+    } <= set(container["args"])
+    args = _parse(container["args"], token)
+    assert deprecated_flags_used(args) == {}
+    assert args.prometheus_basic_auth_username == "fleetwatch"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    for folder, secret in (
+        ("password", "prom-basic"),
+        ("ca", "prom-ca"),
+        ("client", "prom-client"),
+    ):
+        name = f"prometheus-{folder}"
+        assert mounts[name]["mountPath"] == f"/etc/fleetwatch/prometheus/{folder}"
+        assert mounts[name]["readOnly"] is True
+        assert volumes[name]["secret"]["secretName"] == secret

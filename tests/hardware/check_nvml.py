@@ -10,7 +10,13 @@ of samples); finishes in well under 3 minutes. Run it as root and as an unprivil
 (e.g. `setpriv --reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which
 sources need what. Record the output in docs/hardware-validation.md.
 
-Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS]
+With `--reset-gpu N` it also runs the repair engine's GPU reset as the reset Job
+(helm/fleetwatch/examples/gpu-reset-job.yaml) does: the compute processes holding GPU N
+(`nvidia-smi --query-compute-apps=pid`), then, only when there are none,
+`nvidia-smi --gpu-reset -i N`; run it as the Job's user (root, every capability dropped but
+SYS_ADMIN) to see whether those privileges suffice. It disrupts the GPU: an idle machine only.
+
+Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS] [--reset-gpu N]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import logging
 import os
 import stat
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -106,6 +113,9 @@ def attempt(collector: Collector) -> list[SeriesFamily]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gap", type=float, default=5.0, help="seconds between the two cycles")
+    parser.add_argument(
+        "--reset-gpu", type=int, metavar="N", help="also reset GPU N as the reset Job does"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     latencies: dict[str, list[float]] = defaultdict(list)
@@ -156,7 +166,32 @@ def main() -> int:
     print("\n== families this hardware did not produce (not supported, or nothing to count yet)")
     for name in sorted(expected - emitted):
         print(name)
+    if args.reset_gpu is not None:
+        return reset_gpu(args.reset_gpu)
     return 0
+
+
+RESET_COMMANDS = (
+    ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i"),
+    ("nvidia-smi", "--gpu-reset", "-i"),
+)
+"""The GPU reset Job's two commands (helm/fleetwatch/examples/gpu-reset-job.yaml), each
+followed by the GPU index: who holds the GPU, then the reset."""
+
+
+def reset_gpu(index: int) -> int:
+    """The reset Job's commands on GPU `index`: 3 when a process holds it (not reset), else
+    the reset's exit status; each command and its output printed."""
+    print(f"\n== GPU reset of GPU {index} (the repair engine's reset Job)")
+    holders, reset = ((*command, str(index)) for command in RESET_COMMANDS)
+    held = subprocess.run(holders, capture_output=True, text=True, check=False)
+    print(f"$ {' '.join(holders)}\n{held.stdout}{held.stderr}".rstrip())
+    if held.returncode != 0 or held.stdout.strip():
+        print("held by a process, or unreadable: not reset")
+        return 3
+    done = subprocess.run(reset, capture_output=True, text=True, check=False)
+    print(f"$ {' '.join(reset)} -> {done.returncode}\n{done.stdout}{done.stderr}".rstrip())
+    return done.returncode
 
 
 def fabric_info(gpu: Gpu) -> str:

@@ -40,8 +40,13 @@ def metric_names(expr: str) -> set[str]:
 
 
 def catalog_names() -> set[str]:
-    """Metric names the metric catalog declares (docs/metrics.md is generated from it)."""
-    return {spec.name for spec in ALL}
+    """Metric names the metric catalog declares (docs/metrics.md is generated from it), with
+    the series a histogram family exposes (`_bucket`, `_sum`, `_count`)."""
+    names = {spec.name for spec in ALL}
+    for spec in ALL:
+        if spec.kind == "histogram":
+            names |= {f"{spec.name}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
+    return names
 
 
 def recorded_names() -> set[str]:

@@ -32,9 +32,9 @@ import pytest
 from fleetwatch.durations import parse_duration
 from fleetwatch.promclient import PrometheusAccess, PrometheusClientSettings
 from fleetwatch.rules.config import Config, load_config
+from fleetwatch.rules.contract import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.rules.definitions import CHECKPOINT_READ_ONLY_REMOUNT_RECORD
 from fleetwatch.rules.groups import remediation_contract
-from fleetwatch.rules.remediation import CLEAR, NODE_PLACEHOLDER
 from fleetwatch.sim.loopback_servers import Server
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.sources import PrometheusEvidence, promql_string

@@ -92,7 +92,15 @@ SCENARIO = {
 NEEDS_TAINTER = {"Taint operations", "Webhook requests", "Tainted nodes", "Circuit breaker open"}
 # Panels of training jobs: this node runs none (test_training_jobs_integration.py runs one).
 NEEDS_TRAINING_JOB = {"Training jobs by median tensor activity"}
-SKIPPED_PANELS = NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
+NEEDS_INTERRUPTION = {
+    "Interruptions per 1,000 node-days by kind (over the range)",
+    "Training jobs by interruptions in the range",
+}
+"""Panels of interruptions (rules/tests/goodput.test.yaml tests their records): the stack
+interrupts no training job."""
+SKIPPED_PANELS = (
+    NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
+) | NEEDS_INTERRUPTION
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 
 
@@ -322,10 +330,7 @@ def test_every_dashboard_query_returns_data(
             continue
         data = json.loads(path.read_text())
         for title, expr in dashboards.panel_queries(data):
-            if (
-                title
-                in NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
-            ):
+            if title in SKIPPED_PANELS:
                 continue
             concrete = (
                 expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$gpu", ".*")

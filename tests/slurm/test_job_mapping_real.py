@@ -12,7 +12,7 @@ from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_NAMESPACE
 from fleetwatch.sim.loopback_servers import fleetwatch_export, http_get, wait_until
 from fleetwatch.sim.slurm import SlurmCluster
-from fleetwatch.slurm.healthcheck import parse_exposition
+from fleetwatch.slurm.findings import parse_exposition
 from tests.slurm.cluster import MAPS
 
 

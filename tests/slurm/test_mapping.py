@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
-from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_MAPPING_FILES
+from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_JOB_RESTARTS, SLURM_MAPPING_FILES
 from fleetwatch.collectors.slurm_allocation import SlurmJobsCollector
 from fleetwatch.slurm import mapping
 from fleetwatch.slurm.cli import epilog, prolog
@@ -32,7 +32,9 @@ def test_prolog_writes_what_read_returns_and_epilog_removes_it(tmp_path: Path) -
     assert prolog(tmp_path, dict(JOB_ENV)) == 0
     reading = mapping.read(tmp_path)
     assert reading.jobs == (
-        mapping.JobGpus(job_id="1234", gpus=("0", "1"), user="alice", partition="train", nodes=16),
+        mapping.JobGpus(
+            job_id="1234", gpus=("0", "1"), user="alice", partition="train", nodes=16, restarts=0
+        ),
     )
     assert (reading.malformed, reading.expired) == ((), 0)
     assert epilog(tmp_path, {"SLURM_JOB_ID": "1234"}) == 0
@@ -60,6 +62,7 @@ def test_gpus_from_the_other_variables(tmp_path: Path, variable: str, value: str
         ({"SLURM_JOB_GPUS": "NoDevFiles"}, "SLURM_JOB_GPUS"),
         ({"SLURM_JOB_GPUS": "0-3"}, "SLURM_JOB_GPUS"),
         ({"SLURM_JOB_NUM_NODES": "two"}, "SLURM_JOB_NUM_NODES"),
+        ({"SLURM_RESTART_COUNT": "-1"}, "SLURM_RESTART_COUNT"),
     ],
 )
 def test_bad_environment_is_named_and_writes_nothing(
@@ -68,6 +71,24 @@ def test_bad_environment_is_named_and_writes_nothing(
     assert prolog(tmp_path, JOB_ENV | change) == 0  # never fails the job
     assert named in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_requeued_job_records_its_restart_count(tmp_path: Path) -> None:
+    prolog(tmp_path, JOB_ENV | {"SLURM_RESTART_COUNT": "3"})
+    assert mapping.read(tmp_path).jobs[0].restarts == 3
+
+
+def test_a_mapping_without_a_restart_count_reads_as_unknown(tmp_path: Path) -> None:
+    prolog(tmp_path, dict(JOB_ENV))
+    path = tmp_path / "job-1234.json"
+    record = json.loads(path.read_text())
+    del record["restarts"]
+    path.write_text(json.dumps(record))
+    reading = mapping.read(tmp_path)
+    assert (reading.jobs[0].restarts, reading.malformed) == (None, ())
+    record["restarts"] = "two"
+    path.write_text(json.dumps(record))
+    assert "restarts" in mapping.read(tmp_path).malformed[0][1]
 
 
 def test_a_job_without_gpus_writes_nothing(tmp_path: Path) -> None:
@@ -155,12 +176,40 @@ def test_collector_series(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
     ]
     info = [labels for labels, _ in families[SLURM_JOB_INFO.name]]
     assert info == [{"job_id": "1234", "user": "alice", "partition": "train", "nodes": "16"}]
+    restarts = [(labels, value) for labels, value in families[SLURM_JOB_RESTARTS.name]]
+    assert restarts == [({"job_id": "1234"}, 0)]
     files = {labels["state"]: value for labels, value in families[SLURM_MAPPING_FILES.name]}
     assert files == {"live": 2, "expired": 0, "malformed": 1}
     assert "job-5.json" in caplog.text
     caplog.clear()
     collector.collect()
     assert "job-5.json" not in caplog.text  # logged once while it stays malformed
+
+
+def test_collector_restart_count_and_its_absence(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    prolog(tmp_path, JOB_ENV | {"SLURM_RESTART_COUNT": "2"})
+    prolog(tmp_path, JOB_ENV | {"SLURM_JOB_ID": "77"})
+    old = tmp_path / "job-77.json"
+    record = json.loads(old.read_text())
+    del record["restarts"]
+    old.write_text(json.dumps(record))
+    collector = SlurmJobsCollector(directory=tmp_path, source=_Source(), max_age=None)  # type: ignore[arg-type]
+    with caplog.at_level("INFO"):
+        families = {f.spec.name: f for f in collector.collect()}
+    restarts = families[SLURM_JOB_RESTARTS.name]
+    assert sorted(
+        zip((lab["job_id"] for lab in restarts.labels), restarts.values, strict=True)
+    ) == [
+        ("1234", 2),
+        ("77", 0),
+    ]
+    assert "job 77 has no restart count" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        collector.collect()
+    assert "no restart count" not in caplog.text  # noted once
 
 
 def test_no_directory_no_series(tmp_path: Path) -> None:

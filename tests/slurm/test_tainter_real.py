@@ -8,10 +8,16 @@ The whole story with real servers is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import json
+import logging
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.sim.loopback_servers import wait_until
 from fleetwatch.sim.slurm import SlurmCluster
@@ -21,6 +27,7 @@ from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.server import make_app
 from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -29,9 +36,10 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
     SlurmAccess,
 )
-from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from fleetwatch.tainter.slurm_backend import GuardedScontrol, SlurmNodeApi, StateFile
 from fleetwatch.tainter.slurm_requeue import JobRemover
 from fleetwatch.tainter.taint_policy import TaintPolicy
+from fleetwatch.tainter.writes import DryRunNodeApi
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration
@@ -214,3 +222,169 @@ async def test_removal_from_the_run_requeues_the_drained_nodes_job_once(
     finally:
         slurm.run("scancel", job, check=False)
         await manual_untaint(api=api, node="gpu01", reasons=None)
+
+
+async def test_every_answer_of_the_webhook_on_slurm_names_slurm(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A refusal is an answer: an alert for a node an admin drained is answered 200 naming
+    the node and why, counted `left_alone` (not a failure), and the admin's reason is never
+    touched; so are a policy refusal and a dry run. Only what a retry can fix is a 5xx, and
+    every answer names Slurm, never the Kubernetes API."""
+    api = await slurm_backend(slurm, monkeypatch)
+    admin = "admin: fan check"
+    slurm.drain("gpu02", admin)
+    admins = slurm.node("gpu02")["Reason"]
+    metrics = TainterMetrics()
+    app = make_app(
+        controller=controller(api, evidence=FakeEvidence(), lease="answers", metrics=metrics),
+        metrics=metrics,
+        auth=None,
+        max_body_bytes=1 << 20,
+        orchestrator="slurm",
+    )
+    answers: list[tuple[int, dict[str, Any]]] = []
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+
+        async def post(body: object) -> dict[str, Any]:
+            response = await client.post("/alerts", json=body)
+            answers.append((response.status, await response.json()))
+            return answers[-1][1]
+
+        held = await post(webhook(alert("gpu02", fp="held")))
+        assert answers[-1][0] == 200
+        assert [(r["node"], r["why"]) for r in held["left_alone"]] == [("gpu02", "held_by_others")]
+        assert "Slurm node gpu02" in held["message"]
+        assert admin in held["message"]
+        assert slurm.node("gpu02")["Reason"] == admins  # never rewritten
+        # Alertmanager's redelivery of it changes nothing and is answered the same.
+        assert (await post(webhook(alert("gpu02", fp="held"))))["left_alone"]
+        noexecute = await post(webhook(alert("gpu01", fp="nx", effect="NoExecute")))
+        assert [r["why"] for r in noexecute["left_alone"]] == ["noexecute"]
+        assert not drained(slurm, "gpu01")
+        assert await post(webhook(alert("gpu01", fp="ok"))) == {"status": "ok", "alerts": 1}
+        assert drained(slurm, "gpu01")
+        await post({"version": "3"})
+    slurm.resume("gpu01")
+    slurm.resume("gpu02")
+    assert [status for status, _ in answers] == [200, 200, 200, 200, 400]
+    counted = {
+        result: metrics.registry.get_sample_value(
+            "fleetwatch_tainter_webhook_requests_total", {"result": result}
+        )
+        for result in ("ok", "left_alone", "bad_request", "api_error")
+    }
+    assert counted == {"ok": 1.0, "left_alone": 3.0, "bad_request": 1.0, "api_error": None}
+    assert not any("Kubernetes" in json.dumps(body) for _, body in answers)
+
+
+async def test_a_failing_scontrol_is_a_503_naming_slurm_and_dry_run_says_so(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """scontrol that cannot run is what a retry can fix: 503, naming Slurm; under
+    `--dry-run` the answer says nothing was written, and nothing was."""
+    broken = SlurmNodeApi(
+        scontrol=GuardedScontrol(command=str(tmp_path / "no-scontrol"), conf=slurm.conf),
+        state=StateFile(tmp_path / "state"),
+    )
+    real = SlurmNodeApi(
+        scontrol=GuardedScontrol(conf=slurm.conf), state=StateFile(tmp_path / "dry-state")
+    )
+    for api, dry_run in ((broken, False), (DryRunNodeApi(real=real), True)):
+        metrics = TainterMetrics()
+        app = make_app(
+            controller=controller(api, evidence=FakeEvidence(), lease="dry", store=real),
+            metrics=metrics,
+            auth=None,
+            max_body_bytes=1 << 20,
+            orchestrator="slurm",
+            dry_run=dry_run,
+        )
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            response = await client.post("/alerts", json=webhook(alert("gpu01", fp="dry")))
+            body = await response.json()
+        if dry_run:
+            assert response.status == 200
+            assert "nothing was written" in body["dry_run"]
+            assert not drained(slurm, "gpu01")
+            result = "dry_run"
+        else:
+            assert response.status == 503
+            assert body["error"].startswith("Slurm (scontrol) failed, retry later: ")
+            assert "Kubernetes" not in body["error"]
+            result = "api_error"
+        assert (
+            metrics.registry.get_sample_value(
+                "fleetwatch_tainter_webhook_requests_total", {"result": result}
+            )
+            == 1.0
+        )
+
+
+@contextlib.contextmanager
+def tiny_disk(where: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs at `where`, unmounted on exit; skipped, saying why, when it cannot be
+    mounted (not root, or no mount in this container)."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
+    slurm: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tainter's state file (beside slurmctld's state) on a full disk: the drain is made
+    once and stands, the state file stays whole (never half-written), and the failed write is
+    counted and logged. What it costs is recorded here as it is: the drain's audit record and
+    its entry in the taint history are not written (the retry finds the drain and plans
+    nothing more), so quarantine counts that drain one fewer; docs/reliability.md says so."""
+    caplog.set_level(logging.INFO)
+    with tiny_disk(tmp_path / "disk") as disk:
+        state = StateFile(disk / "fleetwatch")
+        state.update(lambda data: None)  # the state file exists before the disk fills
+        before = state.path.read_bytes()
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as out:  # until full
+            while True:
+                out.write(b"\0" * 4096)
+                out.flush()
+        api = SlurmNodeApi(scontrol=GuardedScontrol(conf=slurm.conf), state=state)
+        metrics = TainterMetrics()
+        app = make_app(
+            controller=controller(api, evidence=FakeEvidence(), lease="disk", metrics=metrics),
+            metrics=metrics,
+            auth=None,
+            max_body_bytes=1 << 20,
+            orchestrator="slurm",
+        )
+        try:
+            async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+                first = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+                reason = slurm.node("gpu01")["Reason"]
+                again = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+            assert (first.status, again.status) == (200, 200)
+            assert reason.startswith(OURS)
+            assert slurm.node("gpu01")["Reason"] == reason  # drained once, not again
+            assert state.path.read_bytes() == before  # whole, not half-written
+            assert not state.path.with_suffix(".tmp").exists()
+            errors = metrics.registry.get_sample_value(
+                "fleetwatch_tainter_api_errors_total", {"status": "0"}
+            )
+            assert errors is not None
+            assert errors >= 1
+            assert any(
+                "No space left on device" in str(getattr(r, "error", ""))
+                for r in caplog.records
+                if r.getMessage() == "call retried"
+            )
+        finally:
+            slurm.resume("gpu01")

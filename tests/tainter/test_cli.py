@@ -10,7 +10,7 @@ import pytest
 
 from fleetwatch.cli import build_parser, main, parse_args
 from fleetwatch.flags import deprecated_flags_used
-from fleetwatch.rules.remediation import load_contract
+from fleetwatch.rules.contract import load_contract
 from fleetwatch.tainter import cli
 
 

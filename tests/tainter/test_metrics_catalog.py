@@ -1,5 +1,6 @@
 """The tainter's metric families are exactly those of the catalog's tainter module (the
-`fleetwatch_tainter_*` rows of docs/metrics.md) and the build's, and its exposition passes
+`fleetwatch_tainter_*` rows of docs/metrics.md), the build's and the web config's (shared with
+the exporter), and its exposition passes
 `promtool check metrics`."""
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ from prometheus_client import generate_latest
 
 from fleetwatch import __version__
 from fleetwatch.catalog import tainter
-from fleetwatch.catalog.exporter import BUILD_INFO
+from fleetwatch.catalog.exporter import (
+    BUILD_INFO,
+    WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    WEB_CONFIG_RELOAD_ERRORS_TOTAL,
+)
 from fleetwatch.tainter.metrics import TainterMetrics
 from testbed.tool_servers import promtool_check_metrics
 
@@ -20,7 +25,12 @@ def test_every_tainter_family_is_catalogued_and_nothing_else() -> None:
         (family.name + "_total" if family.type == "counter" else family.name)
         for family in metrics.registry.collect()
     }
-    families = (*tainter.FAMILIES, BUILD_INFO)
+    shared = (
+        BUILD_INFO,
+        WEB_CONFIG_RELOAD_ERRORS_TOTAL,
+        WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+    )
+    families = (*tainter.FAMILIES, *shared)
     assert exposed == {spec.name for spec in families}
     for family in metrics.registry.collect():
         spec = next(s for s in families if s.family_name == family.name)

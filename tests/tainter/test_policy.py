@@ -43,10 +43,10 @@ async def test_noexecute_is_refused_but_the_rest_of_the_notification_applies(
         tainter_client,
         webhook(alert("gpu-1", effect="NoExecute", alertname="Evictor"), alert("gpu-2")),
     )
-    assert status == 422
-    assert "Evictor on gpu-1" in body["error"]
-    assert "NoExecute" in body["error"]
-    assert [r["alertname"] for r in body["refused"]] == ["Evictor"]
+    assert status == 200  # a refusal is an answer: Alertmanager must not redeliver it
+    assert "Evictor on gpu-1" in body["message"]
+    assert "NoExecute" in body["message"]
+    assert [r["alertname"] for r in body["left_alone"]] == ["Evictor"]
     assert keys(cluster, "gpu-1") == []  # nothing written for the refused alert
     assert keys(cluster, "gpu-2") == ["fleetwatch.io/gpu-overheat"]  # the other applied
     assert [w.node for w in cluster.writes] == ["gpu-2"]
@@ -55,7 +55,7 @@ async def test_noexecute_is_refused_but_the_rest_of_the_notification_applies(
         tainter_client, 'fleetwatch_tainter_policy_refusals_total{why="noexecute"} 1.0'
     )
     assert await metric(
-        tainter_client, 'fleetwatch_tainter_webhook_requests_total{result="refused"} 1.0'
+        tainter_client, 'fleetwatch_tainter_webhook_requests_total{result="left_alone"} 1.0'
     )
 
 
@@ -97,9 +97,9 @@ async def test_undeclared_reason_is_refused_unless_allowed(
     caplog.set_level(logging.WARNING)
     status, body = await post(tainter_client, webhook(alert("gpu-1", reason="made-up-reason")))
     assert logged(caplog, "taint refused by policy", why="undeclared_reason", node="gpu-1")
-    assert status == 422
-    assert "made-up-reason" in body["error"]
-    assert "not declared" in body["error"]
+    assert status == 200
+    assert "made-up-reason" in body["message"]
+    assert "not declared" in body["message"]
     assert cluster.writes == []
     assert await metric(
         tainter_client, 'fleetwatch_tainter_policy_refusals_total{why="undeclared_reason"} 1.0'

@@ -26,7 +26,7 @@ from fleetwatch.slurm.scontrol import Node
 from fleetwatch.tainter import cli
 from fleetwatch.tainter.backend import Unavailable
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
-from fleetwatch.tainter.controller import Controller, NodeSyncError
+from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.kube_objects import ApiError, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
@@ -181,8 +181,9 @@ async def test_a_drain_someone_else_set_is_never_changed(fake: FakeSlurm, tmp_pa
     evidence = FakeEvidence(clear={"gpu02": True})
     fake.admin("gpu02", state="IDLE+DRAIN", reason="fleetwatch maintenance by alice")
     control = controller(slurm_api(fake, tmp_path / "state"), evidence=evidence)
-    with pytest.raises(NodeSyncError, match="someone else"):
-        await control.handle_alerts(alerts(alert("gpu02")))
+    outcome = await control.handle_alerts(alerts(alert("gpu02")))  # left alone: no failure
+    assert [(r.alert.node, r.why) for r in outcome.refused] == [("gpu02", "held_by_others")]
+    assert "someone else" in outcome.refused[0].detail
     await control.handle_alerts(alerts(resolved("gpu02")))
     await control.reconcile()
     assert fake.node("gpu02") == {
@@ -208,8 +209,8 @@ async def test_never_resumes_a_drain_a_person_took_over(fake: FakeSlurm, tmp_pat
 async def test_a_downed_node_is_not_drained_over(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.admin("gpu01", state="DOWN", reason="Not responding")
     api = slurm_api(fake, tmp_path / "state")
-    with pytest.raises(NodeSyncError, match="someone else"):
-        await controller(api).handle_alerts(alerts(alert("gpu01")))
+    outcome = await controller(api).handle_alerts(alerts(alert("gpu01")))
+    assert [r.why for r in outcome.refused] == ["held_by_others"]
     view = await api.get_node("gpu01")
     assert [t.key for t in view.taints] == [OTHERS_KEY]
     assert fake.updates() == []

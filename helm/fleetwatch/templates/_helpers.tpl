@@ -27,6 +27,24 @@
 {{- default (printf "%s-token" (include "fleetwatch.tainter.fullname" .)) .Values.tainter.webhookToken.existingSecret }}
 {{- end }}
 
+{{/* The Secrets holding the tainter's Prometheus credentials, by the folder each is mounted
+in under /etc/fleetwatch/prometheus (YAML: name: secret). */}}
+{{- define "fleetwatch.tainter.prometheusSecrets" -}}
+{{- $client := .Values.tainter.prometheusClient }}
+{{- with $client.bearerToken.secret }}
+token: {{ . }}
+{{- end }}
+{{- if $client.basicAuth.username }}
+password: {{ required "tainter.prometheusClient.basicAuth.secret: the Secret holding the password" $client.basicAuth.secret }}
+{{- end }}
+{{- with $client.tls.caSecret }}
+ca: {{ . }}
+{{- end }}
+{{- with $client.tls.clientCertSecret }}
+client: {{ . }}
+{{- end }}
+{{- end }}
+
 {{/* The breaker's --breaker.max-new-taints: the deprecated tainter.breaker.maxNodes when
 set (0 included), else tainter.breaker.maxNewTaints. */}}
 {{- define "fleetwatch.tainter.maxNewTaints" -}}
@@ -62,4 +80,82 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "fleetwatch.logArgs" -}}
 - --log.format={{ .Values.log.format }}
 - --log.level={{ .Values.log.level }}
+{{- end }}
+
+{{/* The Secret holding COMPONENT's serving certificate (tls.crt, tls.key, ca.crt): the
+user's, or <component fullname>-tls (what the chart's cert-manager Certificate writes).
+Called with (list $ "exporter"|"tainter"). */}}
+{{- define "fleetwatch.web.tlsSecret" -}}
+{{- $root := index . 0 }}{{- $component := index . 1 }}
+{{- $tls := (index $root.Values $component).web.tls }}
+{{- default (printf "%s-tls" (include (printf "fleetwatch.%s.fullname" $component) $root)) $tls.secretName }}
+{{- end }}
+
+{{/* The exporter's basic auth users (user: bcrypt hash); the tainter has none in the chart:
+its webhook keeps the bearer token, which basic auth cannot join (docs/tainter.md). */}}
+{{- define "fleetwatch.web.users" -}}
+{{- toYaml (dig "basicAuth" "users" (dict) (index .root.Values .component).web) }}
+{{- end }}
+
+{{/* "true" when COMPONENT serves under --web.config.file: TLS or basic auth on. */}}
+{{- define "fleetwatch.web.enabled" -}}
+{{- $web := (index .root.Values .component).web }}
+{{- if or $web.tls.enabled (dig "basicAuth" "users" (dict) $web) }}true{{ end }}
+{{- end }}
+
+{{/* COMPONENT's --web.config.file argument, when it has a web config. Called with a dict
+of root and component, as the web helpers below. */}}
+{{- define "fleetwatch.web.args" -}}
+{{- if include "fleetwatch.web.enabled" . }}
+- --web.config.file=/etc/fleetwatch/web/web-config.yml
+{{- end }}
+{{- end }}
+
+{{/* The probe handler of COMPONENT on PORT for PATH: HTTPS when web TLS is on; a TCP
+connect with mutual TLS or basic auth (a kubelet probe presents no client certificate and
+no password, and exporter-toolkit guards every path: docs/deploy.md); plain HTTP otherwise.
+Called with a dict of root, component, port, path. */}}
+{{- define "fleetwatch.web.probe" -}}
+{{- $tls := (index .root.Values .component).web.tls }}
+{{- $users := dig "basicAuth" "users" (dict) (index .root.Values .component).web }}
+{{- if or (and $tls.enabled $tls.clientAuth) $users }}
+tcpSocket:
+  port: {{ .port }}
+{{- else }}
+httpGet:
+  path: {{ .path }}
+  port: {{ .port }}
+  {{- if $tls.enabled }}
+  scheme: HTTPS
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The volume mounts of COMPONENT's web config and certificate. */}}
+{{- define "fleetwatch.web.volumeMounts" -}}
+{{- if include "fleetwatch.web.enabled" . }}
+- name: web-config
+  mountPath: /etc/fleetwatch/web
+  readOnly: true
+{{- end }}
+{{- if (index .root.Values .component).web.tls.enabled }}
+- name: web-tls
+  mountPath: /etc/fleetwatch/web-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volumes of COMPONENT's web config (a Secret: it may hold bcrypt hashes) and
+certificate (its Secret). */}}
+{{- define "fleetwatch.web.volumes" -}}
+{{- if include "fleetwatch.web.enabled" . }}
+- name: web-config
+  secret:
+    secretName: {{ include (printf "fleetwatch.%s.fullname" .component) .root }}-web-config
+{{- end }}
+{{- if (index .root.Values .component).web.tls.enabled }}
+- name: web-tls
+  secret:
+    secretName: {{ include "fleetwatch.web.tlsSecret" (list .root .component) }}
+{{- end }}
 {{- end }}

@@ -93,3 +93,34 @@ COLLECTOR_SKIPPED_RUNS_TOTAL: Final = FAMILIES.declare(
     source="engine: runs not started because the previous one was still in flight",
     series="C",
 )
+
+
+WEB_CONFIG_RELOAD_ERRORS_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_web_config_reload_errors_total",
+    "counter",
+    (
+        "Changes of --web.config.file or of a certificate, key or CA file it names that did "
+        "not load; the last good configuration keeps serving."
+    ),
+    (),
+    unit="reloads",
+    source=(
+        "the listener's web config watch (the exporter's and the tainter's /metrics, with "
+        "`--web.config.file`)"
+    ),
+    series="1",
+)
+
+
+WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: Final = FAMILIES.declare(
+    "fleetwatch_web_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "When --web.config.file and the files it names last loaded (at start, then each change).",
+    (),
+    unit="seconds (Unix time)",
+    source=(
+        "the listener's web config watch (the exporter's and the tainter's /metrics, with "
+        "`--web.config.file`)"
+    ),
+    series="1",
+)

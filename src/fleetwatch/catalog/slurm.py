@@ -35,6 +35,21 @@ SLURM_JOB_INFO: Final = FAMILIES.declare(
     series="jobs on the node",
     label_values={"nodes": "the job's node count (`SLURM_JOB_NUM_NODES`)"},
 )
+SLURM_JOB_RESTARTS: Final = FAMILIES.declare(
+    "fleetwatch_slurm_job_restarts",
+    "gauge",
+    "How many times Slurm restarted the job (requeued it, or restarted it after a node "
+    "failure) before the run that holds GPUs on this node: its SLURM_RESTART_COUNT.",
+    ("job_id",),
+    unit="restarts",
+    source=(
+        "the mapping directory: `SLURM_RESTART_COUNT` as `fleetwatch slurm prolog` saw it "
+        "(absent on a job's first run: 0); a mapping written without a restart count (an "
+        "older prolog) reads as 0, noted once in the log; dcgm-exporter's mapping format "
+        "has none and is not listed here"
+    ),
+    series="jobs on the node",
+)
 SLURM_MAPPING_FILES: Final = FAMILIES.declare(
     "fleetwatch_slurm_mapping_files",
     "gauge",

@@ -17,16 +17,20 @@ TAINTER_WEBHOOK_REQUESTS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_webhook_requests_total",
     "counter",
     (
-        "Alertmanager webhook requests by result (ok, refused, unauthorized, bad_request, "
-        "too_deep, too_large, api_error); a standby's answers are counted apart."
+        "Alertmanager webhook requests by result: ok; left_alone and dry_run (answered 2xx: "
+        "alerts deliberately left alone by policy, breaker or someone else's hold, or nothing "
+        "written under --dry-run; not failures); unauthorized, bad_request, too_deep, "
+        "too_large (4xx); api_denied (the orchestrator denied a write, 4xx); api_error (503, "
+        "Alertmanager retries). A standby's answers are counted apart."
     ),
     ("result",),
     unit="requests",
     source="webhook handler",
-    series="7",
+    series="9",
     label_values={
         "result": (
-            "(`ok`, `refused`, `unauthorized`, `bad_request`, `too_deep`, `too_large`, `api_error`)"
+            "(`ok`, `left_alone`, `dry_run`, `unauthorized`, `bad_request`, `too_deep`, "
+            "`too_large`, `api_denied`, `api_error`)"
         ),
     },
 )
@@ -280,13 +284,13 @@ TAINTER_DRY_RUN_ACTIONS_TOTAL: Final = FAMILIES.declare(
 TAINTER_UNTAINT_DEFERRED_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_tainter_untaint_deferred_total",
     "counter",
-    "Untaint checks that kept the taint, by why (hold, evidence, manual, quarantined).",
+    "Untaint checks that kept the taint, by why (hold, evidence, manual, quarantined, repairing).",
     ("why",),
     unit="checks",
     source="untaint decisions that kept a taint",
-    series="4",
+    series="5",
     label_values={
-        "why": "(`hold`, `evidence`, `manual`, `quarantined`)",
+        "why": "(`hold`, `evidence`, `manual`, `quarantined`, `repairing`)",
     },
 )
 
@@ -430,4 +434,64 @@ TAINTER_NODE_CONDITION_WRITES_TOTAL: Final = FAMILIES.declare(
         "status": "(`True`, `False`)",
         "result": "(`ok`, `dry_run`, `error`)",
     },
+)
+
+
+TAINTER_REPAIRS_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_tainter_repairs_total",
+    "counter",
+    (
+        "Repairs of taken-out nodes (--repair.mode) by repair (gpu-reset, reboot) and result: "
+        "started, dry_run, returned (the node came back), timeout (not back within "
+        "--repair.timeout), error (the orchestrator refused to start it)."
+    ),
+    ("repair", "result"),
+    unit="repairs",
+    source="the repair engine: a repair asked of the orchestrator once the node's jobs left",
+    series="10",
+    label_values={
+        "repair": "(`gpu-reset`, `reboot`)",
+        "result": "(`started`, `dry_run`, `returned`, `timeout`, `error`)",
+    },
+)
+
+
+TAINTER_REPAIRS_IN_FLIGHT: Final = FAMILIES.declare(
+    "fleetwatch_tainter_repairs_in_flight",
+    "gauge",
+    (
+        "Nodes whose repair was asked and has not come back yet; they count toward the "
+        "breaker's share."
+    ),
+    (),
+    unit="nodes",
+    source="the repair engine: repairs asked, node not back yet",
+    series="1",
+)
+
+
+TAINTER_REPAIRS_NOT_HELD_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_tainter_repairs_not_held_total",
+    "counter",
+    (
+        "Repairs that did not hold: the same reason took the node out again within "
+        "--repair.window after it returned, by taint reason and repair."
+    ),
+    ("reason", "repair"),
+    unit="repairs",
+    source="the repair engine: a reason back within `--repair.window` after a repair returned",
+    series="declared reasons × 2",
+    label_values={"reason": "(taint reason)", "repair": "(`gpu-reset`, `reboot`)"},
+)
+
+
+TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS: Final = FAMILIES.declare(
+    "fleetwatch_tainter_repair_back_in_service_seconds",
+    "histogram",
+    "Time from a node taken out to back in service after its repair, by taint reason.",
+    ("reason",),
+    unit="seconds",
+    source="the repair engine: taken out (the hold's audit record) to the repair's return",
+    series="declared reasons × 12",
+    label_values={"reason": "(taint reason)"},
 )

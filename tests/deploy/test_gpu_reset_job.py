@@ -1,0 +1,68 @@
+"""The GPU reset Job (helm/fleetwatch/examples/gpu-reset-job.yaml) holds no more privilege than
+the chart's exporter admin container, runs on the held node whatever its taints, never
+privileged, and resets only a GPU no process holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy import fakekube
+from tests.deploy.chart import CHART, install
+
+JOB = CHART / "examples" / "gpu-reset-job.yaml"
+
+
+@pytest.fixture(scope="module")
+def admin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The exporter admin container and its pod, as the chart renders them by default."""
+    path = tmp_path_factory.mktemp("kube") / "kubeconfig.json"
+    with fakekube.serve(fakekube.FakeKubeApi(), path) as served:
+        release = install(served)
+    pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "exporter-admin"]
+    return {"pod": pod, "container": container}
+
+
+def job() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(JOB.read_text())
+    return data
+
+
+def test_the_reset_job_holds_no_more_than_the_admin_container(admin: dict[str, Any]) -> None:
+    pod = job()["spec"]["template"]["spec"]
+    (reset,) = pod["containers"]
+    mine, theirs = reset["securityContext"], admin["container"]["securityContext"]
+    for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "readOnlyRootFilesystem"):
+        assert mine[key] == theirs[key], key
+    assert mine["seccompProfile"] == theirs["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert mine["capabilities"]["drop"] == theirs["capabilities"]["drop"] == ["ALL"]
+    assert set(mine["capabilities"]["add"]) <= set(theirs["capabilities"]["add"])
+    assert "privileged" not in mine
+    assert pod["runtimeClassName"] == admin["pod"]["runtimeClassName"]
+    env = {e["name"]: e.get("value") for e in reset["env"]}
+    admin_env = {e["name"]: e.get("value") for e in admin["container"]["env"]}
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == admin_env["NVIDIA_DRIVER_CAPABILITIES"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_the_reset_job_runs_on_the_held_node_once_and_only_on_an_idle_gpu() -> None:
+    spec = job()["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["backoffLimit"] == 0
+    assert pod["restartPolicy"] == "Never"
+    assert pod["nodeName"] == "${NODE}"
+    assert {"operator": "Exists"} in pod["tolerations"]
+    script = pod["containers"][0]["command"][-1]
+    assert script.index("--query-compute-apps=pid") < script.index("--gpu-reset -i")
+    assert "exit 3" in script
+
+
+def test_check_nvml_lists_the_reset_command() -> None:
+    """The command the Job runs is the one the GPU machine check runs (when asked)."""
+    check = (Path(__file__).parents[1] / "hardware" / "check_nvml.py").read_text()
+    assert "--gpu-reset" in check
+    assert "--query-compute-apps=pid" in check

@@ -1,0 +1,56 @@
+"""A renderer that reuses a family's bytes while its readings stand still never serves a
+stale reading: every render of a run of cycles is what a fresh render writes.
+
+Cycles keep their label sets (one `LabelCache`, as collectors do) and draw values that
+often repeat, flip between 0.0 and -0.0 (equal, rendered differently), go absent and come
+back; label sets appear and vanish between cycles.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetwatch.catalog.spec import MetricSpec
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
+from fleetwatch.exporter.render import Renderer
+
+SPECS = (
+    MetricSpec(name="fleetwatch_test_state", kind="gauge", help="A gauge.", labels=("gpu",)),
+    MetricSpec(
+        name="fleetwatch_test_errors_total", kind="counter", help="A counter.", labels=("gpu",)
+    ),
+)
+VALUES = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.0, 2, 1e6, float("inf")]))
+# A cycle: for each family, a value (or None) for each of up to 4 GPUs that exist then.
+CYCLE = st.lists(st.dictionaries(st.sampled_from("0123"), VALUES), min_size=2, max_size=2)
+
+
+def _families(cache: LabelCache, cycle: list[dict[str, float | None]]) -> list[SeriesFamily]:
+    builder = FamilyBuilder(cache)
+    for spec, values in zip(SPECS, cycle, strict=True):
+        for gpu, value in sorted(values.items()):
+            builder.add(spec.name, (gpu,), value)
+    return builder.families()
+
+
+@given(st.lists(CYCLE, min_size=2, max_size=8))
+def test_every_render_is_what_a_fresh_render_writes(
+    cycles: list[list[dict[str, float | None]]],
+) -> None:
+    cache = LabelCache(SPECS)
+    kept = Renderer()
+    for cycle in cycles:
+        families = _families(cache, cycle)
+        assert kept.render(families) == Renderer().render(families)
+
+
+def test_an_unchanged_family_reuses_its_bytes_and_a_changed_one_does_not() -> None:
+    cache = LabelCache(SPECS)
+    renderer = Renderer()
+    first = renderer.render(_families(cache, [{"0": 1.0}, {"0": 0.0}]))
+    again = renderer.render(_families(cache, [{"0": 1.0}, {"0": 0.0}]))
+    changed = renderer.render(_families(cache, [{"0": 1.0}, {"0": 3.0}]))
+    assert again == first
+    assert b'fleetwatch_test_errors_total{gpu="0"} 3.0\n' in changed
+    assert b'fleetwatch_test_errors_total{gpu="0"} 0.0\n' not in changed

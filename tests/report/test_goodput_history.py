@@ -1,0 +1,174 @@
+"""The Goodput section on simulated long runs with known truth, on a real Prometheus and a
+real VictoriaMetrics (sim/goodput_history.py): the injected interruptions are found, none
+is invented for a checkpoint save, a planned stop or a job's end, causes and nodes are
+right, each job's ETTR is within 2 points; and bad input is named while the rest is
+computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fleetwatch.cli import main
+from fleetwatch.sim.goodput_history import (
+    GoodputSpec,
+    TrueInterruption,
+    Truth,
+    victoria_lines,
+    write_openmetrics,
+)
+from testbed.tool_servers import history_store
+
+pytestmark = pytest.mark.integration
+
+SPEC = GoodputSpec(jobs=6, nodes_per_job=3, hours=48, gpus_per_node=2)
+ENGINES = ("prometheus", "victoriametrics")
+MATCH_SECONDS = 600
+
+
+@dataclass
+class Found:
+    truth: Truth
+    out: Path
+    status: int
+
+    def table(self, name: str) -> pd.DataFrame:
+        return pd.read_csv(self.out / "tables" / f"{name}.csv", keep_default_na=False)
+
+
+def run(spec: GoodputSpec, root: Path, engine: str, *extra: str) -> Found:
+    truths: list[Truth] = []
+
+    def openmetrics(path: Path) -> None:
+        truths.append(write_openmetrics(spec, path))
+
+    def victoria() -> list[dict[str, object]]:
+        items, truth = victoria_lines(spec)
+        truths.append(truth)
+        return items
+
+    with history_store(engine, root, openmetrics=openmetrics, victoria=victoria) as store:
+        status = main(
+            [
+                "report",
+                f"--prometheus.url={store.url}",
+                f"--since={spec.hours:g}h",
+                f"--until={spec.end}",
+                "--step=60s",
+                f"--out={root / 'out'}",
+                "--log.format=text",
+                *extra,
+            ]
+        )
+    return Found(truth=truths[0], out=root / "out", status=status)
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def found(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Found:
+    engine: str = request.param
+    return run(SPEC, tmp_path_factory.mktemp(engine), engine)
+
+
+def matched(truth: list[TrueInterruption], rows: pd.DataFrame) -> dict[int, int]:
+    """Each injected interruption's row in the table (same job, nearest in time, within
+    MATCH_SECONDS), each row used once."""
+    used: set[int] = set()
+    out = {}
+    for k, t in enumerate(truth):
+        mine = rows[
+            (rows["namespace"] == t.job[0]) & (rows["training_job"].astype(str) == t.job[1])
+        ]
+        near = [(abs(r.timestamp - t.time), i) for i, r in mine.iterrows() if i not in used]
+        near = [n for n in near if n[0] <= MATCH_SECONDS]
+        if near:
+            used.add(min(near)[1])
+            out[k] = min(near)[1]
+    return out
+
+
+def test_the_injected_interruptions_are_found_and_none_invented(found: Found) -> None:
+    assert found.status == 0
+    rows = found.table("goodput_interruptions")
+    truth = found.truth.interruptions
+    hits = matched(truth, rows)
+    assert len(hits) >= 0.95 * len(truth), f"found {len(hits)} of {len(truth)}"
+    invented = rows.drop(index=list(hits.values()))
+    assert invented.empty, invented.to_string()
+
+
+def test_in_place_restarts_are_found(found: Found) -> None:
+    rows = found.table("goodput_interruptions")
+    truth = found.truth.interruptions
+    hits = matched(truth, rows)
+    in_place = [k for k, t in enumerate(truth) if t.kind == "in_place"]
+    assert in_place
+    assert all(k in hits and "in_place" in rows.loc[hits[k], "kinds"] for k in in_place)
+
+
+def test_causes_and_nodes_are_right(found: Found) -> None:
+    rows = found.table("goodput_interruptions")
+    truth = found.truth.interruptions
+    hits = matched(truth, rows)
+    right = [
+        k
+        for k, i in hits.items()
+        if (rows.loc[i, "cause"], str(rows.loc[i, "node"])) == (truth[k].cause, truth[k].node)
+    ]
+    assert len(right) >= 0.9 * len(truth), [
+        (truth[k], rows.loc[i, ["cause", "node", "evidence"]].tolist())
+        for k, i in hits.items()
+        if k not in right
+    ]
+
+
+def test_measured_ettr_is_within_two_points(found: Found) -> None:
+    jobs = found.table("goodput_jobs")
+    measured = {(r.namespace, str(r.training_job)): r.ettr for r in jobs.itertuples()}
+    assert set(measured) == set(found.truth.ettr)
+    for job, ettr in found.truth.ettr.items():
+        assert measured[job] == pytest.approx(ettr, abs=0.02), job
+
+
+def test_the_lemon_is_listed_and_the_fleet_figures_are_there(found: Found) -> None:
+    lemons = found.table("goodput_lemons")
+    flagged = set(lemons[lemons["lemon"]]["node"])
+    assert found.truth.lemon in flagged
+    causes = found.table("goodput_causes")
+    assert causes["interruptions"].sum() == len(found.table("goodput_interruptions"))
+    assert causes["cumulative_share"].iloc[-1] == pytest.approx(1.0)
+    mttf = found.table("goodput_projected_mttf")
+    assert list(mttf["gpus"]) == [8, 1024, 16384]
+    assert mttf["mttf_hours"].is_monotonic_decreasing
+    page = (found.out / "report.html").read_text()
+    assert "alt='plot_goodput'" in page
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_input_is_named_and_the_rest_computed(tmp_path: Path, engine: str) -> None:
+    spec = GoodputSpec(
+        jobs=4,
+        gpus_per_node=2,
+        hours=12,
+        rename_job=True,
+        nodeless_pod=True,
+        slurm_without_restart_count=True,
+    )
+    # A window of 10 minutes: shorter than the attribution window.
+    short = run(spec, tmp_path / "short", engine, "--since=10m", "--bucket=5m")
+    assert short.status == 0
+    summary = (short.out / "summary.md").read_text()
+    assert "shorter than the attribution window" in summary
+    result = run(spec, tmp_path / "whole", engine)
+    assert result.status == 0
+    summary = (result.out / "summary.md").read_text()
+    assert "a job label changed mid-run (training/run-0 → run-0-v2)" in summary
+    assert "pods without a node in kube_pod_info: training/run-2-" in summary
+    assert "Slurm jobs without a restart count (1003)" in summary
+    jobs = result.table("goodput_jobs")
+    names = set(jobs["training_job"].astype(str))
+    assert "run-0-v2" in names
+    assert "run-0" not in names
+    assert {"run-2", "1001", "1003"} <= names
