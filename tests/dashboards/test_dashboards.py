@@ -35,13 +35,25 @@ def committed() -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS_DIR.glob("*.json"))}
 
 
+GRAFANA_MACROS = (("$__rate_interval", "1m"), ("$__range_s", "3600"), ("$__range", "1h"))
+"""Grafana's macros as a dashboard of the last hour fills them in."""
+
+
 def all_queries() -> dict[str, str]:
-    """'dashboard / panel #n' -> expr, with Grafana's interval macro made concrete."""
+    """'dashboard / panel #n' -> expr, with Grafana's interval and range macros made
+    concrete (`$__range_s` before `$__range`, whose name it starts with)."""
     out: dict[str, str] = {}
     for stem, data in committed().items():
         for i, (title, expr) in enumerate(gen.panel_queries(data)):
-            out[f"{stem} / {title} #{i}"] = expr.replace("$__rate_interval", "1m")
+            out[f"{stem} / {title} #{i}"] = concrete(expr)
     return out
+
+
+def concrete(expr: str) -> str:
+    """`expr` with Grafana's macros filled in."""
+    for macro, value in GRAFANA_MACROS:
+        expr = expr.replace(macro, value)
+    return expr
 
 
 def test_stable_uids_and_variables() -> None:
