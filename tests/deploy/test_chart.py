@@ -1150,7 +1150,9 @@ def test_the_tainter_authenticates_to_prometheus_from_secrets(
         "--prometheus.tls.key-file=/etc/fleetwatch/prometheus/client/tls.key",
         "--prometheus.tls.server-name=prometheus.example",
     } <= set(container["args"])
-    args = _parse(container["args"], token)
+    args = _parse(
+        container["args"], token, _rules_override(releases["prometheus-client"], tmp_path)
+    )
     assert deprecated_flags_used(args) == {}
     assert args.prometheus_basic_auth_username == "fleetwatch"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
