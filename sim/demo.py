@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -374,7 +375,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from fleetwatch.sim.kubeapi import FakeCluster, make_app, write_kubeconfig
-    from fleetwatch.sim.kubelet import kube_pod_labels, serve_kubelet
+    from fleetwatch.sim.kubelet import kube_pod_labels, kube_pod_series, serve_kubelet
 
     settings: SimulateClusterSettings = SIMULATE_FLAGS.read(args)
     nodes = [*settings.node, *(node for node, _ in settings.node_scenario)]
@@ -389,11 +390,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
     for name in nodes:
         cluster.add_node(name, labels={"nvidia.com/gpu.present": "true"})
     host, port = settings.listen_address
-    pod_labels = kube_pod_labels(scenario for _, scenario in settings.node_scenario)
+    pod_labels = kube_pod_labels(
+        scenario for _, scenario in settings.node_scenario
+    ) + kube_pod_series(settings.node_scenario, created=time.time())
     kubelet_dir: Path = settings.kubelet_dir or settings.kubeconfig_out.parent
 
     async def metrics(_request: web.Request) -> web.Response:
-        """kube-state-metrics' kube_pod_labels for the scenarios' pods."""
+        """kube-state-metrics' kube_pod_labels, kube_pod_info and kube_pod_created for the
+        scenarios' pods."""
         return web.Response(text=pod_labels, content_type="text/plain")
 
     async def serve() -> None:

@@ -12,7 +12,9 @@ dashboards run end to end on a laptop:
 - `resource_slice(scenario, node, uuids)`: the ResourceSlice NVIDIA's DRA driver publishes
   for that node, which resolves those claim devices to GPU UUIDs;
 - `kube_pod_labels(scenarios)`: the `kube_pod_labels` series kube-state-metrics serves for
-  those pods when its `--metric-labels-allowlist` allows every pod label key.
+  those pods when its `--metric-labels-allowlist` allows every pod label key;
+- `kube_pod_series(node_scenarios, created=)`: `kube_pod_info` and `kube_pod_created` of the
+  same pods, which the report's Goodput section reads.
 """
 
 from __future__ import annotations
@@ -146,4 +148,23 @@ def kube_pod_labels(scenarios: Iterable[Scenario]) -> str:
             )
             text = ",".join(f'{name}="{value}"' for name, value in labels.items())
             lines.append(f"kube_pod_labels{{{text}}} 1")
+    return "\n".join(lines) + "\n"
+
+
+def kube_pod_series(node_scenarios: Iterable[tuple[str, Scenario]], *, created: float) -> str:
+    """kube-state-metrics' `kube_pod_info` (the pod's node) and `kube_pod_created` (its
+    creation time, `created`: every pod of the simulation starts with it) for every pod of
+    the node scenarios, with the uid `kube_pod_labels` gives the same pod."""
+    lines = [
+        "# HELP kube_pod_info Information about pod.",
+        "# TYPE kube_pod_info gauge",
+        "# HELP kube_pod_created Unix creation timestamp",
+        "# TYPE kube_pod_created gauge",
+    ]
+    for node, scenario in node_scenarios:
+        for pod in scenario.pods:
+            uid = uuid.uuid5(uuid.NAMESPACE_URL, f"fleetwatch-sim/{pod.namespace}/{pod.name}")
+            ident = f'namespace="{pod.namespace}",pod="{pod.name}",uid="{uid}"'
+            lines.append(f'kube_pod_info{{{ident},node="{node}",created_by_kind="<none>"}} 1')
+            lines.append(f"kube_pod_created{{{ident}}} {created:.0f}")
     return "\n".join(lines) + "\n"
