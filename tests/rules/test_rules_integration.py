@@ -98,9 +98,19 @@ NEEDS_INTERRUPTION = {
 }
 """Panels of interruptions (rules/tests/goodput.test.yaml tests their records): the stack
 interrupts no training job."""
+NEEDS_REPAIR = {
+    "Repairs in flight",
+    "Repairs",
+    "Repairs that did not hold",
+    "Time back in service (p50, p90)",
+}
+"""Panels of repairs after the drain: the stack's tainter runs with `--repair.mode=off` (the
+default), so it repairs nothing; tests/slurm/test_repair_real.py repairs for real."""
 SKIPPED_PANELS = (
-    NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN
-) | NEEDS_INTERRUPTION
+    (NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN)
+    | NEEDS_INTERRUPTION
+    | NEEDS_REPAIR
+)
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 
 
@@ -333,7 +343,11 @@ def test_every_dashboard_query_returns_data(
             if title in SKIPPED_PANELS:
                 continue
             concrete = (
-                expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$gpu", ".*")
+                expr.replace("$__rate_interval", "1m")
+                .replace("$__range_s", "3600")
+                .replace("$__range", "1h")
+                .replace("$node", ".*")
+                .replace("$gpu", ".*")
             )
             checked += 1
             if not prom_query(stack.prom, concrete):
