@@ -178,6 +178,15 @@ def test_straggler_description_gives_the_clock_gap_and_the_reason(job: Job) -> N
     assert 0 < throttled <= 100
 
 
+NEEDS_INTERRUPTION = {
+    "Interruptions by kind",
+    "Interruptions in the range, and GPUs held",
+    "Nodes behind the job's interruptions",
+}
+"""The Goodput row's panels of interruptions: this job is never interrupted
+(rules/tests/goodput.test.yaml tests their records)."""
+
+
 def test_every_training_job_dashboard_query_returns_data(job: Job) -> None:
     wait_until(
         lambda: bool(_firing(job.prom, "GPUStraggler") and _firing(job.prom, "GPUOverheating")),
@@ -189,12 +198,14 @@ def test_every_training_job_dashboard_query_returns_data(job: Job) -> None:
     empty = []
     queries = dashboards.panel_queries(data)
     for title, expr in queries:
-        if title in NEEDS_CHECKPOINT_MOUNT:
+        if title in NEEDS_CHECKPOINT_MOUNT | NEEDS_INTERRUPTION:
             continue
         concrete = (
             expr.replace("$namespace", NAMESPACE)
             .replace("$training_job", JOB)
             .replace("$__rate_interval", "1m")
+            .replace("$__range_s", "3600")
+            .replace("$__range", "1h")
         )
         if not prom_query(job.prom, concrete):
             empty.append(f"{title}: {concrete}")
