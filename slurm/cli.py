@@ -1,8 +1,9 @@
 """`fleetwatch slurm prolog|epilog|healthcheck`.
 
 The prolog and epilog run for every job (slurm.conf `Prolog=`/`Epilog=`, as root on each
-node of the job): they import the flag system, `fleetwatch.slurm.mapping` and the
-Prometheus client's flags (`fleetwatch.promclient`, standard library only), nothing else, and
+node of the job): they import the flag system, `fleetwatch.slurm.mapping` and the flags of
+the Prometheus client and of the rules override (`fleetwatch.promclient`,
+`fleetwatch.rules.override`: standard library only at load), nothing else, and
 never fail the job over a mapping. Slurm drains a node whose prolog or epilog exits
 non-zero, so bad input (no job ID, a GPU list that is neither indices nor UUIDs) is reported
 on standard error, which slurmd logs, and the prolog exits 0 having written nothing.
@@ -14,6 +15,7 @@ of Prometheus shares.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from fleetwatch.flags import (
     setting,
 )
 from fleetwatch.promclient import PrometheusClientSettings
+from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
 from fleetwatch.slurm import mapping
 
 ACTIONS: Final = ("prolog", "epilog", "healthcheck")
@@ -40,7 +43,9 @@ DEFAULT_EXPORTER_URL: Final = "http://127.0.0.1:9842"
 @dataclass(frozen=True, kw_only=True)
 class SlurmCommand:
     """`fleetwatch slurm ACTION` and its flags; `prometheus` is the health check's
-    `--prometheus.*` client group (`fleetwatch.promclient`: URL and credentials)."""
+    `--prometheus.*` client group (`fleetwatch.promclient`: URL and credentials), `rules`
+    its `--rules.config-file` override (`fleetwatch.rules.override`, the tainter's and the
+    report's flag)."""
 
     action: str = setting(
         REQUIRED,
@@ -78,16 +83,6 @@ class SlurmCommand:
         flag="healthcheck.deadline",
         help="the health check's whole budget, inside Slurm's 60 s limit",
     )
-    rules_config: Path | None = setting(
-        None,
-        parse=readable_file,
-        metavar="FILE",
-        flag="rules.config-file",
-        deprecated=("healthcheck.rules-config",),
-        help="a rules config override for the health check's thresholds and taint reasons: "
-        "a YAML file shaped like the shipped rules/config.yaml holding only the keys it "
-        "changes (docs/configuration.md)",
-    )
     contract: Path | None = setting(
         None,
         parse=readable_file,
@@ -102,9 +97,15 @@ class SlurmCommand:
         help="health check: report what it would drain, drain nothing",
     )
     prometheus: PrometheusClientSettings = field(default_factory=PrometheusClientSettings)
+    rules: RulesConfigFile = field(default_factory=RulesConfigFile)
 
 
 COMMAND: Final = Flags(settings=SlurmCommand)
+RULES: Final = dataclasses.replace(
+    RULES_CONFIG, old_spellings={"config_file": ("healthcheck.rules-config",)}
+)
+"""`--rules.config-file` as every reader of the rules config declares it; the health check
+spelled it `--healthcheck.rules-config` before 0.4.0."""
 
 
 def subcommands() -> tuple[Subcommand, ...]:
@@ -117,15 +118,23 @@ def subcommands() -> tuple[Subcommand, ...]:
             "directory the exporter reads; healthcheck: drain this node when Prometheus "
             "fires a tainting alert for it, or the local exporter shows one's condition "
             "(slurm.conf HealthCheckProgram, NHC).",
-            flags=(COMMAND, promclient.FLAGS),
+            flags=(COMMAND, promclient.FLAGS, RULES),
             run=run,
         ),
     )
 
 
+def read_command(args: argparse.Namespace) -> SlurmCommand:
+    """The command and its option groups as parsed."""
+    command: SlurmCommand = COMMAND.read(
+        args, prometheus=promclient.FLAGS.read(args), rules=RULES.read(args)
+    )
+    return command
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the action named on the command line."""
-    command: SlurmCommand = COMMAND.read(args, prometheus=promclient.FLAGS.read(args))
+    command = read_command(args)
     if command.action == "prolog":
         return prolog(command.mapping_dir, os.environ)
     if command.action == "epilog":

@@ -42,7 +42,6 @@ from fleetwatch.promclient import (
 )
 from fleetwatch.rules.config import ConfigError
 from fleetwatch.rules.contract import TAINT_LABEL, Contract, load_contract
-from fleetwatch.rules.override import RulesConfigFile
 from fleetwatch.slurm.findings import (
     Finding,
     Judgement,
@@ -133,9 +132,10 @@ def run(command: SlurmCommand, environ: Mapping[str, str]) -> int:
         )
         return 2
     try:
-        rules = RulesConfigFile(config_file=command.rules_config)
-        config = rules.load()
-        contract = load_contract(command.contract) if command.contract else rules.contract(config)
+        config = command.rules.load()
+        contract = (
+            load_contract(command.contract) if command.contract else command.rules.contract(config)
+        )
     except ConfigError as exc:
         print(f"fleetwatch slurm healthcheck: error: {exc}", file=sys.stderr)
         return 2

@@ -302,13 +302,16 @@ class Flags:
     """One settings dataclass as flags of a command, under `--PREFIX.`; `title` and
     `description` make them a group in `--help` (shared by every `Flags` of that title in
     the command); `defaults` replaces field
-    defaults for this use (the same dataclass declared for several collectors)."""
+    defaults for this use (the same dataclass declared for several collectors);
+    `old_spellings` adds deprecated spellings of a field's flag for this use only (a
+    shared group that one command once spelled its own way)."""
 
     settings: type[Any]
     prefix: str = ""
     title: str | None = None
     description: str | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    old_spellings: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def read(self, args: argparse.Namespace, **given: Any) -> Any:
         """The dataclass built from the parsed flags; `given` holds fields that are not flags."""
@@ -380,9 +383,10 @@ def _add_flags(group: argparse._ActionsContainer, flags: Flags) -> None:
     for declared in flags.declared():
         spec, option, dest = declared.spec, declared.option, declared.dest
         default: Any = flags.defaults.get(declared.field.name, declared.field.default)
+        deprecated = spec.deprecated + flags.old_spellings.get(declared.field.name, ())
         text = None if spec.help is None else spec.help.replace("%", "%%")
         if isinstance(default, bool):
-            if spec.deprecated:
+            if deprecated:
                 raise TypeError(f"{option}: an on/off switch cannot have a deprecated spelling")
             if spec.negatable:
                 shown = f" (default {'on' if default else 'off'})"
@@ -417,14 +421,14 @@ def _add_flags(group: argparse._ActionsContainer, flags: Flags) -> None:
             default=None if spec.repeatable or spec.required else default,
             # argparse would not count an old spelling as giving a required flag: ArgParser
             # checks those itself (`_REQUIRED_RENAMED`).
-            required=spec.required and not spec.deprecated,
+            required=spec.required and not deprecated,
             choices=spec.choices,
             metavar=spec.metavar,
             help=argparse.SUPPRESS if text is None else text,
         )
-        if spec.required and spec.deprecated:
+        if spec.required and deprecated:
             setattr(canonical, _REQUIRED_RENAMED, True)
-        for old in spec.deprecated:
+        for old in deprecated:
             group.add_argument(
                 f"--{old}",
                 dest=dest,

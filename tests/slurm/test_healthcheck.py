@@ -28,8 +28,7 @@ from fleetwatch.cli import parse_args
 from fleetwatch.flags import deprecated_flags_used
 from fleetwatch.rules.config import Config, load_config, shipped_text
 from fleetwatch.rules.contract import Contract, LocalCheck, Threshold, load_contract
-from fleetwatch.rules.override import RulesConfigFile
-from fleetwatch.slurm.cli import COMMAND
+from fleetwatch.slurm.cli import read_command
 from fleetwatch.slurm.findings import Judgement, from_alerts, from_scrape, parse_exposition
 from fleetwatch.slurm.healthcheck import firing_alerts_query
 from tests.rules.overrides import H100, write
@@ -291,16 +290,15 @@ def test_the_override_file_sets_the_policy_the_check_reads(tmp_path: Path, flag:
     not by the shipped 78 °C."""
     override = write(tmp_path / "override.yaml")
     args = parse_args(["slurm", "healthcheck", f"{flag}={override}"])
-    command = COMMAND.read(args)
-    assert command.rules_config == override
+    command = read_command(args)
+    assert command.rules.config_file == override
     assert bool(deprecated_flags_used(args)) is (flag == "--healthcheck.rules-config")
-    rules = RulesConfigFile(config_file=command.rules_config)
-    config = rules.load()
+    config = command.rules.load()
     judged = {
         celsius: [
             f.detail
             for f in from_scrape(
-                parse_exposition(scrape(H100, celsius, 8)), rules.contract(config), config
+                parse_exposition(scrape(H100, celsius, 8)), command.rules.contract(config), config
             ).findings
             if f.alert == "GPUOverheating"
         ]
