@@ -16,8 +16,6 @@ moment) stays with the simulated API (`fleetwatch.sim.kubeapi`).
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import json
 import os
 import shutil
@@ -32,12 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from fleetwatch.sim.loopback_servers import process
+from testbed.pki import CertificateAuthority, pem_key
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 READY_TIMEOUT = 90.0  # seconds; about 4 s on a quiet 2-core machine
@@ -278,46 +275,6 @@ def _loopback_ports(count: int) -> list[int]:
         return ports
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _certificate(
-    *,
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: tuple[str, ec.EllipticCurvePrivateKey] | None,
-) -> x509.Certificate:
-    """A one-day certificate: a self-signed CA when `issuer` is None, else a serving
-    certificate for 127.0.0.1 and localhost signed by the issuer."""
-    now = datetime.datetime.now(datetime.UTC)
-    issuer_name, signer = issuer or (subject, key)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-    )
-    if issuer is not None:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        ).add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-    return builder.sign(signer, hashes.SHA256())
-
-
 @dataclass(frozen=True)
 class Pki:
     """The files the API server is started with."""
@@ -332,13 +289,6 @@ class Pki:
 def write_pki(folder: Path) -> Pki:
     """A CA, a serving certificate for 127.0.0.1/localhost, a service-account key pair."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _certificate(subject="fleetwatch-test-ca", key=ca_key, issuer=None)
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving = _certificate(
-        subject="kube-apiserver", key=serving_key, issuer=("fleetwatch-test-ca", ca_key)
-    )
-    sa_key = ec.generate_private_key(ec.SECP256R1())
     pki = Pki(
         ca=folder / "ca.crt",
         serving_cert=folder / "apiserver.crt",
@@ -346,10 +296,11 @@ def write_pki(folder: Path) -> Pki:
         sa_public=folder / "sa.pub",
         sa_private=folder / "sa.key",
     )
-    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
-    pki.serving_key.write_bytes(_pem_key(serving_key))
-    pki.sa_private.write_bytes(_pem_key(sa_key))
+    ca = CertificateAuthority.create()
+    ca.write(pki.ca)
+    ca.issue_to(pki.serving_cert, pki.serving_key, "kube-apiserver")
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    pki.sa_private.write_bytes(pem_key(sa_key))
     pki.sa_public.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

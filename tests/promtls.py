@@ -1,7 +1,7 @@
 """A Prometheus API behind TLS and authentication, for the tests of its clients
 (`fleetwatch.promclient`, the tainter's evidence, the report).
 
-`write_pki` makes a temporary PKI with `cryptography`: a CA, a serving certificate for
+`write_pki` makes a temporary PKI (`testbed.pki`): a CA, a serving certificate for
 127.0.0.1/localhost, one for a name only (`--prometheus.tls.server-name`), and a client
 certificate. `guarded_api` serves `/api/v1/query` and `/api/v1/query_range` from a thread
 over TLS, answering only requests with the expected Authorization header (and, with
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
-import ipaddress
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,10 +19,8 @@ from pathlib import Path
 
 from aiohttp import web
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from testbed.pki import CLIENT_AUTH, CertificateAuthority
 from testbed.tool_servers import served_in_thread
 
 NAMED_HOST = "prometheus.fleet.internal"
@@ -45,62 +41,15 @@ class Pki:
     client_key: Path
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _issue(
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
-    *,
-    names: list[x509.GeneralName] | None = None,
-    usage: x509.ObjectIdentifier | None = None,
-) -> x509.Certificate:
-    """A one-day certificate: a CA when `ca` is None, else signed by it."""
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name if ca is None else ca[0].subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca is None, path_length=None), critical=True)
-    )
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    return builder.sign(key if ca is None else ca[1], hashes.SHA256())
-
-
-def _loopback() -> list[x509.GeneralName]:
-    return [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-
-
 def reissue_server_certificate(pki: Pki) -> tuple[bytes, bytes]:
     """A new serving certificate for 127.0.0.1/localhost from the same CA, and its key (PEM):
     what cert-manager writes when it renews one."""
-    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _issue(
-        "prometheus", key, (ca, ca_key), names=_loopback(), usage=ExtendedKeyUsageOID.SERVER_AUTH
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+    return CertificateAuthority.load(pki.ca, pki.ca_key).issue("prometheus")
 
 
 def write_pki(folder: Path) -> Pki:
     """A CA and the certificates it signs, written under `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _issue("fleetwatch-test-ca", ca_key, None)
     pki = Pki(
         ca=folder / "ca.crt",
         ca_key=folder / "ca.key",
@@ -111,25 +60,11 @@ def write_pki(folder: Path) -> Pki:
         client_cert=folder / "client.crt",
         client_key=folder / "client.key",
     )
-    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.ca_key.write_bytes(_pem_key(ca_key))
-    loopback = _loopback()
-    named: list[x509.GeneralName] = [x509.DNSName(NAMED_HOST)]
-    for cert_path, key_path, subject, names, usage in (
-        (pki.server_cert, pki.server_key, "prometheus", loopback, ExtendedKeyUsageOID.SERVER_AUTH),
-        (
-            pki.named_cert,
-            pki.named_key,
-            NAMED_HOST,
-            named,
-            ExtendedKeyUsageOID.SERVER_AUTH,
-        ),
-        (pki.client_cert, pki.client_key, "fleetwatch", None, ExtendedKeyUsageOID.CLIENT_AUTH),
-    ):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(subject, key, (ca, ca_key), names=names, usage=usage)
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(_pem_key(key))
+    ca = CertificateAuthority.create()
+    ca.write(pki.ca, pki.ca_key)
+    ca.issue_to(pki.server_cert, pki.server_key, "prometheus")
+    ca.issue_to(pki.named_cert, pki.named_key, NAMED_HOST, names=[x509.DNSName(NAMED_HOST)])
+    ca.issue_to(pki.client_cert, pki.client_key, "fleetwatch", usage=CLIENT_AUTH)
     return pki
 
 
