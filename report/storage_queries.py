@@ -75,19 +75,15 @@ def _node_write_while_saving(w: Window) -> str:
 
 
 STORAGE: tuple[Query, ...] = (
-    Query(
-        name="mount_hung_seconds",
-        shape="summary",
-        keys=MOUNT,
-        required=(HUNG,),
-        build=_mount_time(HUNG),
-    ),
-    Query(
-        name="mount_read_only_seconds",
-        shape="summary",
-        keys=MOUNT,
-        required=(READ_ONLY,),
-        build=_mount_time(READ_ONLY),
+    *(
+        Query(
+            name=f"mount_{state}_seconds",
+            shape="summary",
+            keys=MOUNT,
+            required=(metric,),
+            build=_mount_time(metric),
+        )
+        for state, metric in (("hung", HUNG), ("read_only", READ_ONLY))
     ),
     Query(
         name="mount_available_ratio",
