@@ -1,5 +1,5 @@
-"""The cost of `--web.config.file` on `/metrics`: plain HTTP, TLS, and basic auth over TLS,
-for a real `fleetwatch export --simulate=dgx-h100` process.
+"""The cost of `--web.config.file` on `/metrics`: plain HTTP, TLS, mutual TLS, and basic auth
+over TLS, for a real `fleetwatch export --simulate=dgx-h100` process.
 
 For each mode: scrape latency (p50, p99) and the exporter's CPU per scrape, over one
 kept-alive connection (how Prometheus scrapes) and with a new connection per scrape (the
@@ -31,7 +31,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetwatch.sim.loopback_servers import free_port, process, wait_until
-from testbed.kube_apiserver import write_pki
+from testbed.pki import CLIENT_AUTH, CertificateAuthority
 
 PASSWORD = "bench-s3cret"
 AUTH = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
@@ -144,18 +144,30 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-web-") as folder:
         root = Path(folder)
-        pki = write_pki(root / "pki")
-        tls = {"cert_file": str(pki.serving_cert), "key_file": str(pki.serving_key)}
+        pki = root / "pki"
+        pki.mkdir()
+        ca = CertificateAuthority.create()
+        ca.write(pki / "ca.crt")
+        ca.issue_to(pki / "server.crt", pki / "server.key", "fleetwatch-exporter")
+        ca.issue_to(pki / "client.crt", pki / "client.key", "prometheus", usage=CLIENT_AUTH)
+        tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
+        mutual = {
+            **tls,
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_ca_file": str(pki / "ca.crt"),
+        }
         hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
         modes: dict[str, tuple[dict[str, object] | None, dict[str, str]]] = {
             "plain HTTP": (None, {}),
             "TLS": ({"tls_server_config": tls}, {}),
+            "mutual TLS": ({"tls_server_config": mutual}, {}),
             "TLS + basic auth": (
                 {"tls_server_config": tls, "basic_auth_users": {"prometheus": hashed}},
                 {"Authorization": AUTH},
             ),
         }
-        client = ssl.create_default_context(cafile=str(pki.ca))
+        client = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        client.load_cert_chain(pki / "client.crt", pki / "client.key")
         print(f"fleetwatch export --simulate=dgx-h100, {args.scrapes} scrapes of /metrics (gzip)")
         print(f"{'mode':<18} {'connection':<12} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/scrape':>14}")
         for name, (document, headers) in modes.items():
