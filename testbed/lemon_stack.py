@@ -185,12 +185,13 @@ def fast_rules(workdir: Path) -> tuple[Path, list[Path]]:
 
 @dataclass(frozen=True)
 class LemonStack:
-    """The servers of the path, and the target they read."""
+    """The servers of the path, and the target they read; no Alertmanager and no tainter
+    when the caller asked for Prometheus alone."""
 
     target: InterruptionTarget
     prometheus: Server
-    alertmanager: Server
-    tainter: Server
+    alertmanager: Server | None
+    tainter: Server | None
     override: Path
 
 
@@ -199,47 +200,49 @@ def start_lemon_stack(
     servers: contextlib.ExitStack,
     *,
     nodes: Sequence[str],
-    tainter_args: Sequence[str],
+    tainter_args: Sequence[str] | None,
 ) -> LemonStack:
-    """The target for `nodes`, the tainter (with `tainter_args`: its backend), Alertmanager
-    routing to it and Prometheus evaluating the fast rules; `servers` stops them all."""
+    """The target for `nodes` and Prometheus evaluating the fast rules; with `tainter_args`
+    (its backend), the tainter and Alertmanager routing to it. `servers` stops them all."""
     target = InterruptionTarget()
     url = servers.enter_context(served_in_thread(target.app()))
     override, rule_files = fast_rules(workdir)
     prom_port = free_port()
-    am_port = free_port()
-    while am_port == prom_port:
+    tainter = am = None
+    if tainter_args is not None:
         am_port = free_port()
-    token = workdir / "webhook-token"
-    token.write_text(os.urandom(16).hex())
-    tainter = servers.enter_context(
-        fleetwatch_command(
-            workdir / "tainter",
-            command="taint",
-            args=[
-                f"--web.token-file={token}",
-                f"--prometheus.url=http://127.0.0.1:{prom_port}",
-                f"--alertmanager.url=http://127.0.0.1:{am_port}",
-                f"--rules.config-file={override}",
-                "--reconcile.interval=2s",
-                *tainter_args,
-            ],
+        while am_port == prom_port:
+            am_port = free_port()
+        token = workdir / "webhook-token"
+        token.write_text(os.urandom(16).hex())
+        tainter = servers.enter_context(
+            fleetwatch_command(
+                workdir / "tainter",
+                command="taint",
+                args=[
+                    f"--web.token-file={token}",
+                    f"--prometheus.url=http://127.0.0.1:{prom_port}",
+                    f"--alertmanager.url=http://127.0.0.1:{am_port}",
+                    f"--rules.config-file={override}",
+                    "--reconcile.interval=2s",
+                    *tainter_args,
+                ],
+            )
         )
-    )
-    am = servers.enter_context(
-        alertmanager(
-            workdir / "alertmanager",
-            config=alertmanager_config(tainter_url=tainter.url, token_file=token),
-            port=am_port,
+        am = servers.enter_context(
+            alertmanager(
+                workdir / "alertmanager",
+                config=alertmanager_config(tainter_url=tainter.url, token_file=token),
+                port=am_port,
+            )
         )
-    )
     prom = servers.enter_context(
         prometheus(
             workdir / "prometheus",
             port=prom_port,
             scrape_configs=scrape_configs(url, nodes),
             rule_files=rule_files,
-            alertmanager_urls=[am.url],
+            alertmanager_urls=[am.url] if am else [],
             scrape_interval=INTERVAL,
             evaluation_interval=INTERVAL,
         )
@@ -251,7 +254,7 @@ def start_lemon_stack(
 
 @contextlib.contextmanager
 def lemon_stack(
-    workdir: Path, *, nodes: Sequence[str], tainter_args: Sequence[str]
+    workdir: Path, *, nodes: Sequence[str], tainter_args: Sequence[str] | None
 ) -> Iterator[LemonStack]:
     """`start_lemon_stack` on its own ExitStack, stopped when the block ends."""
     with contextlib.ExitStack() as servers:

@@ -54,6 +54,7 @@ def behind(stack: LemonStack, node: str) -> set[str]:
 
 def lemon_alerts(stack: LemonStack) -> dict[str, dict[str, str]]:
     """NodeInterruptsJobs as Alertmanager holds it, by node: its annotations."""
+    assert stack.alertmanager is not None
     query = urllib.parse.quote(f'alertname="{ALERT}"')
     body = json.loads(http_get(f"{stack.alertmanager.url}/api/v2/alerts?filter={query}"))
     return {a["labels"]["node"]: a["annotations"] for a in body}
@@ -61,6 +62,7 @@ def lemon_alerts(stack: LemonStack) -> dict[str, dict[str, str]]:
 
 def deferred_manual(stack: LemonStack) -> float:
     """Untaint checks the tainter answered 'a person releases this'."""
+    assert stack.tainter is not None
     text = http_get(f"{stack.tainter.url}/metrics").decode()
     name = TAINTER_UNTAINT_DEFERRED_TOTAL.name.removesuffix("_total")
     return sum(
