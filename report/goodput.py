@@ -307,13 +307,13 @@ def goodput(ds: Dataset) -> Section:
     w = ds.window
     attribution = settings.window.before + settings.window.after
     if w.seconds < attribution:
-        section.notes.append(
+        section.caveats.append(
             f"the window ({format_duration(w.seconds)}) is shorter than the attribution window "
             f"({format_duration(settings.window.before)} before to "
             f"{format_duration(settings.window.after)} after): signals of interruptions near "
             "its edges may be out of it"
         )
-    jobs = histories(ds, settings, section.notes)
+    jobs = histories(ds, settings, section.caveats)
     found = node_signals(
         alerts=_rows(ds, "goodput_alerts"),
         xids=_rows(ds, "goodput_xids"),
@@ -342,7 +342,7 @@ def goodput(ds: Dataset) -> Section:
         columns=["gpus", "mttf_hours"],
     )
     if w.seconds < settings.lemon_window:
-        section.notes.append(
+        section.caveats.append(
             f"lemon scores cover the report's window ({format_duration(w.seconds)}), shorter "
             f"than thresholds.goodput.lemon_window ({format_duration(settings.lemon_window)})"
         )

@@ -160,15 +160,32 @@ def test_bad_input_is_named_and_the_rest_computed(tmp_path: Path, engine: str) -
     short = run(spec, tmp_path / "short", engine, "--since=10m", "--bucket=5m")
     assert short.status == 0
     summary = (short.out / "summary.md").read_text()
-    assert "shorter than the attribution window" in summary
+    assert "  - note: the window (10m) is shorter than the attribution window" in summary
+    assert "not computed: the window" not in summary
+    assert not short.table("goodput_jobs").empty  # the jobs of those 10 minutes, computed
     result = run(spec, tmp_path / "whole", engine)
     assert result.status == 0
     summary = (result.out / "summary.md").read_text()
-    assert "a job label changed mid-run (training/run-0 → run-0-v2)" in summary
-    assert "pods without a node in kube_pod_info: training/run-2-" in summary
-    assert "Slurm jobs without a restart count (1003)" in summary
+    for caveat in (
+        "a job label changed mid-run (training/run-0 → run-0-v2)",
+        "pods without a node in kube_pod_info: training/run-2-",
+        "Slurm jobs without a restart count (1003)",
+    ):
+        assert f"  - note: {caveat}" in summary
+    assert "not computed" not in summary.split("**Goodput**")[1].split("\n- **")[0]
     jobs = result.table("goodput_jobs")
     names = set(jobs["training_job"].astype(str))
     assert "run-0-v2" in names
     assert "run-0" not in names
     assert {"run-2", "1001", "1003"} <= names
+    # The rest is computed: the fleet's tables, every interruption of the nodeless pod's
+    # job, and the uncounted Slurm job's requeues as gaps in its activity (in-place).
+    for table in ("goodput_interruptions", "goodput_causes", "goodput_lemons"):
+        assert not result.table(table).empty, table
+    counted = dict(zip(jobs["training_job"].astype(str), jobs["interruptions"], strict=True))
+    nodeless = sum(1 for t in result.truth.interruptions if t.job[1] == "run-2")
+    assert counted["run-2"] == nodeless > 0
+    rows = result.table("goodput_interruptions")
+    gaps = rows[rows["training_job"].astype(str) == "1003"]
+    assert len(gaps) == counted["1003"] > 0
+    assert all("in_place" in kinds for kinds in gaps["kinds"]), gaps.to_string()
