@@ -16,7 +16,6 @@ reads the same override. Every server goes on the caller's ExitStack.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,11 +33,10 @@ from fleetwatch.rules.definitions import kube_state_metrics_label
 from fleetwatch.sim.loopback_servers import (
     Server,
     alertmanager,
-    fleetwatch_command,
     free_port,
     prometheus,
 )
-from fleetwatch.sim.stack import alertmanager_config
+from fleetwatch.sim.stack import WEBHOOK_BEARER_FILE, alertmanager_config, tainter_process
 from testbed.tool_servers import served_in_thread
 
 JOB_LABEL: Final = kube_state_metrics_label(load_config().job_label_keys[0])
@@ -207,32 +205,28 @@ def start_lemon_stack(
     target = InterruptionTarget()
     url = servers.enter_context(served_in_thread(target.app()))
     override, rule_files = fast_rules(workdir)
-    prom_port = free_port()
+    ports: list[int] = []
+    while len(ports) < 3:  # Prometheus, Alertmanager, the tainter: free now, and distinct
+        port = free_port()
+        ports += [] if port in ports else [port]
+    prom_port, am_port, tainter_port = ports
     tainter = am = None
     if tainter_args is not None:
-        am_port = free_port()
-        while am_port == prom_port:
-            am_port = free_port()
-        token = workdir / "webhook-token"
-        token.write_text(os.urandom(16).hex())
         tainter = servers.enter_context(
-            fleetwatch_command(
-                workdir / "tainter",
-                command="taint",
-                args=[
-                    f"--web.token-file={token}",
-                    f"--prometheus.url=http://127.0.0.1:{prom_port}",
-                    f"--alertmanager.url=http://127.0.0.1:{am_port}",
-                    f"--rules.config-file={override}",
-                    "--reconcile.interval=2s",
-                    *tainter_args,
-                ],
+            tainter_process(
+                workdir,
+                port=tainter_port,
+                prometheus_url=f"http://127.0.0.1:{prom_port}",
+                alertmanager_url=f"http://127.0.0.1:{am_port}",
+                args=[f"--rules.config-file={override}", "--reconcile.interval=2s", *tainter_args],
             )
         )
         am = servers.enter_context(
             alertmanager(
                 workdir / "alertmanager",
-                config=alertmanager_config(tainter_url=tainter.url, token_file=token),
+                config=alertmanager_config(
+                    tainter_url=tainter.url, token_file=workdir / WEBHOOK_BEARER_FILE
+                ),
                 port=am_port,
             )
         )
