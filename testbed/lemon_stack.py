@@ -43,11 +43,12 @@ JOB_LABEL: Final = kube_state_metrics_label(load_config().job_label_keys[0])
 """kube_pod_labels' label of the first job label key (JobSet's name)."""
 LEMON_WINDOW_SECONDS: Final = 30
 INTERVAL: Final = "1s"
+MERGE_WINDOW: Final = "5s"
 FAST_LIVE: Final[dict[str, Any]] = {
     "intervals": {"scrape": INTERVAL, "evaluation": INTERVAL},
     "thresholds": {
         "goodput": {
-            "live_merge_window": "5s",
+            "live_merge_window": MERGE_WINDOW,
             "live_startup_grace": "10s",
             "live_node_silence": "4s",
             "live_lemon_window": f"{LEMON_WINDOW_SECONDS}s",

@@ -24,7 +24,7 @@ from fleetwatch.rules.interruptions import NODE_INTERRUPTION_RECORD, POD_JOB_REC
 from fleetwatch.sim.loopback_servers import http_get, wait_until
 from fleetwatch.tainter.payload import taint_key
 from testbed.kube_apiserver import ADMIN, ApiServer
-from testbed.lemon_stack import LEMON_WINDOW_SECONDS, LemonStack, lemon_stack
+from testbed.lemon_stack import LEMON_WINDOW_SECONDS, MERGE_WINDOW, LemonStack, lemon_stack
 from testbed.tool_servers import prom_query
 from tests.tainter.realkube import RealCluster
 
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 LEMON, ONCE, SAME_JOB_TWICE = "gpu-0", "gpu-1", "gpu-2"
 ALERT = "NodeInterruptsJobs"
+RESTARTS = "kube_pod_container_status_restarts_total"
 KEY = taint_key(LEMON_REASON)
 
 
@@ -88,10 +89,7 @@ def test_a_node_behind_two_jobs_interruptions_is_taken_out_and_nothing_else(
     wait_until(
         lambda: (
             len(prom_query(stack.prometheus, POD_JOB_RECORD)) == 4
-            and len(
-                prom_query(stack.prometheus, "kube_pod_container_status_restarts_total offset 5s")
-            )
-            == 4
+            and len(prom_query(stack.prometheus, f"{RESTARTS} offset {MERGE_WINDOW}")) == 4
         ),
         timeout=60,
         interval=0.25,
