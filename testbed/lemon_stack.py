@@ -24,9 +24,11 @@ from typing import Any, Final
 
 import yaml
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.catalog.allocation import GPU_ALLOCATION_INFO
 from fleetwatch.catalog.slurm import SLURM_NAMESPACE
+from fleetwatch.catalog.tainter import TAINTER_UNTAINT_DEFERRED_TOTAL
 from fleetwatch.cli import main
 from fleetwatch.rules.config import ALERTS_FILE, GLOBAL_FILE, RECORDING_FILE, load_config
 from fleetwatch.rules.definitions import kube_state_metrics_label
@@ -34,6 +36,7 @@ from fleetwatch.sim.loopback_servers import (
     Server,
     alertmanager,
     free_port,
+    http_get,
     prometheus,
 )
 from fleetwatch.sim.stack import WEBHOOK_BEARER_FILE, alertmanager_config, tainter_process
@@ -192,6 +195,18 @@ class LemonStack:
     alertmanager: Server | None
     tainter: Server | None
     override: Path
+
+    def untaint_deferred(self, why: str) -> float:
+        """Untaint checks the tainter answered with `why` (`manual`: a person releases it)."""
+        assert self.tainter is not None, "the stack runs no tainter"
+        text = http_get(f"{self.tainter.url}/metrics").decode()
+        name = TAINTER_UNTAINT_DEFERRED_TOTAL.name
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and sample.labels.get("why") == why
+        )
 
 
 def start_lemon_stack(

@@ -5,7 +5,8 @@ gpu01 fails under Slurm job 101, comes back, runs job 102 and fails again: it is
 interruptions (`node_fail`: its exporter silent while it held the job's GPUs) of two
 different jobs within the lemon window. gpu02 fails twice under the same job 103. Through
 Alertmanager and `fleetwatch taint --orchestrator=slurm`, gpu01 is drained with
-`fleetwatch:lemon-node NodeInterruptsJobs` and gpu02 is left alone; and, as the remediation
+`fleetwatch:lemon-node NodeInterruptsJobs` (and stays drained when the alert resolves,
+until `fleetwatch untaint`) and gpu02 is left alone; and, as the remediation
 contract declares for this alert (it needs Prometheus' history), `fleetwatch slurm
 healthcheck --prometheus.url` run as slurmd runs it does the same on its own node.
 """
@@ -19,11 +20,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from fleetwatch.cli import main
 from fleetwatch.rules.alerts.goodput import LEMON_REASON
 from fleetwatch.rules.interruptions import JOB_NODE_GPUS_RECORD, NODE_INTERRUPTION_RECORD
 from fleetwatch.sim.loopback_servers import wait_until
 from fleetwatch.sim.slurm import SlurmCluster
-from testbed.lemon_stack import LemonStack, lemon_stack
+from testbed.lemon_stack import LEMON_WINDOW_SECONDS, LemonStack, lemon_stack
 from testbed.tool_servers import prom_query
 
 pytestmark = pytest.mark.integration
@@ -124,6 +126,20 @@ def test_the_tainter_drains_the_node_behind_two_jobs_failures_and_nothing_else(
         assert not drained(clean, TWICE)
         refused = clean.run("srun", "-w", LEMON, "--immediate=5", "true", check=False)
         assert refused.returncode != 0
+        # The failures leave the lemon window: the alert resolves, and gpu01 stays drained
+        # until a person releases it.
+        wait_until(
+            lambda: stack.untaint_deferred("manual") > 0,
+            timeout=LEMON_WINDOW_SECONDS + 60,
+            interval=0.5,
+            what="the resolved lemon alert's release deferred to a person",
+        )
+        assert firing(stack) == set()
+        assert clean.node(LEMON)["Reason"].startswith(OURS + " [")
+        released = main(["untaint", "--orchestrator=slurm", f"--slurm.conf={clean.conf}", LEMON])
+        assert released == 0
+        assert not drained(clean, LEMON)
+        assert not drained(clean, TWICE)
 
 
 def healthcheck(slurm: SlurmCluster, node: str, *args: str) -> subprocess.CompletedProcess[str]:

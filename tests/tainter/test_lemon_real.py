@@ -15,9 +15,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from fleetwatch.catalog.tainter import TAINTER_UNTAINT_DEFERRED_TOTAL
 from fleetwatch.cli import main
 from fleetwatch.rules.alerts.goodput import LEMON_REASON
 from fleetwatch.rules.interruptions import NODE_INTERRUPTION_RECORD, POD_JOB_RECORD
@@ -59,20 +57,6 @@ def lemon_alerts(stack: LemonStack) -> dict[str, dict[str, str]]:
     query = urllib.parse.quote(f'alertname="{ALERT}"')
     body = json.loads(http_get(f"{stack.alertmanager.url}/api/v2/alerts?filter={query}"))
     return {a["labels"]["node"]: a["annotations"] for a in body}
-
-
-def deferred_manual(stack: LemonStack) -> float:
-    """Untaint checks the tainter answered 'a person releases this'."""
-    assert stack.tainter is not None
-    text = http_get(f"{stack.tainter.url}/metrics").decode()
-    name = TAINTER_UNTAINT_DEFERRED_TOTAL.name.removesuffix("_total")
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == name
-        for sample in family.samples
-        if sample.name.endswith("_total") and sample.labels.get("why") == "manual"
-    )
 
 
 def test_a_node_behind_two_jobs_interruptions_is_taken_out_and_nothing_else(
@@ -137,7 +121,7 @@ def test_a_node_behind_two_jobs_interruptions_is_taken_out_and_nothing_else(
     # The interruptions leave the lemon window: the alert resolves, and the taint stays
     # until a person releases it.
     wait_until(
-        lambda: deferred_manual(stack) > 0,
+        lambda: stack.untaint_deferred("manual") > 0,
         timeout=LEMON_WINDOW_SECONDS + 60,
         interval=0.5,
         what="the resolved lemon alert's untaint deferred to a person",
