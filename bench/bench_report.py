@@ -218,7 +218,7 @@ def main() -> None:
             gpus_per_node=args.gpus,
             hours=args.hours,
             step_seconds=args.step,
-            mean_hours_between=args.hours_between,
+            node_per_1000_node_days=24_000 / (args.hours_between * 4),  # per node of 4
         )
         nodes = (spec.jobs - 1) * spec.nodes_per_job + 1
         print(

@@ -45,7 +45,12 @@ from fleetwatch.report.goodput_pricing import (
     recommend,
 )
 from fleetwatch.report.goodput_queries import NO_RESTART_COUNT, SLURM_RESTARTS
-from fleetwatch.report.goodput_signals import node_seconds, node_signals, spans
+from fleetwatch.report.goodput_signals import (
+    node_seconds,
+    node_signals,
+    seconds_by_node,
+    spans,
+)
 from fleetwatch.report.query import JOB
 from fleetwatch.report.section import Section, ranked
 from fleetwatch.report.thresholds import shipped_config
@@ -82,6 +87,7 @@ class GoodputSettings:
                 xids=int(g["lemon_xids"]),
                 taints=int(g["lemon_taints"]),
                 hours_out=float(g["lemon_hours_out"]),
+                fleet_tail=float(g["lemon_fleet_tail_ratio"]),
             ),
         )
 
@@ -307,13 +313,13 @@ def goodput(ds: Dataset) -> Section:
     w = ds.window
     attribution = settings.window.before + settings.window.after
     if w.seconds < attribution:
-        section.notes.append(
+        section.caveats.append(
             f"the window ({format_duration(w.seconds)}) is shorter than the attribution window "
             f"({format_duration(settings.window.before)} before to "
             f"{format_duration(settings.window.after)} after): signals of interruptions near "
             "its edges may be out of it"
         )
-    jobs = histories(ds, settings, section.notes)
+    jobs = histories(ds, settings, section.caveats)
     found = node_signals(
         alerts=_rows(ds, "goodput_alerts"),
         xids=_rows(ds, "goodput_xids"),
@@ -342,11 +348,14 @@ def goodput(ds: Dataset) -> Section:
         columns=["gpus", "mttf_hours"],
     )
     if w.seconds < settings.lemon_window:
-        section.notes.append(
+        section.caveats.append(
             f"lemon scores cover the report's window ({format_duration(w.seconds)}), shorter "
             f"than thresholds.goodput.lemon_window ({format_duration(settings.lemon_window)})"
         )
-    section.tables["goodput_lemons"] = _lemons(interruptions, jobs, found.records, settings)
+    present = seconds_by_node(_rows(ds, "goodput_nodes_present"), start=w.start, end=w.end)
+    section.tables["goodput_lemons"] = _lemons(
+        interruptions, jobs, found.records, settings, present
+    )
     section.tables["goodput_activity"] = pd.DataFrame(
         [(*j.job, s.start, s.end) for j in jobs for s in j.active],
         columns=["namespace", "training_job", "start", "end"],
@@ -489,17 +498,20 @@ def _lemons(
     jobs: list[JobHistory],
     records: dict[str, NodeRecord],
     settings: GoodputSettings,
+    present: dict[str, float],
 ) -> pd.DataFrame:
-    scored = lemons(found, {j.job: len(j.nodes) for j in jobs}, records, settings.lemon)
+    scored = lemons(found, {j.job: len(j.nodes) for j in jobs}, records, settings.lemon, present)
     columns = ["node", "lemon", "score", "multi_node_interruptions", "single_node_interruptions"]
-    columns += ["jobs", "xids", "taints", "hours_out", "evidence"]
+    columns += ["fleet_expects", "fleet_tail", "jobs", "xids", "taints", "hours_out", "evidence"]
     rows = [
         (
             s.node,
-            bool(s.reasons),
+            s.lemon,
             s.score,
             s.multi_node,
             s.single_node,
+            s.expected,
+            s.tail,
             s.jobs,
             s.record.xids,
             s.record.taints,

@@ -9,7 +9,8 @@
 - `per_thousand_node_days`, `projected_mttf_hours`: the fleet's rate and what it means
   for a job of a given size (Meta: MTTF = 1 / (nodes * r_f)).
 - `lemons`: nodes that keep interrupting jobs, from the interruptions attributed to them
-  (multi-node and single-node jobs apart), their Xids, taints and time out of service.
+  (multi-node and single-node jobs apart), their Xids, taints and time out of service,
+  each node's interruptions judged against the rest of the fleet's rate (`poisson_tail`).
 """
 
 from __future__ import annotations
@@ -234,6 +235,9 @@ class LemonThresholds:
     xids: int = 10
     taints: int = 3
     hours_out: float = 24.0
+    fleet_tail: float = 0.01
+    """The most probable a node's interruption count may be, for a node at the rest of the
+    fleet's rate, and still make it a lemon."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +259,11 @@ class Lemon:
     jobs: int
     record: NodeRecord
     reasons: tuple[str, ...] = field(default=())
+    expected: float = 0.0
+    """Interruptions the rest of the fleet's rate expects of the node over its time."""
+    tail: float = 1.0
+    """The chance a node at that rate interrupts as many jobs (Poisson upper tail)."""
+    lemon: bool = False
 
     @property
     def score(self) -> float:
@@ -266,16 +275,35 @@ class Lemon:
         )
 
 
+def poisson_tail(count: int, mean: float) -> float:
+    """P(X >= count) for X Poisson-distributed with `mean`."""
+    if count <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    term, below = math.exp(-mean), 0.0
+    for k in range(count):
+        below += term
+        term *= mean / (k + 1)
+    return max(0.0, 1.0 - below)
+
+
 def lemons(
     interruptions: Iterable[Interruption],
     job_nodes: Mapping[tuple[str, str], int],
     records: Mapping[str, NodeRecord],
     thresholds: LemonThresholds,
+    node_seconds: Mapping[str, float],
 ) -> list[Lemon]:
-    """Every node with an attributed interruption or a signal, scored, lemons first: a
-    lemon interrupted at least `multi_node` jobs spanning several nodes or `single_node`
-    single-node jobs, or combines two of: an interruption, `xids` Xids, `taints` taints,
-    `hours_out` hours out of service. `job_nodes` gives each job's node count."""
+    """Every node with an attributed interruption or a signal, scored, lemons first.
+
+    The floor: a lemon interrupted at least `multi_node` jobs spanning several nodes or
+    `single_node` single-node jobs, or combines two of: an interruption, `xids` Xids,
+    `taints` taints, `hours_out` hours out of service. Against the fleet: a node with
+    interruptions is a lemon only when so many are improbable (at most `fleet_tail`) for a
+    node at the rate of the rest of the fleet (its other nodes' attributed interruptions
+    per second present, `node_seconds`, times this node's seconds), so a fleet that fails
+    often does not make every node a lemon. `job_nodes` gives each job's node count."""
     multi: Counter[str] = Counter()
     single: Counter[str] = Counter()
     jobs: dict[str, set[tuple[str, str]]] = {}
@@ -284,26 +312,40 @@ def lemons(
             continue
         (multi if job_nodes.get(i.job, 1) > 1 else single)[i.node] += 1
         jobs.setdefault(i.node, set()).add(i.job)
+    total = sum(multi.values()) + sum(single.values())
+    fleet_seconds = sum(node_seconds.values())
+    window = max(node_seconds.values(), default=0.0)
     out = []
     for node in sorted(set(multi) | set(single) | set(records)):
         record = records.get(node, NodeRecord())
+        own = multi[node] + single[node]
+        seconds = node_seconds.get(node, window)
+        rest = fleet_seconds - node_seconds.get(node, 0.0)
+        expected = (total - own) / rest * seconds if rest > 0 else 0.0
+        tail = poisson_tail(own, expected)
         reasons = []
         if multi[node] >= thresholds.multi_node:
             reasons.append(f"interrupted {multi[node]} multi-node jobs")
         if single[node] >= thresholds.single_node:
             reasons.append(f"interrupted {single[node]} single-node jobs")
-        own = [
+        own_signals = [
             f"{record.xids} Xids" if record.xids >= thresholds.xids else "",
             f"{record.taints} taints" if record.taints >= thresholds.taints else "",
             f"{record.hours_out:.1f} h out of service"
             if record.hours_out >= thresholds.hours_out
             else "",
         ]
-        own = [o for o in own if o]
-        if not reasons and len(own) + (multi[node] + single[node] > 0) >= 2:
+        own_signals = [o for o in own_signals if o]
+        if not reasons and len(own_signals) + (own > 0) >= 2:
             reasons.append("repeat signals")
+        stands_out = own == 0 or tail <= thresholds.fleet_tail
         if reasons:
-            reasons += own
+            reasons += own_signals
+            if own:
+                reasons.append(
+                    f"{'' if stands_out else 'within the fleet: '}{own} interruptions where "
+                    f"the rest of the fleet's rate expects {expected:.2g} (p={tail:.2g})"
+                )
         out.append(
             Lemon(
                 node=node,
@@ -312,12 +354,15 @@ def lemons(
                 jobs=len(jobs.get(node, ())),
                 record=record,
                 reasons=tuple(reasons),
+                expected=expected,
+                tail=tail,
+                lemon=bool(reasons) and stands_out,
             )
         )
     return sorted(
         out,
         key=lambda lemon: (
-            not lemon.reasons,
+            not lemon.lemon,
             -(2 * lemon.multi_node + lemon.single_node),
             -lemon.score,
             lemon.node,

@@ -171,6 +171,12 @@ def node_signals(
 
 def node_seconds(present: pd.DataFrame | None, *, start: float, end: float) -> float:
     """Node-seconds the fleet's nodes were present (their exporter reporting) in the window."""
-    return sum(
-        s.seconds for runs in spans(present, ("node",), start=start, end=end).values() for s in runs
-    )
+    return sum(seconds_by_node(present, start=start, end=end).values())
+
+
+def seconds_by_node(present: pd.DataFrame | None, *, start: float, end: float) -> dict[str, float]:
+    """Seconds each node was present (its exporter reporting) in the window."""
+    return {
+        key[0]: sum(s.seconds for s in runs)
+        for key, runs in spans(present, ("node",), start=start, end=end).items()
+    }

@@ -51,7 +51,7 @@ def _job_members(ds: Dataset, owned: pd.DataFrame, section: Section) -> pd.DataF
             if jobs is None
             else "kube_pod_labels has no series from the configured kube-state-metrics job"
         )
-        section.notes.append(
+        section.caveats.append(
             f"pod_jobs: {why}; each pod counts as its own training job (kube-state-metrics "
             "must export kube_pod_labels with the job label keys allowed in "
             "--metric-labels-allowlist)"

@@ -25,6 +25,7 @@ JOB_LINES = 6  # jobs drawn in the job-activity plot
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;
 padding:.2em .5em;text-align:left}th{background:#eee}.note{color:#a40}img{max-width:100%}
+.caveat{color:#555}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:1em}
 .missing{color:#fff;background:#b00;padding:.3em .6em}"""
 
@@ -309,6 +310,7 @@ def to_html(report: Report) -> str:
             parts += ["<div class='plots'>", *(_img(p, report) for p in plots), "</div>"]
         parts += [f"<p class='missing'>Missing data: {html.escape(m)}</p>" for m in section.missing]
         parts += [f"<p class='note'>Not computed: {html.escape(n)}</p>" for n in section.notes]
+        parts += [f"<p class='caveat'>Note: {html.escape(n)}</p>" for n in section.caveats]
         parts += [_table_html(name, frame) for name, frame in section.tables.items()]
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -346,7 +348,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def to_markdown(report: Report) -> str:
-    """The action list, a count of findings per table, and what could not be computed."""
+    """The action list, a count of findings per table, what could not be computed and
+    what was computed with a caveat."""
     w = report.dataset.window
     lines = [
         f"# Fleet report {_when(w.start)} to {_when(w.end)}",
@@ -367,6 +370,7 @@ def to_markdown(report: Report) -> str:
         lines.append(f"- **{section.title}**: {counts or 'nothing computed'}")
         lines += [f"  - missing data: {part}" for part in section.missing]
         lines += [f"  - not computed: {note}" for note in section.notes]
+        lines += [f"  - note: {caveat}" for caveat in section.caveats]
     return "\n".join(lines) + "\n"
 
 

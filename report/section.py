@@ -12,11 +12,14 @@ from fleetwatch.report.dataset import Dataset
 @dataclass
 class Section:
     """One report section: named tables in display order, what could not be computed
-    (`notes`), and what its tables lack because the store did not return it (`missing`)."""
+    (`notes`), what was computed with a caveat its reader must know (`caveats`: an
+    estimate, a window shorter than a definition's, bad input worked around), and what its
+    tables lack because the store did not return it (`missing`)."""
 
     title: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
 

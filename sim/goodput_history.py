@@ -9,10 +9,14 @@ Jobs of one or `nodes_per_job` nodes (`gpus_per_node` GPUs each) train for the w
 history; JobSet jobs (pods on Kubernetes, kube-state-metrics' series) and Slurm jobs
 (`fleetwatch_slurm_job_info`, and `fleetwatch_slurm_job_restarts` with its restart count).
 Each job saves a checkpoint every `checkpoint_minutes` of progress (its GPUs
-idle while it saves, the checkpoint record at 1) and is interrupted every few hours: a cause
-drawn from a mix shaped like Llama 3's Table 5 (a third of it software that leaves no
-signal), its node signal a few minutes before (an alert firing, an Xid counted, the node's
-exporter silent), then a restart as its job kind makes one: a JobSet restart (every pod
+idle while it saves, the checkpoint record at 1) and is interrupted by its nodes: each node
+at the fleet's rate (`node_per_1000_node_days`, Llama 3's by default), a cause drawn from a
+mix shaped like Llama 3's Table 5 (a sixth of it software that leaves no signal), except
+the `lemons` injected lemon nodes, which interrupt their jobs far more often
+(`lemon_per_1000_node_days`) and always with a signal of their own, and stay in service
+(they pass every check). Before an interruption, its node's signal fires a few minutes
+(an alert, an Xid counted, the node's exporter silent), then the job restarts as its kind
+makes one: a JobSet restart (every pod
 recreated with the next restart attempt, after a container restart of a pod), a container
 restarted in place, torchrun restarting its workers in place (no scheduler event), or a
 Slurm requeue (restart count + 1). Once resumed, the job redoes the work since its last
@@ -44,6 +48,7 @@ from fleetwatch.rules.definitions import (
 KSM: Final = 'job="kube-state-metrics"'
 EXPORTER: Final = 'job="fleetwatch"'
 NAMESPACE: Final = "training"
+UNATTRIBUTED: Final = "unattributed"
 
 # Causes as the report names them (fleetwatch.report.goodput_model), with their weight in
 # the mix: Llama 3's Table 5 counts (419 unexpected interruptions) grouped by the signal
@@ -60,7 +65,7 @@ MIX: Final[dict[str, int]] = {
     "checkpoint_storage": 3,
     "node_lost": 11,
     "taken_out_by_fleetwatch": 32,
-    "unattributed": 69,
+    UNATTRIBUTED: 69,
 }
 ALERT_OF: Final[dict[str, tuple[str, str, str]]] = {
     # cause: (alertname, xid, fleetwatch_taint)
@@ -98,8 +103,12 @@ class GoodputSpec:
     seed: int = 11
     checkpoint_minutes: int = 30
     save_minutes: int = 2
-    mean_hours_between: float = 3.0
-    lemon_share: float = 0.3
+    node_per_1000_node_days: float = 3.8
+    """Interruptions each ordinary node causes (Llama 3: 419 in 54 days of 2,048 nodes)."""
+    lemons: int = 2
+    """Injected lemon nodes, spread evenly over the nodes."""
+    lemon_per_1000_node_days: float = 500.0
+    """Interruptions each lemon causes (one every two days by default)."""
     rename_job: bool = False
     """The first JobSet's pods carry a new job name from half-way (its label changed)."""
     nodeless_pod: bool = False
@@ -135,13 +144,13 @@ class TrueInterruption:
 @dataclass
 class Truth:
     """What the history holds: every interruption, each job's ETTR (productive steps over
-    wall-clock steps), the planned stop, the lemon node."""
+    wall-clock steps), the planned stop, the injected lemon nodes."""
 
     interruptions: list[TrueInterruption] = field(default_factory=list)
     ettr: dict[tuple[str, str], float] = field(default_factory=dict)
     planned_job: tuple[str, str] = ("", "")
     ended_job: tuple[str, str] = ("", "")
-    lemon: str = ""
+    lemons: tuple[str, ...] = ()
     renamed: tuple[tuple[str, str], tuple[str, str]] | None = None
 
 
@@ -193,10 +202,48 @@ def _kind(rng: np.random.Generator, slurm: bool, cause: str) -> str:
     return "in_place"
 
 
-def _blamed(rng: np.random.Generator, nodes: list[int], share: float, cause: str) -> int:
-    if 0 in nodes and cause != "unattributed" and float(rng.random()) < share:
-        return 0  # the lemon
-    return int(nodes[int(rng.integers(len(nodes)))])
+def lemon_nodes(spec: GoodputSpec, nodes: int) -> frozenset[int]:
+    """The injected lemons among `nodes` nodes: `spec.lemons` of them, evenly spread."""
+    return frozenset(int((k + 0.5) * nodes / spec.lemons) for k in range(spec.lemons))
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """Interruptions per step each node of the history causes."""
+
+    per_step: dict[int, float]
+    lemons: frozenset[int]
+
+    def of(self, nodes: list[int]) -> float:
+        return sum(self.per_step[n] for n in nodes)
+
+    def gap(self, rng: np.random.Generator, nodes: list[int]) -> float:
+        """Steps to the job's next interruption (infinite when its nodes never fail)."""
+        rate = self.of(nodes)
+        return float(rng.exponential(1 / rate)) if rate > 0 else float("inf")
+
+    def blamed(self, rng: np.random.Generator, nodes: list[int], p: np.ndarray) -> tuple[int, str]:
+        """The node behind the job's interruption (by its rate) and the cause: a lemon's
+        always leaves a signal; an ordinary node's is drawn from the whole mix."""
+        weights = np.array([self.per_step[n] for n in nodes])
+        node = int(nodes[int(rng.choice(len(nodes), p=weights / weights.sum()))])
+        if node in self.lemons:
+            p = np.where([cause != UNATTRIBUTED for cause in MIX], p, 0.0)
+            p /= p.sum()
+        return node, str(rng.choice(list(MIX), p=p))
+
+
+def _rates(spec: GoodputSpec, nodes: int) -> _Rates:
+    per_step = spec.step_seconds / 86_400 / 1000
+    lemons = lemon_nodes(spec, nodes)
+    return _Rates(
+        per_step={
+            n: (spec.lemon_per_1000_node_days if n in lemons else spec.node_per_1000_node_days)
+            * per_step
+            for n in range(nodes)
+        },
+        lemons=lemons,
+    )
 
 
 def _new_job(spec: GoodputSpec, index: int, nodes: list[int]) -> Job:
@@ -218,15 +265,19 @@ def simulate(spec: GoodputSpec) -> tuple[list[Job], list[Signal], Truth]:
     rng = np.random.default_rng(spec.seed)
     n = spec.steps
     hour = 3600 // spec.step_seconds
-    truth = Truth(lemon=node_name(0))
     p = np.array(list(MIX.values()), dtype=float)
     p /= p.sum()
     jobs: list[Job] = []
     signals: list[Signal] = []
     last_jobset = max(i for i in range(spec.jobs) if i % 2 == 0)
+    sizes = [
+        1 if index == last_jobset and index > 0 else spec.nodes_per_job
+        for index in range(spec.jobs)
+    ]
+    rates = _rates(spec, sum(sizes))
+    truth = Truth(lemons=tuple(node_name(n) for n in sorted(rates.lemons)))
     first = 0
-    for index in range(spec.jobs):
-        count = 1 if index == last_jobset and index > 0 else spec.nodes_per_job
+    for index, count in enumerate(sizes):
         job = _new_job(spec, index, list(range(first, first + count)))
         first += count
         jobs.append(job)
@@ -237,7 +288,7 @@ def simulate(spec: GoodputSpec) -> tuple[list[Job], list[Signal], Truth]:
         if index == 2:
             truth.ended_job = job.key
         attempt, started, restarts = 0, 0, 0.0
-        at = int(rng.integers(hour, 2 * hour))
+        at = hour + rates.gap(rng, job.nodes)
         pending: list[int] = []
         since = 0
         i = 0
@@ -251,14 +302,13 @@ def simulate(spec: GoodputSpec) -> tuple[list[Job], list[Signal], Truth]:
                 i += 43
                 continue
             if i >= at and i + 30 < ends:
-                cause = str(rng.choice(list(MIX), p=p))
+                node, cause = rates.blamed(rng, job.nodes, p)
                 kind = _kind(rng, job.slurm, cause)
-                node = _blamed(rng, job.nodes, spec.lemon_share, cause)
                 lead = int(rng.integers(1, 8))
-                if cause != "unattributed":
+                if cause != UNATTRIBUTED:
                     signals.append((cause, node_name(node), i - lead, i - lead + 5))
                 when = spec.start + i * spec.step_seconds
-                blamed = node_name(node) if cause != "unattributed" else ""
+                blamed = node_name(node) if cause != UNATTRIBUTED else ""
                 truth.interruptions.append(
                     TrueInterruption(job=job.key, time=when, kind=kind, cause=cause, node=blamed)
                 )
@@ -278,7 +328,7 @@ def simulate(spec: GoodputSpec) -> tuple[list[Job], list[Signal], Truth]:
                 job.productive[pending] = False
                 pending, since = [], 0
                 i += down
-                at = i + max(hour, int(rng.exponential(spec.mean_hours_between * hour)))
+                at = i + max(hour, rates.gap(rng, job.nodes))
                 continue
             if job.state[i] == 2 and since >= spec.checkpoint_minutes:
                 stop = min(ends, i + spec.save_minutes)

@@ -42,6 +42,7 @@ from fleetwatch.sim.scenario import load_scenario
 
 ALERTMANAGER_ROUTE: Final = "alertmanager.yml"
 KUBECONFIG: Final = "simulated-kubeconfig.yaml"
+WEBHOOK_BEARER_FILE: Final = "webhook-token"
 SERVERS: Final = ("cluster", "exporter", "prometheus", "alertmanager", "tainter")
 
 
@@ -98,6 +99,32 @@ class Stack:
 
     def taint_keys(self) -> list[str]:
         return [t["key"] for t in self.taints()]
+
+
+def tainter_process(
+    workdir: Path,
+    *,
+    port: int,
+    prometheus_url: str,
+    alertmanager_url: str,
+    args: Sequence[str],
+) -> contextlib.AbstractContextManager[Server]:
+    """`fleetwatch taint` on `port` with a fresh webhook token (`workdir /
+    WEBHOOK_BEARER_FILE`, which `alertmanager_config` points Alertmanager at), reading
+    Prometheus and Alertmanager at their URLs, with `args` added (its backend, timings)."""
+    token = workdir / WEBHOOK_BEARER_FILE
+    token.write_text(os.urandom(16).hex())
+    return fleetwatch_command(
+        workdir / "tainter",
+        command="taint",
+        port=port,
+        args=[
+            f"--web.token-file={token}",
+            f"--prometheus.url={prometheus_url}",
+            f"--alertmanager.url={alertmanager_url}",
+            *args,
+        ],
+    )
 
 
 def alertmanager_config(*, tainter_url: str, token_file: Path) -> dict[str, Any]:
@@ -197,20 +224,13 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
     )
     tainter = None
     if with_tainter:
-        token = workdir / "webhook-token"
-        token.write_text(os.urandom(16).hex())
         tainter = servers.enter_context(
-            fleetwatch_command(
-                workdir / "tainter",
-                command="taint",
+            tainter_process(
+                workdir,
                 port=ports["tainter"],
-                args=[
-                    f"--web.token-file={token}",
-                    f"--kubeconfig={kubeconfig}",
-                    f"--prometheus.url={urls['prometheus']}",
-                    f"--alertmanager.url={urls['alertmanager']}",
-                    *plan.tainter_args,
-                ],
+                prometheus_url=urls["prometheus"],
+                alertmanager_url=urls["alertmanager"],
+                args=[f"--kubeconfig={kubeconfig}", *plan.tainter_args],
             )
         )
     am = None
@@ -218,7 +238,7 @@ def start_stack(workdir: Path, servers: contextlib.ExitStack, plan: Plan) -> Sta
         config: dict[str, Any] = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}]}
         if tainter is not None:
             config = alertmanager_config(
-                tainter_url=tainter.url, token_file=workdir / "webhook-token"
+                tainter_url=tainter.url, token_file=workdir / WEBHOOK_BEARER_FILE
             )
         am = servers.enter_context(
             alertmanager(workdir / "alertmanager", config=config, port=ports["alertmanager"])

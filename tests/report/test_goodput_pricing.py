@@ -21,6 +21,7 @@ from fleetwatch.report.goodput_pricing import (
     NodeRecord,
     lemons,
     per_thousand_node_days,
+    poisson_tail,
     predicted_ettr,
     price,
     projected_mttf_hours,
@@ -29,6 +30,7 @@ from fleetwatch.report.goodput_pricing import (
 )
 
 JOB = ("ml", "llm")
+DAY = 86_400.0
 
 
 def hit(
@@ -151,8 +153,11 @@ def test_lemons_are_repeat_offenders_multi_and_single_node_apart() -> None:
         hit(11, 12, cause=UNATTRIBUTED, node=""),
     ]
     records = {"noisy": NodeRecord(xids=30, taints=4), "quiet": NodeRecord(xids=1)}
-    scored = lemons(found, {JOB: 2, other: 2}, records, LemonThresholds())
-    assert [(s.node, bool(s.reasons)) for s in scored] == [
+    # A fleet of 100 nodes for 28 days: the rest of it interrupted 1 job.
+    present = {f"n{k}": 28 * DAY for k in range(96)}
+    present |= dict.fromkeys(("bad", "once", "noisy", "quiet"), 28 * DAY)
+    scored = lemons(found, {JOB: 2, other: 2}, records, LemonThresholds(), present)
+    assert [(s.node, s.lemon) for s in scored] == [
         ("bad", True),
         ("noisy", True),
         ("once", False),
@@ -160,3 +165,39 @@ def test_lemons_are_repeat_offenders_multi_and_single_node_apart() -> None:
     ]
     assert scored[0].reasons[0] == "interrupted 2 multi-node jobs"
     assert scored[0].jobs == 2
+    assert scored[0].expected == pytest.approx(1 / 99)
+    expects = "2 interruptions where the rest of the fleet's rate expects 0.01"
+    assert expects in scored[0].reasons[-1]
+
+
+def test_poisson_tail() -> None:
+    assert poisson_tail(0, 3.0) == 1.0
+    assert poisson_tail(1, 0.0) == 0.0
+    assert poisson_tail(1, 2.0) == pytest.approx(1 - math.exp(-2))
+    assert poisson_tail(3, 0.5) == pytest.approx(1 - math.exp(-0.5) * (1 + 0.5 + 0.125))
+    assert poisson_tail(40, 2.0) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_a_node_is_a_lemon_only_against_the_rest_of_the_fleets_rate() -> None:
+    """A fleet whose every node interrupted 3 multi-node jobs in the window has no lemon;
+    one that interrupted 12 where the rest interrupt 3 is one; a fleet that fails rarely
+    is judged by the floor."""
+
+    def node_hits(node: str, count: int) -> list[Interruption]:
+        return [hit(k, k + 1, node=node) for k in range(count)]
+
+    fleet = [f"n{k}" for k in range(20)]
+    present = dict.fromkeys([*fleet, "lemon"], 2 * DAY)
+    busy = [i for node in fleet for i in node_hits(node, 3)]
+    scored = {s.node: s for s in lemons(busy, {JOB: 2}, {}, LemonThresholds(), present)}
+    assert not any(s.lemon for s in scored.values())
+    assert "within the fleet: 3 interruptions" in scored["n0"].reasons[-1]
+    with_lemon = busy + node_hits("lemon", 12)
+    scored = {s.node: s for s in lemons(with_lemon, {JOB: 2}, {}, LemonThresholds(), present)}
+    assert [n for n, s in scored.items() if s.lemon] == ["lemon"]
+    assert scored["lemon"].expected == pytest.approx(3.0)
+    assert scored["lemon"].tail == pytest.approx(poisson_tail(12, 3.0))
+    rare = node_hits("lemon", 2)
+    scored = {s.node: s for s in lemons(rare, {JOB: 2}, {}, LemonThresholds(), present)}
+    assert scored["lemon"].lemon
+    assert scored["lemon"].expected == 0.0

@@ -303,7 +303,7 @@ def test_without_kube_pod_labels_each_pod_is_its_own_job_and_says_why(run: Run) 
     assert "llm" not in set(jobs["training_job"])
     assert {"llm-workers-0-0", "llm-workers-0-3"} <= set(jobs["training_job"])
     section = next(s for s in report.sections if s.title == "Training jobs")
-    assert any("each pod counts as its own training job" in note for note in section.notes)
+    assert any("each pod counts as its own training job" in note for note in section.caveats)
     # Within its own pod the throttled GPU is still the one the others wait for.
     stragglers = report.tables()["stragglers"]
     assert keys(stragglers, "node", "gpu") == [run.plan.straggler_gpu, run.plan.hot_gpu]
@@ -333,5 +333,5 @@ def test_kube_pod_labels_from_another_scrape_job_is_named(run: Run) -> None:
     dataset.frames["pod_jobs"] = dataset.frames["pod_jobs"].iloc[0:0]
     report = analyse(dataset)
     section = next(s for s in report.sections if s.title == "Training jobs")
-    assert any("configured kube-state-metrics job" in note for note in section.notes)
+    assert any("configured kube-state-metrics job" in note for note in section.caveats)
     assert "llm" not in set(report.tables()["jobs"]["training_job"])
