@@ -27,6 +27,7 @@ from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.quarantine import read_history
 from fleetwatch.tainter.server import make_app
 from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
@@ -39,7 +40,7 @@ from fleetwatch.tainter.settings import (
 from fleetwatch.tainter.slurm_backend import GuardedScontrol, SlurmNodeApi, StateFile
 from fleetwatch.tainter.slurm_requeue import JobRemover
 from fleetwatch.tainter.taint_policy import TaintPolicy
-from fleetwatch.tainter.writes import DryRunNodeApi
+from fleetwatch.tainter.writes import DryRunNodeApi, records
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration
@@ -345,9 +346,8 @@ async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
 ) -> None:
     """The tainter's state file (beside slurmctld's state) on a full disk: the drain is made
     once and stands, the state file stays whole (never half-written), and the failed write is
-    counted and logged. What it costs is recorded here as it is: the drain's audit record and
-    its entry in the taint history are not written (the retry finds the drain and plans
-    nothing more), so quarantine counts that drain one fewer; docs/reliability.md says so."""
+    counted and logged. The drain's audit record and its entry in the taint history are kept
+    in memory and written by the first delivery after there is room again: nothing lost."""
     caplog.set_level(logging.INFO)
     with tiny_disk(tmp_path / "disk") as disk:
         state = StateFile(disk / "fleetwatch")
@@ -371,10 +371,19 @@ async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
                 first = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
                 reason = slurm.node("gpu01")["Reason"]
                 again = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
-            assert (first.status, again.status) == (200, 200)
+                said = (await again.json())["error"]
+                assert state.path.read_bytes() == before  # whole, not half-written
+                assert records(await api.get_node("gpu01")) == {}  # not written yet
+                (disk / "filler").unlink()  # room again
+                room = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+            # While the record cannot be written the webhook asks Alertmanager to come back.
+            assert (first.status, again.status, room.status) == (503, 503, 200)
+            assert "No space left on device" in said
+            view = await api.get_node("gpu01")
+            assert set(records(view)) == {"fleetwatch.io/gpu-overheat"}
+            assert len(read_history(view).taints["gpu-overheat"]) == 1
             assert reason.startswith(OURS)
             assert slurm.node("gpu01")["Reason"] == reason  # drained once, not again
-            assert state.path.read_bytes() == before  # whole, not half-written
             assert not state.path.with_suffix(".tmp").exists()
             errors = metrics.registry.get_sample_value(
                 "fleetwatch_tainter_api_errors_total", {"status": "0"}
