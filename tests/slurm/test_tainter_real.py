@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.sim.loopback_servers import wait_until
-from fleetwatch.sim.slurm import SlurmCluster
+from fleetwatch.sim.slurm import MissingSlurm, SlurmCluster, small_disk
 from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
@@ -324,21 +323,14 @@ async def test_a_failing_scontrol_is_a_503_naming_slurm_and_dry_run_says_so(
 
 @contextlib.contextmanager
 def tiny_disk(where: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs at `where`, unmounted on exit; skipped, saying why, when it cannot be
-    mounted (not root, or no mount in this container)."""
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
+    """A 64 KiB tmpfs at `where` (`small_disk`), unmounted on exit; skipped, saying why, when
+    it cannot be mounted (not root, or no mount in this container)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            disk = stack.enter_context(small_disk(where, 64 * 1024))
+        except MissingSlurm as exc:
+            pytest.skip(f"cannot mount a tmpfs for a full disk: {exc}")
+        yield disk
 
 
 async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
