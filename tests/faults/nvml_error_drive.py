@@ -12,7 +12,9 @@ every call.
 First a clean cycle records which collector calls which function, and the series each
 exports. Then, for every (function, code) pair, including a code pynvml has never heard of,
 each collector that calls the function runs one cycle with the fault and one after it is
-lifted. Printed as JSON: the pairs tried, and each broken expectation:
+lifted. The calls made once, when NVML starts and the GPUs are first identified, fail in the
+first cycle of a fresh collector on a context of its own. Printed as JSON: the pairs tried,
+and each broken expectation:
 - `escaped`: something that is not an `Exception` left `collect()` (it would end the
   collector's worker thread; an `Exception` is the engine's to report as the collector down);
 - `others`: with a fault on GPU 2's handle, another GPU's series changed;
@@ -20,7 +22,8 @@ lifted. Printed as JSON: the pairs tried, and each broken expectation:
 - `stale`: GPU 2's series kept while its call failed with a code that is an error (the value
   is absent, or the whole GPU dropped for `GPU_IS_LOST`, never the last value again);
 - `uncounted`: an error code (not "not supported", not a lost GPU) neither counted in the
-  collector's `*_nvml_errors_total{call,error}` nor raised naming the call;
+  collector's `*_nvml_errors_total{call,error}`, nor raised naming the call, nor leaving the
+  GPU (or, for NVML's start, every GPU) out, which `fleetwatch_gpus_visible` shows;
 - `unbounded`: an `error` label value that is not one of NVML's error names;
 - `not_back`: the cycle after the fault is lifted lacks a series of the clean cycle.
 """
@@ -28,6 +31,7 @@ lifted. Printed as JSON: the pairs tried, and each broken expectation:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import sys
@@ -76,7 +80,9 @@ class FailingNvml:
             return attr
         return self._wrapped(name, attr)
 
-    def _gpu_of(self, args: tuple[Any, ...]) -> int | None:
+    def _gpu_of(self, name: str, args: tuple[Any, ...]) -> int | None:
+        if name == "nvmlDeviceGetHandleByIndex":
+            return int(args[0])
         if not args or not isinstance(args[0], self.lib.c_nvmlDevice_t):
             return None
         return self.handles.get(ctypes.cast(args[0], ctypes.c_void_p).value or 0, -1)
@@ -84,7 +90,7 @@ class FailingNvml:
     def _wrapped(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.called.add(name)
-            gpu = self._gpu_of(args)
+            gpu = self._gpu_of(name, args)
             if gpu is not None:
                 self.per_gpu.add(name)
             fault = self.fault
@@ -129,8 +135,9 @@ def cycle(collector: Any) -> tuple[set[Key] | None, BaseException | None]:
         return None, exc
 
 
-def build(nvml: FailingNvml) -> dict[str, Any]:
-
+def export_settings() -> ExportSettings:
+    """`fleetwatch export`'s settings with only the NVML collectors (the Xid listener's
+    thread waits on events, out of step with a cycle: not driven here)."""
     empty = Path(tempfile.mkdtemp())
     args = parse_args(
         [
@@ -141,14 +148,29 @@ def build(nvml: FailingNvml) -> dict[str, Any]:
             f"--path.procfs={empty}",
         ]
     )
-    settings = ExportSettings.from_args(args, COLLECTORS)
-    context = CollectorContext(
+    return ExportSettings.from_args(args, COLLECTORS)
+
+
+def context_on(nvml: FailingNvml, settings: ExportSettings) -> CollectorContext:
+    return CollectorContext(
         sysfs_root=settings.sysfs_root,
         procfs_root=settings.procfs_root,
         rootfs_root=settings.rootfs_root,
         nvml=nvml,
     )
-    return create_collectors(context, settings)
+
+
+def build(nvml: FailingNvml) -> dict[str, Any]:
+    """The exporter's NVML collectors, sharing one context (one NVML source) as it does."""
+    settings = export_settings()
+    return create_collectors(context_on(nvml, settings), settings)
+
+
+def fresh(name: str, nvml: FailingNvml, settings: ExportSettings) -> tuple[CollectorContext, Any]:
+    """The collector `name` alone, on a context of its own (it starts NVML itself)."""
+    context = context_on(nvml, settings)
+    spec = next(spec for spec in COLLECTORS if spec.name == name)
+    return context, spec.create(context, settings.collectors[name])
 
 
 def codes(lib: Any) -> list[tuple[int, str]]:
@@ -169,9 +191,36 @@ def main() -> int:
         os.environ["MOCK_NVML_OVERRIDES"] = str(overrides)
         os.execv(sys.executable, [sys.executable, "-m", __spec__.name])
     ctypes.CDLL(str(mock.root / LIBRARY), mode=ctypes.RTLD_GLOBAL)  # found by its soname
+    report = Report(names={error_name(pynvml.NVMLError(code)) for code, _ in codes(pynvml)})
+    steady(report)
+    startup(report)
+    print(json.dumps({**dataclasses.asdict(report), "names": sorted(report.names)}))
+    return 0
+
+
+@dataclass
+class Report:
+    """What the drive tried and found; printed as JSON."""
+
+    names: set[str]
+    tried: int = 0
+    untried: list[str] = field(default_factory=list)
+    pairs: int = 0  # (call, collector) pairs of every cycle
+    calls: list[str] = field(default_factory=list)
+    startup_tried: int = 0
+    startup_pairs: int = 0  # (call, collector) pairs made once, when a GPU is first seen
+    startup_calls: list[str] = field(default_factory=list)
+    codes: int = 0
+    broken: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, where: dict[str, str], problems: list[tuple[str, Any]]) -> None:
+        self.broken.extend({**where, "problem": p, "detail": d} for p, d in problems)
+
+
+def steady(report: Report) -> None:
+    """Every call of a running cycle, failing in a cycle of the running collectors."""
     nvml = FailingNvml(lib=pynvml)
     collectors = build(nvml)
-    clean: dict[str, set[Key]] = {}
     calls: dict[str, set[str]] = {}
     for name, collector in collectors.items():
         cycle(collector)  # GPM ratios need a first sample
@@ -179,16 +228,12 @@ def main() -> int:
         keys, error = cycle(collector)
         if keys is None:
             raise SystemExit(f"{name} failed on the clean mock: {error!r}")
-        clean[name], calls[name] = keys, set(nvml.called)
-    names = {error_name(pynvml.NVMLError(code)) for code, _ in codes(pynvml)}
-    tried = 0
-    untried: list[str] = []
-    broken: list[dict[str, Any]] = []
-    for call in sorted(set().union(*calls.values())):
+        calls[name] = set(nvml.called)
+    report.calls = sorted(set().union(*calls.values()))
+    report.pairs = sum(len(c) for c in calls.values())
+    report.codes = len(codes(pynvml))
+    for call in report.calls:
         for code, code_name in codes(pynvml):
-            exc = pynvml.NVMLError(code)
-            absent = isinstance(exc, ABSENT)
-            lost = isinstance(exc, pynvml.NVMLError_GpuIsLost)
             for name, collector in collectors.items():
                 if call not in calls[name]:
                     continue
@@ -197,45 +242,85 @@ def main() -> int:
                 keys, error = cycle(collector)
                 nvml.fault = None
                 if nvml.fired == fired:  # asked no more: "not supported" before, or lost
-                    untried.append(f"{call} {code_name} ({name})")
+                    report.untried.append(f"{call} {code_name} ({name})")
                     continue
-                tried += 1
-                after, _ = cycle(collector)
-                if name == "gpm":  # a ratio needs a new pair of samples after a failure
-                    after, _ = cycle(collector)
-                where = {"call": call, "code": code_name, "collector": name}
+                report.tried += 1
+                after = settle(collector, name)
                 problems = check(
                     clean=before or set(),
                     keys=keys,
                     error=error,
+                    fault=Fault(call=call, code=code),
                     per_gpu=call in nvml.per_gpu,
-                    absent=absent,
-                    lost=lost,
-                    call=call,
-                    names=names,
+                    names=report.names,
                 )
-                # "Not supported" is the GPU's answer for good where the source remembers
-                # it (fabric info, GPM support): only those series may stay away.
-                expected = {
-                    k for k in before or set() if not (absent and gpu_of(k) == str(FAULTY_GPU))
-                }
-                if after is None or not expected <= after:
-                    missing = expected - (after or set())
-                    problems.append(("not_back", sorted(map(str, missing))[:3]))
-                broken.extend({**where, "problem": p, "detail": d} for p, d in problems)
-    print(
-        json.dumps(
-            {
-                "tried": tried,
-                "untried": untried,
-                "codes": len(codes(pynvml)),
-                "pairs": sum(len(c) for c in calls.values()),
-                "calls": sorted(set().union(*calls.values())),
-                "broken": broken,
-            }
-        )
-    )
-    return 0
+                problems += back(before or set(), after, code)
+                report.add({"call": call, "code": code_name, "collector": name}, problems)
+    for collector in collectors.values():
+        collector.close()
+
+
+def startup(report: Report) -> None:
+    """Every call a collector makes only when it first sees the GPUs (NVML's start, the
+    handles, identities, limits), failing then: each time a fresh context and collector, and
+    the cycle after it must have every series again (the start is tried again)."""
+    settings = export_settings()
+    for name in ("gpu", "gpm", "mig", "nvlink"):
+        nvml = FailingNvml(lib=pynvml)
+        context, collector = fresh(name, nvml, settings)
+        first, _ = cycle(collector)
+        made = set(nvml.called)
+        nvml.called.clear()
+        clean = settle(collector, name)
+        # The start is the NVML source's, shared: each call is driven with the first
+        # collector that makes it.
+        once = sorted(made - nvml.called - set(report.startup_calls))
+        collector.close()
+        context.close()
+        report.startup_calls = sorted({*report.startup_calls, *once})
+        report.startup_pairs += len(once)
+        for call in once:
+            for code, code_name in codes(pynvml):
+                nvml = FailingNvml(lib=pynvml, fault=Fault(call=call, code=code))
+                context, collector = fresh(name, nvml, settings)
+                keys, error = cycle(collector)
+                nvml.fault = None
+                if nvml.fired:
+                    report.startup_tried += 1
+                    problems = check(
+                        clean=first or set(),
+                        keys=keys,
+                        error=error,
+                        fault=Fault(call=call, code=code),
+                        per_gpu=call in nvml.per_gpu,
+                        names=report.names,
+                    )
+                    problems += back(clean or set(), settle(collector, name), code)
+                    where = {"call": call, "code": code_name, "collector": name, "when": "start"}
+                    report.add(where, problems)
+                else:
+                    report.untried.append(f"{call} {code_name} ({name}, at start)")
+                collector.close()
+                context.close()
+
+
+def settle(collector: Any, name: str) -> set[Key] | None:
+    """The next cycle's series (the second for GPM: its ratios need a new pair of samples)."""
+    after, _ = cycle(collector)
+    if name == "gpm":
+        after, _ = cycle(collector)
+    return after
+
+
+def back(before: set[Key], after: set[Key] | None, code: int) -> list[tuple[str, Any]]:
+    """`not_back` when the cycle after the fault lacks a series of `before`. "Not supported"
+    is the GPU's answer for good where the source remembers it (fabric info, GPM support,
+    limits): only the faulty GPU's series may stay away then."""
+    absent = isinstance(pynvml.NVMLError(code), ABSENT)
+    expected = {k for k in before if not (absent and gpu_of(k) == str(FAULTY_GPU))}
+    if after is not None and expected <= after:
+        return []
+    return [("not_back", sorted(map(str, expected - (after or set())))[:3])]
 
 
 def check(
@@ -243,13 +328,17 @@ def check(
     clean: set[Key],
     keys: set[Key] | None,
     error: BaseException | None,
+    fault: Fault,
     per_gpu: bool,
-    absent: bool,
-    lost: bool,
-    call: str,
     names: set[str],
 ) -> list[tuple[str, Any]]:
     """The broken expectations of one faulty cycle."""
+    exc = pynvml.NVMLError(fault.code)
+    absent, lost, call = (
+        isinstance(exc, ABSENT),
+        isinstance(exc, pynvml.NVMLError_GpuIsLost),
+        fault.call,
+    )
     if keys is None:
         if not isinstance(error, Exception):
             return [("escaped", repr(error))]
@@ -258,21 +347,28 @@ def check(
         return [("uncounted", f"raised {error!r}")]
     problems: list[tuple[str, Any]] = []
     errors = error_series(keys)
+    faulty = str(FAULTY_GPU)
     extra = {k for k in keys - clean if not k[0].endswith("nvml_errors_total")}
+    if absent:  # what the GPU does not support is left out of its info, e.g. `serial=""`
+        extra = {k for k in extra if gpu_of(k) != faulty}
     if extra:
         problems.append(("extra", sorted(map(str, extra))[:3]))
     if {e for _, e in errors} - names:
         problems.append(("unbounded", sorted(errors)))
+    gone = not any(gpu_of(k) == faulty for k in keys)  # the whole GPU left out
     if per_gpu:
-        faulty = str(FAULTY_GPU)
         others_now = {k for k in keys if gpu_of(k) not in (faulty, None)}
         others_clean = {k for k in clean if gpu_of(k) not in (faulty, None)}
         if others_now != others_clean:
             problems.append(("others", sorted(map(str, others_now ^ others_clean))[:3]))
-        kept = {k for k in keys if gpu_of(k) == faulty} == {k for k in clean if gpu_of(k) == faulty}
-        if not absent and kept:
+        its_clean = {k for k in clean if gpu_of(k) == faulty}
+        if not absent and its_clean and {k for k in keys if gpu_of(k) == faulty} == its_clean:
             problems.append(("stale", "every series of GPU 2 kept"))
-    if not (absent or lost) and not any(c == call for c, _ in errors):
+    elif not any(gpu_of(k) is not None for k in keys):
+        gone = True  # no GPU at all: NVML did not start (no driver), logged once
+    # Visible: counted by call and error, or the GPU (or every GPU) left out, which
+    # fleetwatch_gpus_visible shows and the log says once.
+    if not (absent or lost or gone) and not any(c == call for c, _ in errors):
         problems.append(("uncounted", sorted(errors)))
     return problems
 

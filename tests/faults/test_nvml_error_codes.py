@@ -1,6 +1,6 @@
-"""NVML raising every error code, from every call the GPU collectors make each cycle, on the
-real pynvml and NVIDIA's mock NVML (`tests/faults/nvml_error_drive.py` says how and what is
-checked). Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock."""
+"""NVML raising every error code, from every call the GPU collectors make (each cycle, and
+once at start), on the real pynvml and NVIDIA's mock NVML (`tests/faults/nvml_error_drive.py`
+says how and what is checked). Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock."""
 
 from __future__ import annotations
 
@@ -44,3 +44,8 @@ def test_every_error_code_of_every_call_is_absorbed_counted_and_recovered() -> N
     assert result["tried"] + len(result["untried"]) == result["pairs"] * result["codes"]
     assert len(result["untried"]) <= 4, result["untried"]
     assert all("NOT_SUPPORTED" in u or "NO_PERMISSION" in u for u in result["untried"])
+    # And every call made once, when NVML starts and the GPUs are first identified.
+    assert {"nvmlInit", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"} <= set(
+        result["startup_calls"]
+    )
+    assert result["startup_tried"] == result["startup_pairs"] * result["codes"]
