@@ -213,7 +213,29 @@ class Report:
     codes: int = 0
     broken: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, where: dict[str, str], problems: list[tuple[str, Any]]) -> None:
+    def judge(
+        self,
+        where: dict[str, str],
+        *,
+        nvml: FailingNvml,
+        fault: Fault,
+        faulty: tuple[set[Key] | None, BaseException | None],
+        clean: tuple[set[Key], set[Key]],
+        after: set[Key] | None,
+    ) -> None:
+        """Record what broke in one faulty cycle (`faulty`: its series or what it raised),
+        against a clean cycle at the same point (`clean[0]`), and in the cycle `after` it,
+        against a settled clean cycle (`clean[1]`)."""
+        keys, error = faulty
+        problems = check(
+            clean=clean[0],
+            keys=keys,
+            error=error,
+            fault=fault,
+            per_gpu=fault.call in nvml.per_gpu,
+            names=self.names,
+        )
+        problems += back(clean[1], after, fault.code)
         self.broken.extend({**where, "problem": p, "detail": d} for p, d in problems)
 
 
@@ -245,17 +267,14 @@ def steady(report: Report) -> None:
                     report.untried.append(f"{call} {code_name} ({name})")
                     continue
                 report.tried += 1
-                after = settle(collector, name)
-                problems = check(
-                    clean=before or set(),
-                    keys=keys,
-                    error=error,
+                report.judge(
+                    {"call": call, "code": code_name, "collector": name},
+                    nvml=nvml,
                     fault=Fault(call=call, code=code),
-                    per_gpu=call in nvml.per_gpu,
-                    names=report.names,
+                    faulty=(keys, error),
+                    clean=(before or set(), before or set()),
+                    after=settle(collector, name),
                 )
-                problems += back(before or set(), after, code)
-                report.add({"call": call, "code": code_name, "collector": name}, problems)
     for collector in collectors.values():
         collector.close()
 
@@ -287,17 +306,14 @@ def startup(report: Report) -> None:
                 nvml.fault = None
                 if nvml.fired:
                     report.startup_tried += 1
-                    problems = check(
-                        clean=first or set(),
-                        keys=keys,
-                        error=error,
+                    report.judge(
+                        {"call": call, "code": code_name, "collector": name, "when": "start"},
+                        nvml=nvml,
                         fault=Fault(call=call, code=code),
-                        per_gpu=call in nvml.per_gpu,
-                        names=report.names,
+                        faulty=(keys, error),
+                        clean=(first or set(), clean or set()),
+                        after=settle(collector, name),
                     )
-                    problems += back(clean or set(), settle(collector, name), code)
-                    where = {"call": call, "code": code_name, "collector": name, "when": "start"}
-                    report.add(where, problems)
                 else:
                     report.untried.append(f"{call} {code_name} ({name}, at start)")
                 collector.close()
