@@ -13,11 +13,12 @@ cd "$(dirname "$0")"
 
 # The demo runs these; the tests also need node_exporter (cross-check), Chromium (report
 # screenshot), wrk (the benchmarks' scrape load), VictoriaMetrics with vmagent and vmalert
-# (the rules on a second engine), etcd (the kube-apiserver's store) and Slurm with munge (a
-# real cluster on this machine: fleetwatch.sim.slurm, sim/slurm.py).
+# (the rules on a second engine), etcd (the kube-apiserver's store), Slurm with munge (a
+# real cluster on this machine: fleetwatch.sim.slurm, sim/slurm.py) and libfaketime (the wall
+# clock stepped under a running exporter: tests/faults/test_exporter_clock_steps.py).
 DEMO_PACKAGES=(python3-venv prometheus prometheus-alertmanager infiniband-diags)
 TEST_PACKAGES=("${DEMO_PACKAGES[@]}" prometheus-node-exporter fuse3 chromium wrk victoria-metrics etcd-server
-    slurm-wlm slurmctld slurmd slurm-client munge)
+    slurm-wlm slurmctld slurmd slurm-client munge faketime)
 VENV=.venv
 
 missing_debian_packages() {

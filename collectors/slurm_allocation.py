@@ -53,11 +53,13 @@ class SlurmJobsCollector:
         self._max_age = max_age
         self._reported: frozenset[tuple[str, str]] = frozenset()
         self._no_restarts: frozenset[str] = frozenset()
+        self._dcgm_live: frozenset[tuple[str, int]] = frozenset()  # not expired by a clock step
 
     def collect(self) -> list[SeriesFamily]:
         if not self._directory.is_dir():
             return []
-        reading = mapping.read(self._directory, max_age=self._max_age)
+        reading = mapping.read(self._directory, max_age=self._max_age, seen_live=self._dcgm_live)
+        self._dcgm_live = reading.dcgm_live
         self._report(reading.malformed)
         labels = device_labels(self._source)
         builder = FamilyBuilder(SPECS)

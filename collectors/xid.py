@@ -241,8 +241,9 @@ class XidCollector:
             try:
                 if event_set is None:
                     event_set = open_xid_events(self._source)
-                    if event_set is None:  # no driver or no GPU: nothing will ever come
-                        return
+                    if event_set is None:  # no driver or no GPU yet: NVML's start is
+                        self._stop.wait(_RETRY_SECONDS)  # tried again, so look again
+                        continue
                 event = wait_xid(self._source, event_set, _WAIT_MS)
             except NvmlError as exc:
                 log.warning(

@@ -45,6 +45,7 @@ from fleetwatch.catalog.exporter import (
 from fleetwatch.collectors.base import Collector
 from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
+from fleetwatch.exporter.wallclock import WatchedWallClock
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,10 @@ class Engine:
         hang_timeout: float,
         version: str,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: WatchedWallClock | None = None,
         web_config: WebConfigReloads | None = None,
     ) -> None:
+        self._wall_clock = wall_clock or WatchedWallClock()
         self._states = [CollectorState(spec=c) for c in collectors]
         self._web_config = web_config
         self._max_staleness = max_staleness
@@ -355,7 +358,7 @@ class Engine:
         state.runs += 1
         state.duration, state.cpu_seconds = result.wall_seconds, result.cpu_seconds
         state.series = result.series
-        state.last_success_wall = time.time()
+        state.last_success_wall = self._wall_clock.now()
         self._invalidate()
 
     def _mark_failed(self, state: CollectorState, reason: str) -> None:

@@ -80,10 +80,10 @@ async def readyz(request: web.Request) -> web.Response:
 async def landing(request: web.Request) -> web.Response:
     """A small page: version, each collector's state, last duration and error."""
     engine = request.app[ENGINE]
-    now = time.time()
+    now = time.monotonic()  # the engine's clock: a step of the wall clock changes no age
     rows = []
     for state in engine.states:
-        age = f"{now - state.last_success_wall:.0f}s ago" if state.last_success_wall else "never"
+        age = f"{now - state.body_time:.0f}s ago" if state.body_time is not None else "never"
         duration = f"{state.duration * 1000:.1f} ms" if state.duration is not None else "-"
         status = "up" if state.up else "down"
         rows.append(

@@ -14,6 +14,10 @@ Slurm runs them with almost none.
 
 Client commands (`scontrol`, `srun`, `sbatch`, `sinfo`) find the cluster through
 `SLURM_CONF`: `SlurmCluster.env` holds it, and `SlurmCluster.run` sets it.
+
+slurmctld's StateSaveLocation is `state/` in the folder; with `state_disk_bytes` it is a tmpfs
+of that size (mounted before slurmctld starts, unmounted after every daemon stopped), which a
+test fills to see what slurmctld, and fleetwatch's state beside it, do on a full disk.
 """
 
 from __future__ import annotations
@@ -86,6 +90,25 @@ def find_binaries() -> dict[str, Path]:
     return {
         program: Path(shutil.which(program, path=search_path()) or program) for program in BINARIES
     }
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of `size` bytes mounted at `where` (made when missing), unmounted on exit;
+    MissingSlurm naming why when it cannot be mounted (not root, or no mount here)."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        raise MissingSlurm(f"cannot mount a {size}-byte tmpfs at {where}: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
 
 
 class SlurmStartError(RuntimeError):
@@ -325,6 +348,7 @@ def slurm_cluster(
     extra_conf: Sequence[str] = (),
     ready_timeout: float = READY_TIMEOUT,
     reboot: bool = False,
+    state_disk_bytes: int | None = None,
 ) -> Iterator[SlurmCluster]:
     """munged, slurmctld and one slurmd per node name under `workdir`, every node up; each
     node has `gpus` GPUs (GRES on device files the harness creates). `prolog`, `epilog` and
@@ -332,8 +356,10 @@ def slurm_cluster(
     prolog runs on every node of a job at allocation (`PrologFlags=Alloc`). A
     `health_check_interval` of 0 runs the health check only at slurmd start. Every daemon is
     stopped by PID on exit. With `reboot`, slurm.conf's RebootProgram stands in for a reboot
-    (`fleetwatch.sim.slurm_reboot`: the node's slurmd restarted with `-b`).
-    MissingSlurm when the packages are absent or this is not root,
+    (`fleetwatch.sim.slurm_reboot`: the node's slurmd restarted with `-b`). With
+    `state_disk_bytes` the StateSaveLocation is a tmpfs of that size (`small_disk`).
+    MissingSlurm when the packages are absent or this is not root (or that tmpfs cannot be
+    mounted),
     SlurmStartError when a daemon fails to start."""
     binaries = find_binaries()
     started = time.monotonic()
@@ -377,6 +403,8 @@ def slurm_cluster(
     env = {"SLURM_CONF": str(conf), "PATH": search_path()}
     log = workdir / "log"
     with contextlib.ExitStack() as stack:
+        if state_disk_bytes is not None:  # entered first: unmounted after the daemons stop
+            stack.enter_context(small_disk(workdir / "state", state_disk_bytes))
         munged = stack.enter_context(
             process(
                 [

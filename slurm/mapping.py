@@ -15,7 +15,10 @@ Two formats live side by side in one directory:
 
 A mapping whose job ended without an epilog (the node crashed) expires: a job file from an
 earlier boot (`boot_id`), or a dcgm-exporter file last written before this boot, is left
-out; with `max_age` (seconds) set, so is any mapping older than that.
+out; with `max_age` (seconds) set, so is any mapping older than that. "Before this boot" is
+the file's modification time against the wall clock less the uptime, which a step of the wall
+clock moves: a reader passes back the dcgm-exporter files it read as live (`Reading.dcgm_live`),
+which a later step forward then cannot expire (the reader lives within one boot).
 
 This module is on every job's start and end path (the prolog and epilog import it): it
 imports only the standard library.
@@ -28,7 +31,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -169,6 +172,8 @@ class Reading:
     jobs: tuple[JobGpus, ...]
     malformed: tuple[tuple[str, str], ...]
     expired: int
+    dcgm_live: frozenset[tuple[str, int]] = frozenset()
+    """The dcgm-exporter files read as live, by name and modification time (ns)."""
 
 
 def read(
@@ -177,10 +182,13 @@ def read(
     max_age: float | None = None,
     now: float | None = None,
     boot: str | None = None,
+    seen_live: Collection[tuple[str, int]] = (),
 ) -> Reading:
     """Every live mapping in `directory`, in both formats. A missing directory is an empty
     reading; a file that cannot be read or parsed is reported in `malformed` and the others
-    are still read. Temporary and unrelated files are ignored."""
+    are still read. Temporary and unrelated files are ignored. A dcgm-exporter file in
+    `seen_live` (an earlier reading's `dcgm_live`, unchanged since) is never judged older
+    than this boot."""
     now = time.time() if now is None else now
     boot = boot_id() if boot is None else boot
     booted_at = now - _uptime()
@@ -188,6 +196,7 @@ def read(
     malformed: list[tuple[str, str]] = []
     dcgm: dict[str, list[tuple[str, str | None]]] = {}  # job -> (gpu, mig instance)
     expired = 0
+    dcgm_live: set[tuple[str, int]] = set()
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except FileNotFoundError:
@@ -216,7 +225,8 @@ def read(
                 continue
             jobs.append(job)
         elif dcgm_file:
-            if too_old or stat.st_mtime < booted_at:
+            mark = (entry.name, stat.st_mtime_ns)
+            if too_old or (stat.st_mtime < booted_at and mark not in seen_live):
                 expired += 1
                 continue
             try:
@@ -224,6 +234,7 @@ def read(
             except MappingError as exc:
                 malformed.append((entry.name, str(exc)))
                 continue
+            dcgm_live.add(mark)
             for job_id in ids:
                 dcgm.setdefault(job_id, []).append((dcgm_file.group(1), dcgm_file.group(2)))
     for job_id, held in sorted(dcgm.items()):
@@ -235,7 +246,7 @@ def read(
                 source="dcgm",
             )
         )
-    return Reading(tuple(jobs), tuple(malformed), expired)
+    return Reading(tuple(jobs), tuple(malformed), expired, frozenset(dcgm_live))
 
 
 def _parse_job(text: str, job_id: str) -> tuple[JobGpus, str]:

@@ -14,12 +14,19 @@
 A taint written before a restart that no intent knows of gets one, whose hold starts now;
 intents that no longer want anything are forgotten. The plan is applied by a guarded write
 (`tainter.writes.guarded_update`), which plans again on a conflict.
+
+An added taint's audit record and its entry in the taint history are kept in memory until
+the node shows the record. On Slurm the drain and the state file are two writes: a drain
+made whose state-file write failed (a full disk) stands without them, and the next plan
+(the write's retry, or a later sync) writes them, changing no taint, and reports the taint
+added then: quarantine counts that drain once, neither zero times nor twice.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleetwatch.tainter.breaker import Breaker, BreakerRefusal, counts_toward_share
 from fleetwatch.tainter.desired import Intent, Intents
@@ -34,6 +41,7 @@ from fleetwatch.tainter.writes import (
     Change,
     new_record,
     our_taints,
+    records,
     untaint_requests,
 )
 
@@ -47,6 +55,14 @@ class SyncAttempt:
     refused: list[Intent] = field(default_factory=list)  # by the breaker
     capped: list[Intent] = field(default_factory=list)  # by the per-node cap
     marks: Marks = field(default_factory=Marks)  # taint history and quarantine changes
+
+
+@dataclass(frozen=True)
+class _Unwritten:
+    """An added taint's audit record and history reason, planned but not yet seen written."""
+
+    record: dict[str, Any]
+    reason: str
 
 
 class NodePlanner:
@@ -70,6 +86,7 @@ class NodePlanner:
         self._max_per_node = max_per_node
         self._owner = owner
         self._metrics = metrics
+        self._unwritten: dict[str, dict[str, _Unwritten]] = {}  # by node, then taint key
 
     async def plan(self, node: NodeView, attempt: SyncAttempt) -> Change:
         """Decide what to add and remove on `node`, given its current state; what the
@@ -113,8 +130,12 @@ class NodePlanner:
         attempt.capped.extend(wanted[room:])
         wanted = wanted[:room]
         released = [k.removeprefix(KEY_PREFIX) for k in requested]
+        owed = self._owed(node, current.keys() - remove)
         marks = self._quarantine.plan(
-            node, history, added=[i.reason for i in wanted], released=released
+            node,
+            history,
+            added=[i.reason for i in wanted] + [u.reason for u in owed.values()],
+            released=released,
         )
         shares = counts_toward_share(
             reasons=[i.reason for i in wanted],
@@ -128,7 +149,9 @@ class NodePlanner:
         ):
             attempt.refused.extend(wanted)
             wanted = []
-            marks = self._quarantine.plan(node, history, added=[], released=released)
+            marks = self._quarantine.plan(
+                node, history, added=[u.reason for u in owed.values()], released=released
+            )
         attempt.marks = marks
         add = tuple(
             Taint(key=i.key, value=i.value, effect=i.effect, time_added=now_rfc3339())
@@ -144,6 +167,14 @@ class NodePlanner:
             )
             for t, i in zip(add, wanted, strict=True)
         }
+        for taint, intent in zip(add, wanted, strict=True):
+            self._unwritten.setdefault(node.name, {})[taint.key] = _Unwritten(
+                record=new_records[taint.key], reason=intent.reason
+            )
+        # The standing taint itself, unchanged: the write changes no taint for it, and the
+        # sync reports it added (count, log, Event) once, as the failed write never did.
+        add = tuple(current[k] for k in sorted(owed)) + add
+        new_records = {**{k: u.record for k, u in owed.items()}, **new_records}
         for key, intent in list(self._intents.on(node.name).items()):
             if not intent.firing and (key in remove or key not in current):
                 self._intents.forget(node.name, key)
@@ -156,6 +187,18 @@ class NodePlanner:
             labels=marks.labels,
             annotations=marks.annotations,
         )
+
+    def _owed(self, node: NodeView, standing: set[str]) -> dict[str, _Unwritten]:
+        """The records (with their history reasons) of taints this planner added that stand
+        on `node` without them; forgets those written and those of taints gone."""
+        planned = self._unwritten.pop(node.name, {})
+        if not planned:
+            return {}
+        written = records(node)
+        owed = {k: u for k, u in planned.items() if k in standing and k not in written}
+        if owed:
+            self._unwritten[node.name] = dict(owed)
+        return owed
 
     async def _reserve(self, node: NodeView, attempt: SyncAttempt, shares: bool) -> bool:
         """Ask the breaker (once per sync) for a slot for a node that has no fleetwatch

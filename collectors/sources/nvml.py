@@ -247,8 +247,10 @@ class NvmlSource:
     def __init__(self, *, lib: Any) -> None:
         self.lib = lib
         self._lock = threading.Lock()
-        self._started = False
+        self._started = False  # every GPU NVML counts is identified
         self._initialised = False
+        self._said_no_driver = False
+        self._skipped: set[int] = set()  # GPU indices that could not be identified yet
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
         self._nvlink5: dict[int, bool] = {}
@@ -257,10 +259,14 @@ class NvmlSource:
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
 
     def gpus(self) -> tuple[Gpu, ...]:
-        """Every GPU found at start; empty without a driver (logged once, not raised)."""
+        """Every GPU NVML identified; empty without a driver (logged once, not raised).
+
+        A start that failed (no driver yet, as while a node boots, or an NVML error, raised
+        as `NvmlError`) and a GPU that could not be identified are tried again at the next
+        call, so a driver loaded after the exporter, or a GPU that answers again, shows within
+        one cycle instead of never."""
         with self._lock:
             if not self._started:
-                self._started = True
                 self._gpus = self._start()
             return self._gpus
 
@@ -276,31 +282,43 @@ class NvmlSource:
             log.warning("nvmlShutdown failed", extra={"reason": error_name(exc)})
 
     def _start(self) -> tuple[Gpu, ...]:
-        with classified("nvmlInit"):
-            try:
-                self.lib.nvmlInit()
-            except _NO_DRIVER as exc:
-                log.warning(
-                    "no NVIDIA driver: GPU collectors report no GPUs",
-                    extra={"reason": str(exc) or error_name(exc)},
-                )
-                return ()
-        self._initialised = True
+        """The GPUs identified so far, NVML started first if it is not; `_started` once
+        every GPU NVML counts is identified."""
+        if not self._initialised:
+            with classified("nvmlInit"):
+                try:
+                    self.lib.nvmlInit()
+                except _NO_DRIVER as exc:
+                    if not self._said_no_driver:
+                        self._said_no_driver = True
+                        log.warning(
+                            "no NVIDIA driver: GPU collectors report no GPUs",
+                            extra={"reason": str(exc) or error_name(exc)},
+                        )
+                    return ()
+            self._initialised = True
         with classified("nvmlSystemGetDriverVersion"):
             driver = text(self.lib.nvmlSystemGetDriverVersion())
         with classified("nvmlDeviceGetCount"):
             count = int(self.lib.nvmlDeviceGetCount())
-        gpus: list[Gpu] = []
+        found = {gpu.index: gpu for gpu in self._gpus}
         for index in range(count):
+            if index in found:
+                continue
             try:
-                gpus.append(self._identify(index, driver))
+                found[index] = self._identify(index, driver)
             except pynvml.NVMLError as exc:
-                log.warning(
-                    "GPU skipped: cannot identify it",
-                    extra={"gpu": index, "reason": error_name(exc)},
-                )
-        log.info("NVML started", extra={"gpus": len(gpus), "driver_version": driver})
-        return tuple(gpus)
+                if index not in self._skipped:  # logged once; tried again each call
+                    self._skipped.add(index)
+                    log.warning(
+                        "GPU skipped: cannot identify it",
+                        extra={"gpu": index, "reason": error_name(exc)},
+                    )
+        self._skipped -= found.keys()
+        self._started = len(found) >= count
+        if self._started:
+            log.info("NVML started", extra={"gpus": len(found), "driver_version": driver})
+        return tuple(found[index] for index in sorted(found))
 
     def _identify(self, index: int, driver: str) -> Gpu:
         handle = self.lib.nvmlDeviceGetHandleByIndex(index)

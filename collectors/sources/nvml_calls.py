@@ -64,8 +64,10 @@ class CallFailure:
 
 
 def error_name(exc: pynvml.NVMLError) -> str:
-    """`NVMLError_Timeout` → `Timeout`: a short, bounded label value."""
-    return type(exc).__name__.removeprefix("NVMLError_") or "Unknown"
+    """`NVMLError_Timeout` → `Timeout`: a short, bounded label value. A code this pynvml
+    has no class for (a newer driver's) is `Unrecognized`; its number is in `str(exc)`."""
+    name = type(exc).__name__
+    return "Unrecognized" if name == "NVMLError" else name.removeprefix("NVMLError_")
 
 
 @contextlib.contextmanager

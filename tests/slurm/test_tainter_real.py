@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.sim.loopback_servers import wait_until
-from fleetwatch.sim.slurm import SlurmCluster
+from fleetwatch.sim.slurm import MissingSlurm, SlurmCluster, small_disk
 from fleetwatch.tainter.after_sync import AfterSync
 from fleetwatch.tainter.breaker import Breaker, BreakerStore
 from fleetwatch.tainter.controller import Controller, NodeSyncError
 from fleetwatch.tainter.election import LeaderElector, LeaderOnlyNodeApi, Leadership, NotLeader
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
+from fleetwatch.tainter.quarantine import read_history
 from fleetwatch.tainter.server import make_app
 from fleetwatch.tainter.service import connect_backend, manual_untaint
 from fleetwatch.tainter.settings import (
@@ -39,7 +39,7 @@ from fleetwatch.tainter.settings import (
 from fleetwatch.tainter.slurm_backend import GuardedScontrol, SlurmNodeApi, StateFile
 from fleetwatch.tainter.slurm_requeue import JobRemover
 from fleetwatch.tainter.taint_policy import TaintPolicy
-from fleetwatch.tainter.writes import DryRunNodeApi
+from fleetwatch.tainter.writes import DryRunNodeApi, records
 from tests.tainter.conftest import FakeEvidence, alert, resolved, webhook
 
 pytestmark = pytest.mark.integration
@@ -323,21 +323,14 @@ async def test_a_failing_scontrol_is_a_503_naming_slurm_and_dry_run_says_so(
 
 @contextlib.contextmanager
 def tiny_disk(where: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs at `where`, unmounted on exit; skipped, saying why, when it cannot be
-    mounted (not root, or no mount in this container)."""
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a full disk: {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
+    """A 64 KiB tmpfs at `where` (`small_disk`), unmounted on exit; skipped, saying why, when
+    it cannot be mounted (not root, or no mount in this container)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            disk = stack.enter_context(small_disk(where, 64 * 1024))
+        except MissingSlurm as exc:
+            pytest.skip(f"cannot mount a tmpfs for a full disk: {exc}")
+        yield disk
 
 
 async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
@@ -345,9 +338,8 @@ async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
 ) -> None:
     """The tainter's state file (beside slurmctld's state) on a full disk: the drain is made
     once and stands, the state file stays whole (never half-written), and the failed write is
-    counted and logged. What it costs is recorded here as it is: the drain's audit record and
-    its entry in the taint history are not written (the retry finds the drain and plans
-    nothing more), so quarantine counts that drain one fewer; docs/reliability.md says so."""
+    counted and logged. The drain's audit record and its entry in the taint history are kept
+    in memory and written by the first delivery after there is room again: nothing lost."""
     caplog.set_level(logging.INFO)
     with tiny_disk(tmp_path / "disk") as disk:
         state = StateFile(disk / "fleetwatch")
@@ -371,10 +363,19 @@ async def test_the_state_file_on_a_full_disk_keeps_the_drain_whole_and_counted(
                 first = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
                 reason = slurm.node("gpu01")["Reason"]
                 again = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
-            assert (first.status, again.status) == (200, 200)
+                said = (await again.json())["error"]
+                assert state.path.read_bytes() == before  # whole, not half-written
+                assert records(await api.get_node("gpu01")) == {}  # not written yet
+                (disk / "filler").unlink()  # room again
+                room = await client.post("/alerts", json=webhook(alert("gpu01", fp="disk")))
+            # While the record cannot be written the webhook asks Alertmanager to come back.
+            assert (first.status, again.status, room.status) == (503, 503, 200)
+            assert "No space left on device" in said
+            view = await api.get_node("gpu01")
+            assert set(records(view)) == {"fleetwatch.io/gpu-overheat"}
+            assert len(read_history(view).taints["gpu-overheat"]) == 1
             assert reason.startswith(OURS)
             assert slurm.node("gpu01")["Reason"] == reason  # drained once, not again
-            assert state.path.read_bytes() == before  # whole, not half-written
             assert not state.path.with_suffix(".tmp").exists()
             errors = metrics.registry.get_sample_value(
                 "fleetwatch_tainter_api_errors_total", {"status": "0"}

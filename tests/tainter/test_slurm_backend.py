@@ -30,7 +30,7 @@ from fleetwatch.tainter.controller import Controller
 from fleetwatch.tainter.kube_objects import ApiError, Taint
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
-from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
+from fleetwatch.tainter.quarantine import QUARANTINE_LABEL, read_history
 from fleetwatch.tainter.service import build_app, manual_untaint
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
@@ -40,6 +40,7 @@ from fleetwatch.tainter.settings import (
 )
 from fleetwatch.tainter.slurm_backend import (
     OTHERS_KEY,
+    STATE_FILE,
     GuardedScontrol,
     SlurmNodeApi,
     StateFile,
@@ -49,6 +50,7 @@ from fleetwatch.tainter.slurm_backend import (
     holds_of,
 )
 from fleetwatch.tainter.taint_policy import TaintPolicy
+from fleetwatch.tainter.writes import records
 from testbed.fake_scontrol import FakeSlurm
 from tests.tainter.conftest import AUTH, FakeEvidence, alert, resolved, webhook
 
@@ -243,6 +245,46 @@ async def test_quarantine_survives_a_new_controller_on_another_host(
     ]
     assert fake.node("gpu01")["state"] == "IDLE"
     assert QUARANTINE_LABEL not in (await api.get_node("gpu01")).labels
+
+
+async def test_a_drain_whose_state_write_failed_keeps_its_record_and_history(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """The drain is made, then the state file's write fails on a full disk (its temporary
+    file is /dev/full, which answers every write with ENOSPC, once: the failed write removes
+    it). The retry finds the drain standing and writes its audit record and its entry in the
+    taint history with nothing else: the drain is counted once, not lost, not doubled."""
+    state = tmp_path / "state"
+    api = slurm_api(fake, state)
+    state.mkdir()
+    (state / STATE_FILE).with_suffix(".tmp").symlink_to("/dev/full")
+    metrics, evidence = TainterMetrics(), FakeEvidence()
+    control = controller(api, evidence=evidence, metrics=metrics, after=2)
+    await control.handle_alerts(alerts(alert("gpu01", fp="full")))
+    assert not (state / STATE_FILE).with_suffix(".tmp").exists()
+    assert (
+        metrics.registry.get_sample_value("fleetwatch_tainter_api_errors_total", {"status": "0"})
+        == 1.0
+    )
+    assert [u[2] for u in fake.updates()] == ["state=drain"]  # drained once
+    view = await api.get_node("gpu01")
+    assert set(records(view)) == {"fleetwatch.io/gpu-overheat"}
+    assert records(view)["fleetwatch.io/gpu-overheat"]["alert"] == "GPUOverheating"
+    assert len(read_history(view).taints["gpu-overheat"]) == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "fleetwatch_tainter_taint_operations_total", {"op": "add", "result": "ok"}
+        )
+        == 1.0
+    )
+    # The second drain within the window quarantines (after=2): the first one was counted.
+    evidence.clear["gpu01"] = True
+    await control.handle_alerts(alerts(resolved("gpu01", fp="full")))
+    await control.reconcile()
+    assert fake.node("gpu01")["state"] == "IDLE"
+    evidence.clear["gpu01"] = False
+    await control.handle_alerts(alerts(alert("gpu01", fp="again")))
+    assert (await api.get_node("gpu01")).labels[QUARANTINE_LABEL] == "gpu-overheat"
 
 
 async def test_breaker_state_is_kept_in_the_state_file(fake: FakeSlurm, tmp_path: Path) -> None:
