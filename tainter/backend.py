@@ -108,11 +108,13 @@ class RemediationApi(NodeApi, PodApi, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RepairView:
-    """What the repair engine needs of a taken-out node: whether jobs still run on it, and
-    whether the orchestrator is still carrying out a repair asked of it."""
+    """What the repair engine needs of a taken-out node: whether jobs still run on it,
+    whether the orchestrator is still carrying out a repair asked of it, and whether the
+    node answers it (a repair is neither asked of nor seen back from a node that does not)."""
 
     jobs_running: bool
     repairing: bool
+    answering: bool = True
 
 
 @runtime_checkable

@@ -253,7 +253,7 @@ class Repairer:
     ) -> None:
         """A repair in flight: back, still going, or past `--repair.timeout`."""
         view = await repairs.repair_view(node.name)
-        if view.repairing:
+        if view.repairing or not view.answering:
             if now - flying.asked <= self._settings.timeout:
                 return
             done = replace(flying, timed_out=True)
@@ -311,7 +311,7 @@ class Repairer:
                 )
             return
         view = await repairs.repair_view(node.name)
-        if view.jobs_running or view.repairing:
+        if view.jobs_running or view.repairing or not view.answering:
             return
         refusal = self._breaker.may_repair(self._in_flight - {node.name})
         if refusal is not None:

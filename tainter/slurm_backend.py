@@ -187,6 +187,13 @@ def rebooting_for_us(node: Node) -> bool:
     return drained_by_us(node) and bool(_flags(node) & REBOOT_FLAGS)
 
 
+def answering(node: Node) -> bool:
+    """slurmctld hears from the node's slurmd: no NOT_RESPONDING flag (`*` in short form).
+    A reboot asked of a node that does not answer yet (its slurmd just restarted) can be
+    lost: slurmctld 22.05 then never takes the next registration as the reboot's end."""
+    return "NOT_RESPONDING" not in _flags(node) and "*" not in node.state
+
+
 def held_by_others(node: Node) -> bool:
     """Drained, down or failed other than by fleetwatch's own drain alone (or the reboot
     fleetwatch asked of its own drain)."""
@@ -416,15 +423,17 @@ class SlurmNodeApi:
         return True
 
     async def repair_view(self, name: str) -> RepairView:
-        """Jobs on the node (allocated, mixed or completing), and whether the reboot
-        fleetwatch asked for is still under way (Slurm's reboot flags, or down with
-        fleetwatch's reason)."""
+        """Jobs on the node (allocated, mixed or completing), whether the reboot fleetwatch
+        asked for is still under way (Slurm's reboot flags, or down with fleetwatch's
+        reason), and whether slurmctld hears from the node."""
         found = [n for n in await self._scontrol.nodes(name) if n.name == name]
         if not found:
             raise ApiError(status=404, reason=f"Slurm has no node {name!r}")
         node = found[0]
         return RepairView(
-            jobs_running=bool(_flags(node) & JOB_FLAGS), repairing=rebooting_for_us(node)
+            jobs_running=bool(_flags(node) & JOB_FLAGS),
+            repairing=rebooting_for_us(node),
+            answering=answering(node),
         )
 
     async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:

@@ -33,7 +33,7 @@ from fleetwatch.tainter.settings import (
     RetryPolicy,
     SlurmAccess,
 )
-from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from fleetwatch.tainter.slurm_backend import REBOOT_FLAGS, SlurmNodeApi
 from fleetwatch.tainter.taint_policy import TaintPolicy
 from tests.tainter.conftest import T0, FakeEvidence, alert, webhook
 
@@ -104,6 +104,26 @@ def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+def back_in_service(slurm: SlurmCluster, node: str) -> None:
+    """Wait until slurmctld has taken the rebooted node back: IDLE, answering, and neither
+    drained nor still rebooting. `wait_for(node, "IDLE")` is not enough: it asks for a
+    state that has the IDLE flag, which `IDLE+DRAIN+REBOOT_ISSUED` has too (the stand-in
+    restarted slurmd, slurmctld has not yet taken its registration), and a sync then still
+    sees the repair in flight."""
+    out = {"DRAIN", "NOT_RESPONDING", *REBOOT_FLAGS}
+    seen: list[dict[str, str]] = []
+
+    def back() -> bool:
+        seen.append(slurm.node(node))
+        flags = set(seen[-1].get("State", "").split("+"))
+        return "IDLE" in flags and not flags & out
+
+    try:
+        wait_until(back, timeout=30, what=f"{node} back in service after its reboot")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen[-1:]}") from exc
+
+
 async def synced_until(
     controller: Controller, node: str, done: Any, *, timeout: float = 30.0
 ) -> None:
@@ -115,12 +135,6 @@ async def synced_until(
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.xfail(
-    reason="the quarantine after repairs that did not hold is not reached since the repair "
-    "and fault-injection branches merged (monotonic hold-down, refusals as answers): to "
-    "mend in tainter/repair.py; repair is off by default",
-    strict=False,
-)
 async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
     slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -155,8 +169,7 @@ async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
 
     slurm.run("scancel", job)  # the job leaves (its launcher restarts it elsewhere)
     await synced_until(controller, "gpu01", lambda: list(slurm.reboots) == ["gpu01"])
-    slurm.wait_for("gpu01", "IDLE")  # back by itself: slurmctld resumed it (nextstate=RESUME)
-    assert "DRAIN" not in slurm.state("gpu01")
+    back_in_service(slurm, "gpu01")  # by itself: slurmctld resumed it (nextstate=RESUME)
     await controller.sync_nodes(["gpu01"])
     (first,) = read_attempts(await api.get_node("gpu01"))
     assert (first.reason, first.repair, first.asked_for) == (REASON, "reboot", "reboot")
@@ -175,8 +188,9 @@ async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
     # The same Xid again: drained, no job, rebooted at once; the first repair did not hold.
     await controller.handle_alerts(parse_webhook(webhook(xid("gpu01", 2))))
     await synced_until(controller, "gpu01", lambda: list(slurm.reboots) == ["gpu01"] * 2)
-    slurm.wait_for("gpu01", "IDLE")
+    back_in_service(slurm, "gpu01")
     await controller.sync_nodes(["gpu01"])
+    assert all(a.returned is not None for a in read_attempts(await api.get_node("gpu01")))
     not_held = "fleetwatch_tainter_repairs_not_held_total"
     assert sample(metrics, not_held, reason=REASON, repair="reboot") == 1
 

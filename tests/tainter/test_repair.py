@@ -154,6 +154,21 @@ async def test_a_running_job_holds_the_repair_back() -> None:
     assert (attempt.repair, attempt.asked, attempt.returned) == ("reboot", NOW, None)
 
 
+async def test_a_node_that_does_not_answer_is_neither_repaired_nor_seen_back() -> None:
+    """A reboot asked of a Slurm node whose slurmd does not answer yet (it just restarted)
+    was lost by slurmctld 22.05 in tests/slurm/test_repair_real.py; wait for it to answer."""
+    backend, metrics = Backend(held_node()), TainterMetrics()
+    backend.view = RepairView(jobs_running=False, repairing=False, answering=False)
+    await repairer(backend, metrics).node_synced(backend.node)
+    assert backend.started == []
+    backend.view = RepairView(jobs_running=False, repairing=False)
+    await repairer(backend, metrics).node_synced(backend.node)
+    assert backend.started == ["reboot"]
+    backend.view = RepairView(jobs_running=False, repairing=False, answering=False)
+    await repairer(backend, metrics).node_synced(backend.node)
+    assert read_attempts(backend.node)[0].returned is None, "not back while it does not answer"
+
+
 @pytest.mark.parametrize(
     ("asked_for", "kinds", "by_reboot", "carried"),
     [
