@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError
-from fleetwatch.tainter.backend import RepairView, Unavailable
+from fleetwatch.tainter.backend import RepairTicket, RepairView, Unavailable
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -422,7 +422,9 @@ class SlurmNodeApi:
         """Slurm reboots through `scontrol reboot` and the site's RebootProgram."""
         return True
 
-    async def repair_view(self, name: str) -> RepairView:
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
         """Jobs on the node (allocated, mixed or completing), whether the reboot fleetwatch
         asked for is still under way (Slurm's reboot flags, or down with fleetwatch's
         reason), and whether slurmctld hears from the node."""
@@ -436,7 +438,9 @@ class SlurmNodeApi:
             answering=answering(node),
         )
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
         """`scontrol reboot ASAP nextstate=RESUME reason="fleetwatch:<reason> <alert>" N`:
         the RebootProgram reboots the node and slurmctld resumes it when slurmd registers
         again. Only a node fleetwatch alone drained; a reboot is the only repair Slurm
@@ -455,6 +459,7 @@ class SlurmNodeApi:
             "reboot asked of Slurm",
             extra={"node": node.name, "reason": reason, "alert": alert, "drain_reason": text},
         )
+        return RepairTicket(how="scontrol reboot ASAP nextstate=RESUME")
 
     async def create_event(
         self, *, node: NodeView, reason: str, message: str, warning: bool

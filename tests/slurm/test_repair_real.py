@@ -24,12 +24,12 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.repair import REPAIRS_ANNOTATION, read_attempts
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.service import connect_backend
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
     QuarantineSettings,
-    RepairSettings,
     RetryPolicy,
     SlurmAccess,
 )

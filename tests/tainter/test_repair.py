@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from fleetwatch.tainter.backend import RepairView
+from fleetwatch.tainter.backend import RepairTicket, RepairView
 from fleetwatch.tainter.breaker import Breaker
 from fleetwatch.tainter.condition import desired
 from fleetwatch.tainter.desired import Intents
@@ -26,10 +26,10 @@ from fleetwatch.tainter.repair import (
     carried_out_as,
     read_attempts,
 )
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
     QuarantineSettings,
-    RepairSettings,
     RetryPolicy,
 )
 from fleetwatch.tainter.writes import RECORD_ANNOTATION
@@ -75,11 +75,16 @@ class Backend:
     ) -> None:
         self.events.append((reason, message))
 
-    async def repair_view(self, name: str) -> RepairView:
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
         return self.view
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
         self.started.append(repair)
+        return RepairTicket(boot_id="boot-1")
 
 
 def held_node(repair: str = "reboot", *, attempts: Sequence[Attempt] = ()) -> NodeView:
@@ -175,7 +180,7 @@ async def test_a_node_that_does_not_answer_is_neither_repaired_nor_seen_back() -
         ("reboot", {"reboot"}, True, "reboot"),
         ("gpu-reset", {"reboot"}, True, None),  # not opted in
         ("gpu-reset", {"gpu-reset"}, True, "reboot"),
-        ("gpu-reset", {"gpu-reset"}, False, None),  # no reset job on this backend
+        ("gpu-reset", {"gpu-reset"}, False, None),  # no reset Job image named
         ("hardware-inspection", {"reboot", "gpu-reset"}, True, None),
         ("none", {"reboot", "gpu-reset"}, True, None),
     ],
