@@ -110,14 +110,17 @@ class RemediationApi(NodeApi, PodApi, Protocol):
 class RepairView:
     """What the repair engine needs of a taken-out node: whether jobs still run on it,
     whether the orchestrator is still carrying out a repair asked of it, whether the node
-    answers it (a repair is neither asked of nor seen back from a node that does not), and
-    whether the repair ended without working (`failed`, with the orchestrator's `detail`)."""
+    answers it (a repair is neither asked of nor seen back from a node that does not),
+    whether the repair ended without working (`failed`, with the orchestrator's `detail`),
+    and who else holds the node out (`others_hold`: a person's cordon, drain or taint; such a
+    node is never repaired)."""
 
     jobs_running: bool
     repairing: bool
     answering: bool = True
     failed: bool = False
     detail: str = ""
+    others_hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

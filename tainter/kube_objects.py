@@ -70,6 +70,7 @@ class NodeView:
     annotations: Mapping[str, str]
     conditions: tuple[NodeCondition, ...] = ()
     boot_id: str = ""  # status.nodeInfo.bootID: the kubelet's, new after each boot
+    unschedulable: bool = False  # spec.unschedulable: cordoned (never ours to touch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +229,7 @@ def node_from_api(data: Any) -> NodeView:
         labels=_strings(meta.get("labels"), "node labels"),
         annotations=_strings(meta.get("annotations"), "node annotations"),
         conditions=tuple(_condition(raw) for raw in raw_conditions),
+        unschedulable=spec.get("unschedulable") is True,
         boot_id=_text(_object(status.get("nodeInfo"), "node nodeInfo").get("bootID"), "bootID"),
     )
 

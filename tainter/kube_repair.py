@@ -7,6 +7,8 @@ condition that names the repair (`tainter.condition`): starting one records the 
 node is Ready. It starts at once, pods or not: the controller chooses when to reboot, and a
 boot ID recorded after its reboot would wait for a second one.
 
+Never a node someone else holds out (`others_hold`: cordoned, or a taint of theirs).
+
 A **GPU reset** (opt-in: `--repair.kinds=gpu-reset`, `--repair.reset-by-reboot=false` and
 the Job's image in `--repair.reset-image`) waits until no pod bound to the node that asks for
 `nvidia.com/gpu` is left (terminating ones count), then creates the Job of
@@ -79,6 +81,25 @@ def job_outcome(job: Mapping[str, Any]) -> tuple[bool, bool, str]:
     return False, False, ""
 
 
+SYSTEM_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+"""Taints Kubernetes itself sets for a node's state (not-ready, unreachable, ...): not a
+person's hold."""
+
+
+def others_hold(node: NodeView) -> str:
+    """Who else holds `node` out: a cordon, or a NoSchedule/NoExecute taint that is neither
+    fleetwatch's nor one Kubernetes sets for the node's state; "" when none."""
+    if node.unschedulable:
+        return "cordoned (spec.unschedulable)"
+    foreign = sorted(
+        t.key
+        for t in node.taints
+        if not t.key.startswith((KEY_PREFIX, *SYSTEM_TAINT_PREFIXES))
+        and t.effect in ("NoSchedule", "NoExecute")
+    )
+    return f"tainted {', '.join(foreign)}" if foreign else ""
+
+
 class KubeRepairs:
     """`backend.RepairApi` for Kubernetes, over the backend's client."""
 
@@ -92,8 +113,9 @@ class KubeRepairs:
         """Before a repair: a reset waits for the node's GPU pods; a reboot waits for
         nothing. In flight: a reboot by the boot ID, a reset by its Job."""
         if ticket is None:
-            if repair != "gpu-reset":
-                return RepairView(jobs_running=False, repairing=False)
+            held = others_hold(await self._api.get_node(name))
+            if held or repair != "gpu-reset":
+                return RepairView(jobs_running=False, repairing=False, others_hold=held)
             pods = await self._api.list_pods(node=name)
             return RepairView(jobs_running=any(holds_gpu(p) for p in pods), repairing=False)
         if ticket.job:
@@ -144,8 +166,9 @@ class KubeRepairs:
             return RepairTicket(boot_id=fresh.boot_id, how=REBOOT_HOW)
         if repair != "gpu-reset" or not self._settings.reset_image:
             raise ApiError(status=501, reason=f"Kubernetes carries out no {repair} here")
-        taken_out = str((records(node).get(KEY_PREFIX + reason) or {}).get("time", ""))
-        name = job_name(node.name, reason, taken_out)
+        record = records(node).get(KEY_PREFIX + reason) or {}
+        take_out = f"{record.get('time', '')} {record.get('fingerprints', [])}"
+        name = job_name(node.name, reason, take_out)
         namespace = self._settings.reset_namespace
         body = reset_job(
             name=name,

@@ -7,17 +7,20 @@ audit record when it is taken out) is one the operator opted in to (`--repair.ki
 
 - once the node's jobs are gone, asks the orchestrator for the repair (`backend.RepairApi`:
   on Slurm `scontrol reboot ASAP nextstate=RESUME`, whose RebootProgram reboots and whose
-  slurmctld puts the node back), one repair per node at a time, and only while the breaker
-  allows it (repairs in flight count toward its share cap); `dry-run` logs, counts and
-  records an Event instead, once per take-out;
+  slurmctld puts the node back; on Kubernetes `tainter.kube_repair`: the node-repair
+  controllers' reboot seen by the boot ID, or a GPU reset Job), one repair per node at a
+  time, never of a node someone else holds out or one that does not answer, and only while
+  the breaker allows it (repairs in flight count toward its share cap); `dry-run` logs,
+  counts and records an Event instead, once per take-out;
 - treats the firing alerts that asked for it as answered (`Intents.consume`), so a late
   notification of the same alert does not take the repaired node out again;
 - watches the repair: back when the orchestrator no longer carries it out (time from taken
-  out to back in service is observed per reason); not back within `--repair.timeout`, it
-  did not work;
+  out to back in service is observed per reason; a manual reason is then lifted, as a person
+  would: `repaired`); failed (the reset Job failed) or not back within `--repair.timeout`,
+  it did not work;
 - escalates as gpud does after two reboots: a reason back within `--repair.window` after
   its repair returned means the repair did not hold; after `--repair.max-attempts` repairs
-  of one reason within the window (or one that timed out) the engine stops repairing and
+  of one reason within the window (or one that failed or timed out) the engine stops repairing and
   quarantines the node for hardware inspection (`tainter.quarantine`: the label, the
   history annotation and a `NodeQuarantined` Event naming the repairs).
 
@@ -371,6 +374,12 @@ class Repairer:
                 )
             return
         view = await repairs.repair_view(node.name, repair=hold.repair, ticket=None)
+        if view.others_hold:
+            log.info(
+                "not repaired: someone else holds the node out",
+                extra={"node": node.name, "reason": hold.reason, "held": view.others_hold},
+            )
+            return
         if view.jobs_running or view.repairing or not view.answering:
             return
         refusal = self._breaker.may_repair(self._in_flight - {node.name})

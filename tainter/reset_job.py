@@ -49,10 +49,11 @@ done
 """
 
 
-def job_name(node: str, reason: str, taken_out: str) -> str:
-    """The Job's name for one take-out of `node` for `reason`: the same take-out always
-    names the same Job, so a retried create finds it (409) instead of resetting twice."""
-    digest = hashlib.sha256(f"{node}\n{reason}\n{taken_out}".encode()).hexdigest()[:16]
+def job_name(node: str, reason: str, take_out: str) -> str:
+    """The Job's name for one take-out of `node` for `reason` (`take_out`: its audit record's
+    time and alert fingerprints): the same take-out always names the same Job, so a retried
+    create finds it (409) instead of resetting twice, and the next take-out names another."""
+    digest = hashlib.sha256(f"{node}\n{reason}\n{take_out}".encode()).hexdigest()[:16]
     return f"fleetwatch-gpu-reset-{digest}"
 
 

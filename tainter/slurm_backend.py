@@ -436,6 +436,7 @@ class SlurmNodeApi:
             jobs_running=bool(_flags(node) & JOB_FLAGS),
             repairing=rebooting_for_us(node),
             answering=answering(node),
+            others_hold=f"{node.state}: {node.reason}" if held_by_others(node) else "",
         )
 
     async def start_repair(
