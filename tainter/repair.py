@@ -299,10 +299,6 @@ class Repairer:
         """A repair in flight: back, failed, still going, or past `--repair.timeout`."""
         view = await repairs.repair_view(node.name, repair=flying.repair, ticket=flying.ticket)
         if view.failed:
-            done = replace(flying, failed=True)
-            self._metrics.repairs.labels(repair=flying.repair, result="failed").inc()
-            await self._store(node.name, _swap(attempts, flying, done))
-            self._note(node.name, False)
             await self._event(
                 node,
                 "RepairFailed",
@@ -310,20 +306,17 @@ class Repairer:
                 f"not work: {view.detail}",
                 warning=True,
             )
-            await self._escalate(node, flying.reason, f"its {flying.repair} failed")
+            await self._not_back(node, attempts, flying, result="failed", why="failed")
             return
         if view.repairing or not view.answering:
             if now - flying.asked <= self._settings.timeout:
                 return
-            done = replace(flying, timed_out=True)
-            self._metrics.repairs.labels(repair=flying.repair, result="timeout").inc()
-            await self._store(node.name, _swap(attempts, flying, done))
-            self._note(node.name, False)
-            await self._escalate(
+            await self._not_back(
                 node,
-                flying.reason,
-                f"its {flying.repair} was not back within "
-                f"{format_duration(self._settings.timeout)}",
+                attempts,
+                flying,
+                result="timeout",
+                why=f"was not back within {format_duration(self._settings.timeout)}",
             )
             return
         done = replace(flying, returned=now)
@@ -345,6 +338,23 @@ class Repairer:
             f"{format_duration(float(now - flying.taken_out))} in all"
             + (f" ({view.detail})" if view.detail else ""),
         )
+
+    async def _not_back(
+        self,
+        node: NodeView,
+        attempts: tuple[Attempt, ...],
+        flying: Attempt,
+        *,
+        result: str,
+        why: str,
+    ) -> None:
+        """A repair that ended without the node back (`result` failed, or timeout): recorded
+        on the node, counted, and escalated to quarantine."""
+        done = replace(flying, failed=result == "failed", timed_out=result == "timeout")
+        self._metrics.repairs.labels(repair=flying.repair, result=result).inc()
+        await self._store(node.name, _swap(attempts, flying, done))
+        self._note(node.name, False)
+        await self._escalate(node, flying.reason, f"its {flying.repair} {why}")
 
     async def _repair(
         self,
