@@ -12,7 +12,6 @@ metric, a failure escalating; a node someone else cordoned or tainted is never r
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.reset_job import RESET_SCRIPT
 from fleetwatch.tainter.settings import QuarantineSettings
 from testbed.kube_apiserver import ADMIN, ApiServer
-from tests.tainter.conftest import T0, ControllerFactory, alert, webhook
+from tests.tainter.conftest import ControllerFactory, webhook, xid_alert
 from tests.tainter.realkube import RealCluster
 
 pytestmark = pytest.mark.integration
@@ -90,15 +89,7 @@ def boots(server: ApiServer, node: str, boot_id: str) -> None:
 
 
 def xid(code: str, n: int) -> dict[str, Any]:
-    """The n-th GPUXidCritical for Xid `code` on NODE: a new alert instance each time."""
-    return alert(
-        NODE,
-        reason=REASON,
-        alertname="GPUXidCritical",
-        fp=f"xid-{code}-{n}",
-        starts=T0 + timedelta(hours=n),
-        extra={"xid": code},
-    )
+    return xid_alert(NODE, code, n)
 
 
 def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
