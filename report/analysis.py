@@ -427,9 +427,38 @@ def remediation(ds: Dataset) -> Section:
             summary.append((label, float(np.sum(opened[1:] & ~opened[:-1]) + opened[:1].sum())))
         else:
             summary.append((label, float(values.max(initial=0.0))))
+    summary += _repairs(ds, section)
     if summary:
         section.tables["tainter_summary"] = pd.DataFrame(summary, columns=["what", "value"])
     return section
+
+
+def _repairs(ds: Dataset, section: Section) -> list[tuple[str, float]]:
+    """Repairs after the drain (`--repair.*`): counts by kind and result and the most in
+    flight for the summary; tables of repairs that did not hold and of time from taken out
+    to back in service per reason. Nothing when the tainter repaired nothing."""
+    summary: list[tuple[str, float]] = []
+    repairs = frame_values(ds, "repairs", ("repair", "result"), "count")
+    if repairs is not None:
+        summary += [
+            (f"repair {r.repair} ({r.result})", float(r.count)) for r in repairs.itertuples()
+        ]
+    flying = ds.frame("repairs_in_flight")
+    if flying is not None and len(flying):
+        summary.append(("max repairs in flight", float(flying["value"].max())))
+    not_held = frame_values(ds, "repairs_not_held", ("reason", "repair"), "repairs")
+    if not_held is not None and len(not_held):
+        section.tables["repairs_not_held"] = ranked(not_held, ["repairs"])
+    seconds = frame_values(ds, "repair_back_seconds", ("reason",), "seconds")
+    count = frame_values(ds, "repair_back_count", ("reason",), "repairs")
+    if seconds is not None and count is not None and len(count):
+        back = count.merge(seconds, on="reason", how="left")
+        back = back[back["repairs"] > 0]
+        back["mean_minutes"] = back["seconds"] / back["repairs"] / 60
+        section.tables["repair_back_in_service"] = ranked(
+            back[["reason", "repairs", "mean_minutes"]], ["repairs"]
+        )
+    return summary
 
 
 SECTION_QUERIES: dict[str, tuple[str, ...]] = {
@@ -470,7 +499,17 @@ SECTION_QUERIES: dict[str, tuple[str, ...]] = {
         "gpu_count_min",
         "gpu_expected",
     ),
-    "Remediation": ("taint_alerts", "taint_operations", "tainted_nodes", "breaker_open"),
+    "Remediation": (
+        "taint_alerts",
+        "taint_operations",
+        "tainted_nodes",
+        "breaker_open",
+        "repairs",
+        "repairs_not_held",
+        "repair_back_seconds",
+        "repair_back_count",
+        "repairs_in_flight",
+    ),
     CHECKPOINTS: (
         "job_checkpoint_saves",
         "job_checkpoint_saving_seconds",

@@ -108,29 +108,57 @@ class RemediationApi(NodeApi, PodApi, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RepairView:
-    """What the repair engine needs of a taken-out node: whether jobs still run on it, and
-    whether the orchestrator is still carrying out a repair asked of it."""
+    """What the repair engine needs of a taken-out node: whether jobs still run on it,
+    whether the orchestrator is still carrying out a repair asked of it, whether the node
+    answers it (a repair is neither asked of nor seen back from a node that does not),
+    whether the repair ended without working (`failed`, with the orchestrator's `detail`),
+    and who else holds the node out (`others_hold`: a person's cordon, drain or taint; such a
+    node is never repaired)."""
 
     jobs_running: bool
     repairing: bool
+    answering: bool = True
+    failed: bool = False
+    detail: str = ""
+    others_hold: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairTicket:
+    """What a backend needs later to tell whether a repair it started is over, kept with the
+    attempt on the node: the node's boot ID when a reboot started (Kubernetes: back when
+    `status.nodeInfo.bootID` changes) or the GPU reset Job's name; empty where the
+    orchestrator follows the repair itself (Slurm). `how` says, for the Event, how the
+    repair is carried out."""
+
+    boot_id: str = ""
+    job: str = ""
+    how: str = ""
 
 
 @runtime_checkable
 class RepairApi(Protocol):
     """A backend that can carry out repairs (`tainter.repair`): Slurm reboots through
-    `scontrol reboot` and its RebootProgram. A wrapper (leader-only, dry run) is one too,
-    and says through `can_repair` whether the backend it wraps is."""
+    `scontrol reboot` and its RebootProgram; Kubernetes watches the node-repair controllers'
+    reboot by the node's boot ID and runs a GPU reset as a Job (`tainter.kube_repair`). A
+    wrapper (leader-only, dry run) is one too, and says through `can_repair` whether the
+    backend it wraps is."""
 
     @property
     def can_repair(self) -> bool: ...
 
-    async def repair_view(self, name: str) -> RepairView:
-        """The node's jobs and repair as the orchestrator sees them now; ApiError."""
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
+        """The node's jobs and the `repair` as the orchestrator sees them now (`ticket`: the
+        one `start_repair` gave for the repair in flight, None before one starts); ApiError."""
         ...
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
-        """Ask the orchestrator to carry out `repair` (`reboot`) of a node fleetwatch took
-        out for `reason` (alert `alert`) whose jobs are gone; ApiError when it refuses."""
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
+        """Ask the orchestrator to carry out `repair` of a node fleetwatch took out for
+        `reason` (alert `alert`) whose jobs are gone; ApiError when it refuses."""
         ...
 
 
@@ -139,12 +167,14 @@ def repair_backend(api: object) -> RepairApi | None:
     return api if isinstance(api, RepairApi) and api.can_repair else None
 
 
-async def view_of(api: object, name: str) -> RepairView:
+async def view_of(
+    api: object, name: str, *, repair: str, ticket: RepairTicket | None
+) -> RepairView:
     """The wrapped backend's `repair_view`; ApiError 501 when it carries out no repair."""
     real = repair_backend(api)
     if real is None:
         raise ApiError(status=501, reason="this orchestrator carries out no repair")
-    return await real.repair_view(name)
+    return await real.repair_view(name, repair=repair, ticket=ticket)
 
 
 class LeaseApi(Protocol):

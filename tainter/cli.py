@@ -16,6 +16,7 @@ from fleetwatch import promclient
 from fleetwatch.flags import Flags, Subcommand
 from fleetwatch.listener import ListenerSettings
 from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.settings import (
     BreakerCommand,
     BreakerPolicy,
@@ -28,7 +29,6 @@ from fleetwatch.tainter.settings import (
     NodeConditionSettings,
     Orchestrator,
     QuarantineSettings,
-    RepairSettings,
     SlurmAccess,
     TaintSettings,
     TlsFiles,

@@ -28,7 +28,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from fleetwatch.tainter.backend import LeaseApi, NodeApi, RepairView, repair_backend, view_of
+from fleetwatch.tainter.backend import (
+    LeaseApi,
+    NodeApi,
+    RepairTicket,
+    RepairView,
+    repair_backend,
+    view_of,
+)
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, Lease, NodeView, Taint, now_micro
 from fleetwatch.tainter.settings import ElectionSettings
 
@@ -297,12 +304,16 @@ class LeaderOnlyNodeApi:
     def can_repair(self) -> bool:
         return repair_backend(self._real) is not None
 
-    async def repair_view(self, name: str) -> RepairView:
-        return await view_of(self._real, name)
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
+        return await view_of(self._real, name, repair=repair, ticket=ticket)
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
         """The wrapped backend's repair, only while leader."""
         real = repair_backend(self._real)
         if not self._leadership.is_leader or real is None:
             raise NotLeader
-        await real.start_repair(node, repair=repair, reason=reason, alert=alert)
+        return await real.start_repair(node, repair=repair, reason=reason, alert=alert)

@@ -18,7 +18,14 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client, config
 
-from fleetwatch.tainter.backend import LeaseApi, NodeApi, PodApi, RemediationApi
+from fleetwatch.tainter.backend import (
+    LeaseApi,
+    NodeApi,
+    PodApi,
+    RemediationApi,
+    RepairTicket,
+    RepairView,
+)
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -34,6 +41,8 @@ from fleetwatch.tainter.kube_objects import (
     nodes_from_api,
     pods_from_api,
 )
+from fleetwatch.tainter.kube_repair import KubeRepairs
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.writes import Throttled, retry_after
 
 __all__ = ["KubeNodeApi", "LeaseApi", "NodeApi", "PodApi", "RemediationApi"]
@@ -52,10 +61,18 @@ class KubeNodeApi:
         event_namespace: str,
         component: str,
         timeout: float,
+        repairs: RepairSettings | None = None,
     ) -> None:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
+        # Repairs (`tainter.kube_repair`) only when --repair.mode is not off.
+        self._repairs = (
+            KubeRepairs(api=self, settings=repairs)
+            if repairs is not None and repairs.mode != "off"
+            else None
+        )
         self._event_namespace = event_namespace
         self._component = component
         self._timeout = timeout
@@ -68,6 +85,7 @@ class KubeNodeApi:
         event_namespace: str = "default",
         component: str = "fleetwatch-tainter",
         timeout: float = 10.0,
+        repairs: RepairSettings | None = None,
     ) -> KubeNodeApi:
         """Configure from `kubeconfig`, or from the pod's service account when None."""
         configuration = client.Configuration()
@@ -85,6 +103,7 @@ class KubeNodeApi:
             event_namespace=event_namespace,
             component=component,
             timeout=timeout,
+            repairs=repairs,
         )
 
     async def close(self) -> None:
@@ -279,6 +298,38 @@ class KubeNodeApi:
             message=message,
             warning=warning,
         )
+
+    @property
+    def can_repair(self) -> bool:
+        """Whether repairs are on (`backend.RepairApi`)."""
+        return self._repairs is not None
+
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
+        return await self._repairer().repair_view(name, repair=repair, ticket=ticket)
+
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
+        return await self._repairer().start_repair(node, repair=repair, reason=reason, alert=alert)
+
+    def _repairer(self) -> KubeRepairs:
+        if self._repairs is None:
+            raise ApiError(status=501, reason="repairs are off (--repair.mode=off)")
+        return self._repairs
+
+    async def create_job(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create a batch/v1 Job (the GPU reset's, `tainter.kube_repair`); Conflict when one of
+        that name exists."""
+        await self._call(self._batch.create_namespaced_job, namespace, dict(body))
+
+    async def get_job(self, *, namespace: str, name: str) -> Mapping[str, Any]:
+        """A Job's JSON form; ApiError 404 when there is none."""
+        data = await self._call(self._batch.read_namespaced_job, name, namespace)
+        if not isinstance(data, dict):
+            raise Malformed("Job")
+        return data
 
 
 def _status_message(body: bytes) -> str:

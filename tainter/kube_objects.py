@@ -69,6 +69,8 @@ class NodeView:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     conditions: tuple[NodeCondition, ...] = ()
+    boot_id: str = ""  # status.nodeInfo.bootID: the kubelet's, new after each boot
+    unschedulable: bool = False  # spec.unschedulable: cordoned (never ours to touch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,8 @@ def node_from_api(data: Any) -> NodeView:
     name = _text(meta.get("name"), "node name")
     if not name:
         raise Malformed("node without a name")
-    raw_conditions = _object(data.get("status"), "node status").get("conditions") or []
+    status = _object(data.get("status"), "node status")
+    raw_conditions = status.get("conditions") or []
     if not isinstance(raw_conditions, list):
         raise Malformed("node status.conditions")
     return NodeView(
@@ -226,6 +229,8 @@ def node_from_api(data: Any) -> NodeView:
         labels=_strings(meta.get("labels"), "node labels"),
         annotations=_strings(meta.get("annotations"), "node annotations"),
         conditions=tuple(_condition(raw) for raw in raw_conditions),
+        unschedulable=spec.get("unschedulable") is True,
+        boot_id=_text(_object(status.get("nodeInfo"), "node nodeInfo").get("bootID"), "bootID"),
     )
 
 

@@ -34,7 +34,7 @@ from fleetwatch.tainter.kube_objects import NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.quarantine import Marks, Quarantine
-from fleetwatch.tainter.repair import in_flight
+from fleetwatch.tainter.repair import in_flight, repaired
 from fleetwatch.tainter.untaint_gate import UntaintGate
 from fleetwatch.tainter.writes import (
     UNTAINT_ANNOTATION,
@@ -120,7 +120,7 @@ class NodePlanner:
                 self._metrics.untaint_deferred.labels(why="quarantined").inc()
             elif (flying := in_flight(node)) is not None and flying.reason == intent.reason:
                 self._metrics.untaint_deferred.labels(why="repairing").inc()
-            elif await self._gate.may_untaint(intent):
+            elif await self._gate.may_untaint(intent, repaired=repaired(node, intent.reason)):
                 remove.add(key)
         mine = self._intents.on(node.name)
         wanted = sorted(

@@ -7,17 +7,20 @@ audit record when it is taken out) is one the operator opted in to (`--repair.ki
 
 - once the node's jobs are gone, asks the orchestrator for the repair (`backend.RepairApi`:
   on Slurm `scontrol reboot ASAP nextstate=RESUME`, whose RebootProgram reboots and whose
-  slurmctld puts the node back), one repair per node at a time, and only while the breaker
-  allows it (repairs in flight count toward its share cap); `dry-run` logs, counts and
-  records an Event instead, once per take-out;
+  slurmctld puts the node back; on Kubernetes `tainter.kube_repair`: the node-repair
+  controllers' reboot seen by the boot ID, or a GPU reset Job), one repair per node at a
+  time, never of a node someone else holds out or one that does not answer, and only while
+  the breaker allows it (repairs in flight count toward its share cap); `dry-run` logs,
+  counts and records an Event instead, once per take-out;
 - treats the firing alerts that asked for it as answered (`Intents.consume`), so a late
   notification of the same alert does not take the repaired node out again;
 - watches the repair: back when the orchestrator no longer carries it out (time from taken
-  out to back in service is observed per reason); not back within `--repair.timeout`, it
-  did not work;
+  out to back in service is observed per reason; a manual reason is then lifted, as a person
+  would: `repaired`); failed (the reset Job failed) or not back within `--repair.timeout`,
+  it did not work;
 - escalates as gpud does after two reboots: a reason back within `--repair.window` after
   its repair returned means the repair did not hold; after `--repair.max-attempts` repairs
-  of one reason within the window (or one that timed out) the engine stops repairing and
+  of one reason within the window (or one that failed or timed out) the engine stops repairing and
   quarantines the node for hardware inspection (`tainter.quarantine`: the label, the
   history annotation and a `NodeQuarantined` Event naming the repairs).
 
@@ -36,14 +39,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from fleetwatch.durations import format_duration
-from fleetwatch.tainter.backend import NodeApi, RepairApi, repair_backend
+from fleetwatch.tainter.backend import NodeApi, RepairApi, RepairTicket, repair_backend
 from fleetwatch.tainter.breaker import Breaker
 from fleetwatch.tainter.desired import Intents
 from fleetwatch.tainter.kube_objects import ApiError, NodeView, parse_rfc3339, rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
 from fleetwatch.tainter.quarantine import EventSink, Quarantine
-from fleetwatch.tainter.settings import RepairSettings, RetryPolicy
+from fleetwatch.tainter.repair_settings import RepairSettings
+from fleetwatch.tainter.settings import RetryPolicy
 from fleetwatch.tainter.writes import our_taints, records, with_retries
 
 log = logging.getLogger(__name__)
@@ -58,7 +62,8 @@ MAX_ATTEMPTS_KEPT: Final = 16
 class Attempt:
     """One repair asked of the orchestrator: for which reason and alert, which repair
     (`asked_for`) carried out how (`repair`), when the node was taken out and the repair
-    asked (Unix seconds), and when it came back (None while in flight) or `timed_out`."""
+    asked (Unix seconds), and when it came back (None while in flight), `timed_out` or
+    `failed`; the node's boot ID when it started or the reset Job (`backend.RepairTicket`)."""
 
     reason: str
     alert: str
@@ -68,6 +73,19 @@ class Attempt:
     asked: int
     returned: int | None = None
     timed_out: bool = False
+    failed: bool = False
+    boot_id: str = ""
+    job: str = ""
+
+    @property
+    def ticket(self) -> RepairTicket:
+        """What the backend gave when the repair started (`backend.RepairTicket`)."""
+        return RepairTicket(boot_id=self.boot_id, job=self.job)
+
+    @property
+    def flying(self) -> bool:
+        """Still in flight: neither back, nor timed out, nor failed."""
+        return self.returned is None and not self.timed_out and not self.failed
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -82,6 +100,12 @@ class Attempt:
             data["returned"] = rfc3339(self.returned)
         if self.timed_out:
             data["timedOut"] = True
+        if self.failed:
+            data["failed"] = True
+        if self.boot_id:
+            data["bootID"] = self.boot_id
+        if self.job:
+            data["job"] = self.job
         return data
 
     @classmethod
@@ -100,6 +124,9 @@ class Attempt:
                 asked=parse_rfc3339(data["asked"]),
                 returned=None if returned is None else parse_rfc3339(returned),
                 timed_out=bool(data.get("timedOut", False)),
+                failed=bool(data.get("failed", False)),
+                boot_id=str(data.get("bootID", "")),
+                job=str(data.get("job", "")),
             )
         except KeyError as exc:
             raise ValueError(f"an attempt lacks {exc.args[0]!r}") from exc
@@ -130,17 +157,35 @@ def in_flight(node: NodeView) -> Attempt | None:
         attempts = read_attempts(node)
     except ValueError:
         return None
-    return next((a for a in attempts if a.returned is None and not a.timed_out), None)
+    return next((a for a in attempts if a.flying), None)
+
+
+def repaired(node: NodeView, reason: str) -> bool:
+    """Whether a repair of `reason` asked since its hold's take-out (its audit record's
+    time) came back: the evidence a person gives by releasing a manual reason, which lets the
+    untaint gate lift it (`tainter.untaint_gate`)."""
+    record = records(node).get(KEY_PREFIX + reason) or {}
+    try:
+        attempts = read_attempts(node)
+        taken_out = parse_rfc3339(record.get("time"))
+    except ValueError:
+        return False
+    return any(
+        a.reason == reason and a.asked >= taken_out and a.returned is not None for a in attempts
+    )
 
 
 def carried_out_as(asked_for: str, settings: RepairSettings) -> str | None:
     """The repair fleetwatch asks the orchestrator for, for a hold whose reason asks for
     `asked_for`; None when it waits for a person (not opted in, or not a repair an
-    orchestrator carries out)."""
+    orchestrator carries out). A GPU reset is a reboot unless the operator named the reset
+    Job's image (`--repair.reset-image`) and turned `--repair.reset-by-reboot` off."""
     if asked_for not in settings.kinds:
         return None
-    if asked_for == GPU_RESET and settings.reset_by_reboot:
-        return REBOOT
+    if asked_for == GPU_RESET:
+        if settings.reset_by_reboot:
+            return REBOOT
+        return GPU_RESET if settings.reset_image else None
     return asked_for if asked_for == REBOOT else None
 
 
@@ -219,7 +264,7 @@ class Repairer:
             )
             attempts = ()
         now = int(self._clock())
-        flying = next((a for a in attempts if a.returned is None and not a.timed_out), None)
+        flying = next((a for a in attempts if a.flying), None)
         self._note(node.name, flying is not None)
         if flying is not None:
             await self._watch(node, repairs, attempts, flying, now)
@@ -251,20 +296,27 @@ class Repairer:
         flying: Attempt,
         now: int,
     ) -> None:
-        """A repair in flight: back, still going, or past `--repair.timeout`."""
-        view = await repairs.repair_view(node.name)
-        if view.repairing:
+        """A repair in flight: back, failed, still going, or past `--repair.timeout`."""
+        view = await repairs.repair_view(node.name, repair=flying.repair, ticket=flying.ticket)
+        if view.failed:
+            await self._event(
+                node,
+                "RepairFailed",
+                f"{flying.repair} for {KEY_PREFIX}{flying.reason} (alert {flying.alert}) did "
+                f"not work: {view.detail}",
+                warning=True,
+            )
+            await self._not_back(node, attempts, flying, result="failed", why="failed")
+            return
+        if view.repairing or not view.answering:
             if now - flying.asked <= self._settings.timeout:
                 return
-            done = replace(flying, timed_out=True)
-            self._metrics.repairs.labels(repair=flying.repair, result="timeout").inc()
-            await self._store(node.name, _swap(attempts, flying, done))
-            self._note(node.name, False)
-            await self._escalate(
+            await self._not_back(
                 node,
-                flying.reason,
-                f"its {flying.repair} was not back within "
-                f"{format_duration(self._settings.timeout)}",
+                attempts,
+                flying,
+                result="timeout",
+                why=f"was not back within {format_duration(self._settings.timeout)}",
             )
             return
         done = replace(flying, returned=now)
@@ -283,8 +335,26 @@ class Repairer:
             "RepairReturned",
             f"{flying.repair} for {KEY_PREFIX}{flying.reason} (alert {flying.alert}) came "
             f"back after {format_duration(float(now - flying.asked))}; out "
-            f"{format_duration(float(now - flying.taken_out))} in all",
+            f"{format_duration(float(now - flying.taken_out))} in all"
+            + (f" ({view.detail})" if view.detail else ""),
         )
+
+    async def _not_back(
+        self,
+        node: NodeView,
+        attempts: tuple[Attempt, ...],
+        flying: Attempt,
+        *,
+        result: str,
+        why: str,
+    ) -> None:
+        """A repair that ended without the node back (`result` failed, or timeout): recorded
+        on the node, counted, and escalated to quarantine."""
+        done = replace(flying, failed=result == "failed", timed_out=result == "timeout")
+        self._metrics.repairs.labels(repair=flying.repair, result=result).inc()
+        await self._store(node.name, _swap(attempts, flying, done))
+        self._note(node.name, False)
+        await self._escalate(node, flying.reason, f"its {flying.repair} {why}")
 
     async def _repair(
         self,
@@ -299,7 +369,10 @@ class Repairer:
         recent = [a for a in attempts if a.reason == hold.reason and a.asked > since]
         live = self._settings.mode == "on"
         back = [a for a in recent if a.returned is not None and a.returned <= hold.taken_out]
-        if any(a.timed_out for a in recent) or len(recent) >= self._settings.max_attempts:
+        if (
+            any(a.timed_out or a.failed for a in recent)
+            or len(recent) >= self._settings.max_attempts
+        ):
             if live:
                 self._not_held(hold, back)
                 window = format_duration(self._settings.window)
@@ -310,8 +383,14 @@ class Repairer:
                     f"(--repair.max-attempts={self._settings.max_attempts})",
                 )
             return
-        view = await repairs.repair_view(node.name)
-        if view.jobs_running or view.repairing:
+        view = await repairs.repair_view(node.name, repair=hold.repair, ticket=None)
+        if view.others_hold:
+            log.info(
+                "not repaired: someone else holds the node out",
+                extra={"node": node.name, "reason": hold.reason, "held": view.others_hold},
+            )
+            return
+        if view.jobs_running or view.repairing or not view.answering:
             return
         refusal = self._breaker.may_repair(self._in_flight - {node.name})
         if refusal is not None:
@@ -354,7 +433,7 @@ class Repairer:
         """Ask the orchestrator for the repair and record the attempt on the node."""
         attempts, hold, now = state
         try:
-            await repairs.start_repair(
+            ticket = await repairs.start_repair(
                 node, repair=hold.repair, reason=hold.reason, alert=hold.alert
             )
         except ApiError as exc:
@@ -372,6 +451,8 @@ class Repairer:
             repair=hold.repair,
             taken_out=hold.taken_out,
             asked=now,
+            boot_id=ticket.boot_id,
+            job=ticket.job,
         )
         await self._store(node.name, (*attempts, attempt))
         self._note(node.name, True)
@@ -382,7 +463,9 @@ class Repairer:
         await self._event(
             node,
             "RepairStarted",
-            f"asked for {what}; attempt {count} of {self._settings.max_attempts} within "
+            f"asked for {what}"
+            + (f": {ticket.how}" if ticket.how else "")
+            + f"; attempt {count} of {self._settings.max_attempts} within "
             f"{format_duration(self._settings.window)}",
         )
 

@@ -37,6 +37,7 @@ from fleetwatch.tainter.kube_objects import ApiError, NodeView, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX, taint_key
 from fleetwatch.tainter.quarantine import release
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.server import METRICS_KEY, Background, make_app
 from fleetwatch.tainter.settings import RetryPolicy, SlurmAccess, TaintSettings
 from fleetwatch.tainter.sources import (
@@ -67,6 +68,7 @@ async def connect_backend(
     kubeconfig: Path | None = None,
     event_namespace: str = "default",
     slurm: SlurmAccess | None = None,
+    repairs: RepairSettings | None = None,
 ) -> tuple[ClusterApi, Close]:
     """The backend `orchestrator` names, connected, and how to close it. Raises ApiError
     when it cannot be reached (Slurm: scontrol does not answer `show config`)."""
@@ -81,7 +83,9 @@ async def connect_backend(
         return api, nothing
     from fleetwatch.tainter.kube import KubeNodeApi
 
-    kube = await KubeNodeApi.connect(kubeconfig=kubeconfig, event_namespace=event_namespace)
+    kube = await KubeNodeApi.connect(
+        kubeconfig=kubeconfig, event_namespace=event_namespace, repairs=repairs
+    )
     return kube, kube.close
 
 
@@ -133,6 +137,7 @@ async def build_app(
         kubeconfig=settings.kubeconfig,
         event_namespace=settings.event_namespace,
         slurm=settings.slurm,
+        repairs=settings.controller.repair,
     )
     session = aiohttp.ClientSession()
     try:

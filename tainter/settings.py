@@ -16,7 +16,6 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from fleetwatch.flags import (
     REQUIRED,
@@ -32,6 +31,7 @@ from fleetwatch.k8snames import is_node_name
 from fleetwatch.listener import ListenerSettings
 from fleetwatch.promclient import PrometheusClientSettings
 from fleetwatch.rules.contract import NODE_PLACEHOLDER, Repair
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.taint_policy import TaintPolicy, listed, reason, reasons
 
 
@@ -227,70 +227,6 @@ class QuarantineSettings:
         minimum=60.0,
         maximum=30 * 86400.0,
         help="how far back --quarantine.after counts a node's taints",
-    )
-
-
-REPAIR_MODES: Final = ("off", "dry-run", "on")
-REPAIR_KINDS: Final = ("gpu-reset", "reboot")
-"""The repairs an orchestrator can carry out (`fleetwatch.rules.contract.REPAIRS` less none
-and hardware inspection, which are a person's)."""
-
-
-def repair_kinds(text: str) -> frozenset[str]:
-    """`--repair.kinds`: a comma-separated list of REPAIR_KINDS (empty allowed)."""
-    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
-    unknown = sorted(kinds - set(REPAIR_KINDS))
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown repair {unknown[0]!r}: expected some of {', '.join(REPAIR_KINDS)}"
-        )
-    return kinds
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RepairSettings:
-    """Repair after the drain (`--repair.*`): off by default, dry-run first, opt-in per kind;
-    a repair that does not hold `max_attempts` times within `window` quarantines the node
-    for hardware inspection (`tainter.repair`)."""
-
-    mode: str = setting(
-        "off",
-        choices=REPAIR_MODES,
-        help="repair taken-out nodes as their reason's declared repair asks: off, dry-run "
-        "(log, count and record Events only) or on",
-    )
-    kinds: frozenset[str] = setting(
-        frozenset(),
-        parse=repair_kinds,
-        metavar="KIND,...",
-        shown=lambda kinds: ",".join(sorted(kinds)) or "none",
-        help="the repairs fleetwatch may ask for (gpu-reset, reboot); others wait for a person",
-    )
-    window: float = duration_setting(
-        86400.0,
-        minimum=60.0,
-        maximum=30 * 86400.0,
-        help="a reason back within this long after its repair returned means the repair did "
-        "not hold",
-    )
-    max_attempts: int = number_setting(
-        2,
-        minimum=1,
-        maximum=10,
-        integer=True,
-        help="repairs of one reason within --repair.window before the node is quarantined for "
-        "hardware inspection instead",
-    )
-    timeout: float = duration_setting(
-        3600.0,
-        minimum=60.0,
-        maximum=7 * 86400.0,
-        help="a repair not back within this long did not work: the node is quarantined",
-    )
-    reset_by_reboot: bool = setting(
-        True,
-        help="carry out a GPU reset as a node reboot (the only reset Slurm's RebootProgram "
-        "and the node-repair controllers offer)",
     )
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError
-from fleetwatch.tainter.backend import RepairView, Unavailable
+from fleetwatch.tainter.backend import RepairTicket, RepairView, Unavailable
 from fleetwatch.tainter.kube_objects import (
     ApiError,
     Conflict,
@@ -185,6 +185,13 @@ def rebooting_for_us(node: Node) -> bool:
     """Drained by fleetwatch and rebooting: asked with `scontrol reboot` (its reason is
     fleetwatch's, with Slurm's ` : reboot issued` after it) and not back yet."""
     return drained_by_us(node) and bool(_flags(node) & REBOOT_FLAGS)
+
+
+def answering(node: Node) -> bool:
+    """slurmctld hears from the node's slurmd: no NOT_RESPONDING flag (`*` in short form).
+    A reboot asked of a node that does not answer yet (its slurmd just restarted) can be
+    lost: slurmctld 22.05 then never takes the next registration as the reboot's end."""
+    return "NOT_RESPONDING" not in _flags(node) and "*" not in node.state
 
 
 def held_by_others(node: Node) -> bool:
@@ -415,19 +422,26 @@ class SlurmNodeApi:
         """Slurm reboots through `scontrol reboot` and the site's RebootProgram."""
         return True
 
-    async def repair_view(self, name: str) -> RepairView:
-        """Jobs on the node (allocated, mixed or completing), and whether the reboot
-        fleetwatch asked for is still under way (Slurm's reboot flags, or down with
-        fleetwatch's reason)."""
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
+        """Jobs on the node (allocated, mixed or completing), whether the reboot fleetwatch
+        asked for is still under way (Slurm's reboot flags, or down with fleetwatch's
+        reason), and whether slurmctld hears from the node."""
         found = [n for n in await self._scontrol.nodes(name) if n.name == name]
         if not found:
             raise ApiError(status=404, reason=f"Slurm has no node {name!r}")
         node = found[0]
         return RepairView(
-            jobs_running=bool(_flags(node) & JOB_FLAGS), repairing=rebooting_for_us(node)
+            jobs_running=bool(_flags(node) & JOB_FLAGS),
+            repairing=rebooting_for_us(node),
+            answering=answering(node),
+            others_hold=f"{node.state}: {node.reason}" if held_by_others(node) else "",
         )
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
         """`scontrol reboot ASAP nextstate=RESUME reason="fleetwatch:<reason> <alert>" N`:
         the RebootProgram reboots the node and slurmctld resumes it when slurmd registers
         again. Only a node fleetwatch alone drained; a reboot is the only repair Slurm
@@ -446,6 +460,7 @@ class SlurmNodeApi:
             "reboot asked of Slurm",
             extra={"node": node.name, "reason": reason, "alert": alert, "drain_reason": text},
         )
+        return RepairTicket(how="scontrol reboot ASAP nextstate=RESUME")
 
     async def create_event(
         self, *, node: NodeView, reason: str, message: str, warning: bool

@@ -2,11 +2,12 @@
 
 A taint whose alerts all resolved is removed only when its reason is not manual (the
 remediation contract or the operator's settings say a person lifts it, or it has no untaint
-evidence), the hold time has passed since an alert last fired for it, and Prometheus
-confirms that the condition is clear (`tainter.sources`). Each deferral is counted by why;
-quarantine, which also keeps taints, is `tainter.quarantine`. The hold is a duration of
-this process (`time.monotonic`, as is every intent's `last_firing`): the wall clock stepping
-forward (NTP, a VM resumed) never lifts a taint early.
+evidence; unless its repair came back: `tainter.repair`), the hold time has passed since
+an alert last fired for it, and Prometheus confirms that the condition is clear
+(`tainter.sources`). Each deferral is counted by why; quarantine, which also keeps taints,
+is `tainter.quarantine`. The hold is a duration of this process (`time.monotonic`, as is
+every intent's `last_firing`): the wall clock stepping forward (NTP, a VM resumed) never
+lifts a taint early.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ class UntaintGate:
         without untaint evidence."""
         return reason in self._settings.manual_reasons or not self._evidence.has_query(reason)
 
-    async def may_untaint(self, intent: Intent) -> bool:
-        """Positive evidence: not manual, hold time passed, Prometheus says clear."""
+    async def may_untaint(self, intent: Intent, *, repaired: bool = False) -> bool:
+        """Positive evidence: not manual, hold time passed, Prometheus says clear. A manual
+        reason whose repair came back since it was taken out (`repaired`: the reboot or GPU
+        reset a person would have done) is lifted as a person would lift it."""
         if self.manual(intent.reason):
+            if repaired:
+                return True
             self._metrics.untaint_deferred.labels(why="manual").inc()
             return False
         if time.monotonic() - intent.last_firing < self._settings.hold_seconds:

@@ -18,7 +18,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from fleetwatch.tainter.backend import NodeApi, RepairView, Unavailable, repair_backend, view_of
+from fleetwatch.tainter.backend import (
+    NodeApi,
+    RepairTicket,
+    RepairView,
+    Unavailable,
+    repair_backend,
+    view_of,
+)
 from fleetwatch.tainter.kube_objects import ApiError, Conflict, NodeView, Taint, now_rfc3339
 from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import KEY_PREFIX
@@ -311,17 +318,24 @@ class DryRunNodeApi:
     def can_repair(self) -> bool:
         return repair_backend(self._real) is not None
 
-    async def repair_view(self, name: str) -> RepairView:
-        """The real node's jobs; a repair this dry run pretended to start is never seen
-        under way, so it reads as back at the next sync."""
-        return await view_of(self._real, name)
+    async def repair_view(
+        self, name: str, *, repair: str, ticket: RepairTicket | None
+    ) -> RepairView:
+        """The real node's jobs; a repair this dry run pretended to start (a ticket) is
+        never under way, so it reads as back at the next sync."""
+        if ticket is not None:
+            return RepairView(jobs_running=False, repairing=False)
+        return await view_of(self._real, name, repair=repair, ticket=None)
 
-    async def start_repair(self, node: NodeView, *, repair: str, reason: str, alert: str) -> None:
+    async def start_repair(
+        self, node: NodeView, *, repair: str, reason: str, alert: str
+    ) -> RepairTicket:
         """Asks nothing of the orchestrator: the attempt is kept in memory with the rest."""
         log.info(
             "repair not asked for (dry run)",
             extra={"node": node.name, "repair": repair, "reason": reason, "alert": alert},
         )
+        return RepairTicket(how="not asked (dry run)")
 
 
 def new_record(

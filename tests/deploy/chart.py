@@ -110,7 +110,7 @@ _VERBS = {
 
 def tainter_api_calls(api: str = "_core") -> set[tuple[str, str]]:
     """(resource, verb) of every generated API method tainter/kube.py calls via `self.<api>`
-    (`_core`: CoreV1Api, `_coordination`: CoordinationV1Api)."""
+    (`_core`: CoreV1Api, `_coordination`: CoordinationV1Api, `_batch`: BatchV1Api)."""
     tree = ast.parse((ROOT / "tainter" / "kube.py").read_text())
     calls = set()
     for node in ast.walk(tree):

@@ -1,6 +1,7 @@
 """The GPU reset Job (helm/fleetwatch/examples/gpu-reset-job.yaml) holds no more privilege than
 the chart's exporter admin container, runs on the held node whatever its taints, never
-privileged, and resets only a GPU no process holds."""
+privileged, and resets only a GPU no process holds; the tainter gets rights on Jobs only with
+reset Jobs on, in its own namespace."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from tests.deploy import fakekube
-from tests.deploy.chart import CHART, install
+from tests.deploy.chart import CHART, NAMESPACE, install, tainter_api_calls
 
 JOB = CHART / "examples" / "gpu-reset-job.yaml"
 
@@ -66,3 +67,50 @@ def test_check_nvml_lists_the_reset_command() -> None:
     check = (Path(__file__).parents[1] / "hardware" / "check_nvml.py").read_text()
     assert "--gpu-reset" in check
     assert "--query-compute-apps=pid" in check
+
+
+def _tainter_args(release: Any) -> list[str]:
+    args: list[str] = release.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def _reset_job_roles(release: Any) -> list[dict[str, Any]]:
+    return [r for r in release.of_kind("Role") if r["metadata"]["name"].endswith("-reset-jobs")]
+
+
+def test_repair_is_off_by_default_and_the_tainter_gets_no_right_on_jobs(tmp_path: Path) -> None:
+    with fakekube.serve(fakekube.FakeKubeApi(), tmp_path / "kubeconfig.json") as served:
+        release = install(served)
+    args = _tainter_args(release)
+    assert "--repair.mode=off" in args
+    assert not [a for a in args if a.startswith("--repair.reset-")]
+    assert _reset_job_roles(release) == []
+
+
+@pytest.mark.parametrize("by_reboot", [True, False])
+def test_reset_jobs_bring_their_rbac_in_the_release_namespace_only(
+    tmp_path: Path, by_reboot: bool
+) -> None:
+    """Jobs: create and get (what tainter/kube.py calls), in the release's namespace, and
+    only when a GPU reset is not carried out as a reboot."""
+    repair = {"mode": "on", "kinds": ["gpu-reset", "reboot"], "resetByReboot": by_reboot}
+    with fakekube.serve(fakekube.FakeKubeApi(), tmp_path / "kubeconfig.json") as served:
+        release = install(served, {"tainter": {"repair": repair}})
+    args = _tainter_args(release)
+    assert "--repair.mode=on" in args
+    assert "--repair.kinds=gpu-reset,reboot" in args
+    roles = _reset_job_roles(release)
+    if by_reboot:
+        assert roles == []
+        assert "--repair.reset-by-reboot=false" not in args
+        return
+    (role,) = roles
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}
+    ]
+    assert {("jobs", v) for v in role["rules"][0]["verbs"]} == tainter_api_calls("_batch")
+    exporter_image = release.one("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert "--repair.reset-by-reboot=false" in args
+    assert f"--repair.reset-image={exporter_image}" in args
+    assert f"--repair.reset-namespace={NAMESPACE}" in args

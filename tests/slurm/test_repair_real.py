@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,18 @@ from fleetwatch.tainter.metrics import TainterMetrics
 from fleetwatch.tainter.payload import parse_webhook
 from fleetwatch.tainter.quarantine import QUARANTINE_LABEL
 from fleetwatch.tainter.repair import REPAIRS_ANNOTATION, read_attempts
+from fleetwatch.tainter.repair_settings import RepairSettings
 from fleetwatch.tainter.service import connect_backend
 from fleetwatch.tainter.settings import (
     BreakerPolicy,
     ControllerSettings,
     QuarantineSettings,
-    RepairSettings,
     RetryPolicy,
     SlurmAccess,
 )
-from fleetwatch.tainter.slurm_backend import SlurmNodeApi
+from fleetwatch.tainter.slurm_backend import REBOOT_FLAGS, SlurmNodeApi
 from fleetwatch.tainter.taint_policy import TaintPolicy
-from tests.tainter.conftest import T0, FakeEvidence, alert, webhook
+from tests.tainter.conftest import FakeEvidence, webhook, xid_alert
 
 pytestmark = pytest.mark.integration
 
@@ -89,19 +88,31 @@ def repairing_controller(api: SlurmNodeApi, metrics: TainterMetrics) -> Controll
 
 
 def xid(node: str, n: int) -> dict[str, Any]:
-    """The n-th GPUXidCritical for Xid 151 on `node`: a new alert instance each time."""
-    return alert(
-        node,
-        reason=REASON,
-        alertname="GPUXidCritical",
-        fp=f"{node}-xid-{n}",
-        starts=T0 + timedelta(hours=n),
-        extra={"xid": XID_REBOOT},
-    )
+    return xid_alert(node, XID_REBOOT, n)
 
 
 def sample(metrics: TainterMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def back_in_service(slurm: SlurmCluster, node: str) -> None:
+    """Wait until slurmctld has taken the rebooted node back: IDLE, answering, and neither
+    drained nor still rebooting. `wait_for(node, "IDLE")` is not enough: it asks for a
+    state that has the IDLE flag, which `IDLE+DRAIN+REBOOT_ISSUED` has too (the stand-in
+    restarted slurmd, slurmctld has not yet taken its registration), and a sync then still
+    sees the repair in flight."""
+    out = {"DRAIN", "NOT_RESPONDING", *REBOOT_FLAGS}
+    seen: list[dict[str, str]] = []
+
+    def back() -> bool:
+        seen.append(slurm.node(node))
+        flags = set(seen[-1].get("State", "").split("+"))
+        return "IDLE" in flags and not flags & out
+
+    try:
+        wait_until(back, timeout=30, what=f"{node} back in service after its reboot")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen[-1:]}") from exc
 
 
 async def synced_until(
@@ -116,9 +127,13 @@ async def synced_until(
 
 
 @pytest.mark.xfail(
-    reason="the quarantine after repairs that did not hold is not reached since the repair "
-    "and fault-injection branches merged (monotonic hold-down, refusals as answers): to "
-    "mend in tainter/repair.py; repair is off by default",
+    reason="slurmctld 22.05 races the stand-in's instant slurmd restart under load: a ping of "
+    "the stopped slurmd fails after the new one registered, NOT_RESPONDING is set only then "
+    "(after the tainter checked it), and the next reboot's own RPC answer clears it "
+    "(`node_did_resp ... returned to service`), after which slurmctld never ends that reboot "
+    "(IDLE+DRAIN+REBOOT_ISSUED); passes alone at low load (10 of 10), fails about 1 run in 4 "
+    "at load ~10; the fix belongs to the harness (sim/slurm_reboot.py: a downtime as a real "
+    "reboot has)",
     strict=False,
 )
 async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
@@ -155,8 +170,7 @@ async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
 
     slurm.run("scancel", job)  # the job leaves (its launcher restarts it elsewhere)
     await synced_until(controller, "gpu01", lambda: list(slurm.reboots) == ["gpu01"])
-    slurm.wait_for("gpu01", "IDLE")  # back by itself: slurmctld resumed it (nextstate=RESUME)
-    assert "DRAIN" not in slurm.state("gpu01")
+    back_in_service(slurm, "gpu01")  # by itself: slurmctld resumed it (nextstate=RESUME)
     await controller.sync_nodes(["gpu01"])
     (first,) = read_attempts(await api.get_node("gpu01"))
     assert (first.reason, first.repair, first.asked_for) == (REASON, "reboot", "reboot")
@@ -175,8 +189,9 @@ async def test_a_reboot_xid_reboots_after_the_job_and_twice_more_quarantines(
     # The same Xid again: drained, no job, rebooted at once; the first repair did not hold.
     await controller.handle_alerts(parse_webhook(webhook(xid("gpu01", 2))))
     await synced_until(controller, "gpu01", lambda: list(slurm.reboots) == ["gpu01"] * 2)
-    slurm.wait_for("gpu01", "IDLE")
+    back_in_service(slurm, "gpu01")
     await controller.sync_nodes(["gpu01"])
+    assert all(a.returned is not None for a in read_attempts(await api.get_node("gpu01")))
     not_held = "fleetwatch_tainter_repairs_not_held_total"
     assert sample(metrics, not_held, reason=REASON, repair="reboot") == 1
 

@@ -112,6 +112,19 @@ def resolved(node: str, **kwargs: Any) -> dict[str, Any]:
     )
 
 
+def xid_alert(node: str, xid: str, n: int) -> dict[str, Any]:
+    """The n-th GPUXidCritical for Xid `xid` on `node`: a new alert instance each time (the
+    repair tests: tests/tainter/test_repair_kube_real.py, tests/slurm/test_repair_real.py)."""
+    return alert(
+        node,
+        reason="xid-critical",
+        alertname="GPUXidCritical",
+        fp=f"{node}-xid-{xid}-{n}",
+        starts=T0 + timedelta(hours=n),
+        extra={"xid": xid},
+    )
+
+
 def webhook(*alerts: dict[str, Any]) -> dict[str, Any]:
     """A version 4 webhook body carrying `alerts`."""
     return {

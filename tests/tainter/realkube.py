@@ -201,7 +201,12 @@ class RealCluster:
 
 
 # Chart values with every tainter feature on (removal from the run is off by default).
-ALL_FEATURES = {"tainter": {"evict": {"reasons": ["gpu-overheat"]}}}
+ALL_FEATURES = {
+    "tainter": {
+        "evict": {"reasons": ["gpu-overheat"]},
+        "repair": {"mode": "on", "kinds": ["gpu-reset"], "resetByReboot": False},
+    }
+}
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 

@@ -64,8 +64,9 @@ def used(release: Release) -> list[Access]:
         "leases": Access(
             "", "leases", group="coordination.k8s.io", namespace=NAMESPACE, name=lease_name(release)
         ),
+        "jobs": Access("", "jobs", group="batch", namespace=NAMESPACE),
     }
-    calls = tainter_api_calls() | tainter_api_calls("_coordination")
+    calls = tainter_api_calls() | tainter_api_calls("_coordination") | tainter_api_calls("_batch")
     accesses = []
     for resource, verb in sorted(calls):
         base = where[resource]
@@ -82,7 +83,7 @@ def test_the_chart_binds_the_service_account_the_tests_impersonate(release: Rele
 
 def test_every_call_the_tainter_makes_is_allowed(rbac: ApiServer, release: Release) -> None:
     accesses = used(release)
-    assert {a.resource for a in accesses} == {"nodes", "pods", "events", "leases"}
+    assert {a.resource for a in accesses} == {"nodes", "pods", "events", "leases", "jobs"}
     # an evicted pod's Events go to the pod's namespace
     accesses.append(Access("create", "events", namespace="team-a"))
     refused = [a for a in accesses if not rbac.allowed(TAINTER, **a._asdict())]
@@ -114,6 +115,10 @@ def test_every_call_the_tainter_makes_is_allowed(rbac: ApiServer, release: Relea
         Access("create", "leases", group="coordination.k8s.io", namespace="default"),
         Access("escalate", "clusterroles", group="rbac.authorization.k8s.io"),
         Access("impersonate", "serviceaccounts", namespace=NAMESPACE),
+        Access("create", "jobs", group="batch", namespace="default"),
+        Access("delete", "jobs", group="batch", namespace=NAMESPACE),
+        Access("list", "jobs", group="batch", namespace=NAMESPACE),
+        Access("create", "pods", namespace=NAMESPACE),
     ],
     ids=lambda a: "-".join(p for p in (a.verb, a.resource, a.subresource, a.name) if p),
 )

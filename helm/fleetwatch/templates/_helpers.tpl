@@ -159,3 +159,11 @@ certificate (its Secret). */}}
     secretName: {{ include "fleetwatch.web.tlsSecret" (list .root .component) }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the tainter runs GPU reset Jobs: gpu-reset opted in and not as a reboot. */}}
+{{- define "fleetwatch.tainter.resetJobs" -}}
+{{- $repair := .Values.tainter.repair -}}
+{{- if and (has "gpu-reset" $repair.kinds) (not $repair.resetByReboot) (ne $repair.mode "off") -}}
+true
+{{- end -}}
+{{- end -}}

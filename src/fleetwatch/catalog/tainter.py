@@ -442,16 +442,17 @@ TAINTER_REPAIRS_TOTAL: Final = FAMILIES.declare(
     "counter",
     (
         "Repairs of taken-out nodes (--repair.mode) by repair (gpu-reset, reboot) and result: "
-        "started, dry_run, returned (the node came back), timeout (not back within "
-        "--repair.timeout), error (the orchestrator refused to start it)."
+        "started, dry_run, returned (the node came back), failed (the GPU reset Job failed), "
+        "timeout (not back within --repair.timeout), error (the orchestrator refused to start "
+        "it)."
     ),
     ("repair", "result"),
     unit="repairs",
     source="the repair engine: a repair asked of the orchestrator once the node's jobs left",
-    series="10",
+    series="12",
     label_values={
         "repair": "(`gpu-reset`, `reboot`)",
-        "result": "(`started`, `dry_run`, `returned`, `timeout`, `error`)",
+        "result": "(`started`, `dry_run`, `returned`, `failed`, `timeout`, `error`)",
     },
 )
 
