@@ -129,7 +129,9 @@ def test_measured_ettr_is_within_two_points(found: Found) -> None:
     measured = {(r.namespace, str(r.training_job)): r.ettr for r in jobs.itertuples()}
     assert set(measured) == set(found.truth.ettr)
     for job, ettr in found.truth.ettr.items():
-        assert measured[job] == pytest.approx(ettr, abs=0.02), job
+        # The issue asks for 2 points; the model is exact up to a step at the window's
+        # edges (an interruption right after a save once put it 1.2 points low).
+        assert measured[job] == pytest.approx(ettr, abs=0.002), job
 
 
 def test_the_lemon_is_listed_and_the_fleet_figures_are_there(found: Found) -> None:
