@@ -120,8 +120,7 @@ def price(
         nodes=len(history.nodes),
         wall_seconds=history.end - history.start,
         progress_seconds=sum(
-            max(0.0, min(s.end, history.end) - max(s.start, history.start))
-            for s in history.active
+            max(0.0, min(s.end, history.end) - max(s.start, history.start)) for s in history.active
         ),
         down_seconds=down,
         redone_seconds=redone,

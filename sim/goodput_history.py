@@ -40,6 +40,7 @@ from fleetwatch.rules.definitions import (
     JOB_INFO,
     TENSOR_ACTIVE_RECORD,
 )
+from fleetwatch.sim.goodput_records import RecordedJob, job_records
 
 KSM: Final = 'job="kube-state-metrics"'
 EXPORTER: Final = 'job="fleetwatch"'
@@ -106,6 +107,12 @@ class GoodputSpec:
     """One pod of the second JobSet has no node in kube_pod_info."""
     slurm_without_restart_count: bool = False
     """The last Slurm job's mapping has no restart count."""
+    records: bool = False
+    """Also the live interruption rules' records (`fleetwatch.sim.goodput_records`), from
+    `records_from_hours` into the history on (the rules loaded then)."""
+    records_from_hours: float = 0.0
+    gpu_series: bool = True
+    """Each GPU's activity and job records; False: the store holds the job-level ones only."""
 
     @property
     def steps(self) -> int:
@@ -322,13 +329,36 @@ def series(spec: GoodputSpec) -> tuple[list[Series], Truth]:
         present = np.where(gone, np.nan, float(spec.gpus_per_node))
         out.append((GPUS_VISIBLE.name, "gauge", f'{EXPORTER},node="{name}"', present))
     for job in jobs:
-        out += _gpus(spec, job, rng, lost)
+        out += _gpus(spec, job, rng, lost) if spec.gpu_series else []
+        if spec.records:
+            since = int(spec.records_from_hours * 3600) // spec.step_seconds
+            out += job_records(_recorded(spec, job, truth, lost), since=since)
         out += _slurm(spec, job) if job.slurm else _pods(spec, job)
         burst = np.where(job.saving, 1.0, np.where(job.state > 0, 0.0, np.nan))
         labels = f'namespace="{job.key[0]}",training_job="{job.key[1]}"'
         out.append((CHECKPOINT_JOB_BURST_RECORD, "gauge", labels, burst))
     out += _signals(spec, signals)
     return out, truth
+
+
+def _recorded(
+    spec: GoodputSpec, job: Job, truth: Truth, lost: dict[str, np.ndarray]
+) -> RecordedJob:
+    n = spec.steps
+    return RecordedJob(
+        namespace=job.key[0],
+        name=job.key[1],
+        renamed=_job_name(spec, job, n - 1),
+        cut=n * 3 // 4 if _job_name(spec, job, n - 1) != job.key[1] else n,
+        state=job.state,
+        nodes={node_name(i): ~lost.get(node_name(i), np.zeros(n, dtype=bool)) for i in job.nodes},
+        gpus_per_node=spec.gpus_per_node,
+        restarts=[
+            ((t.time - spec.start) // spec.step_seconds, t.kind)
+            for t in truth.interruptions
+            if t.job == job.key
+        ],
+    )
 
 
 def _job_name(spec: GoodputSpec, job: Job, step: int) -> str:
