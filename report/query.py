@@ -32,6 +32,10 @@ from typing import Literal
 
 from fleetwatch.rules.config import ModelPolicy
 
+AREAS = ("thermal", "training", "fabric", "reliability", "remediation", "checkpoints", "goodput")
+"""The report's areas, each one module of queries (`fleetwatch.report.query_table`), in the
+order of its sections; `fleetwatch report --report.section` runs only those named."""
+
 Shape = Literal["summary", "bucketed", "timeline"]
 """How a query is evaluated over the window (see the module's docstring)."""
 

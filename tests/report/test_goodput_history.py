@@ -217,7 +217,7 @@ def recorded(found: Found, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return {name: run(spec, root / name, found.engine) for name, spec in specs.items()}
 
 
-def findings(found: Found) -> tuple[list[tuple[object, ...]], dict[tuple[str, str], float]]:
+def findings(found: Found) -> tuple[list[tuple[str, ...]], dict[tuple[str, str], float]]:
     rows = found.table("goodput_interruptions")
     columns = ["namespace", "training_job", "timestamp", "kinds", "cause", "node"]
     interruptions = sorted(tuple(map(str, r)) for r in rows[columns].itertuples(index=False))
