@@ -309,6 +309,11 @@ def main() -> None:
             load_after = os.getloadavg()[0]
             vm_peak = peak_rss(vm.process.pid)
         actions = (root / "out" / "tables" / "actions.csv").read_text().count("\n") - 1
+        if args.goodput:
+            tables = root / "out" / "tables"
+            found = (tables / "goodput_interruptions.csv").read_text().count("\n") - 1
+            jobs = (tables / "goodput_jobs.csv").read_text().count("\n") - 1
+            print(f"goodput: {found} interruptions found in {jobs} jobs")
         print(
             f"report: {wall:.1f} s wall; peak RSS {rss / 2**30:.2f} GiB; "
             f"{bytes_read(stderr) / 2**20:.1f} MiB read from the store; {actions} actions"
