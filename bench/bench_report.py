@@ -26,9 +26,14 @@ it the store holds raw series only, as a long-term store fed by remote-write of 
     .venv/bin/python bench/bench_report.py --goodput --nodes 2048 --hours 1296   # 54 days
 
 With `--goodput` the history is the Goodput section's (sim/goodput_history.py: training
-jobs of 4 nodes with interruptions, restarts, saves and node signals, as the rules record
-them) instead of the fleet's hardware series: the report's figure is then the Goodput
-section's cost (the other sections find none of their metrics and say so).
+jobs of 4 nodes with interruptions, restarts, saves and node signals) instead of the fleet's
+hardware series, shaped as a fleet running the shipped rules would keep it for the series
+the section reads: the interruption rules' job-level records (each job's busiest GPU, GPUs,
+GPUs per node, interruption runs), kube-state-metrics' pods, Slurm's job info and restart
+counts, checkpoint records, alerts, Xids and each node's GPU count, and not every GPU's
+series (`--gpu-series` adds them: the raw form the section falls back to); the report runs
+with `--report.section=goodput`, so the figure is the Goodput section's. Beside the report's
+wall time and peak RSS it prints VictoriaMetrics' own peak RSS (VmHWM) while it answered.
     .venv/bin/python bench/bench_report.py --nodes 10000 --step 300 --store /var/tmp/fleet10k
 """
 
@@ -44,6 +49,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -163,6 +169,23 @@ def record(vm_url: str, spec: History, workdir: Path) -> float:
     return time.monotonic() - started
 
 
+def stored_rows(url: str) -> int:
+    """Samples VictoriaMetrics has added to its storage (`vm_rows_added_to_storage_total`)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("vm_rows_added_to_storage_total"):
+                return int(float(line.split()[-1]))
+    raise SystemExit("VictoriaMetrics reports no vm_rows_added_to_storage_total")
+
+
+def peak_rss(pid: int) -> int:
+    """A running process's peak resident set (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit(f"no VmHWM for process {pid}")
+
+
 def kept_store(store: Path, spec: History) -> bool:
     """Whether `store` already holds `spec`'s imported history (True) or must be imported
     (False: it is empty or absent). Refuses a store that holds another fleet, or data without
@@ -202,6 +225,11 @@ def main() -> None:
     )
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
     parser.add_argument(
+        "--gpu-series",
+        action="store_true",
+        help="--goodput: also every GPU's activity and job series (the raw form)",
+    )
+    parser.add_argument(
         "--hours-between",
         type=float,
         default=1584.0,
@@ -219,7 +247,10 @@ def main() -> None:
             hours=args.hours,
             step_seconds=args.step,
             node_per_1000_node_days=24_000 / (args.hours_between * 4),  # per node of 4
+            records=True,
+            gpu_series=args.gpu_series,
         )
+        args.report_flags.append("--report.section=goodput")
         nodes = (spec.jobs - 1) * spec.nodes_per_job + 1
         print(
             f"goodput: {spec.jobs} jobs on {nodes} nodes x {spec.gpus_per_node} GPUs x "
@@ -250,6 +281,7 @@ def main() -> None:
                 sent = stream_import(vm.url, spec)
                 force_flush(vm)
                 imported = time.monotonic() - t0
+                print(f"samples stored: {stored_rows(vm.url):,}")
             if vm.process.returncode != 0:
                 raise SystemExit(f"VictoriaMetrics exited {vm.process.returncode} after the import")
             print(f"import: {imported:.1f} s ({sent / 2**30:.2f} GiB JSON lines)")
@@ -275,11 +307,18 @@ def main() -> None:
             load_before = os.getloadavg()[0]
             wall, rss, stderr = run_report(vm.url, spec, root / "out", args.report_flags)
             load_after = os.getloadavg()[0]
+            vm_peak = peak_rss(vm.process.pid)
         actions = (root / "out" / "tables" / "actions.csv").read_text().count("\n") - 1
+        if args.goodput:
+            tables = root / "out" / "tables"
+            found = (tables / "goodput_interruptions.csv").read_text().count("\n") - 1
+            jobs = (tables / "goodput_jobs.csv").read_text().count("\n") - 1
+            print(f"goodput: {found} interruptions found in {jobs} jobs")
         print(
             f"report: {wall:.1f} s wall; peak RSS {rss / 2**30:.2f} GiB; "
             f"{bytes_read(stderr) / 2**20:.1f} MiB read from the store; {actions} actions"
         )
+        print(f"VictoriaMetrics peak RSS (started for the report): {vm_peak / 2**30:.2f} GiB")
         print(f"load average (1 min) before/after the report: {load_before:.1f}/{load_after:.1f}")
         read = sources(stderr)
         print(f"sources: {'; '.join(read) or 'no query with a recorded form ran'}")

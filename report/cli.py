@@ -30,6 +30,7 @@ from fleetwatch.flags import (
     setting,
 )
 from fleetwatch.promclient import PrometheusClientSettings
+from fleetwatch.report.query import AREAS
 from fleetwatch.rules.override import RULES_CONFIG, RulesConfigFile
 
 # pandas, pyarrow and matplotlib are imported where the report runs, not here: every
@@ -165,6 +166,14 @@ class ReportSettings:
     out: Path = setting(
         REQUIRED, parse=Path, metavar="DIR", help="directory the report is written to"
     )
+    sections: tuple[str, ...] = setting(
+        (),
+        repeatable=True,
+        choices=AREAS,
+        flag="report.section",
+        metavar="AREA",
+        help="compute only this area's sections (repeat for several; default: every one)",
+    )
 
 
 REPORT_FLAGS: Final = Flags(settings=ReportSettings)
@@ -230,7 +239,9 @@ async def _pull(settings: ReportSettings, window: Window) -> Dataset:
             timeout_s=settings.query_timeout,
             progress=bar,
         ) as client:
-            dataset = await fetch(client, window, batch_nodes=settings.batch_nodes)
+            dataset = await fetch(
+                client, window, batch_nodes=settings.batch_nodes, areas=settings.sections
+            )
             log.info("read the store", extra={"bytes": client.bytes_fetched})
             return dataset
 

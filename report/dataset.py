@@ -40,7 +40,7 @@ from fleetwatch.report.promapi import (
     chunks,
 )
 from fleetwatch.report.query import COVERAGE_LOOKBACK_SECONDS, Query, Window, coverage
-from fleetwatch.report.query_table import QUERIES, node_list_lookups
+from fleetwatch.report.query_table import BY_AREA, QUERIES, node_list_lookups
 from fleetwatch.rules.config import ModelPolicy
 
 log = logging.getLogger(__name__)
@@ -167,9 +167,19 @@ async def fleet_nodes(client: PrometheusClient, window: Window, present: set[str
     return sorted(found - {""})
 
 
-async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 200) -> Dataset:
-    """Run every query whose required metrics exist in the window, per node batch; record
-    the rest, and every batch that failed or came back partial.
+LEFT_OUT: Final = "its section was not asked for (--report.section)"
+"""`Dataset.problems` of a query of an area the report was not asked to compute."""
+
+
+async def fetch(
+    client: PrometheusClient,
+    window: Window,
+    *,
+    batch_nodes: int = 200,
+    areas: tuple[str, ...] = (),
+) -> Dataset:
+    """Run every query (of `areas`, when given) whose required metrics exist in the window,
+    per node batch; record the rest, and every batch that failed or came back partial.
 
     Raises `PrometheusUnreachable`/`PrometheusAuthError` when nothing can be read at all
     (the metric names or the node list); a batch's error only marks that batch missing,
@@ -177,8 +187,10 @@ async def fetch(client: PrometheusClient, window: Window, *, batch_nodes: int = 
     """
     present = await client.metric_names(start=window.start, end=window.end, match=None)
     dataset = Dataset(window=window)
-    recorded = {q.name for q in QUERIES if await _recorded(client, window, q, present)}
-    runnable = [q for q in QUERIES if _runnable(q, present, dataset, q.name in recorded)]
+    asked = [q for area in areas for q in BY_AREA[area]] if areas else list(QUERIES)
+    dataset.problems.update((q.name, LEFT_OUT) for q in QUERIES if q not in asked)
+    recorded = {q.name for q in asked if await _recorded(client, window, q, present)}
+    runnable = [q for q in asked if _runnable(q, present, dataset, q.name in recorded)]
     builds = {q.name: q.build for q in runnable}
     for query in runnable:
         if query.recorded is not None:

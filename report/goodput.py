@@ -14,14 +14,17 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Final
 
 import pandas as pd
 
 from fleetwatch.catalog.nvidia_xids import shipped_catalog
+from fleetwatch.catalog.slurm import SLURM_NAMESPACE
 from fleetwatch.durations import format_duration, parse_duration
-from fleetwatch.report.dataset import Dataset
+from fleetwatch.report.dataset import RAW, Dataset
 from fleetwatch.report.goodput_model import (
     CONTAINER_RESTARTED,
+    IN_PLACE,
     LLAMA3,
     POD_RECREATED,
     SLURM_RESTART,
@@ -54,10 +57,21 @@ from fleetwatch.report.goodput_signals import (
 from fleetwatch.report.query import JOB
 from fleetwatch.report.section import Section, ranked
 from fleetwatch.report.thresholds import shipped_config
+from fleetwatch.rules.interruptions import JOB_GPUS_RECORD, JOB_TENSOR_MAX_RECORD
 
 TITLE = "Goodput"
 PROJECTED_GPUS = (8, 1024, 16384)
-SLURM = "slurm"
+SLURM = SLURM_NAMESPACE
+RECORD_KINDS: Final[dict[str, str]] = {
+    "container_restart": CONTAINER_RESTARTED,
+    "jobset_restart": POD_RECREATED,
+    "pod_recreated": POD_RECREATED,
+    "slurm_requeue": SLURM_RESTART,
+    "in_place": IN_PLACE,
+}
+"""The report's restart kind for each live record kind (`fleetwatch.rules.interruptions`)
+that names what the scheduler's series show; the others (a pod evicted or lost with its
+node, a Slurm node failed) keep the record's name: only the rules see them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +261,29 @@ def _slurm_restarts(ds: Dataset, parts: dict[tuple[str, str], Parts], notes: lis
         )
 
 
+def _recorded_restarts(
+    ds: Dataset, pods: Pods, parts: dict[tuple[str, str], Parts], merge: float
+) -> None:
+    """The live rules' interruption records: each run's start is a restart of its kind,
+    on the nodes the per-node record names for the job and kind within `merge` of it. They
+    stand beside the restarts the scheduler's series show (one interruption when within
+    `merge`) and add what only the rules see (evictions, nodes lost or failed)."""
+    frame = ds.frame("goodput_interruption_records")
+    if frame is None:
+        return
+    named: dict[tuple[str, str, str], list[tuple[float, str]]] = defaultdict(list)
+    by_node = ds.frame("goodput_node_interruption_records")
+    for row in () if by_node is None else by_node.itertuples(index=False):
+        key = (str(row.namespace), str(row.training_job), str(row.kind))
+        named[key].append((float(row.timestamp), str(row.node)))
+    for row in frame.itertuples(index=False):
+        key = (str(row.namespace), str(row.training_job), str(row.kind))
+        when = float(row.timestamp)
+        nodes = tuple(sorted({n for t, n in named[key] if abs(t - when) <= merge}))
+        restart = Restart(time=when, kind=RECORD_KINDS.get(key[2], key[2]), nodes=nodes)
+        parts.setdefault(_job(pods, key[0], key[1]), Parts()).restarts.append(restart)
+
+
 def histories(ds: Dataset, settings: GoodputSettings, notes: list[str]) -> list[JobHistory]:
     """One history per training job with activity in the window."""
     w = ds.window
@@ -271,6 +308,7 @@ def histories(ds: Dataset, settings: GoodputSettings, notes: list[str]) -> list[
     _pod_restarts(pods, parts, settings.merge_seconds)
     _container_restarts(ds, pods, parts)
     _slurm_restarts(ds, parts, notes)
+    _recorded_restarts(ds, pods, parts, settings.merge_seconds)
     out = []
     for job, part in sorted(parts.items()):
         if not part.active:
@@ -311,6 +349,12 @@ def goodput(ds: Dataset) -> Section:
         return section
     settings = GoodputSettings.from_config()
     w = ds.window
+    if ds.sources.get("goodput_job_activity") == RAW:
+        section.caveats.append(
+            f"the rules' job records ({JOB_TENSOR_MAX_RECORD}, {JOB_GPUS_RECORD}, ...) do not "
+            "cover the window (rules not loaded, or loaded after its start): each job's "
+            "activity, GPUs and nodes were read from every GPU's series instead"
+        )
     attribution = settings.window.before + settings.window.after
     if w.seconds < attribution:
         section.caveats.append(

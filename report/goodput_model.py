@@ -195,6 +195,15 @@ def _stopped_before(active: Sequence[Span], when: float, slack: float) -> float:
     return max(ends)
 
 
+def _saved_until(saves: Sequence[Span], stopped: float, restart: float, slack: float) -> float:
+    """When the job's work was last safe before a restart at `restart`: the end of a
+    checkpoint save that began as the job stopped progressing (`stopped`, within `slack`)
+    and ended by the restart, else `stopped`. A job that saves and then fails lost nothing
+    of its work, and the save's time is the save's, not the interruption's."""
+    ends = [s.end for s in saves if s.start >= stopped - slack and s.end <= restart + slack]
+    return max([stopped, *ends])
+
+
 def _resumed_after(active: Sequence[Span], when: float) -> float | None:
     """When the job was active again after `when`: the start of the first span that
     starts after it; None when none does within the window."""
@@ -212,9 +221,9 @@ def find_interruptions(
     interruption. A gap in the job's activity (`active`) that no restart explains, inside
     the job's life, not overlapping a checkpoint save or a planned stop, and after which
     the job is active again, is an in-place restart. The interruption's time is when the
-    job stopped progressing (the end of its activity before the restart), `resumed` when
-    it progressed again. `step` is the resolution the activity was read at (a gap must be
-    longer than it)."""
+    job stopped progressing (the end of its activity before the restart, or of a checkpoint
+    save it completed between that and the restart), `resumed` when it progressed again.
+    `step` is the resolution the activity was read at (a gap must be longer than it)."""
     planned = history.planned
     restarts = sorted(
         (r for r in history.restarts if not any(p.overlaps(r.time, r.time + 1) for p in planned)),
@@ -230,7 +239,7 @@ def find_interruptions(
     active = sorted(history.active, key=lambda s: s.start)
     for group in groups:
         first = group[0].time
-        stopped = _stopped_before(active, first, step)
+        stopped = _saved_until(history.saves, _stopped_before(active, first, step), first, step)
         nodes = tuple(sorted({n for r in group for n in r.nodes}))
         found.append(
             Interruption(

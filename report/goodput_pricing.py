@@ -2,7 +2,8 @@
 
 - `price`: a job's lost GPU-hours by cause (GPUs held while not progressing, plus work
   redone since the last checkpoint: from the checkpoint records, else estimated as half the
-  assumed interval, and said so) and its measured ETTR (productive time over wall-clock).
+  assumed interval, and said so) and its measured ETTR (time progressing less the work
+  redone, over wall-clock).
 - `predicted_ettr`, `young_daly_interval`: the closed form of Kokolis et al. (arXiv
   2410.21680), `E[ETTR] ≈ (1 - N·r_f·(u0 + Δ/2)) / (1 + w/Δ)`, and the interval that
   maximises it, `sqrt(2·w·MTTF)`, with `recommend` turning them into one sentence.
@@ -42,6 +43,8 @@ class JobCost:
     gpus: int
     nodes: int
     wall_seconds: float
+    progress_seconds: float
+    """Time the job made progress (its activity spans), redone work included."""
     down_seconds: float
     redone_seconds: float
     saving_seconds: float
@@ -57,11 +60,12 @@ class JobCost:
 
     @property
     def ettr(self) -> float:
-        """Measured ETTR: the share of wall-clock time the job made new progress."""
+        """Measured ETTR: the share of wall-clock time the job made new progress (time
+        progressing less the work it redid). Whatever kept it from progressing counts
+        against it: interruptions, saves, a planned stop, a stall."""
         if self.wall_seconds <= 0:
             return 0.0
-        lost = self.down_seconds + self.redone_seconds + self.saving_seconds
-        return max(0.0, 1.0 - lost / self.wall_seconds)
+        return max(0.0, (self.progress_seconds - self.redone_seconds) / self.wall_seconds)
 
     @property
     def mtti_hours(self) -> float | None:
@@ -116,6 +120,9 @@ def price(
         gpus=history.gpus,
         nodes=len(history.nodes),
         wall_seconds=history.end - history.start,
+        progress_seconds=sum(
+            max(0.0, min(s.end, history.end) - max(s.start, history.start)) for s in history.active
+        ),
         down_seconds=down,
         redone_seconds=redone,
         saving_seconds=sum(s.seconds for s in saves),

@@ -13,6 +13,14 @@ with the window's length:
   exporter falling silent or coming back, an alert starting or ending to fire, a checkpoint
   save starting or ending.
 
+Where the rules' job-level records cover the window (`fleetwatch.rules.interruptions`:
+each job's busiest GPU, its GPUs, its GPUs per node), the job's activity, GPUs and nodes
+read them, one series a job (or a job's node), instead of joining every GPU's activity to
+its job; else the per-GPU series (`Query.recorded`, whose coverage check compares the jobs
+each form holds at the window's start and end). The interruption records themselves (one
+run of samples per interruption, per job and per node) are read wherever they have samples,
+beside the scheduler's series.
+
 A transition is read as `now unless before` at `--step`: each side looks back one step
 only (`max_over_time(…[step])`), so a series that stopped is gone at the next step on
 Prometheus and VictoriaMetrics alike, live or backfilled. Every query compares across the
@@ -27,7 +35,7 @@ from typing import Final
 from fleetwatch.catalog.gpu import GPUS_VISIBLE
 from fleetwatch.catalog.slurm import SLURM_JOB_INFO, SLURM_JOB_RESTARTS
 from fleetwatch.catalog.xid import GPU_XID_ERRORS_TOTAL
-from fleetwatch.report.query import GPU, JOB, Query, Window
+from fleetwatch.report.query import GPU, JOB, Query, Recorded, Window
 from fleetwatch.report.thresholds import shipped_config, shipped_policy
 from fleetwatch.report.windowed_promql import duration, select
 from fleetwatch.rules.definitions import (
@@ -39,7 +47,15 @@ from fleetwatch.rules.definitions import (
     kube_state_metrics_label,
     pod_training_job,
 )
-from fleetwatch.rules.interruptions import JOBSET_RESTART_ATTEMPT_LABEL
+from fleetwatch.rules.interruptions import (
+    JOB_GPUS_RECORD,
+    JOB_INTERRUPTION_RECORD,
+    JOB_NODE_GPUS_RECORD,
+    JOB_TENSOR_MAX_RECORD,
+    JOBSET_RESTART_ATTEMPT_LABEL,
+    KIND_LABEL,
+    NODE_INTERRUPTION_RECORD,
+)
 
 POD_CREATED: Final = "kube_pod_created"
 POD_INFO: Final = "kube_pod_info"
@@ -62,6 +78,13 @@ def _ksm(w: Window, metric: str, matchers: str = "") -> str:
 
 def _over_window(w: Window, fn: str, selector: str) -> str:
     return f"{fn}({selector}[{duration(w.seconds)}])"
+
+
+def _highest(by: str, metric: str) -> Callable[[Window], str]:
+    """`metric`'s highest value over the window, per `by`."""
+    return lambda w: (
+        f"max by ({by}) ({_over_window(w, 'max_over_time', select(w, metric, scoped=False))})"
+    )
 
 
 def transitions(now: Callable[[str], str], by: tuple[str, ...]) -> Callable[[Window], str]:
@@ -99,6 +122,52 @@ def _job_active(w: Window) -> Callable[[str], str]:
 
 def _job_activity(w: Window) -> str:
     return transitions(_job_active(w), JOB)(w)
+
+
+def _job_activity_recorded(w: Window) -> str:
+    """The same activity from the rules' per-job record of the busiest GPU's tensor
+    activity (`JOB_TENSOR_MAX_RECORD`): one series a job instead of every GPU's two."""
+    idle = shipped_policy().tensor_idle_ratio
+    record = select(w, JOB_TENSOR_MAX_RECORD, scoped=False)
+
+    def now(offset: str) -> str:
+        busiest = f"max_over_time({record}[{duration(w.step)}]{offset})"
+        return f"max by (namespace,training_job) ({busiest}) >= {idle:g}"
+
+    return transitions(now, JOB)(w)
+
+
+def _jobs_now(by: str, record: str) -> Callable[[Window], tuple[str, str]]:
+    """`Recorded.covers` of the job-level records: the jobs (`by`) that `record` and the
+    raw per-GPU job series (`fleetwatch:gpu_job:info`) each hold over the window's last
+    `bucket`."""
+
+    def covers(w: Window) -> tuple[str, str]:
+        recent = duration(w.bucket)
+        recorded = f"max by ({by}) (last_over_time({select(w, record, scoped=False)}[{recent}]))"
+        raw = f"max by ({by}) (last_over_time({select(w, JOB_INFO, scoped=False)}[{recent}]))"
+        return recorded, raw
+
+    return covers
+
+
+def _recorded_runs(record: str, by: tuple[str, ...]) -> Callable[[Window], str]:
+    """Where a sparse interruption record's runs start (`STARTED`), by `by`: one row per
+    interruption seen, nothing between them."""
+
+    def build(w: Window) -> str:
+        def now(offset: str) -> str:
+            picked = select(w, record, scoped=False)
+            return f"max by ({','.join(by)}) (max_over_time({picked}[{duration(w.step)}]{offset}))"
+
+        on = f"on ({','.join(by)})"
+        return f"({now('')}) * 0 + {STARTED:g} unless {on} ({now(f' offset {duration(w.step)}')})"
+
+    return build
+
+
+INTERRUPTION_KEYS: Final = (*JOB, KIND_LABEL)
+NODE_INTERRUPTION_KEYS: Final = ("node", *JOB, KIND_LABEL)
 
 
 def _present(metric: str, by: tuple[str, ...], matchers: str = "") -> Callable[[Window], str]:
@@ -194,6 +263,11 @@ GOODPUT: tuple[Query, ...] = (
         build=_job_activity,
         scoped=False,
         batched=False,
+        recorded=Recorded(
+            record=JOB_TENSOR_MAX_RECORD,
+            build=_job_activity_recorded,
+            covers=_jobs_now("namespace,training_job", JOB_TENSOR_MAX_RECORD),
+        ),
     ),
     Query(
         name="goodput_job_gpus",
@@ -206,16 +280,43 @@ GOODPUT: tuple[Query, ...] = (
         ),
         scoped=False,
         batched=False,
+        recorded=Recorded(
+            record=JOB_GPUS_RECORD,
+            build=_highest("namespace,training_job", JOB_GPUS_RECORD),
+            covers=_jobs_now("namespace,training_job", JOB_GPUS_RECORD),
+        ),
     ),
     Query(
         name="goodput_job_nodes",
         shape="summary",
         keys=(*JOB, "node"),
         required=(JOB_INFO,),
-        build=lambda w: (
-            "max by (namespace,training_job,node) "
-            f"({_over_window(w, 'max_over_time', select(w, JOB_INFO, scoped=False))})"
+        build=_highest("namespace,training_job,node", JOB_INFO),
+        scoped=False,
+        batched=False,
+        recorded=Recorded(
+            record=JOB_NODE_GPUS_RECORD,
+            build=_highest("namespace,training_job,node", JOB_NODE_GPUS_RECORD),
+            covers=_jobs_now("namespace,training_job,node", JOB_NODE_GPUS_RECORD),
         ),
+    ),
+    Query(
+        name="goodput_interruption_records",
+        shape="timeline",
+        keys=INTERRUPTION_KEYS,
+        required=(),
+        optional=(JOB_INTERRUPTION_RECORD,),
+        build=_recorded_runs(JOB_INTERRUPTION_RECORD, INTERRUPTION_KEYS),
+        scoped=False,
+        batched=False,
+    ),
+    Query(
+        name="goodput_node_interruption_records",
+        shape="timeline",
+        keys=NODE_INTERRUPTION_KEYS,
+        required=(),
+        optional=(NODE_INTERRUPTION_RECORD,),
+        build=_recorded_runs(NODE_INTERRUPTION_RECORD, NODE_INTERRUPTION_KEYS),
         scoped=False,
         batched=False,
     ),
@@ -297,13 +398,7 @@ GOODPUT: tuple[Query, ...] = (
         keys=JOB,
         required=(),
         optional=(CHECKPOINT_JOB_BURST_BYTES_RECORD,),
-        build=lambda w: (
-            "max by (namespace,training_job) ("
-            + _over_window(
-                w, "max_over_time", select(w, CHECKPOINT_JOB_BURST_BYTES_RECORD, scoped=False)
-            )
-            + ")"
-        ),
+        build=_highest("namespace,training_job", CHECKPOINT_JOB_BURST_BYTES_RECORD),
         scoped=False,
         batched=False,
     ),

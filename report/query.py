@@ -32,6 +32,10 @@ from typing import Literal
 
 from fleetwatch.rules.config import ModelPolicy
 
+AREAS = ("thermal", "training", "fabric", "reliability", "remediation", "checkpoints", "goodput")
+"""The report's areas, each one module of queries (`fleetwatch.report.query_table`), in the
+order of its sections; `fleetwatch report --report.section` runs only those named."""
+
 Shape = Literal["summary", "bucketed", "timeline"]
 """How a query is evaluated over the window (see the module's docstring)."""
 
@@ -75,6 +79,10 @@ class Recorded:
 
     record: str
     build: Callable[[Window], str]
+    covers: Callable[[Window], tuple[str, str]] | None = None
+    """(recorded, raw): the keys each form holds over the window's last `bucket`, for
+    `coverage`, where `build` and the raw expression hold nothing between changes (a
+    transitions query); None: `build` and the raw expression themselves."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +124,8 @@ def coverage(window: Window, query: Query) -> str:
     if query.recorded is None:
         raise ValueError(f"query {query.name} has no recorded form")
     recent = dataclasses.replace(window, bucket=COVERAGE_LOOKBACK_SECONDS, nodes="")
-    return (
-        f"count({query.recorded.build(recent)}) >= bool (count({query.build(recent)}) or vector(0))"
+    covers = query.recorded.covers
+    recorded, raw = (
+        (query.recorded.build(recent), query.build(recent)) if covers is None else covers(recent)
     )
+    return f"count({recorded}) >= bool (count({raw}) or vector(0))"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fleetwatch.report.fabric_queries import FABRIC, IB_UP
 from fleetwatch.report.goodput_queries import GOODPUT
-from fleetwatch.report.query import Query, Window
+from fleetwatch.report.query import AREAS, Query, Window
 from fleetwatch.report.reliability_queries import GPU_COUNT, RELIABILITY
 from fleetwatch.report.remediation_queries import REMEDIATION
 from fleetwatch.report.storage_queries import STORAGE
@@ -18,15 +18,17 @@ from fleetwatch.report.thresholds import shipped_config
 from fleetwatch.report.training_queries import TRAINING
 from fleetwatch.report.windowed_promql import DCGM_NODE_LABEL, select
 
-QUERIES: tuple[Query, ...] = (
-    *THERMAL,
-    *TRAINING,
-    *FABRIC,
-    *RELIABILITY,
-    *REMEDIATION,
-    *STORAGE,
-    *GOODPUT,
-)
+BY_AREA: dict[str, tuple[Query, ...]] = {
+    "thermal": THERMAL,
+    "training": TRAINING,
+    "fabric": FABRIC,
+    "reliability": RELIABILITY,
+    "remediation": REMEDIATION,
+    "checkpoints": STORAGE,
+    "goodput": GOODPUT,
+}
+"""Each area's queries (`fleetwatch.report.query.AREAS`, in that order)."""
+QUERIES: tuple[Query, ...] = tuple(q for area in AREAS for q in BY_AREA[area])
 
 NODE_LISTS = (GPU_COUNT, IB_UP)
 """Metrics the node list is read from: few series a node (one; one a port), so listing

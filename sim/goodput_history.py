@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -44,6 +45,7 @@ from fleetwatch.rules.definitions import (
     JOB_INFO,
     TENSOR_ACTIVE_RECORD,
 )
+from fleetwatch.sim.goodput_records import RecordedJob, job_records
 
 KSM: Final = 'job="kube-state-metrics"'
 EXPORTER: Final = 'job="fleetwatch"'
@@ -115,6 +117,12 @@ class GoodputSpec:
     """One pod of the second JobSet has no node in kube_pod_info."""
     slurm_without_restart_count: bool = False
     """The last Slurm job's mapping has no restart count."""
+    records: bool = False
+    """Also the live interruption rules' records (`fleetwatch.sim.goodput_records`), from
+    `records_from_hours` into the history on (the rules loaded then)."""
+    records_from_hours: float = 0.0
+    gpu_series: bool = True
+    """Each GPU's activity and job records; False: the store holds the job-level ones only."""
 
     @property
     def steps(self) -> int:
@@ -357,7 +365,20 @@ Series = tuple[str, str, str, np.ndarray]
 
 def series(spec: GoodputSpec) -> tuple[list[Series], Truth]:
     """Every series of the history, and the truth."""
+    rows, truth = streamed(spec)
+    return list(rows), truth
+
+
+def streamed(spec: GoodputSpec) -> tuple[Iterator[Series], Truth]:
+    """The series one job at a time (a 54-day fleet's do not fit in memory at once), and
+    the truth."""
     jobs, signals, truth = simulate(spec)
+    return _rows(spec, jobs, signals, truth), truth
+
+
+def _rows(
+    spec: GoodputSpec, jobs: list[Job], signals: list[Signal], truth: Truth
+) -> Iterator[Series]:
     rng = np.random.default_rng(spec.seed + 1)
     n = spec.steps
     lost: dict[str, np.ndarray] = {}
@@ -365,20 +386,41 @@ def series(spec: GoodputSpec) -> tuple[list[Series], Truth]:
         if cause == "node_lost":
             gone = lost.setdefault(node, np.zeros(n, dtype=bool))
             gone[max(0, first) : first + 12] = True
-    out: list[Series] = []
     for index in range(sum(len(j.nodes) for j in jobs)):
         name = node_name(index)
         gone = lost.get(name, np.zeros(n, dtype=bool))
         present = np.where(gone, np.nan, float(spec.gpus_per_node))
-        out.append((GPUS_VISIBLE.name, "gauge", f'{EXPORTER},node="{name}"', present))
+        yield (GPUS_VISIBLE.name, "gauge", f'{EXPORTER},node="{name}"', present)
     for job in jobs:
-        out += _gpus(spec, job, rng, lost)
-        out += _slurm(spec, job) if job.slurm else _pods(spec, job)
+        yield from _gpus(spec, job, rng, lost) if spec.gpu_series else []
+        if spec.records:
+            since = int(spec.records_from_hours * 3600) // spec.step_seconds
+            yield from job_records(_recorded(spec, job, truth, lost), since=since)
+        yield from _slurm(spec, job) if job.slurm else _pods(spec, job)
         burst = np.where(job.saving, 1.0, np.where(job.state > 0, 0.0, np.nan))
         labels = f'namespace="{job.key[0]}",training_job="{job.key[1]}"'
-        out.append((CHECKPOINT_JOB_BURST_RECORD, "gauge", labels, burst))
-    out += _signals(spec, signals)
-    return out, truth
+        yield (CHECKPOINT_JOB_BURST_RECORD, "gauge", labels, burst)
+    yield from _signals(spec, signals)
+
+
+def _recorded(
+    spec: GoodputSpec, job: Job, truth: Truth, lost: dict[str, np.ndarray]
+) -> RecordedJob:
+    n = spec.steps
+    return RecordedJob(
+        namespace=job.key[0],
+        name=job.key[1],
+        renamed=_job_name(spec, job, n - 1),
+        cut=n * 3 // 4 if _job_name(spec, job, n - 1) != job.key[1] else n,
+        state=job.state,
+        nodes={node_name(i): ~lost.get(node_name(i), np.zeros(n, dtype=bool)) for i in job.nodes},
+        gpus_per_node=spec.gpus_per_node,
+        restarts=[
+            ((t.time - spec.start) // spec.step_seconds, t.kind)
+            for t in truth.interruptions
+            if t.job == job.key
+        ],
+    )
 
 
 def _job_name(spec: GoodputSpec, job: Job, step: int) -> str:
@@ -560,7 +602,7 @@ def victoria_lines(spec: GoodputSpec) -> tuple[list[dict[str, object]], Truth]:
 
 def write_victoria_import(spec: GoodputSpec, out: BinaryIO) -> Truth:
     """The history as import JSON lines, written to `out` one series at a time."""
-    rows, truth = series(spec)
+    rows, truth = streamed(spec)
     ms = (spec.timestamps * 1000).tolist()
     for row in rows:
         out.write((json.dumps(_import_item(*row, ms)) + "\n").encode())

@@ -6,6 +6,8 @@ computed."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,12 @@ import pandas as pd
 import pytest
 
 from fleetwatch.cli import main
+from fleetwatch.report.dataset import RAW
+from fleetwatch.rules.interruptions import (
+    JOB_GPUS_RECORD,
+    JOB_NODE_GPUS_RECORD,
+    JOB_TENSOR_MAX_RECORD,
+)
 from fleetwatch.sim.goodput_history import (
     GoodputSpec,
     TrueInterruption,
@@ -39,14 +47,25 @@ ENGINES = ("prometheus", "victoriametrics")
 MATCH_SECONDS = 600
 
 
+FALLBACK_NOTE = "do not cover the window (rules not loaded, or loaded after its start)"
+
+
 @dataclass
 class Found:
     truth: Truth
     out: Path
     status: int
+    engine: str
 
     def table(self, name: str) -> pd.DataFrame:
         return pd.read_csv(self.out / "tables" / f"{name}.csv", keep_default_na=False)
+
+    def sources(self) -> dict[str, str]:
+        manifest = json.loads((self.out.parent / "snapshot" / "manifest.json").read_text())
+        return {k: v for k, v in manifest["sources"].items() if k.startswith("goodput_")}
+
+    def summary(self) -> str:
+        return (self.out / "summary.md").read_text()
 
 
 def run(spec: GoodputSpec, root: Path, engine: str, *extra: str) -> Found:
@@ -70,10 +89,11 @@ def run(spec: GoodputSpec, root: Path, engine: str, *extra: str) -> Found:
                 "--step=60s",
                 f"--out={root / 'out'}",
                 "--log.format=text",
+                f"--snapshot.save={root / 'snapshot'}",
                 *extra,
             ]
         )
-    return Found(truth=truths[0], out=root / "out", status=status)
+    return Found(truth=truths[0], out=root / "out", status=status, engine=engine)
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -139,7 +159,9 @@ def test_measured_ettr_is_within_two_points(found: Found) -> None:
     measured = {(r.namespace, str(r.training_job)): r.ettr for r in jobs.itertuples()}
     assert set(measured) == set(found.truth.ettr)
     for job, ettr in found.truth.ettr.items():
-        assert measured[job] == pytest.approx(ettr, abs=0.02), job
+        # The issue asks for 2 points; the model is exact up to a step at the window's
+        # edges (an interruption right after a save once put it 1.2 points low).
+        assert measured[job] == pytest.approx(ettr, abs=0.002), job
 
 
 def test_exactly_the_injected_lemons_are_listed_and_the_fleet_figures_are_there(
@@ -209,3 +231,57 @@ def test_bad_input_is_named_and_the_rest_computed(tmp_path: Path, engine: str) -
     gaps = rows[rows["training_job"].astype(str) == "1003"]
     assert len(gaps) == counted["1003"] > 0
     assert all("in_place" in kinds for kinds in gaps["kinds"]), gaps.to_string()
+
+
+RECORDS = {
+    "goodput_job_activity": JOB_TENSOR_MAX_RECORD,
+    "goodput_job_gpus": JOB_GPUS_RECORD,
+    "goodput_job_nodes": JOB_NODE_GPUS_RECORD,
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(found: Found, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Found]:
+    """The same history with the live rules' job-level and interruption records: beside
+    every GPU's series, alone (a store that kept only them), and from 12 hours in (the
+    rules loaded after the window's start)."""
+    root = tmp_path_factory.mktemp(f"recorded-{found.engine}")
+    specs = {
+        "beside": dataclasses.replace(SPEC, records=True),
+        "alone": dataclasses.replace(SPEC, records=True, gpu_series=False),
+        "late": dataclasses.replace(SPEC, records=True, records_from_hours=12),
+    }
+    return {name: run(spec, root / name, found.engine) for name, spec in specs.items()}
+
+
+def findings(found: Found) -> tuple[list[tuple[str, ...]], dict[tuple[str, str], float]]:
+    rows = found.table("goodput_interruptions")
+    columns = ["namespace", "training_job", "timestamp", "kinds", "cause", "node"]
+    interruptions = sorted(tuple(map(str, r)) for r in rows[columns].itertuples(index=False))
+    jobs = found.table("goodput_jobs")
+    return interruptions, {(r.namespace, str(r.training_job)): r.ettr for r in jobs.itertuples()}
+
+
+def test_the_records_are_read_where_they_cover_the_window_and_find_the_same(
+    found: Found, recorded: dict[str, Found]
+) -> None:
+    assert found.sources() == dict.fromkeys(RECORDS, RAW)
+    assert FALLBACK_NOTE in found.summary()
+    interruptions, ettr = findings(found)
+    for name in ("beside", "alone"):
+        got = recorded[name]
+        assert got.status == 0
+        assert got.sources() == RECORDS, name
+        assert FALLBACK_NOTE not in got.summary(), name
+        assert findings(got)[0] == interruptions, name
+        assert findings(got)[1] == pytest.approx(ettr, abs=1e-9), name
+
+
+def test_a_window_before_the_records_falls_back_and_says_so(
+    found: Found, recorded: dict[str, Found]
+) -> None:
+    late = recorded["late"]
+    assert late.sources() == dict.fromkeys(RECORDS, RAW)
+    assert FALLBACK_NOTE in late.summary()
+    assert findings(late)[0] == findings(found)[0]
+    assert findings(late)[1] == pytest.approx(findings(found)[1], abs=1e-9)

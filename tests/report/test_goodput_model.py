@@ -78,6 +78,19 @@ def test_restarts_within_a_minute_are_one_interruption() -> None:
     ]
 
 
+def test_a_job_that_saved_and_then_failed_stopped_at_the_end_of_its_save() -> None:
+    # Its GPUs idle from the save's start, but the work up to the save's end is safe: the
+    # interruption is at the save's end (nothing redone, the save's time is the save's).
+    found = find_interruptions(
+        history(
+            restarts=(Restart(time=2_190, kind=POD_RECREATED, nodes=("n1",)),),
+            active=(Span(start=0, end=2_000), Span(start=2_700, end=10_000)),
+            saves=(Span(start=2_000, end=2_120),),
+        )
+    )
+    assert [(i.time, i.resumed) for i in found] == [(2_120, 2_700)]
+
+
 def test_an_activity_gap_without_a_restart_is_an_in_place_restart() -> None:
     found = find_interruptions(
         history(active=(Span(start=0, end=4_000), Span(start=4_300, end=10_000)))

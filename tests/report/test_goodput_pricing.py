@@ -55,6 +55,12 @@ def test_lost_time_is_downtime_plus_work_since_the_last_save() -> None:
         start=0,
         end=36_000,
         saves=(Span(start=3_600, end=3_660), Span(start=7_200, end=7_260)),
+        active=(
+            Span(start=0, end=3_600),
+            Span(start=3_660, end=7_200),
+            Span(start=7_260, end=9_000),
+            Span(start=9_600, end=36_000),
+        ),
     )
     cost = price(job, [hit(9_000, 9_600)], assumed_interval=3_600)
     assert cost.down_seconds == 600
@@ -67,6 +73,23 @@ def test_lost_time_is_downtime_plus_work_since_the_last_save() -> None:
     assert cost.save_seconds == 60
     assert cost.restart_seconds == 600
     assert cost.mtti_hours == pytest.approx(10)
+
+
+def test_a_planned_stop_counts_against_ettr_but_costs_no_gpu_hours() -> None:
+    # A job suspended for an hour (not holding its GPUs, no restart): not progressing, so
+    # not productive, though no interruption prices it.
+    job = JobHistory(
+        job=JOB,
+        nodes=("n1",),
+        gpus=8,
+        start=0,
+        end=36_000,
+        active=(Span(start=0, end=18_000), Span(start=21_600, end=36_000)),
+        saves=(Span(start=17_940, end=18_000),),
+    )
+    cost = price(job, [], assumed_interval=3_600)
+    assert cost.lost_gpu_hours == 0
+    assert cost.ettr == pytest.approx(1 - 3_600 / 36_000)
 
 
 def test_without_checkpoint_records_redone_work_is_estimated_and_said_so() -> None:

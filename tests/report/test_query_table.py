@@ -7,10 +7,14 @@ would never report its missing data."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from fleetwatch.report.analysis import SECTION_QUERIES
-from fleetwatch.report.query_table import QUERIES
+from fleetwatch.report.dataset import LEFT_OUT, fetch
+from fleetwatch.report.promapi import Answer, _NoProgress
+from fleetwatch.report.query import AREAS, Window
+from fleetwatch.report.query_table import BY_AREA, QUERIES
 
 
 def test_query_names_are_unique() -> None:
@@ -23,3 +27,35 @@ def test_every_query_belongs_to_a_section_and_every_section_query_exists() -> No
     read = {name for section in SECTION_QUERIES.values() for name in section}
     assert names - read == set()
     assert read - names == set()
+
+
+class _Store:
+    """Answers every query with nothing and remembers each expression asked."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.asked: list[str] = []
+        self.progress = _NoProgress()
+
+    async def metric_names(self, **_: object) -> set[str]:
+        return self.names
+
+    async def label_values(self, *_: object, **__: object) -> set[str]:
+        return {"gpu-0001"}
+
+    async def query_range(self, expr: str, **_: object) -> Answer:
+        self.asked.append(expr)
+        return Answer(series=[], warnings=[])
+
+
+def test_a_report_of_some_areas_asks_only_their_queries() -> None:
+    every = {m for q in QUERIES for m in (*q.required, *q.optional)}
+    store = _Store(every)
+    window = Window(start=0, end=86_400, step=60, bucket=3_600, threshold_celsius=80)
+    dataset = asyncio.run(fetch(store, window, areas=("goodput",)))  # type: ignore[arg-type]
+    goodput = {q.name for q in BY_AREA["goodput"]}
+    assert set(dataset.frames) == goodput
+    left_out = {name for name, why in dataset.problems.items() if why == LEFT_OUT}
+    assert left_out == {q.name for q in QUERIES} - goodput
+    assert len(store.asked) >= len(goodput)
+    assert tuple(BY_AREA) == AREAS
