@@ -15,10 +15,8 @@ thresholds, link states, PCIe widths, HCA rates) do not change from one cycle to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final
-
-from prometheus_client.utils import floatToGoString
 
 from fleetwatch.collectors.families import SeriesFamily
 
@@ -31,7 +29,22 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-_go_float: Callable[[float], str] = floatToGoString
+def _go_float(value: float) -> str:
+    """prometheus_client's `floatToGoString` for a float, written here so that the exporter
+    does not load prometheus_client (about 4 MiB) for one function; the renderer's tests
+    hold the output to `generate_latest`'s."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:  # Go switches to the exponent form sooner than Python
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
 _EXACT: Final = 2**53  # integers below this are exact as floats: str(n) == repr digits
 
 
