@@ -26,7 +26,7 @@ import ctypes
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -36,6 +36,8 @@ from fleetwatch.collectors.sources.nvml_calls import (
     ABSENT,
     CallFailure,
     Calls,
+    FieldBatch,
+    FieldId,
     classified,
     error_name,
 )
@@ -262,6 +264,7 @@ class NvmlSource:
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
         self._unanswered: set[tuple[str, int]] = set()  # (group of link fields, GPU)
+        self._batches: dict[tuple[str, int], FieldBatch] = {}  # by (purpose, GPU)
         self._fabric: dict[int, bool] = {}
         self._static: dict[int, _StaticReadings] = {}
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
@@ -346,9 +349,9 @@ class NvmlSource:
         """Everything but NVLink and GPM for one GPU; raises GpuLostError when it is gone."""
         calls = Calls(self.lib, gpu.index)
         h = gpu.handle
-        fields = calls.fields(
-            h, [FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION]
-        )
+        fields = self._batch(
+            "gpu", gpu, (FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION)
+        ).read(calls, h)
         reasons = calls.get("nvmlDeviceGetCurrentClocksEventReasons", h)
         utilization = calls.get("nvmlDeviceGetUtilizationRates", h)
         memory = calls.get("nvmlDeviceGetMemoryInfo", h)
@@ -453,6 +456,13 @@ class NvmlSource:
             health_mask=int(info.healthMask),
         )
 
+    def _batch(self, purpose: str, gpu: Gpu, ids: Sequence[FieldId]) -> FieldBatch:
+        """The GPU's batch of `ids` for one purpose, made again when the ids change."""
+        batch = self._batches.get((purpose, gpu.index))
+        if batch is None or batch.ids != tuple(ids):
+            batch = self._batches[(purpose, gpu.index)] = FieldBatch(self.lib, ids)
+        return batch
+
     # -- NVLink --------------------------------------------------------------------------
     def nvlinks(self, gpu: Gpu) -> tuple[int, ...]:
         """Indices of the links this GPU really has, probed once by state.
@@ -496,7 +506,7 @@ class NvmlSource:
         ids = [
             (field_id, link) for link in links for g in groups.values() for field_id in g.values()
         ]
-        batch = calls.fields(h, ids) if ids else {}
+        batch = self._batch("nvlink", gpu, ids).read(calls, h) if ids else {}
         for group, fields in groups.items():
             if batch and all(
                 batch[(field_id, link)] is None for link in links for field_id in fields.values()

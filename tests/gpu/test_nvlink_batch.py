@@ -1,14 +1,21 @@
 """NVLink counters in one batched field-value call per GPU, and the per-link call where the
-batch does not answer; field values decoded from pynvml's ctypes array as pynvml reads them.
+batch does not answer; field values decoded from pynvml's ctypes array as pynvml reads them;
+the batch's array made once and read through NVML's C function, on NVIDIA's mock NVML.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pynvml
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +25,7 @@ from fleetwatch.sim.nvml_records import FakeFieldValue, FakeHandle, FakeValue
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.world import SimulatedNode
 from testbed.clock import FixedClock
+from testbed.nvmlmock import LIBRARY, MissingNvmlMock, NvmlMock
 from tests.gpu.simnode import ControlledNvml
 
 BATCHED = 1000.0  # what the batch answers, where the per-link call answers 0
@@ -108,3 +116,51 @@ def test_a_ctypes_batch_decodes_as_pynvml_reads_each_value(
     decoded = field_values(array)
     expected = [field_value(slot) for slot in array]
     assert [str(v) for v in decoded] == [str(v) for v in expected]  # NaN equals NaN here
+
+
+ON_THE_MOCK = """
+import json, pynvml
+from fleetwatch.collectors.sources.nvml import NVLINK5_FIELDS, NVLINK_ERROR_FIELDS
+from fleetwatch.collectors.sources.nvml_calls import Calls, FieldBatch, field_value
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+ids = [(f, link) for link in range(18) for f in (*NVLINK_ERROR_FIELDS.values(), 163, 165)]
+ids += [82, *NVLINK5_FIELDS.values()]
+calls = Calls(pynvml, 0)
+fast = FieldBatch(pynvml, ids)
+rounds = [fast.read(calls, handle) for _ in range(2)]
+slow = [field_value(v) for v in pynvml.nvmlDeviceGetFieldValues(handle, ids)]
+print(json.dumps({"rounds": [list(r.values()) for r in rounds], "slow": slow,
+                  "failures": len(calls.failures), "prepared": fast.prepared}))
+"""
+
+
+def test_the_prepared_batch_reads_what_pynvml_reads_on_the_mock(tmp_path: Path) -> None:
+    """Through NVML's C function on an array made once, twice running, the values are
+    those pynvml's own nvmlDeviceGetFieldValues returns (NVIDIA's mock NVML, H100)."""
+    try:
+        mock = NvmlMock.from_environment()
+    except MissingNvmlMock as exc:
+        pytest.skip(str(exc))
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text("version: 1\n")
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(mock.root / LIBRARY.parent),
+        "MOCK_NVML_CONFIG": str(mock.profile("h100")),
+        "MOCK_NVML_OVERRIDES": str(overrides),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ON_THE_MOCK],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    assert read["failures"] == 0
+    assert read["prepared"], "the C function was not used"
+    assert read["rounds"] == [read["slow"], read["slow"]]
+    assert read["slow"][3] == 1.0  # link 0's state field: active

@@ -139,9 +139,12 @@ def main() -> int:
         "CRC 163 | crc_flit call, crc_data call, state 165 | nvmlDeviceGetNvLinkState (163 "
         "and 165 stay per-link calls until hardware shows which call each agrees with)"
     )
+    direct = NvmlSource(lib=pynvml)  # untimed: its batches call NVML's C function directly
     for gpu in source.gpus():
         for line in link_fields(source, gpu):
             print(f"GPU {gpu.index} {line}")
+        same = direct.read_nvlinks(gpu, nvlink5=True) == source.read_nvlinks(gpu, nvlink5=True)
+        print(f"GPU {gpu.index}: prepared batch reads the same as pynvml's call: {same}")
     print(
         "\n== Thermal margin (nvmlDeviceGetMarginTemperature; where the driver does not report "
         "it, the exporter derives slowdown threshold minus temperature)"
