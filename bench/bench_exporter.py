@@ -43,6 +43,7 @@ from bench.exporter_setups import (
     moving_tree,
     python_threads,
     thread_cpu,
+    wrapped_exporter,
 )
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
@@ -411,17 +412,8 @@ def _exporter(
         ) as server:
             yield server
         return
-    port = servers.free_port()
-    argv = [sys.executable, "-c", NAMED_THREADS, str(thread_names), "export"]
-    argv += [f"--web.listen-address=127.0.0.1:{port}", "--log.format=json", *args]
-    with servers.running(
-        argv,
-        url=f"http://127.0.0.1:{port}",
-        ready_path="/readyz",
-        workdir=workdir,
-        name="fleetwatch-export",
-        env=env,
-    ) as server:
+    prefix = [sys.executable, "-c", NAMED_THREADS, str(thread_names)]
+    with wrapped_exporter(prefix, args, workdir=workdir, env=env) as server:
         yield server
 
 

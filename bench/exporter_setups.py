@@ -16,9 +16,10 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
@@ -72,6 +73,25 @@ def _empty_overrides(folder: Path) -> Path:
     path = folder / "nvml-overrides.yaml"
     path.write_text("version: 1\n")
     return path
+
+
+@contextlib.contextmanager
+def wrapped_exporter(
+    prefix: Sequence[str], args: Sequence[str], *, workdir: Path, env: dict[str, str]
+) -> Iterator[servers.Server]:
+    """`fleetwatch export ARGS` run by a wrapper in the exporter's own process (`prefix`:
+    the wrapper's command line, e.g. a profiler or `NAMED_THREADS`), ready at /readyz."""
+    port = servers.free_port()
+    argv = [*prefix, "export", f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"]
+    with servers.running(
+        [*argv, *args],
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/readyz",
+        workdir=workdir,
+        name="fleetwatch-export",
+        env=env,
+    ) as server:
+        yield server
 
 
 # Run as `python -c NAMED_THREADS FILE export ...`: `fleetwatch export` with a thread that
