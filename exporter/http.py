@@ -314,6 +314,7 @@ class _Connection(asyncio.Protocol):
         return False  # the client will send nothing more: close once answered
 
     def _arm_idle(self) -> None:
+        self._disarm_idle()  # one timer at a time: a second would close a busy connection
         loop = asyncio.get_running_loop()
         self._idle = loop.call_later(self._listener.limits.keepalive_timeout, self.close)
 
