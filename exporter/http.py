@@ -37,7 +37,6 @@ from fleetwatch.webguard import TOO_MANY_REQUESTS, UNAUTHORIZED, WebGuard
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-SHUTDOWN_GRACE_SECONDS = 2.0
 MAX_REQUEST_LINE: Final = 8190
 """Longest request line (aiohttp's and Go's net/http's order of size)."""
 MAX_HEAD: Final = 16384

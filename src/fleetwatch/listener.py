@@ -397,7 +397,11 @@ async def listen(
     web: WebGuard | None = None,
     shutdown_timeout: float = 60.0,
 ) -> AsyncIterator[Listener]:
-    """Serve `app` on `host:port` under `limits` (and `web`'s file) until the context exits."""
+    """Serve `app` on `host:port` under `limits` (and `web`'s file) until the context exits.
+
+    At exit an aiohttp app's connections get `shutdown_timeout` to finish; a
+    `ServesConnections` answers from memory, so its connections are closed at once (an
+    answer already written is sent first)."""
     listener = Listener(limits=limits, web=web)
     if isinstance(app, ServesConnections):
         server = await _create_server(
