@@ -315,7 +315,11 @@ def cpu_per_series(
 
     `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
     third process in the same window, so a change is measured before and after under the
-    same load."""
+    same load.
+
+    The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
+    (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
+    with the ratio without it."""
     with contextlib.ExitStack() as stack:
         tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
         names = workdir / "fw-threads.json"
