@@ -37,7 +37,14 @@ from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.exporter_setups import exporter_argv, moving_tree
+from bench.exporter_setups import (
+    NAMED_THREADS,
+    exporter_argv,
+    moving_tree,
+    python_threads,
+    thread_cpu,
+    wrapped_exporter,
+)
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.families import SeriesFamily, series_count
@@ -308,10 +315,17 @@ def cpu_per_series(
 
     `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
     third process in the same window, so a change is measured before and after under the
-    same load."""
+    same load.
+
+    The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
+    (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
+    with the ratio without it."""
     with contextlib.ExitStack() as stack:
         tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
-        fw = stack.enter_context(_exporter(workdir / "fw", simulate=simulate, sysfs=tree))
+        names = workdir / "fw-threads.json"
+        fw = stack.enter_context(
+            _exporter(workdir / "fw", simulate=simulate, sysfs=tree, thread_names=names)
+        )
         ne = stack.enter_context(node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None))
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
         if baseline is not None:
@@ -322,6 +336,7 @@ def cpu_per_series(
                 "fleetwatch_",
             )
         load = os.getloadavg()[0]
+        threads_before = thread_cpu(fw.process.pid)
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
         end_time = time.monotonic() + seconds
         while time.monotonic() < end_time:
@@ -331,6 +346,11 @@ def cpu_per_series(
             name: _cpu_seconds(server.process.pid) - start[name]
             for name, (server, _) in procs.items()
         }
+        threads = thread_cpu(fw.process.pid)
+        ours = python_threads(names)
+        foreign = sum(
+            cpu - threads_before.get(tid, 0.0) for tid, cpu in threads.items() if tid not in ours
+        )
         rss = {name: _rss_mib(server.process.pid) for name, (server, _) in procs.items()}
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
     print(
@@ -353,6 +373,13 @@ def cpu_per_series(
         f"{series['fleetwatch'] / series['node_exporter']:.2f}, per series "
         f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
     )
+    if not simulate:
+        net = (spent["fleetwatch"] - foreign) / series["fleetwatch"] * 1e6 / seconds
+        print(
+            f"of which threads Python did not start (the mock NVML's own, its Go runtime): "
+            f"{foreign:.2f} CPU s; without them per series "
+            f"{net / per_series['node_exporter']:.2f} of node_exporter's"
+        )
     if not simulate or simulation is None:
         return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (
@@ -374,15 +401,23 @@ def _exporter(
     sysfs: Path,
     code: Path | None = None,
     procfs: Path | None = None,
+    thread_names: Path | None = None,
 ) -> Iterator[servers.Server]:
+    """`fleetwatch export` in one of the two set-ups; with `thread_names`, run through
+    `NAMED_THREADS`, which records there which threads are Python's."""
     env, args = exporter_argv(simulate=simulate, sysfs=sysfs)
     if procfs is not None:
         args.append(f"--path.procfs={procfs}")
     if code is not None:
         env["PYTHONPATH"] = str(code)  # ahead of the editable install's package
-    with servers.fleetwatch_command(
-        workdir, command="export", args=args, ready_path="/readyz", env=env
-    ) as server:
+    if thread_names is None:
+        with servers.fleetwatch_command(
+            workdir, command="export", args=args, ready_path="/readyz", env=env
+        ) as server:
+            yield server
+        return
+    prefix = [sys.executable, "-c", NAMED_THREADS, str(thread_names)]
+    with wrapped_exporter(prefix, args, workdir=workdir, env=env) as server:
         yield server
 
 

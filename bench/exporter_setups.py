@@ -13,10 +13,13 @@ profile_exporter so both measure the same thing.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.scenario import load_scenario
 from fleetwatch.sim.sysfs_tree import SimulatedSysfs
 from fleetwatch.sim.world import SimulatedNode, WallClock
@@ -70,3 +73,62 @@ def _empty_overrides(folder: Path) -> Path:
     path = folder / "nvml-overrides.yaml"
     path.write_text("version: 1\n")
     return path
+
+
+@contextlib.contextmanager
+def wrapped_exporter(
+    prefix: Sequence[str], args: Sequence[str], *, workdir: Path, env: dict[str, str]
+) -> Iterator[servers.Server]:
+    """`fleetwatch export ARGS` run by a wrapper in the exporter's own process (`prefix`:
+    the wrapper's command line, e.g. a profiler or `NAMED_THREADS`), ready at /readyz."""
+    port = servers.free_port()
+    argv = [*prefix, "export", f"--web.listen-address=127.0.0.1:{port}", "--log.format=json"]
+    with servers.running(
+        [*argv, *args],
+        url=f"http://127.0.0.1:{port}",
+        ready_path="/readyz",
+        workdir=workdir,
+        name="fleetwatch-export",
+        env=env,
+    ) as server:
+        yield server
+
+
+# Run as `python -c NAMED_THREADS FILE export ...`: `fleetwatch export` with a thread that
+# writes, every second, the native id and name of each thread Python runs, so that a bench
+# can tell the exporter's threads from those a library started (the mock NVML's Go runtime).
+NAMED_THREADS = """
+import json, os, sys, threading
+from fleetwatch.cli import main
+
+def record(path, stop):
+    while not stop.wait(1.0):
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        with open(path + ".new", "w") as out:
+            json.dump(names, out)
+        os.replace(path + ".new", path)
+
+stop = threading.Event()
+threading.Thread(target=record, args=(sys.argv[1], stop), daemon=True, name="names").start()
+status = main(sys.argv[2:])
+stop.set()
+sys.exit(status)
+"""
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each thread of a process so far, by native id."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            found[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def python_threads(names_file: Path) -> set[int]:
+    """Native ids of the threads Python has run in the process (NAMED_THREADS' record)."""
+    with contextlib.suppress(OSError, ValueError):
+        return {int(tid) for tid in json.loads(names_file.read_text())}
+    return set()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.exporter_setups import exporter_argv, moving_tree
+from bench.exporter_setups import exporter_argv, moving_tree, wrapped_exporter
 from fleetwatch.sim import loopback_servers as servers
 
 NVML_FILES = ("pynvml.py", "fake_nvml.py")
@@ -129,27 +129,10 @@ def main() -> None:
         workdir = Path(tmp)
         out = workdir / "profiles"
         out.mkdir()
-        port = servers.free_port()
         with moving_tree(workdir / "sys", enabled=not args.simulate) as tree:
             env, fw_args = exporter_argv(simulate=args.simulate, sysfs=tree)
-            argv = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--child",
-                str(out),
-                "export",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.format=json",
-                *fw_args,
-            ]
-            with servers.running(
-                argv,
-                url=f"http://127.0.0.1:{port}",
-                ready_path="/readyz",
-                workdir=workdir,
-                name="fleetwatch-export",
-                env=env,
-            ) as server:
+            prefix = [sys.executable, str(Path(__file__).resolve()), "--child", str(out)]
+            with wrapped_exporter(prefix, fw_args, workdir=workdir, env=env) as server:
                 end = time.monotonic() + args.seconds
                 while time.monotonic() < end:
                     metrics = servers.http_get(server.url + "/metrics").decode()

@@ -23,10 +23,12 @@ values with one C-level pick, so not even a `put` runs per value.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-
-from prometheus_client.core import Metric
+from typing import TYPE_CHECKING
 
 from fleetwatch.catalog.spec import MetricSpec, Read
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 
 def reads_of(
@@ -168,7 +170,10 @@ class SeriesFamily:
         return len(self.values) - self.values.count(None)
 
     def to_metric(self) -> Metric:
-        """The same samples as a prometheus_client `Metric`, for generic consumers."""
+        """The same samples as a prometheus_client `Metric`, for generic consumers (the
+        exporter itself never calls it, so it does not load prometheus_client)."""
+        from prometheus_client.core import Metric
+
         metric = Metric(self.name, self.documentation, self.type)
         for labels, value in zip(self.labels, self.values, strict=True):
             if value is not None:

@@ -88,7 +88,12 @@ from fleetwatch.collectors.sources.mounts import (
     lustre_fsname,
     watched_mounts,
 )
-from fleetwatch.collectors.sources.procfs_mounts import ProcReading, llite_dirs, read_procfs
+from fleetwatch.collectors.sources.procfs_mounts import (
+    MountTable,
+    ProcReading,
+    llite_dirs,
+    read_procfs,
+)
 from fleetwatch.collectors.storage_probes import CanaryProbes
 from fleetwatch.flags import duration_setting, number_setting, setting
 from fleetwatch.logs import LogOnce
@@ -164,6 +169,7 @@ class StorageCollector:
         self._procfs = procfs
         self._rootfs = rootfs
         self._llite = llite_dirs(procfs, sysfs)
+        self._mount_table = MountTable()
         self._settings = settings
         self._discover = discover
         self._wait = wait
@@ -190,7 +196,9 @@ class StorageCollector:
     def collect(self) -> list[SeriesFamily]:
         deadline = self._clock() + min(self._wait, self._settings.hung_timeout)
         self._procfs_lane.submit(
-            lambda: read_procfs(self._procfs, rootfs=str(self._rootfs), llite=self._llite)
+            lambda: read_procfs(
+                self._procfs, rootfs=str(self._rootfs), llite=self._llite, table=self._mount_table
+            )
         )
         self._procfs_lane.wait(deadline)
         reading = self._proc_reading()

@@ -22,7 +22,7 @@ from fleetwatch.collectors import COLLECTORS
 from fleetwatch.collectors.base import Collector, CollectorContext
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.hardware import hardware
-from fleetwatch.exporter.http import SHUTDOWN_GRACE_SECONDS, make_app
+from fleetwatch.exporter.http import make_app
 from fleetwatch.exporter.machine import Refresh
 from fleetwatch.exporter.settings import EXPORT_FLAGS, ExportSettings, flags_of
 from fleetwatch.exporter.shutdown import ShutdownDeadline
@@ -142,7 +142,6 @@ async def serve(
         port=port,
         limits=settings.listener,
         web=guard,
-        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
     ):
         log.info(
             "serving",

@@ -15,10 +15,9 @@ thresholds, link states, PCIe widths, HCA rates) do not change from one cycle to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from typing import Final
-
-from prometheus_client.utils import floatToGoString
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Final, cast
 
 from fleetwatch.collectors.families import SeriesFamily
 
@@ -31,7 +30,22 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-_go_float: Callable[[float], str] = floatToGoString
+def _go_float(value: float) -> str:
+    """prometheus_client's `floatToGoString` for a float, written here so that the exporter
+    does not load prometheus_client (about 4 MiB) for one function; the renderer's tests
+    hold the output to `generate_latest`'s."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:  # Go switches to the exponent form sooner than Python
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
+
 _EXACT: Final = 2**53  # integers below this are exact as floats: str(n) == repr digits
 
 
@@ -70,7 +84,8 @@ class Renderer:
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
         # A family's rendered bytes by sample name, with the prefix list and (a copy of) the
         # values they were made from.
-        self._bodies: dict[str, tuple[list[str], tuple[float | None, ...], bytes]] = {}
+        self._bodies: dict[str, tuple[list[str], bytes | tuple[float | None, ...] | None, bytes]]
+        self._bodies = {}
 
     def _header(self, family: SeriesFamily) -> bytes:
         key = (family.name, family.type, family.documentation)
@@ -109,25 +124,21 @@ class Renderer:
     def _body(self, family: SeriesFamily) -> bytes:
         """The family's sample lines, reused while its labels and values are unchanged.
 
-        Values compare by `==`, and a family holding -0.0 (equal to 0.0, rendered "-0.0")
-        is rendered afresh, so a reused body is always the one a fresh render writes.
+        Values compare bit for bit as doubles where all are present (`_values_key`), so
+        -0.0 (equal to 0.0, rendered "-0.0") is told apart: a reused body is always the one
+        a fresh render writes.
         """
-        values = tuple(family.values)
+        key = _values_key(family.values)
         prefixes = self._prefix_list(family)  # a new list whenever the label list changed
         hit = self._bodies.get(family.sample_name)
-        if (
-            hit is not None
-            and hit[0] is prefixes
-            and hit[1] == values
-            and not _has_negative_zero(values)
-        ):
+        if hit is not None and hit[0] is prefixes and key is not None and hit[1] == key:
             return hit[2]
         body = "".join(
             f"{prefix}{format_value(value)}\n"
-            for prefix, value in zip(prefixes, values, strict=True)
+            for prefix, value in zip(prefixes, family.values, strict=True)
             if value is not None
         ).encode()
-        self._bodies[family.sample_name] = (prefixes, values, body)
+        self._bodies[family.sample_name] = (prefixes, key, body)
         return body
 
     def render(self, families: Iterable[SeriesFamily]) -> bytes:
@@ -147,9 +158,17 @@ class Renderer:
         return b"".join(out)
 
 
-def _has_negative_zero(values: tuple[float | None, ...]) -> bool:
-    """Whether any value is -0.0 (equal to 0.0, rendered differently): a scan in C first,
-    one in Python only for families that hold a zero."""
-    if 0.0 not in values:
-        return False
-    return any(v == 0 and math.copysign(1.0, v) < 0 for v in values if v is not None)
+def _values_key(values: Sequence[float | None]) -> bytes | tuple[float | None, ...] | None:
+    """What a family's lines depend on, to compare with the last render's: the values as
+    doubles, bit for bit, made in one C pass (a value renders as a function of its double,
+    and the bits tell -0.0 from 0.0); for a family with absent values the tuple of values,
+    or None (never reused) when one of them is -0.0."""
+    if None not in values:
+        try:
+            return array("d", cast("Sequence[float]", values)).tobytes()
+        except OverflowError:  # an integer beyond a double: compared as it is
+            pass
+    found = tuple(values)
+    if 0.0 in found and any(v == 0 and math.copysign(1.0, v) < 0 for v in found if v is not None):
+        return None
+    return found

@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-import sh
-
 # perfquery field names (both spellings) -> error name used by the collector.
 PERFQUERY_ERRORS: Final[Mapping[str, str]] = {
     "SymbolErrorCounter": "symbol",
@@ -299,6 +297,8 @@ class IbTools:
         if program is None:
             raise IbToolError("tool is not installed")
         name = os.path.basename(program)
+        import sh  # about 3 MiB: loaded by the first run of a tool, not by every exporter
+
         try:
             done = sh.Command(program)(
                 *args,
@@ -338,6 +338,8 @@ class IbTools:
         try:
             output = self.run(self._ibstat)
         except IbToolError as exc:
+            import sh  # loaded by `run` already
+
             partial = exc.__cause__
             if isinstance(partial, sh.ErrorReturnCode):
                 cas = parse_ibstat(partial.stdout.decode(errors="replace"))

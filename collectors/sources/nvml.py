@@ -26,7 +26,7 @@ import ctypes
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -36,6 +36,8 @@ from fleetwatch.collectors.sources.nvml_calls import (
     ABSENT,
     CallFailure,
     Calls,
+    FieldBatch,
+    FieldId,
     classified,
     error_name,
 )
@@ -83,6 +85,16 @@ NVLINK_ERROR_COUNTERS: Final = {
     "ecc_data": pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,
 }
 # NVLink5 (Blackwell) per-link counters, read as field values scoped to a link.
+# The per-link counters NVML also answers as link-scoped field values (scopeId = link),
+# named the same in nvml.h (`NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY` is the counter
+# `NVML_NVLINK_ERROR_DL_REPLAY` counts): read in the GPU's one batched call. The field
+# `..._DL_CRC` (163) is not here: one CRC counter where the per-link call tells flit and
+# data CRC errors apart, so which one it is needs real hardware to confirm; nor the state
+# field 165 (an Active/Inactive value whose encoding the header does not give).
+NVLINK_ERROR_FIELDS: Final = {
+    "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+}
 NVLINK5_FIELDS: Final = {
     "symbol": pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS,
     "effective": pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS,
@@ -253,7 +265,8 @@ class NvmlSource:
         self._skipped: set[int] = set()  # GPU indices that could not be identified yet
         self._gpus: tuple[Gpu, ...] = ()
         self._links: dict[int, tuple[int, ...]] = {}
-        self._nvlink5: dict[int, bool] = {}
+        self._unanswered: set[tuple[str, int]] = set()  # (group of link fields, GPU)
+        self._batches: dict[tuple[str, int], FieldBatch] = {}  # by (purpose, GPU)
         self._fabric: dict[int, bool] = {}
         self._static: dict[int, _StaticReadings] = {}
         self._temperature_v = hasattr(lib, "nvmlDeviceGetTemperatureV")
@@ -354,9 +367,9 @@ class NvmlSource:
         """Everything but NVLink and GPM for one GPU; raises GpuLostError when it is gone."""
         calls = Calls(self.lib, gpu.index)
         h = gpu.handle
-        fields = calls.fields(
-            h, [FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION]
-        )
+        fields = self._batch(
+            "gpu", gpu, (FIELD_MEMORY_TEMP, *VIOLATION_FIELDS.values(), FIELD_RECOVERY_ACTION)
+        ).read(calls, h)
         reasons = calls.get("nvmlDeviceGetCurrentClocksEventReasons", h)
         utilization = calls.get("nvmlDeviceGetUtilizationRates", h)
         memory = calls.get("nvmlDeviceGetMemoryInfo", h)
@@ -461,6 +474,13 @@ class NvmlSource:
             health_mask=int(info.healthMask),
         )
 
+    def _batch(self, purpose: str, gpu: Gpu, ids: Sequence[FieldId]) -> FieldBatch:
+        """The GPU's batch of `ids` for one purpose, made again when the ids change."""
+        batch = self._batches.get((purpose, gpu.index))
+        if batch is None or batch.ids != tuple(ids):
+            batch = self._batches[(purpose, gpu.index)] = FieldBatch(self.lib, ids)
+        return batch
+
     # -- NVLink --------------------------------------------------------------------------
     def nvlinks(self, gpu: Gpu) -> tuple[int, ...]:
         """Indices of the links this GPU really has, probed once by state.
@@ -484,19 +504,34 @@ class NvmlSource:
     def read_nvlinks(self, gpu: Gpu, *, nvlink5: bool) -> GpuLinksReading:
         """State and per-link error counters (legacy totals read 0 on Hopper: not used).
 
-        With `nvlink5`, also the NVLink5 counters, batched into one field-value call.
+        One batched field-value call per GPU carries the replay and recovery counters of
+        every link (`NVLINK_ERROR_FIELDS`) and, with `nvlink5`, the NVLink5 counters; a
+        value the batch does not answer is read with the per-link call, and a GPU whose
+        batch answers none of a group's fields is not asked for that group again. The
+        state and the CRC and ECC counters are per-link calls.
         """
         calls = Calls(self.lib, gpu.index)
         h = gpu.handle
         links = self.nvlinks(gpu)
-        extra: dict[Any, float | None] = {}
-        if nvlink5 and links and self._nvlink5.get(gpu.index, True):
-            ids = [(field_id, link) for link in links for field_id in NVLINK5_FIELDS.values()]
-            extra = calls.fields(h, ids)
-            if extra and all(value is None for value in extra.values()):
-                self._nvlink5[gpu.index] = False  # pre-NVLink5 GPU or driver: stop asking
-        # 6 calls a link (864 a DGX H100 cycle): the functions are looked up once, and each
-        # failure is sorted as `Calls` sorts it.
+        groups = {
+            group: fields
+            for group, fields, wanted in (
+                ("errors", NVLINK_ERROR_FIELDS, True),
+                ("nvlink5", NVLINK5_FIELDS, nvlink5),
+            )
+            if wanted and links and (group, gpu.index) not in self._unanswered
+        }
+        ids = [
+            (field_id, link) for link in links for g in groups.values() for field_id in g.values()
+        ]
+        batch = self._batch("nvlink", gpu, ids).read(calls, h) if ids else {}
+        for group, fields in groups.items():
+            if batch and all(
+                batch[(field_id, link)] is None for link in links for field_id in fields.values()
+            ):
+                self._unanswered.add((group, gpu.index))  # not answered here: stop asking
+        # Per link: the state and the counters the batch did not answer (the functions
+        # are looked up once; each failure is sorted as `Calls` sorts it).
         state_of = self.lib.nvmlDeviceGetNvLinkState
         counter_of = self.lib.nvmlDeviceGetNvLinkErrorCounter
         counters = tuple(NVLINK_ERROR_COUNTERS.items())
@@ -509,13 +544,17 @@ class NvmlSource:
                 up = None
             errors: dict[str, float | None] = {}
             for name, code in counters:
+                field_id = NVLINK_ERROR_FIELDS.get(name)
+                if field_id is not None and (value := batch.get((field_id, link))) is not None:
+                    errors[name] = value
+                    continue
                 try:
                     errors[name] = float(counter_of(h, link, code))
                 except pynvml.NVMLError as exc:
                     calls.sort("nvmlDeviceGetNvLinkErrorCounter", exc)
                     errors[name] = None
-            if extra:
+            if "nvlink5" in groups and batch:
                 for name, field_id in NVLINK5_FIELDS.items():
-                    errors[name] = extra.get((field_id, link))
+                    errors[name] = batch.get((field_id, link))
             readings.append(NvLinkReading(link=link, up=up, errors=errors))
         return GpuLinksReading(links=tuple(readings), failures=tuple(calls.failures))

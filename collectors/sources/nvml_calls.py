@@ -17,6 +17,9 @@ Only the NVML source modules import pynvml's exceptions: collectors see `GpuLost
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -30,6 +33,12 @@ ABSENT: Final = (
     pynvml.NVMLError_NoPermission,
 )
 _FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+# nvmlFieldValue_t as bytes (fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn,
+# the value union), and the union's member per valueType, in `_FIELD_VALUE_ATTRS`' order:
+# a batch of a hundred values is decoded by one C-level unpack, not five attribute reads each.
+_FIELD_RECORD: Final = struct.Struct("@IIqqII8s")
+_FIELD_UNION: Final = tuple(struct.Struct("@" + code) for code in "dILQqiH")
+_FIELD_RECORD_MATCHES: Final = _FIELD_RECORD.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
 
 
 class GpuLostError(Exception):
@@ -97,6 +106,78 @@ def field_value(result: Any) -> float | None:
     return float(getattr(result.value, _FIELD_VALUE_ATTRS[value_type]))
 
 
+def field_values(results: Any) -> list[float | None]:
+    """Every result of one nvmlDeviceGetFieldValues, as `field_value` reads each.
+
+    pynvml answers a ctypes array of `c_nvmlFieldValue_t`: it is read as bytes in one pass
+    (what `field_value` does per element costs more than the call itself on a batch of a
+    hundred); anything else (the simulation's values) is read element by element.
+    """
+    if not (_FIELD_RECORD_MATCHES and isinstance(results, ctypes.Array)):
+        return [field_value(result) for result in results]
+    values: list[float | None] = []
+    for *_, value_type, returned, union in _FIELD_RECORD.iter_unpack(bytes(results)):
+        if returned != pynvml.NVML_SUCCESS or not 0 <= value_type < len(_FIELD_UNION):
+            values.append(None)
+        else:
+            values.append(float(_FIELD_UNION[value_type].unpack_from(union)[0]))
+    return values
+
+
+FieldId = int | tuple[int, int]
+"""A field id, or (field id, scope id): the scope of a link-scoped field is the link."""
+
+
+class FieldBatch:
+    """A fixed list of field ids asked of one GPU in one nvmlDeviceGetFieldValues.
+
+    pynvml builds its argument array anew on every call, two attribute writes through its
+    structure's Python `__setattr__` per id (about 0.9 ms for a GPU's 126 NVLink ids, more
+    than NVML takes to answer). When `lib` is pynvml itself the array is made once here and
+    NVML's C function (of the library pynvml loaded) is called on it every cycle; another
+    `lib` (the simulation's NVML, a timing wrapper) is called as `nvmlDeviceGetFieldValues`.
+    One batch is read by one thread at a time (its collector's worker).
+    """
+
+    def __init__(self, lib: Any, ids: Sequence[FieldId]) -> None:
+        self.ids = tuple(ids)
+        self._array: ctypes.Array[Any] | None = None
+        function = _c_field_values() if lib is pynvml and _FIELD_RECORD_MATCHES else None
+        if function is None or not self.ids:
+            return
+        self._function = function
+        self._array = (pynvml.c_nvmlFieldValue_t * len(self.ids))()
+        for slot, key in zip(self._array, self.ids, strict=True):
+            slot.fieldId, slot.scopeId = key if isinstance(key, tuple) else (key, 0)
+        self._count = ctypes.c_int32(len(self.ids))
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the batch calls NVML's C function on its own array (else `lib`'s)."""
+        return self._array is not None
+
+    def read(self, calls: Calls, handle: Any) -> dict[FieldId, float | None]:
+        """Each id's value (None: not answered), or {} when the call failed (sorted by
+        `calls` as any failed call: a lost GPU raises)."""
+        if self._array is None:
+            return calls.fields(handle, self.ids)
+        returned = self._function(handle, self._count, ctypes.byref(self._array))
+        if returned != pynvml.NVML_SUCCESS:
+            calls.sort("nvmlDeviceGetFieldValues", pynvml.NVMLError(returned))
+            return {}
+        return dict(zip(self.ids, field_values(self._array), strict=True))
+
+
+@functools.cache
+def _c_field_values() -> Any:
+    """NVML's C `nvmlDeviceGetFieldValues` from the library pynvml loads (loading the same
+    name again returns the loaded library), or None where it cannot be loaded."""
+    try:
+        return ctypes.CDLL("libnvidia-ml.so.1").nvmlDeviceGetFieldValues
+    except (OSError, AttributeError):
+        return None
+
+
 class Calls:
     """Runs NVML calls for one GPU and one cycle, sorting each failure by what it means.
 
@@ -129,7 +210,7 @@ class Calls:
         value = self.get(call, *args)
         return None if value is None else float(value)
 
-    def fields(self, handle: Any, ids: Sequence[int | tuple[int, int]]) -> dict[Any, float | None]:
+    def fields(self, handle: Any, ids: Sequence[FieldId]) -> dict[FieldId, float | None]:
         """One batched nvmlDeviceGetFieldValues; each value checked on its own nvmlReturn.
 
         Keys are the requested ids (`field` or `(field, scope)`); a failed batch gives {}.
@@ -137,4 +218,4 @@ class Calls:
         results = self.get("nvmlDeviceGetFieldValues", handle, list(ids))
         if results is None:
             return {}
-        return {key: field_value(result) for key, result in zip(ids, results, strict=True)}
+        return dict(zip(ids, field_values(results), strict=True))

@@ -2,10 +2,12 @@
 block-device counters and Lustre client statistics, parsed (`sources.mounts`) into one
 value the storage collector reads a cycle from.
 
-The mount table is required; the statistics files are optional (a kernel without
-mountstats, a node without diskstats or Lustre): what is missing leaves its counters out,
-never the mount. The storage collector runs this on a lane of its own, since procfs reads
-can block too.
+The mount table is required, and parsed again only when its text changed (`MountTable`:
+mounts come and go rarely, while the counters of mountstats move every cycle and are parsed
+each time); the file itself is read every cycle, so a mount that appears or vanishes shows
+in the next one. The statistics files are optional (a kernel without mountstats, a node
+without diskstats or Lustre): what is missing leaves its counters out, never the mount. The
+storage collector runs this on a lane of its own, since procfs reads can block too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fleetwatch.collectors.sources.mounts import (
     LustreStats,
     Mount,
     MountStatsEntry,
+    Parsed,
     parse_diskstats,
     parse_llite_stats,
     parse_mountinfo,
@@ -40,13 +43,32 @@ class ProcReading:
     fallbacks: tuple[tuple[str, str], ...] = ()
 
 
+class MountTable:
+    """mountinfo's last text and its parse: the same text is not parsed twice running.
+
+    Used from one thread at a time (the storage collector's procfs lane)."""
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._parsed: Parsed | None = None
+
+    def parse(self, text: str) -> Parsed:
+        """The mounts of `text` (and its malformed lines), parsed when it changed."""
+        if self._parsed is None or text != self._text:
+            self._parsed = parse_mountinfo(text, "mountinfo")
+            self._text = text
+        return self._parsed
+
+
 def llite_dirs(procfs: Path, sysfs: Path) -> tuple[Path, ...]:
     """Where a Lustre client keeps its llite instances' stats: under /proc before Lustre
     2.12, in debugfs (mounted at `<sysfs>/kernel/debug`) from 2.12 on."""
     return (procfs / "fs" / "lustre" / "llite", sysfs / "kernel" / "debug" / "lustre" / "llite")
 
 
-def read_procfs(root: Path, *, rootfs: str, llite: tuple[Path, ...]) -> ProcReading:
+def read_procfs(
+    root: Path, *, rootfs: str, llite: tuple[Path, ...], table: MountTable | None = None
+) -> ProcReading:
     """mountinfo (required), mountstats and diskstats (absent on some kernels) under `root`,
     and the Lustre client stats in the `llite` directories (`llite_dirs`).
 
@@ -56,7 +78,7 @@ def read_procfs(root: Path, *, rootfs: str, llite: tuple[Path, ...]) -> ProcRead
     info = read_mount_file(root, "mountinfo")
     if info is None:
         raise FileNotFoundError(f"no mountinfo under {root / '1'} or {root / 'self'}")
-    parsed = parse_mountinfo(info.text, "mountinfo")
+    parsed = (table or MountTable()).parse(info.text)
     mounts = parsed.mounts if info.host else under_rootfs(parsed.mounts, rootfs)
     problems = list(parsed.problems)
     stats: dict[str, MountStatsEntry] = {}

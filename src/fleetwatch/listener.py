@@ -12,6 +12,10 @@ head nor the number of open connections. Each connection's protocol is wrapped s
   ends the watch, aiohttp's own limits apply to it);
 - an idle kept-alive connection is closed after `keepalive_timeout` (aiohttp's own).
 
+The app is either an aiohttp application (the tainter's; aiohttp is imported only then) or
+a `ServesConnections`, a server that makes its own protocol per connection (the exporter's,
+`fleetwatch.exporter.http`), so a process serving the latter never loads aiohttp.
+
 With a web configuration file (`--web.config.file`, `fleetwatch.webguard`), each new
 connection starts TLS (`loop.start_tls`, within `header_timeout`) with the context the file
 asks for at that moment, so a rotated certificate is served to the next connection while
@@ -32,12 +36,13 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from fleetwatch.flags import duration_setting, number_setting, readable_file, setting
 from fleetwatch.webguard import WebGuard, add_web_headers, web_middleware
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +120,7 @@ class Listener:
 
 
 class _Guarded(asyncio.Protocol):
-    """Forwards everything to aiohttp's protocol; watches request heads on the way."""
+    """Forwards everything to the app's protocol; watches request heads on the way."""
 
     def __init__(self, inner: asyncio.Protocol, listener: Listener) -> None:
         self._inner = inner
@@ -307,6 +312,42 @@ class _StartTls(asyncio.Protocol):
             app.begin(tls)
 
 
+@runtime_checkable
+class ServesConnections(Protocol):
+    """A server that makes its own asyncio protocol for each connection (the exporter's):
+    the listener wraps each in its guard and TLS, and calls `close` when it stops."""
+
+    def protocol(self, listener: Listener) -> asyncio.Protocol:
+        """The protocol of one new connection, served under `listener`'s limits."""
+        ...
+
+    async def close(self) -> None:
+        """Close the connections still open."""
+        ...
+
+
+async def _create_server(
+    inner: Callable[[], asyncio.Protocol],
+    *,
+    host: str,
+    port: int,
+    listener: Listener,
+    ssl_context: ssl.SSLContext | None,
+) -> asyncio.Server:
+    """Listen on HOST:PORT; each connection gets `inner()` behind the guard (and TLS)."""
+    guard = listener.web
+
+    def guarded() -> asyncio.Protocol:
+        return _Guarded(inner(), listener)
+
+    def accept() -> asyncio.Protocol:
+        return _StartTls(guarded, listener) if guard is not None and guard.tls else guarded()
+
+    return await asyncio.get_running_loop().create_server(
+        accept, host, port, ssl=ssl_context, reuse_address=True
+    )
+
+
 async def start_listener(
     app: web.Application,
     *,
@@ -316,9 +357,11 @@ async def start_listener(
     ssl_context: ssl.SSLContext | None = None,
     shutdown_timeout: float = 60.0,
 ) -> tuple[web.AppRunner, asyncio.Server]:
-    """Serve `app` on HOST:PORT behind the guard, and behind `listener.web` when set (TLS
-    then comes from it, not from `ssl_context`). Stop with `server.close()` and then
+    """Serve the aiohttp `app` on HOST:PORT behind the guard, and behind `listener.web` when
+    set (TLS then comes from it, not from `ssl_context`). Stop with `server.close()` and then
     `runner.cleanup()` (which also runs the app's cleanup)."""
+    from aiohttp import web
+
     guard = listener.web
     if guard is not None:
         assert ssl_context is None, "TLS comes from the web config file"
@@ -334,16 +377,9 @@ async def start_listener(
     await runner.setup()
     handlers = runner.server  # builds one aiohttp RequestHandler per connection
     assert handlers is not None  # set by setup()
-
-    def guarded() -> asyncio.Protocol:
-        return _Guarded(handlers(), listener)
-
-    def accept() -> asyncio.Protocol:
-        return _StartTls(guarded, listener) if guard is not None and guard.tls else guarded()
-
     try:
-        server = await asyncio.get_running_loop().create_server(
-            accept, host, port, ssl=ssl_context, reuse_address=True
+        server = await _create_server(
+            handlers, host=host, port=port, listener=listener, ssl_context=ssl_context
         )
     except BaseException:
         await runner.cleanup()
@@ -353,7 +389,7 @@ async def start_listener(
 
 @contextlib.asynccontextmanager
 async def listen(
-    app: web.Application,
+    app: web.Application | ServesConnections,
     *,
     host: str,
     port: int,
@@ -361,8 +397,26 @@ async def listen(
     web: WebGuard | None = None,
     shutdown_timeout: float = 60.0,
 ) -> AsyncIterator[Listener]:
-    """Serve `app` on `host:port` under `limits` (and `web`'s file) until the context exits."""
+    """Serve `app` on `host:port` under `limits` (and `web`'s file) until the context exits.
+
+    At exit an aiohttp app's connections get `shutdown_timeout` to finish; a
+    `ServesConnections` answers from memory, so its connections are closed at once (an
+    answer already written is sent first)."""
     listener = Listener(limits=limits, web=web)
+    if isinstance(app, ServesConnections):
+        server = await _create_server(
+            lambda: app.protocol(listener),
+            host=host,
+            port=port,
+            listener=listener,
+            ssl_context=None,
+        )
+        try:
+            yield listener
+        finally:
+            server.close()
+            await app.close()
+        return
     runner, server = await start_listener(
         app, host=host, port=port, listener=listener, shutdown_timeout=shutdown_timeout
     )

@@ -33,11 +33,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import bcrypt
-from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from fleetwatch.webconfig import (
     RateLimit,
@@ -47,6 +45,10 @@ from fleetwatch.webconfig import (
     server_context,
 )
 
+if TYPE_CHECKING:
+    from aiohttp import web
+    from aiohttp.typedefs import Middleware
+
 log = logging.getLogger(__name__)
 
 CACHE_SIZE: Final = 100
@@ -55,7 +57,10 @@ CACHE_SIZE: Final = 100
 _UNKNOWN_USER_HASH: Final = b"$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi"
 """A bcrypt hash checked for an unknown user, so it takes as long as a known one."""
 
-_UNAUTHORIZED: Final = "Unauthorized\n"
+UNAUTHORIZED: Final = "Unauthorized\n"
+"""The body of a 401 (with `WWW-Authenticate: Basic`), on every server."""
+TOO_MANY_REQUESTS: Final = "Too Many Requests\n"
+"""The body of a 429: the rate limit refused the request."""
 
 Signature = tuple[tuple[int, int, int] | None, ...]
 
@@ -233,7 +238,9 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
 
 def web_middleware(guard: WebGuard) -> Middleware:
     """The aiohttp middleware that applies `guard` to every request: rate limit (429),
-    basic auth (401), then the handler."""
+    basic auth (401), then the handler (aiohttp is imported here: the exporter's own server
+    applies the guard without it)."""
+    from aiohttp import web
 
     @web.middleware
     async def guarded(
@@ -242,10 +249,10 @@ def web_middleware(guard: WebGuard) -> Middleware:
     ) -> web.StreamResponse:
         guard.config()
         if not guard.allow():
-            return web.Response(status=429, text="Too Many Requests\n")
+            return web.Response(status=429, text=TOO_MANY_REQUESTS)
         if not await guard.authorized(request.headers.get("Authorization", "")):
             return web.Response(
-                status=401, text=_UNAUTHORIZED, headers={"WWW-Authenticate": "Basic"}
+                status=401, text=UNAUTHORIZED, headers={"WWW-Authenticate": "Basic"}
             )
         return await handler(request)
 
@@ -255,7 +262,8 @@ def web_middleware(guard: WebGuard) -> Middleware:
 def add_web_headers(
     guard: WebGuard,
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """The `on_response_prepare` hook that sets the file's headers on every response."""
+    """The aiohttp `on_response_prepare` hook that sets the file's headers on every
+    response."""
 
     async def headers(_: web.Request, response: web.StreamResponse) -> None:
         response.headers.update(guard.config().headers)

@@ -1,26 +1,80 @@
 """The collection engine under fault injection: raising, hanging, slow and healthy collectors.
 
 Collectors here are small fakes with the real Collector protocol; the engine runs them in
-real worker threads on a real event loop, served through the real aiohttp app.
+real worker threads on a real event loop, served through the exporter's real HTTP server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import logging
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.exporter.engine import Engine, ScheduledCollector
 from fleetwatch.exporter.http import make_app
+from fleetwatch.listener import ListenerSettings, listen
+from fleetwatch.sim.loopback_servers import free_port
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A response read whole."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    async def read(self) -> bytes:
+        return self.body
+
+    async def text(self) -> str:
+        return self.body.decode()
+
+
+class Client:
+    """The exporter's HTTP server for `engine` on a loopback port, and an aiohttp client."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._port = free_port()
+        self._stack = contextlib.AsyncExitStack()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start_server(self) -> None:
+        await self._stack.enter_async_context(
+            listen(
+                make_app(self._engine),
+                host="127.0.0.1",
+                port=self._port,
+                limits=ListenerSettings(),
+            )
+        )
+        self._session = await self._stack.enter_async_context(aiohttp.ClientSession())
+
+    async def get(
+        self, path: str, *, headers: dict[str, str] | None = None, auto_decompress: bool = True
+    ) -> Reply:
+        """The response to `GET path`, its body read."""
+        assert self._session is not None
+        url = f"http://127.0.0.1:{self._port}{path}"
+        async with self._session.get(
+            url, headers=headers, auto_decompress=auto_decompress
+        ) as response:
+            return Reply(response.status, dict(response.headers), await response.read())
+
+    async def close(self) -> None:
+        await self._stack.aclose()
 
 
 class Steady:
@@ -124,7 +178,7 @@ async def test_failing_and_hung_collectors_do_not_disturb_the_others(
         version="test",
     )
     caplog.set_level(logging.INFO)
-    client = TestClient(TestServer(make_app(engine)))
+    client = Client(engine)
     await client.start_server()
     try:
         await engine.start()
@@ -213,7 +267,7 @@ async def test_metrics_is_gzipped_when_asked_and_identical() -> None:
     engine = Engine(
         collectors=[scheduled(Steady("steady"))], max_staleness=1, hang_timeout=5, version="9.9"
     )
-    client = TestClient(TestServer(make_app(engine)))
+    client = Client(engine)
     await client.start_server()
     try:
         assert (await client.get("/readyz")).status == 503
@@ -310,7 +364,7 @@ async def test_hung_means_the_same_to_the_metric_and_to_healthz() -> None:
         version="test",
         clock=lambda: now[0],
     )
-    client = TestClient(TestServer(make_app(engine)))
+    client = Client(engine)
     await client.start_server()
 
     async def hung_now() -> tuple[float | None, int]:

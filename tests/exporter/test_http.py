@@ -1,11 +1,14 @@
 """The exporter's listener under hostile clients: slow heads, idle keep-alive, too many
-connections, and Accept-Encoding weights. A real listener on a real socket, raw clients.
+connections, and Accept-Encoding weights; and its own HTTP server's answers to what it does
+not serve (other methods and paths, bad or oversized heads, request bodies) and to pipelined
+requests. A real listener on a real socket, raw clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -200,3 +203,55 @@ def test_listener_flags_reach_the_settings() -> None:
         header_timeout=2, keepalive_timeout=60, max_connections=8
     )
     assert settings.shutdown_timeout == 20
+
+
+async def exchange(served: Served, raw: bytes) -> bytes:
+    """Send `raw` on a new connection and read until the server closes it."""
+    reader, writer = await served.connect()
+    writer.write(raw)
+    try:
+        return await asyncio.wait_for(reader.read(), PATIENCE)
+    finally:
+        writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order_and_head_has_no_body() -> None:
+    async with serving(limits()) as served:
+        answer = await exchange(
+            served,
+            b"GET /readyz HTTP/1.1\r\nHost: n\r\n\r\n"
+            b"HEAD /metrics HTTP/1.1\r\nHost: n\r\n\r\n"
+            b"GET /healthz?verbose=1 HTTP/1.1\r\nHost: n\r\nContent-Length: 3\r\n\r\nabc"
+            b"GET /nowhere HTTP/1.1\r\nHost: n\r\nConnection: close\r\n\r\n",
+        )
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+    assert statuses == [b"503", b"200", b"200", b"404"]
+    head_answer = answer.split(b"HTTP/1.1 200 OK\r\n", 1)[1].split(b"HTTP/1.1 ", 1)[0]
+    assert b"Content-Type: text/plain; version=0.0.4" in head_answer
+    assert head_answer.endswith(b"\r\n\r\n")  # HEAD: the head alone, though Content-Length
+    assert b"fleetwatch_build_info" not in answer
+    assert answer.endswith(b"404: Not Found\n")
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"POST /metrics HTTP/1.1\r\nHost: n\r\nConnection: close\r\n\r\n", b"405"),
+        (b"GET /metrics HTTP/1.0\r\n\r\n", b"200"),  # HTTP/1.0: closed after the answer
+        (b"GET /metrics HTTP/2.0\r\n\r\n", b"505"),
+        (b"GET metrics HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\n folded: header\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"400"),
+        (b"GET /" + b"m" * 9000 + b" HTTP/1.1\r\n\r\n", b"414"),
+        (b"GET /metrics HTTP/1.1\r\n" + b"X-Big: " + b"x" * 20000 + b"\r\n\r\n", b"431"),
+        (b"GET /metrics HTTP/1.1\r\n" + b"X-Big: " + b"x" * 20000, b"431"),  # never ends
+    ],
+)
+async def test_what_the_server_does_not_serve_gets_an_answer_and_a_close(
+    raw: bytes, status: bytes
+) -> None:
+    async with serving(limits()) as served:
+        answer = await exchange(served, raw)
+    assert answer.split(b" ", 2)[1] == status
+    assert b"Connection: close" in answer.split(b"\r\n\r\n", 1)[0]

@@ -8,7 +8,8 @@ counter under lean appears at its first error, so NVLinkErrorsRising is checked 
 promtool on the shipped rules against a series that is absent until then.
 
 Lean also means what the exporter loads: on a node (no `--simulate`) a real `fleetwatch
-export` process imports no module of the simulator and none of the rules.
+export` process imports no module of the simulator and none of the rules, and none of the
+libraries only some nodes or other roles need.
 """
 
 from __future__ import annotations
@@ -215,3 +216,7 @@ def test_the_exporter_on_a_node_loads_neither_the_simulator_nor_the_rules(
         m for m in modules if m.split(".")[:2] in (["fleetwatch", "sim"], ["fleetwatch", "rules"])
     ]
     assert loaded == []
+    # Libraries no collector of an empty node needs: aiohttp (the exporter serves HTTP
+    # itself), prometheus_client, sh (until a tool runs), grpc (until a kubelet socket).
+    heavy = {"aiohttp", "prometheus_client", "sh", "grpc"} & {m.split(".")[0] for m in modules}
+    assert heavy == set()

@@ -2,8 +2,9 @@
 stale reading: every render of a run of cycles is what a fresh render writes.
 
 Cycles keep their label sets (one `LabelCache`, as collectors do) and draw values that
-often repeat, flip between 0.0 and -0.0 (equal, rendered differently), go absent and come
-back; label sets appear and vanish between cycles.
+often repeat, flip between 0.0 and -0.0 (equal, rendered differently), are NaN (unequal to
+itself, rendered the same), go absent and come back; label sets appear and vanish between
+cycles.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ SPECS = (
         name="fleetwatch_test_errors_total", kind="counter", help="A counter.", labels=("gpu",)
     ),
 )
-VALUES = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.0, 2, 1e6, float("inf")]))
+VALUES = st.one_of(
+    st.none(), st.sampled_from([0.0, -0.0, 1.0, 2, True, 1e6, -0.5, float("inf"), float("nan")])
+)
 # A cycle: for each family, a value (or None) for each of up to 4 GPUs that exist then.
 CYCLE = st.lists(st.dictionaries(st.sampled_from("0123"), VALUES), min_size=2, max_size=2)
 
@@ -45,6 +48,18 @@ def test_every_render_is_what_a_fresh_render_writes(
     for cycle in cycles:
         families = _families(cache, cycle)
         assert kept.render(families) == Renderer().render(families)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(VALUES, min_size=3, max_size=3), min_size=2, max_size=8))
+def test_a_family_with_absent_values_renders_fresh_too(cycles: list[list[float | None]]) -> None:
+    """A family handed over with absent values in its list (as the InfiniBand collector's
+    pick makes them), on the same label dicts every cycle."""
+    labels = [{"gpu": gpu} for gpu in "012"]
+    kept = Renderer()
+    for values in cycles:
+        family = [SeriesFamily(SPECS[1], labels, values)]
+        assert kept.render(family) == Renderer().render(family)
 
 
 def test_an_unchanged_family_reuses_its_bytes_and_a_changed_one_does_not() -> None:

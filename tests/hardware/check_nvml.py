@@ -4,7 +4,8 @@ For a machine with an NVIDIA GPU: prints what this process may read on the node 
 effective capabilities, the driver's profiling restriction, dmesg_restrict, /dev/kmsg, umad
 devices, the kubelet socket: the facts docs/deploy.md's privilege table rests on), each
 family with its samples, the per-call NVML latency (count, median, max per call name), the
-NVML calls that failed or were not supported, the raw NVLink-fabric fields of each GPU, and
+NVML calls that failed or were not supported, the raw NVLink-fabric fields of each GPU, the
+link-scoped NVLink fields of the batched call beside the per-link calls they stand for, and
 the families the hardware did not produce. Two cycles a few seconds apart (GPM needs a pair
 of samples); finishes in well under 3 minutes. Run it as root and as an unprivileged user
 (e.g. `setpriv --reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which
@@ -48,7 +49,7 @@ from fleetwatch.collectors.mig import SPECS as MIG_SPECS
 from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import error_name
+from fleetwatch.collectors.sources.nvml_calls import error_name, field_value
 from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
@@ -133,6 +134,18 @@ def main() -> int:
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {read_mig(source, gpu)}")
     print(
+        "\n== NVLink fields, batched (nvmlDeviceGetFieldValues, scopeId = link) beside the "
+        "per-link calls: replay 161 | call, recovery 162 | call (batched by the exporter), "
+        "CRC 163 | crc_flit call, crc_data call, state 165 | nvmlDeviceGetNvLinkState (163 "
+        "and 165 stay per-link calls until hardware shows which call each agrees with)"
+    )
+    direct = NvmlSource(lib=pynvml)  # untimed: its batches call NVML's C function directly
+    for gpu in source.gpus():
+        for line in link_fields(source, gpu):
+            print(f"GPU {gpu.index} {line}")
+        same = direct.read_nvlinks(gpu, nvlink5=True) == source.read_nvlinks(gpu, nvlink5=True)
+        print(f"GPU {gpu.index}: prepared batch reads the same as pynvml's call: {same}")
+    print(
         "\n== Thermal margin (nvmlDeviceGetMarginTemperature; where the driver does not report "
         "it, the exporter derives slowdown threshold minus temperature)"
     )
@@ -205,6 +218,47 @@ def fabric_info(gpu: Gpu) -> str:
         f"state={info.state} status={info.status} cliqueId={info.cliqueId} "
         f"healthMask={info.healthMask:#x} clusterUuid={bytes(info.clusterUuid).hex()}"
     )
+
+
+def link_fields(source: NvmlSource, gpu: Gpu) -> list[str]:
+    """Per link: each link-scoped field value of one batched call beside the per-link call
+    that reads the same counter or state, each value or the NVML error it answered."""
+    fields = (
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+        pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
+    )
+    links = source.nvlinks(gpu)
+    try:
+        batch = pynvml.nvmlDeviceGetFieldValues(
+            gpu.handle, [(field, link) for link in links for field in fields]
+        )
+    except pynvml.NVMLError as exc:
+        return [f"batch: {error_name(exc)}"]
+
+    def read(call: Callable[[], int]) -> str:
+        try:
+            return str(call())
+        except pynvml.NVMLError as exc:
+            return error_name(exc)
+
+    def counter(link: int, which: int) -> str:
+        return read(lambda: pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu.handle, link, which))
+
+    lines = []
+    for n, link in enumerate(links):
+        got = [field_value(value) for value in batch[n * len(fields) : (n + 1) * len(fields)]]
+        calls = (
+            counter(link, pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+            counter(link, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
+            f"{counter(link, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)}, "
+            f"{counter(link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)}",
+            read(lambda: pynvml.nvmlDeviceGetNvLinkState(gpu.handle, link)),  # noqa: B023
+        )
+        pairs = " ".join(f"{value} | {call};" for value, call in zip(got, calls, strict=True))
+        lines.append(f"link {link}: {pairs}")
+    return lines
 
 
 def thermal_margin(gpu: Gpu) -> str:

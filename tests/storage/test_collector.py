@@ -13,6 +13,7 @@ from fleetwatch.catalog.storage import (
     STORAGE_PROBES_TOTAL,
 )
 from fleetwatch.collectors import storage
+from fleetwatch.collectors.sources.procfs_mounts import MountTable
 from fleetwatch.collectors.storage import StorageCollector, StorageSettings
 from testbed.mounts import (
     LLITE_STATS,
@@ -122,6 +123,33 @@ def test_a_mount_that_disappears_is_dropped(tmp_path: Path) -> None:
         collector.close()
     assert _get(samples, storage.HUNG, mountpoint="/mnt/datasets") is None
     assert _get(samples, storage.HUNG, mountpoint="/mnt/checkpoints") == 0
+
+
+def test_a_mount_that_appears_shows_in_the_next_cycle(tmp_path: Path) -> None:
+    """The mount table's parse is kept while its text stands still: a new line is seen."""
+    kept = "\n".join(line for line in MOUNTINFO.splitlines() if "/mnt/datasets" not in line)
+    procfs = write_procfs(tmp_path / "proc", mountinfo=kept + "\n")
+    collector = _collector(procfs)
+    try:
+        before = [_samples(collector) for _ in range(2)]
+        write_procfs(procfs, mountinfo=MOUNTINFO)
+        after = _samples(collector)
+    finally:
+        collector.close()
+    assert all(_get(s, storage.HUNG, mountpoint="/mnt/datasets") is None for s in before)
+    assert _get(after, storage.HUNG, mountpoint="/mnt/datasets") == 0
+
+
+def test_the_mount_table_is_parsed_again_only_when_its_text_changed() -> None:
+    table = MountTable()
+    first = table.parse(MOUNTINFO)
+    assert table.parse(MOUNTINFO) is first
+    changed = table.parse(MOUNTINFO + _local_mount(Path("/mnt/scratch")))
+    assert changed is not first
+    assert [m.mountpoint for m in changed.mounts] == [
+        *(m.mountpoint for m in first.mounts),
+        "/mnt/scratch",
+    ]
 
 
 def test_probe_runs_and_a_missing_directory_is_reported(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """A listener serving a small app under a web config file, and clients for it: what the
-web config tests share."""
+web config tests share. The app is an aiohttp one (as the tainter serves) or the exporter's
+own HTTP server, so every web config test holds for both servers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import bcrypt
 from aiohttp import web
 
-from fleetwatch.listener import Listener, ListenerSettings, listen
+from fleetwatch.exporter.engine import Engine
+from fleetwatch.exporter.http import make_app
+from fleetwatch.listener import Listener, ListenerSettings, ServesConnections, listen
 from fleetwatch.sim.loopback_servers import free_port
 from fleetwatch.webguard import WebGuard
 
@@ -50,12 +53,18 @@ async def _hello(_: web.Request) -> web.Response:
 
 @contextlib.asynccontextmanager
 async def serving(
-    config: Path, *, check_interval: float = 0.0
+    config: Path, *, server: str = "aiohttp", check_interval: float = 0.0
 ) -> AsyncIterator[tuple[str, Listener]]:
-    """Serve `GET /` under `config` on a loopback port; yields (base URL, listener)."""
+    """Serve `GET /` under `config` on a loopback port, from an aiohttp app (`server`
+    "aiohttp") or the exporter's server ("exporter": its landing page); yields (base URL,
+    listener)."""
     guard = WebGuard(config, check_interval=check_interval)
-    app = web.Application()
-    app.router.add_get("/", _hello)
+    app: web.Application | ServesConnections
+    if server == "exporter":
+        app = make_app(Engine(collectors=[], max_staleness=1, hang_timeout=5, version="test"))
+    else:
+        app = web.Application()
+        app.router.add_get("/", _hello)
     port = free_port()
     async with listen(app, host="127.0.0.1", port=port, limits=LIMITS, web=guard) as listener:
         scheme = "https" if guard.tls else "http"

@@ -1,0 +1,166 @@
+"""NVLink counters in one batched field-value call per GPU, and the per-link call where the
+batch does not answer; field values decoded from pynvml's ctypes array as pynvml reads them;
+the batch's array made once and read through NVML's C function, on NVIDIA's mock NVML.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetwatch.collectors.sources.nvml import NVLINK_ERROR_FIELDS, NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import field_value, field_values
+from fleetwatch.sim.nvml_records import FakeFieldValue, FakeHandle, FakeValue
+from fleetwatch.sim.scenario import load_scenario
+from fleetwatch.sim.world import SimulatedNode
+from testbed.clock import FixedClock
+from testbed.nvmlmock import LIBRARY, MissingNvmlMock, NvmlMock
+from tests.gpu.simnode import ControlledNvml
+
+BATCHED = 1000.0  # what the batch answers, where the per-link call answers 0
+
+
+class LinkFieldsNvml(ControlledNvml):
+    """Answers the link-scoped replay and recovery fields on even links only (BATCHED plus
+    the link), NotSupported on odd ones, and counts the per-link counter calls."""
+
+    def __init__(self, *, node: SimulatedNode, answer: bool = True) -> None:
+        super().__init__(node=node)
+        self.answer = answer
+        self.counter_calls: Counter[tuple[int, int]] = Counter()
+        self.batches = 0
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: FakeHandle, field_ids: list[int | tuple[int, int]]
+    ) -> list[FakeFieldValue]:
+        self.batches += 1
+        return super().nvmlDeviceGetFieldValues(handle, field_ids)
+
+    def _field(self, gpu: int, requested: int | tuple[int, int]) -> FakeFieldValue:
+        field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+        if field_id not in NVLINK_ERROR_FIELDS.values():
+            return super()._field(gpu, requested)
+        answered = self.answer and scope % 2 == 0
+        return FakeFieldValue(
+            fieldId=field_id,
+            scopeId=scope,
+            nvmlReturn=pynvml.NVML_SUCCESS if answered else pynvml.NVML_ERROR_NOT_SUPPORTED,
+            value=FakeValue(ullVal=int(BATCHED) + scope),
+        )
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeHandle, link: int, counter: int) -> Any:
+        self.counter_calls[(link, counter)] += 1
+        return super().nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)
+
+
+def source(*, answer: bool = True) -> tuple[LinkFieldsNvml, NvmlSource]:
+    node = SimulatedNode(scenario=load_scenario("dgx-h100"), clock=FixedClock(120.0))
+    fake = LinkFieldsNvml(node=node, answer=answer)
+    return fake, NvmlSource(lib=fake)
+
+
+def test_replay_and_recovery_come_from_the_batch_and_the_per_link_call_fills_in() -> None:
+    fake, nvml = source()
+    reading = nvml.read_nvlinks(nvml.gpus()[0], nvlink5=False)
+    assert fake.batches == 1
+    replay = pynvml.NVML_NVLINK_ERROR_DL_REPLAY
+    for link in reading.links:
+        batched = link.link % 2 == 0
+        expected = BATCHED + link.link if batched else 0.0
+        assert (link.errors["replay"], link.errors["recovery"]) == (expected, expected)
+        assert fake.counter_calls[(link.link, replay)] == (0 if batched else 1)
+        assert link.errors["crc_flit"] == 0.0  # never batched: the per-link call
+    assert reading.failures == ()
+
+
+def test_a_gpu_whose_batch_answers_none_of_the_fields_is_not_asked_again() -> None:
+    fake, nvml = source(answer=False)
+    gpu = nvml.gpus()[0]
+    first = nvml.read_nvlinks(gpu, nvlink5=False)
+    second = nvml.read_nvlinks(gpu, nvlink5=False)
+    assert fake.batches == 1
+    assert first == second
+    assert all(link.errors["replay"] == 0.0 for link in second.links)
+
+
+RESULTS = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=8),  # valueType, 7 and 8 unknown
+        st.sampled_from([pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED]),
+        st.binary(min_size=8, max_size=8),
+    ),
+    max_size=20,
+)
+
+
+@given(RESULTS)
+def test_a_ctypes_batch_decodes_as_pynvml_reads_each_value(
+    results: list[tuple[int, int, bytes]],
+) -> None:
+    array = (pynvml.c_nvmlFieldValue_t * len(results))()
+    for slot, (value_type, returned, union) in zip(array, results, strict=True):
+        slot.valueType = value_type
+        slot.nvmlReturn = returned
+        ctypes.memmove(ctypes.addressof(slot.value), union, 8)
+    decoded = field_values(array)
+    expected = [field_value(slot) for slot in array]
+    assert [str(v) for v in decoded] == [str(v) for v in expected]  # NaN equals NaN here
+
+
+ON_THE_MOCK = """
+import json, pynvml
+from fleetwatch.collectors.sources.nvml import NVLINK5_FIELDS, NVLINK_ERROR_FIELDS
+from fleetwatch.collectors.sources.nvml_calls import Calls, FieldBatch, field_value
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+ids = [(f, link) for link in range(18) for f in (*NVLINK_ERROR_FIELDS.values(), 163, 165)]
+ids += [82, *NVLINK5_FIELDS.values()]
+calls = Calls(pynvml, 0)
+fast = FieldBatch(pynvml, ids)
+rounds = [fast.read(calls, handle) for _ in range(2)]
+slow = [field_value(v) for v in pynvml.nvmlDeviceGetFieldValues(handle, ids)]
+print(json.dumps({"rounds": [list(r.values()) for r in rounds], "slow": slow,
+                  "failures": len(calls.failures), "prepared": fast.prepared}))
+"""
+
+
+def test_the_prepared_batch_reads_what_pynvml_reads_on_the_mock(tmp_path: Path) -> None:
+    """Through NVML's C function on an array made once, twice running, the values are
+    those pynvml's own nvmlDeviceGetFieldValues returns (NVIDIA's mock NVML, H100)."""
+    try:
+        mock = NvmlMock.from_environment()
+    except MissingNvmlMock as exc:
+        pytest.skip(str(exc))
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text("version: 1\n")
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(mock.root / LIBRARY.parent),
+        "MOCK_NVML_CONFIG": str(mock.profile("h100")),
+        "MOCK_NVML_OVERRIDES": str(overrides),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", ON_THE_MOCK],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    assert read["failures"] == 0
+    assert read["prepared"], "the C function was not used"
+    assert read["rounds"] == [read["slow"], read["slow"]]
+    assert read["slow"][3] == 1.0  # link 0's state field: active
