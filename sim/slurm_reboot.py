@@ -8,11 +8,19 @@ it again with `-b` ("report node rebooted when daemon restarted"), which is how 
 tests stand in for a reboot: slurmctld then sees the node back and, with
 `nextstate=RESUME`, returns it to service. The restarted slurmd is stopped by PID with the
 rest of the cluster.
+
+Between the stop and the start the node is down as a rebooting node is: the new slurmd starts
+only once slurmctld has marked the node NOT_RESPONDING (its ping every SlurmdTimeout/3 failed),
+or after `DOWNTIME_DEADLINE` seconds (longer than its ping interval). An instant restart raced slurmctld 22.05 under load: a
+ping of the stopped slurmd failed after the new one had registered, so the node was marked not
+responding after it was back, and the next reboot's own answer cleared that mark in a way that
+left the reboot never ended (`IDLE+DRAIN+REBOOT_ISSUED`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import threading
 import time
@@ -22,6 +30,11 @@ from pathlib import Path
 from fleetwatch.sim.loopback_servers import process, stop
 
 POLL_SECONDS = 0.1
+DOWNTIME_DEADLINE = 15.0
+"""The longest a stand-in reboot keeps its node down waiting for slurmctld to see it gone:
+longer than slurmctld's ping interval (SlurmdTimeout=30 pings every 10 s), so a ping of the
+stopped slurmd has failed before the new one starts even where slurmctld does not mark a
+rebooting node NOT_RESPONDING."""
 SETTLE_SECONDS = 1.5
 """How long after the request the node "boots": slurmctld takes a registration as the
 reboot's only when the boot time it reports (`-b`: the restart) is later than the second in
@@ -80,8 +93,28 @@ class RebootStandIn:
                     return node
         return None
 
+    def _down(self, node: str) -> None:
+        """Wait, with a deadline, until slurmctld marks `node` NOT_RESPONDING."""
+        deadline = time.monotonic() + DOWNTIME_DEADLINE
+        while time.monotonic() < deadline and not self._done.is_set():
+            shown = subprocess.run(
+                ["scontrol", "show", "node", "-o", node],
+                env={**os.environ, **self._env},
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            state = next(
+                (f.partition("=")[2] for f in shown.stdout.split() if f.startswith("State=")), ""
+            )
+            if "NOT_RESPONDING" in state.split("+"):
+                return
+            time.sleep(0.5)
+
     def _restart(self, node: str) -> None:
         stop(self._daemons[node])
+        self._down(node)
         started = self._stack.enter_context(
             process([*self._argv[node], "-b"], self._log / f"{node}.out", env=self._env)
         )
