@@ -111,6 +111,18 @@ def write_report(path: Path) -> None:
     path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
 
 
+MESSAGE_LIMIT: Final = 1024
+"""The longest reason a malformed input may be named by: what is logged once and counted
+says what was wrong, and quotes at most an excerpt of the input (never a 1 MiB line)."""
+
+
+def named(reason: str) -> None:
+    """A malformed input's reason or error message: said, and short enough for one log line."""
+    assert isinstance(reason, str), reason
+    assert reason.strip(), "a malformed input without a reason"
+    assert len(reason) <= MESSAGE_LIMIT, f"a reason of {len(reason)} characters: {reason[:200]!r}"
+
+
 def finite_counts(values: Iterable[object]) -> None:
     """Counters of a valid reading: non-negative integers (bool is no count)."""
     for value in values:

@@ -18,7 +18,14 @@ from fleetwatch.collectors.sources.mounts import (
     parse_mountstats,
 )
 from testbed.mounts import DISKSTATS, LLITE_STATS, LLITE_STATS_DEBUGFS, MOUNTINFO, MOUNTSTATS
-from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, peak_bytes
+from tests.fuzz.harness import (
+    FUZZ,
+    bounded_label,
+    exercise,
+    finite_counts,
+    named,
+    peak_bytes,
+)
 from tests.fuzz.mutations import MIB, mutated_text
 
 # A bound on what a parsed line may hold: up to 4 mutations each grow a field by 1 MiB.
@@ -127,3 +134,11 @@ def test_a_per_op_line_with_a_run_of_blanks_is_read_in_linear_time() -> None:
     block = MOUNTSTATS.replace("READ: 1298 ", "READ: 1298 " + " " * MIB + "x ", 1)
     assert parse_mountstats(block).problems
     assert not parse_mountstats(MOUNTSTATS).problems
+
+
+def test_a_reason_quotes_an_excerpt_of_a_huge_mount_id() -> None:
+    """Found by the fuzzer (`named`): a mount id of 1 MiB was quoted whole in the reason the
+    collector logs."""
+    (problem,) = parse_mountinfo("2" * MIB + " 1 259:2 / / rw shared:1 - ext4 /dev/x rw\n").problems
+    named(problem.reason)
+    assert problem.reason.startswith("bad mount id or MAJ:MIN '2222")
