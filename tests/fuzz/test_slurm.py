@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from typing import Final
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetwatch.slurm.mapping import JobGpus, Reading, read
 from fleetwatch.slurm.scontrol import Node, ScontrolError
-from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts
+from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts, named
 from tests.fuzz.mutations import MIB, mutated_text
 
 LINES: Final = (
@@ -126,3 +127,12 @@ def test_a_job_file_nested_too_deep_is_malformed() -> None:
         (Path(folder) / "job-1.json").write_text("[" * 100000)
         found = read(Path(folder), now=time.time(), boot="")
     assert [name for name, _ in found.malformed] == ["job-1.json"]
+
+
+def test_a_malformed_node_line_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): a line without NodeName was quoted whole (1 MiB) in the
+    ScontrolError the tainter logs."""
+    with pytest.raises(ScontrolError) as raised:
+        Node.parse("State=IDLE " + "x" * MIB)
+    named(str(raised.value))
+    assert raised.value.kind == "malformed"
