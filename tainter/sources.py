@@ -128,7 +128,7 @@ def _vector(body: Any) -> list[Any] | str:
     if not isinstance(body, dict):
         return f"answer is not a JSON object: {str(body)[:80]!r}"
     if body.get("status") != "success":
-        return f"status {body.get('status')!r}: {body.get('error')}"
+        return f"status {str(body.get('status'))[:80]!r}: {str(body.get('error'))[:400]}"
     if body.get("warnings"):
         return f"partial data (warnings: {str(body['warnings'])[:160]})"
     data = body.get("data")
