@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import pytest
 from hypothesis import given
 
 from fleetwatch.k8snames import is_label_value, is_node_name, is_taint_reason
 from fleetwatch.tainter.payload import EFFECTS, AlertState, PayloadError, parse_webhook
 from fleetwatch.tainter.sources import _vector
-from tests.fuzz.harness import FUZZ, exercise
+from tests.fuzz.harness import FUZZ, exercise, named
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 
@@ -122,3 +123,22 @@ def test_prometheus_answer_to_the_tainter(body: Any) -> None:
         malformed=lambda found: isinstance(found, str),
         holds=vector_holds,
     )
+
+
+def test_bad_values_are_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): a webhook body's version, status, time or label value
+    and a Prometheus answer's status were quoted whole in the 400 answer and the log."""
+    huge = "x" * 65536
+    alert = _alert("gpu-node-1", "gpu-overheat")
+    changed = [{"status": huge}, {"startsAt": huge}]
+    changed += [{"labels": alert["labels"] | {label: huge}} for label in ("node", "alertname")]
+    changed.append({"labels": alert["labels"] | {"fleetwatch_taint_effect": huge}})
+    bodies = [{**BODIES[0], "version": huge}]
+    bodies += [{**BODIES[0], "alerts": [alert | change]} for change in changed]
+    for body in bodies:
+        with pytest.raises(PayloadError) as raised:
+            parse_webhook(body)
+        named(str(raised.value))
+    why = _vector({"status": huge, "error": huge})
+    assert isinstance(why, str)
+    named(why)
