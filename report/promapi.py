@@ -210,9 +210,7 @@ class PrometheusClient:
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if body.get("status") != "success":
-                raise QueryError(f"{what} failed: {body.get('errorType')}: {body.get('error')}")
-            return body["data"], _warnings(body)
+            return answer_data(body, what=what)
         raise PrometheusUnreachable(
             f"cannot reach Prometheus at {self._url} ({what}) after {self._retries + 1} "
             f"attempts: {last}"
@@ -227,6 +225,15 @@ def _json(raw: bytes, status: int, url: str) -> dict[str, Any]:
     if not isinstance(body, dict) or (body.get("status") == "success" and "data" not in body):
         raise QueryError(f"{url}: HTTP {status}: not a Prometheus API answer")
     return body
+
+
+def answer_data(body: dict[str, Any], *, what: str) -> tuple[Any, list[str]]:
+    """A decoded answer's `data` and its incompleteness warnings; QueryError naming the
+    error Prometheus gave (cut short: a proxy may answer anything) when it did not succeed."""
+    if body.get("status") != "success":
+        kind, error = str(body.get("errorType"))[:80], str(body.get("error"))[:400]
+        raise QueryError(f"{what} failed: {kind}: {error}")
+    return body["data"], _warnings(body)
 
 
 def range_series(data: Any, *, what: str) -> list[Series]:

@@ -15,11 +15,11 @@ from fleetwatch.report.promapi import (
     QueryError,
     Series,
     _json,
-    _warnings,
+    answer_data,
     label_set,
     range_series,
 )
-from tests.fuzz.harness import FUZZ, bounded_label, exercise
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, named
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 URL: Final = "http://prometheus:9090/api/v1/query_range"
@@ -49,10 +49,7 @@ LABEL_ANSWERS: Final = (
 
 def _answer_bytes(raw: bytes) -> tuple[Any, list[str]]:
     """What the client does with an answer's bytes (promapi's `_get`, after the HTTP call)."""
-    checked = _json(raw, 200, URL)
-    if checked.get("status") != "success":
-        raise QueryError(f"failed: {checked.get('errorType')}: {checked.get('error')}")
-    return checked["data"], _warnings(checked)
+    return answer_data(_json(raw, 200, URL), what="query")
 
 
 def _answer(body: Any) -> tuple[Any, list[str]]:
@@ -156,3 +153,11 @@ def test_infinite_times_and_deep_nesting_are_query_errors() -> None:
         _range_bytes(infinite)
     with pytest.raises(QueryError):
         _range_bytes(b"[" * 10000)
+
+
+def test_an_error_answer_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): an error answer's `errorType` and `error` were quoted
+    whole in the QueryError the report prints."""
+    with pytest.raises(QueryError) as raised:
+        _answer({"status": "error", "errorType": "x" * 65536, "error": "y" * 65536})
+    named(str(raised.value))
