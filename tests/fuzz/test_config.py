@@ -17,7 +17,7 @@ from hypothesis import given
 
 from fleetwatch.rules.config import Config, ConfigError, load_config, parameters, shipped_text
 from fleetwatch.sim.scenario import BUILTIN_PACKAGE, Scenario, ScenarioError, load_scenario
-from tests.fuzz.harness import FUZZ_COSTLY, exercise
+from tests.fuzz.harness import FUZZ_COSTLY, exercise, named
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 SCENARIOS: Final = tuple(
@@ -136,3 +136,11 @@ def test_numbers_of_thousands_of_digits_are_config_errors() -> None:
             _override(b"alerts:\n  GPUOverheating:\n    for: " + b"9" * digits + b"h\n")
     with pytest.raises(ScenarioError):
         _scenario(b"gpus: " + b"9" * 5000 + b"\n")
+
+
+def test_a_threshold_no_float_holds_is_a_config_error() -> None:
+    """Found by the fuzzer: a threshold of 400 digits is an int PyYAML reads and no float
+    holds; `math.isfinite` raised OverflowError out of the schema."""
+    with pytest.raises(ConfigError, match="not a finite number") as raised:
+        _override(b"thresholds:\n  gpu_temperature_celsius: " + b"8" * 400 + b"\n")
+    named(str(raised.value))
