@@ -365,8 +365,11 @@ def _samples(raw: bytes, url: str) -> list[Sample]:
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise PrometheusClientError(f"{url}: the answer is not an instant vector")
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        raise PrometheusClientError(f"{url}: the answer's result is not a list")
     samples: list[Sample] = []
-    for item in data.get("result") or ():
+    for item in result:
         try:
             labels = {str(k): str(v) for k, v in item["metric"].items()}
             value = float(item["value"][1])
