@@ -32,6 +32,7 @@ from tests.fuzz.harness import (
     exercise,
     finite_counts,
     finite_number,
+    named,
     peak_bytes,
 )
 from tests.fuzz.mutations import MIB, mutated_text
@@ -104,6 +105,8 @@ def reading_holds(reading: IbReading) -> None:
             continue
         finite_number(port.rate_gbps)
         finite_counts(n for n in (port.state_id, port.phys_state_id) if n is not None)
+    for problem in reading.problems:
+        named(problem.reason)
 
 
 COUNTER_FILES: Final = {**CX7_COUNTERS, **{f"hw:{k}": v for k, v in CX7_HW_COUNTERS.items()}}

@@ -18,14 +18,7 @@ from fleetwatch.collectors.sources.mounts import (
     parse_mountstats,
 )
 from testbed.mounts import DISKSTATS, LLITE_STATS, LLITE_STATS_DEBUGFS, MOUNTINFO, MOUNTSTATS
-from tests.fuzz.harness import (
-    FUZZ,
-    bounded_label,
-    exercise,
-    finite_counts,
-    named,
-    peak_bytes,
-)
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, named, peak_bytes
 from tests.fuzz.mutations import MIB, mutated_text
 
 # A bound on what a parsed line may hold: up to 4 mutations each grow a field by 1 MiB.
@@ -58,7 +51,7 @@ def parsed_holds(parsed: Parsed) -> None:
         finite_counts((disk.read_bytes, disk.write_bytes))
     for problem in parsed.problems:
         assert problem.line >= 1
-        assert problem.reason
+        named(problem.reason)
 
 
 @FUZZ
@@ -85,7 +78,7 @@ def _lustre(text: str) -> LustreStats | LineProblem:
 
 def lustre_holds(found: LustreStats | LineProblem) -> None:
     if isinstance(found, LineProblem):
-        assert found.reason
+        named(found.reason)
         return
     assert found.fsname == "scratch"
     finite_counts((found.read_bytes, found.write_bytes, *found.operations.values()))

@@ -110,7 +110,11 @@ ANSWERS: Final = (
 
 
 def vector_holds(found: list[Any] | str) -> None:
-    assert isinstance(found, (list, str))
+    """A vector's samples, or the reason the answer is not one (logged and counted)."""
+    if isinstance(found, str):
+        named(found)
+    else:
+        assert isinstance(found, list)
 
 
 @FUZZ
