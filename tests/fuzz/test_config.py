@@ -144,3 +144,13 @@ def test_a_threshold_no_float_holds_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not a finite number") as raised:
         _override(b"thresholds:\n  gpu_temperature_celsius: " + b"8" * 400 + b"\n")
     named(str(raised.value))
+
+
+def test_scenario_values_too_large_are_named_by_an_excerpt() -> None:
+    """Found by the fuzzer: a fault's `at` of 400 digits raised OverflowError out of the
+    scenario checks, and a fault kind of 8 KiB was quoted whole in the ScenarioError."""
+    healthy = next(seed for seed in SCENARIOS if b"faults: []" in seed)
+    for fault in (b"9" * 400 + b", kind: xid, gpu: 0, xid: 79", b"1, kind: " + b"m" * 8192):
+        with pytest.raises(ScenarioError) as raised:
+            _scenario(healthy.replace(b"faults: []", b"faults: [{at: " + fault + b"}]"))
+        named(str(raised.value))
