@@ -1,12 +1,13 @@
 """Writes docs/reliability.md's parser table from fuzz runs (`./dev.sh fuzz`).
 
-The table is its own record: one row per parser, from the last run of that parser's property
-that passed (the examples per property it ran, the day, the inputs tried, the crashes, the
-inputs counted as malformed and the properties that held). `record` replaces the rows of the
-parsers one property ran and keeps every other row, so the long run can be done in parts
-(`./dev.sh fuzz -k EXPR`, several processes at once, or one property after another across
-interruptions): each part adds what it finished. The rest of the document is prose and stays
-as written.
+The table is its own record: one row per parser, from the largest run of that parser's
+property that passed (the examples per property it ran, the day, the inputs tried, the
+crashes, the inputs counted as malformed and the properties that held). `record` puts in the
+rows of the parsers one property ran, unless the table holds a larger run of that parser, and
+keeps every other row, so the long run can be done in parts (`./dev.sh fuzz -k EXPR`, several
+processes at once, or one property after another across interruptions): each part adds what
+it finished, and a short run never hides a long one. The rest of the document is prose and
+stays as written.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def table(by_parser: Mapping[str, Row], *, cores: int | None) -> str:
     lines = [
         "Written by `./dev.sh fuzz --examples N` on "
         f"{platform.python_implementation()} {platform.python_version()}, {cores or '?'} cores. "
-        "Each row comes from the last run of its parser's property: N examples, run on the day "
-        "shown (a property may try several inputs per example, one per line or file).",
+        "Each row comes from the largest run of its parser's property that passed: N examples, "
+        "run on the day shown (a property may try several inputs per example, one per line or "
+        "file).",
         "",
         HEADER,
         _RULE,
@@ -96,14 +98,20 @@ def rewrite(document: str, new_table: str) -> str:
 
 
 def record(path: Path, new: Mapping[str, Row], *, cores: int | None) -> None:
-    """Put `new`'s rows into the table of the document at `path`, keeping the others.
+    """Put `new`'s rows into the table of the document at `path`, except where it holds a run
+    of more examples of that parser, keeping the others.
 
     Several fuzz processes may finish a property at the same moment: the read, merge and
     write happen under an exclusive lock on the document."""
     with path.open("r+", encoding="utf-8") as document:
         fcntl.flock(document, fcntl.LOCK_EX)
         text = document.read()
-        merged = rows(text) | dict(new)
+        merged = rows(text)
+        merged |= {
+            name: row
+            for name, row in new.items()
+            if name not in merged or row.examples >= merged[name].examples
+        }
         document.seek(0)
         document.write(rewrite(text, table(merged, cores=cores)))
         document.truncate()

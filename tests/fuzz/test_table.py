@@ -30,6 +30,18 @@ def test_a_run_in_parts_replaces_its_rows_and_keeps_the_others(tmp_path: Path) -
     assert "old" not in text
 
 
+def test_a_shorter_run_leaves_a_longer_runs_row(tmp_path: Path) -> None:
+    document = tmp_path / "reliability.md"
+    document.write_text(f"{BEGIN}\n{END}\n")
+    record(document, {"mountinfo": _row(10000, 10000)}, cores=2)
+    record(document, {"mountinfo": _row(1000, 1000), "diskstats": _row(1000, 1000)}, cores=2)
+    record(document, {"diskstats": _row(1000, 1100)}, cores=2)
+    assert rows(document.read_text()) == {
+        "mountinfo": _row(10000, 10000),
+        "diskstats": _row(1000, 1100),
+    }
+
+
 def test_a_document_without_the_markers_is_refused(tmp_path: Path) -> None:
     document = tmp_path / "reliability.md"
     document.write_text("# Prose only\n")
