@@ -151,16 +151,24 @@ class _Answer(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def alertmanager() -> Iterator[http.server.ThreadingHTTPServer]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+def server() -> Iterator[http.server.ThreadingHTTPServer]:
+    """An HTTP server answering every GET with the bytes `_serve` gave it: Alertmanager or
+    Prometheus, as the test's bytes say."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server
+        yield httpd
     finally:
-        server.shutdown()
-        server.server_close()
+        httpd.shutdown()
+        httpd.server_close()
         thread.join()
+
+
+def _serve(server: http.server.ThreadingHTTPServer, raw: bytes) -> str:
+    """Have `server` answer `raw` from now on; its URL."""
+    server.body = raw  # type: ignore[attr-defined]
+    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 async def _firing(url: str) -> list[AlertState]:
@@ -170,11 +178,8 @@ async def _firing(url: str) -> list[AlertState]:
 
 @FUZZ_COSTLY
 @given(mutated_bytes([json.dumps(answer).encode() for answer in ACTIVE], huge=65536))
-def test_alertmanager_alerts_answer(
-    alertmanager: http.server.ThreadingHTTPServer, raw: bytes
-) -> None:
-    alertmanager.body = raw  # type: ignore[attr-defined]
-    url = f"http://127.0.0.1:{alertmanager.server_address[1]}"
+def test_alertmanager_alerts_answer(server: http.server.ThreadingHTTPServer, raw: bytes) -> None:
+    url = _serve(server, raw)
     exercise(
         "Alertmanager alerts answer (tainter)",
         lambda _: asyncio.run(_firing(url)),
@@ -272,12 +277,10 @@ def _evidence_holds(raw: bytes) -> Callable[[EvidenceResult], None]:
 @FUZZ_COSTLY
 @given(mutated_bytes([json.dumps(answer).encode() for answer in ANSWERS], huge=65536))
 def test_prometheus_answer_bytes_to_the_tainter(
-    alertmanager: http.server.ThreadingHTTPServer, raw: bytes
+    server: http.server.ThreadingHTTPServer, raw: bytes
 ) -> None:
-    """The bytes, over HTTP, through the tainter's evidence source (the server is any
-    HTTP server answering the test's bytes: the Alertmanager stand-in serves)."""
-    alertmanager.body = raw  # type: ignore[attr-defined]
-    url = f"http://127.0.0.1:{alertmanager.server_address[1]}"
+    """The bytes, over HTTP, through the tainter's evidence source."""
+    url = _serve(server, raw)
     exercise(
         "Prometheus answer bytes (tainter)",
         lambda _: asyncio.run(_evidence(url)),
@@ -288,13 +291,12 @@ def test_prometheus_answer_bytes_to_the_tainter(
 
 
 def test_answers_nested_too_deep_or_not_utf8_are_source_failures(
-    alertmanager: http.server.ThreadingHTTPServer,
+    server: http.server.ThreadingHTTPServer,
 ) -> None:
     """Found by the fuzzer: JSON nested 100000 deep raised RecursionError out of both readers
     (into the reconcile loop), and the repr of a UnicodeDecodeError quoted the whole answer."""
-    url = f"http://127.0.0.1:{alertmanager.server_address[1]}"
     for raw in (b"[" * 100000, json.dumps(ACTIVE[0]).encode("utf-16")):
-        alertmanager.body = raw  # type: ignore[attr-defined]
+        url = _serve(server, raw)
         with pytest.raises(SourceError) as raised:
             asyncio.run(_firing(url))
         named(str(raised.value))
