@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from fleetwatch.promclient import PrometheusAccess, PrometheusCredentialsError
+from fleetwatch.promclient import PrometheusAccess, PrometheusCredentialsError, api_error
 
 MAX_POINTS = 11_000
 
@@ -231,8 +231,7 @@ def answer_data(body: dict[str, Any], *, what: str) -> tuple[Any, list[str]]:
     """A decoded answer's `data` and its incompleteness warnings; QueryError naming the
     error Prometheus gave (cut short: a proxy may answer anything) when it did not succeed."""
     if body.get("status") != "success":
-        kind, error = str(body.get("errorType"))[:80], str(body.get("error"))[:400]
-        raise QueryError(f"{what} failed: {kind}: {error}")
+        raise QueryError(f"{what} failed: {api_error(body)}")
     return body["data"], _warnings(body)
 
 

@@ -348,6 +348,12 @@ def instant_query(settings: PrometheusClientSettings, expr: str, *, timeout: flo
     return _samples(raw, access.url)
 
 
+def api_error(body: dict[str, Any]) -> str:
+    """The `errorType: error` of an API answer that failed, cut short: a proxy or another
+    engine may put anything there, and the text is logged and printed."""
+    return f"{str(body.get('errorType'))[:80]}: {str(body.get('error'))[:400]}"
+
+
 def _samples(raw: bytes, url: str) -> list[Sample]:
     """The (labels, value) pairs of an API answer holding an instant vector."""
     import json
@@ -359,9 +365,7 @@ def _samples(raw: bytes, url: str) -> list[Sample]:
     if not isinstance(body, dict):
         raise PrometheusClientError(f"{url}: not a Prometheus API answer")
     if body.get("status") != "success":
-        raise PrometheusClientError(
-            f"{url}: query failed: {body.get('errorType')}: {body.get('error')}"
-        )
+        raise PrometheusClientError(f"{url}: query failed: {api_error(body)}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise PrometheusClientError(f"{url}: the answer is not an instant vector")

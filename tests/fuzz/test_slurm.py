@@ -220,3 +220,12 @@ def test_a_malformed_mapping_file_is_named_by_an_excerpt() -> None:
     assert sorted(name for name, _ in found.malformed) == ["7", "job-1.json"]
     for _, why in found.malformed:
         named(why)
+
+
+def test_an_error_answer_to_the_health_check_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): an error answer's `error` of 8 KiB went whole into the
+    PrometheusClientError the health check prints."""
+    raw = json.dumps({"status": "error", "errorType": "bad_data", "error": "1" * 8192}).encode()
+    with pytest.raises(PrometheusClientError, match="query failed: bad_data: 111") as raised:
+        _alerts_answer(raw)
+    named(str(raised.value))
