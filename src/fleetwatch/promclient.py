@@ -360,7 +360,7 @@ def _samples(raw: bytes, url: str) -> list[Sample]:
 
     try:
         body: Any = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise PrometheusClientError(f"{url}: not a Prometheus API answer") from exc
     if not isinstance(body, dict):
         raise PrometheusClientError(f"{url}: not a Prometheus API answer")

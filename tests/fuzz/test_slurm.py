@@ -229,3 +229,10 @@ def test_an_error_answer_to_the_health_check_is_named_by_an_excerpt() -> None:
     with pytest.raises(PrometheusClientError, match="query failed: bad_data: 111") as raised:
         _alerts_answer(raw)
     named(str(raised.value))
+
+
+def test_an_answer_nested_too_deep_is_a_client_error() -> None:
+    """Found by `./dev.sh fuzz --examples 1000`: json.loads raised RecursionError out of the
+    health check's Prometheus client."""
+    with pytest.raises(PrometheusClientError, match="not a Prometheus API answer"):
+        _alerts_answer(b'{"status":' * 100000)
