@@ -154,3 +154,12 @@ def test_scenario_values_too_large_are_named_by_an_excerpt() -> None:
         with pytest.raises(ScenarioError) as raised:
             _scenario(healthy.replace(b"faults: []", b"faults: [{at: " + fault + b"}]"))
         named(str(raised.value))
+
+
+def test_a_bad_config_value_is_named_by_an_excerpt() -> None:
+    """Found by `./dev.sh fuzz --examples 500`: a job label key that is a 10 KiB mapping was
+    quoted whole in the ConfigError the tainter and the report print."""
+    override = {"training_jobs": {"job_label_keys": [{"k": "x" * 10000}]}}
+    with pytest.raises(ConfigError, match="job_label_keys") as raised:
+        _override(yaml.safe_dump(override).encode())
+    named(str(raised.value))
