@@ -241,7 +241,7 @@ def range_series(data: Any, *, what: str) -> list[Series]:
     try:
         return [_series(item) for item in data["result"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise QueryError(f"{what}: not a range query answer: {exc!r}") from exc
+        raise QueryError(f"{what}: not a range query answer: {repr(exc)[:200]}") from exc
 
 
 def label_set(data: Any, *, what: str) -> set[str]:

@@ -165,3 +165,12 @@ def test_an_error_answer_is_named_by_an_excerpt() -> None:
     with pytest.raises(QueryError) as raised:
         _answer({"status": "error", "errorType": "x" * 65536, "error": "y" * 65536})
     named(str(raised.value))
+
+
+def test_a_sample_that_is_no_number_is_named_by_an_excerpt() -> None:
+    """Found by `./dev.sh fuzz --examples 10000`: a sample value of 5000 characters went
+    whole into the QueryError (float()'s message quotes it)."""
+    body = {"status": "success", "data": {"result": [{"metric": {}, "values": [[1, "x" * 5000]]}]}}
+    with pytest.raises(QueryError) as raised:
+        _range(body)
+    named(str(raised.value))
