@@ -4,8 +4,9 @@
 #   ./dev.sh test   lint, type checks and the whole test suite
 #   ./dev.sh generate [--check]   rewrite every generated file from the tree (--check: report
 #                   drift, write nothing)
-#   ./dev.sh fuzz [--examples N]   every parser's property-based tests, N examples each
-#                   (default 10000), then docs/reliability.md's parser table from the run
+#   ./dev.sh fuzz [--examples N] [-k EXPR]   every parser's property-based tests (those -k
+#                   selects), N examples each (default 10000); each writes its parsers' rows of
+#                   docs/reliability.md's parser table as it passes
 # Works on a fresh Debian 12 machine that has only python3. As root it installs the
 # Debian packages the demo and the tests use; otherwise it names the line to run.
 set -euo pipefail
@@ -119,26 +120,27 @@ case "${1:-}" in
         ;;
     fuzz)
         # The suite runs tests/fuzz with a few examples per property (profile "ci"); this runs
-        # them long (profile "fuzz") and writes what each parser survived into the docs.
+        # them long (profile "fuzz") and writes what each parser survived into the docs: each
+        # property that passes replaces its parsers' rows of the table as it ends, so a long run
+        # can be split (-k, or several processes at once) or cut short and keep what it did.
         ensure_venv dev editable
         shift
         examples=10000
+        select=()
         while [ $# -gt 0 ]; do
             case "$1" in
                 --examples) examples=${2:?--examples needs a number}; shift 2 ;;
                 --examples=*) examples=${1#--examples=}; shift ;;
-                *) echo "usage: ./dev.sh fuzz [--examples N]" >&2; exit 2 ;;
+                -k) select=(-k "${2:?-k needs an expression}"); shift 2 ;;
+                *) echo "usage: ./dev.sh fuzz [--examples N] [-k EXPR]" >&2; exit 2 ;;
             esac
         done
-        tally=$(mktemp)
-        trap 'rm -f "$tally"' EXIT
         # No per-test timeout: a property of N examples runs as long as N takes.
-        FLEETWATCH_FUZZ_EXAMPLES=$examples FLEETWATCH_FUZZ_REPORT=$tally \
-            "$VENV/bin/pytest" -q -p no:cacheprovider --timeout=0 tests/fuzz
-        "$VENV/bin/python" -m tests.fuzz.reliability "$tally" docs/reliability.md
+        FLEETWATCH_FUZZ_EXAMPLES=$examples FLEETWATCH_FUZZ_TABLE=docs/reliability.md \
+            "$VENV/bin/pytest" -q -p no:cacheprovider --timeout=0 "${select[@]}" tests/fuzz
         ;;
     *)
-        echo "usage: ./dev.sh demo | ./dev.sh test [pytest args] | ./dev.sh generate [--check] | ./dev.sh fuzz [--examples N]" >&2
+        echo "usage: ./dev.sh demo | ./dev.sh test [pytest args] | ./dev.sh generate [--check] | ./dev.sh fuzz [--examples N] [-k EXPR]" >&2
         exit 2
         ;;
 esac

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from fleetwatch.promclient import PrometheusAccess, PrometheusCredentialsError
+from fleetwatch.promclient import PrometheusAccess, PrometheusCredentialsError, api_error
 
 MAX_POINTS = 11_000
 
@@ -210,9 +210,7 @@ class PrometheusClient:
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if body.get("status") != "success":
-                raise QueryError(f"{what} failed: {body.get('errorType')}: {body.get('error')}")
-            return body["data"], _warnings(body)
+            return answer_data(body, what=what)
         raise PrometheusUnreachable(
             f"cannot reach Prometheus at {self._url} ({what}) after {self._retries + 1} "
             f"attempts: {last}"
@@ -229,13 +227,21 @@ def _json(raw: bytes, status: int, url: str) -> dict[str, Any]:
     return body
 
 
+def answer_data(body: dict[str, Any], *, what: str) -> tuple[Any, list[str]]:
+    """A decoded answer's `data` and its incompleteness warnings; QueryError naming the
+    error Prometheus gave (cut short: a proxy may answer anything) when it did not succeed."""
+    if body.get("status") != "success":
+        raise QueryError(f"{what} failed: {api_error(body)}")
+    return body["data"], _warnings(body)
+
+
 def range_series(data: Any, *, what: str) -> list[Series]:
     """The series of a range query's `data`; QueryError when it is not a matrix of
     `[time, "value"]` pairs (a proxy's page, another engine's shape, a truncated body)."""
     try:
         return [_series(item) for item in data["result"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise QueryError(f"{what}: not a range query answer: {exc!r}") from exc
+        raise QueryError(f"{what}: not a range query answer: {repr(exc)[:200]}") from exc
 
 
 def label_set(data: Any, *, what: str) -> set[str]:

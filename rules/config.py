@@ -220,7 +220,9 @@ class Config:
 
 
 def _fail(source: str, key: str, reason: str) -> ConfigError:
-    return ConfigError(f"{source}: {key}: {reason}")
+    """The error for `key`; a key or reason quoting a huge value is cut short, so the message
+    stays one readable line."""
+    return ConfigError(f"{source}: {key[:200]}: {reason[:400]}")
 
 
 def _mapping(source: str, value: Any, key: str) -> dict[str, Any]:

@@ -49,16 +49,20 @@ class Number:
     def check(self, value: Any, key: str) -> None:
         """SchemaError unless `value` is a number in range."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SchemaError(key, f"expected a number, got {value!r}")
-        if not math.isfinite(value):
-            raise SchemaError(key, f"{value!r} is not a finite number")
+            raise SchemaError(key, f"expected a number, got {repr(value)[:80]}")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer of hundreds of digits: no float holds it
+            finite = False
+        if not finite:
+            raise SchemaError(key, f"{repr(value)[:80]} is not a finite number")
         if value < self.minimum or (self.maximum is not None and value > self.maximum):
             shown = (
                 f"{self.minimum:g} or more"
                 if self.maximum is None
                 else f"{self.minimum:g}..{self.maximum:g}"
             )
-            raise SchemaError(key, f"{value!r} is out of range ({shown})")
+            raise SchemaError(key, f"{repr(value)[:80]} is out of range ({shown})")
 
     def json(self) -> dict[str, Any]:
         """As JSON Schema."""

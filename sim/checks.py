@@ -21,7 +21,9 @@ class Checker:
         self.source = source
 
     def fail(self, key: str, reason: str) -> ScenarioError:
-        return ScenarioError(f"{self.source}: {key}: {reason}")
+        """The error for `key`; a key or reason quoting a huge value is cut short, so the
+        message stays one readable line."""
+        return ScenarioError(f"{self.source}: {key[:200]}: {reason[:400]}")
 
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -47,7 +49,8 @@ class Checker:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not math.isfinite(value)
+            # an int is finite, and one of hundreds of digits no float holds is out of range
+            or not (isinstance(value, int) or math.isfinite(value))
         ):
             raise self.fail(key, f"expected a number, got {value!r}")
         if not low <= value <= high:

@@ -258,26 +258,26 @@ def _parse_job(text: str, job_id: str) -> tuple[JobGpus, str]:
     if not isinstance(record, dict):
         raise MappingError("not a JSON object")
     if record.get("version") != FORMAT_VERSION:
-        raise MappingError(f"version {record.get('version')!r}, not {FORMAT_VERSION}")
+        raise MappingError(f"version {repr(record.get('version'))[:80]}, not {FORMAT_VERSION}")
     if record.get("job_id") != job_id:
-        raise MappingError(f"job_id {record.get('job_id')!r} in the file of job {job_id}")
+        raise MappingError(f"job_id {repr(record.get('job_id'))[:80]} in the file of job {job_id}")
     gpus = record.get("gpus")
     if not isinstance(gpus, list) or not all(
         isinstance(g, str) and _GPU_ID.fullmatch(g) for g in gpus
     ):
-        raise MappingError(f"gpus {gpus!r} is not a list of GPU indices or UUIDs")
+        raise MappingError(f"gpus {repr(gpus)[:80]} is not a list of GPU indices or UUIDs")
     strings = {key: record.get(key, "") for key in ("user", "partition", "boot_id")}
     for key, value in strings.items():
         if not isinstance(value, str) or not _NAME.fullmatch(value):
-            raise MappingError(f"{key} {value!r} is not a short text")
+            raise MappingError(f"{key} {repr(value)[:80]} is not a short text")
     nodes = record.get("nodes", 0)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0:
-        raise MappingError(f"nodes {nodes!r} is not a count")
+        raise MappingError(f"nodes {repr(nodes)[:80]} is not a count")
     restarts = record.get("restarts")
     if restarts is not None and (
         not isinstance(restarts, int) or isinstance(restarts, bool) or restarts < 0
     ):
-        raise MappingError(f"restarts {restarts!r} is not a count")
+        raise MappingError(f"restarts {repr(restarts)[:80]} is not a count")
     job = JobGpus(
         job_id=job_id,
         gpus=tuple(gpus),
@@ -294,7 +294,7 @@ def _parse_dcgm(text: str) -> list[str]:
     ids = [line.strip() for line in text.splitlines() if line.strip()]
     bad = [item for item in ids if not _JOB_ID.fullmatch(item)]
     if bad:
-        raise MappingError(f"line {bad[0]!r} is not a Slurm job ID")
+        raise MappingError(f"line {bad[0][:80]!r} is not a Slurm job ID")
     return ids
 
 

@@ -95,7 +95,9 @@ class Node:
         line has no NodeName or State."""
         fields = parse_line(line)
         if not fields.get("NodeName") or not fields.get("State"):
-            raise ScontrolError("malformed", f"scontrol node line without NodeName/State: {line!r}")
+            raise ScontrolError(
+                "malformed", f"scontrol node line without NodeName/State: {line[:120]!r}"
+            )
         reason, by = split_reason(fields.get("Reason", ""))
         return cls(
             name=fields["NodeName"],

@@ -53,7 +53,8 @@ def taint_key(reason: str) -> str:
     """`gpu-overheat` → `fleetwatch.io/gpu-overheat`, after checking the reason is a valid key."""
     if not is_taint_reason(reason):
         raise PayloadError(
-            f"label {TAINT_LABEL}={reason!r} is not a valid taint key name ({TAINT_REASON_RULE})"
+            f"label {TAINT_LABEL}={reason[:80]!r} is not a valid taint key name "
+            f"({TAINT_REASON_RULE})"
         )
     return KEY_PREFIX + reason
 
@@ -65,9 +66,9 @@ def _parse_time(value: Any, where: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise PayloadError(f"{where}: {value!r} is not an RFC 3339 time") from exc
+        raise PayloadError(f"{where}: {value[:80]!r} is not an RFC 3339 time") from exc
     if parsed.tzinfo is None:
-        raise PayloadError(f"{where}: {value!r} has no time zone")
+        raise PayloadError(f"{where}: {value[:80]!r} has no time zone")
     return None if parsed.year <= 1 else parsed
 
 
@@ -96,17 +97,19 @@ def alert_from_labels(
     node = labels.get("node", "")
     if not is_node_name(node):
         raise PayloadError(
-            f"{where}: alert asks for taint {reason!r} but its label node={node!r} "
+            f"{where}: alert asks for taint {reason!r} but its label node={node[:80]!r} "
             "is missing or not a valid node name"
         )
     effect = labels.get(EFFECT_LABEL) or DEFAULT_EFFECT
     if effect not in EFFECTS:
         choices = ", ".join(sorted(EFFECTS))
-        raise PayloadError(f"{where}: label {EFFECT_LABEL}={effect!r}: expected one of {choices}")
+        raise PayloadError(
+            f"{where}: label {EFFECT_LABEL}={effect[:80]!r}: expected one of {choices}"
+        )
     alertname = labels.get("alertname", "")
     if not alertname or not is_label_value(alertname):
         raise PayloadError(
-            f"{where}: label alertname={alertname!r} is missing or cannot be a taint value"
+            f"{where}: label alertname={alertname[:80]!r} is missing or cannot be a taint value"
         )
     if not fingerprint:
         raise PayloadError(f"{where}: fingerprint is missing")
@@ -132,7 +135,7 @@ def parse_webhook(body: Any) -> list[AlertState]:
     if not isinstance(body, dict):
         raise PayloadError("body: expected a JSON object")
     if body.get("version") != "4":
-        raise PayloadError(f'version: expected "4", got {body.get("version")!r}')
+        raise PayloadError(f'version: expected "4", got {str(body.get("version"))[:80]!r}')
     alerts = body.get("alerts")
     if not isinstance(alerts, list):
         raise PayloadError("alerts: expected a list")
@@ -143,7 +146,9 @@ def parse_webhook(body: Any) -> list[AlertState]:
             raise PayloadError(f"{where}: expected an object")
         status = alert.get("status")
         if status not in ("firing", "resolved"):
-            raise PayloadError(f"{where}.status: expected firing or resolved, got {status!r}")
+            raise PayloadError(
+                f"{where}.status: expected firing or resolved, got {str(status)[:80]!r}"
+            )
         labels = _string_map(alert.get("labels"), f"{where}.labels")
         fingerprint = alert.get("fingerprint", "")
         if not isinstance(fingerprint, str):

@@ -102,8 +102,15 @@ class PrometheusEvidence:
                         "--prometheus.bearer-token-file or --prometheus.basic-auth.*)"
                     )
                 body: Any = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError, PrometheusClientError) as exc:
-            return self._failed(f"Prometheus query failed: {exc!r}")
+        # ValueError: not JSON (a bad byte quoted by an excerpt); RecursionError: nested too deep
+        except (
+            aiohttp.ClientError,
+            TimeoutError,
+            ValueError,
+            RecursionError,
+            PrometheusClientError,
+        ) as exc:
+            return self._failed(f"Prometheus query failed: {repr(exc)[:300]}")
         result = _vector(body)
         if isinstance(result, str):
             return self._failed(f"Prometheus query failed: {result}")
@@ -128,7 +135,7 @@ def _vector(body: Any) -> list[Any] | str:
     if not isinstance(body, dict):
         return f"answer is not a JSON object: {str(body)[:80]!r}"
     if body.get("status") != "success":
-        return f"status {body.get('status')!r}: {body.get('error')}"
+        return f"status {str(body.get('status'))[:80]!r}: {str(body.get('error'))[:400]}"
     if body.get("warnings"):
         return f"partial data (warnings: {str(body['warnings'])[:160]})"
     data = body.get("data")
@@ -183,8 +190,9 @@ class AlertmanagerAlerts:
             ) as response:
                 response.raise_for_status()
                 body: Any = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise SourceError(f"cannot read {self._url}/api/v2/alerts: {exc!r}") from exc
+        # ValueError: not JSON (a bad byte quoted by an excerpt); RecursionError: nested too deep
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
+            raise SourceError(f"cannot read {self._url}/api/v2/alerts: {repr(exc)[:300]}") from exc
         if not isinstance(body, list):
             raise SourceError(f"{self._url}/api/v2/alerts did not return a list")
         alerts: list[AlertState] = []

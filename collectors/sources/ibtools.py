@@ -232,9 +232,10 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
 
 
 def tool_reason(printed: str) -> str | None:
-    """The `ibwarn`/`iberror`/`ibpanic` lines of tool output, last first; None if none."""
+    """The `ibwarn`/`iberror`/`ibpanic` lines of tool output, last first; None if none. Cut
+    at 500 characters: the last line says why the tool failed, and a reason is logged."""
     lines = [line.strip() for line in printed.splitlines() if any(m in line for m in _TOOL_MARKERS)]
-    return " | ".join(reversed(lines)) if lines else None
+    return " | ".join(reversed(lines))[:500] if lines else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -196,7 +196,7 @@ def parse_mountinfo(text: str, path: str = "mountinfo") -> Parsed:
             continue
         major, _, minor = fields[2].partition(":")
         if not (_is_count(fields[0]) and _is_count(major) and _is_count(minor)):
-            reason = f"bad mount id or MAJ:MIN {fields[0]!r} {fields[2]!r}"
+            reason = f"bad mount id or MAJ:MIN {fields[0][:40]!r} {fields[2][:40]!r}"
             problems.append(LineProblem(path=path, line=number, reason=reason))
             continue
         options = fields[5].split(",")

@@ -348,25 +348,32 @@ def instant_query(settings: PrometheusClientSettings, expr: str, *, timeout: flo
     return _samples(raw, access.url)
 
 
+def api_error(body: dict[str, Any]) -> str:
+    """The `errorType: error` of an API answer that failed, cut short: a proxy or another
+    engine may put anything there, and the text is logged and printed."""
+    return f"{str(body.get('errorType'))[:80]}: {str(body.get('error'))[:400]}"
+
+
 def _samples(raw: bytes, url: str) -> list[Sample]:
     """The (labels, value) pairs of an API answer holding an instant vector."""
     import json
 
     try:
         body: Any = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise PrometheusClientError(f"{url}: not a Prometheus API answer") from exc
     if not isinstance(body, dict):
         raise PrometheusClientError(f"{url}: not a Prometheus API answer")
     if body.get("status") != "success":
-        raise PrometheusClientError(
-            f"{url}: query failed: {body.get('errorType')}: {body.get('error')}"
-        )
+        raise PrometheusClientError(f"{url}: query failed: {api_error(body)}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise PrometheusClientError(f"{url}: the answer is not an instant vector")
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        raise PrometheusClientError(f"{url}: the answer's result is not a list")
     samples: list[Sample] = []
-    for item in data.get("result") or ():
+    for item in result:
         try:
             labels = {str(k): str(v) for k, v in item["metric"].items()}
             value = float(item["value"][1])

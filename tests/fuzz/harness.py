@@ -3,8 +3,9 @@ was given and did with it (docs/reliability.md's table is written from it).
 
 `exercise(parser, parse, data, ...)` runs one parser on one input and tallies it: an
 exception of the parser's documented error type (or a result the caller calls malformed)
-counts as malformed; any other exception counts as a crash and fails the test; `holds`
-asserts what a valid reading must satisfy, and each time it passes a property held.
+counts as malformed, and its message must name the problem in a line a log can hold
+(`named`); any other exception counts as a crash and fails the test; `holds` asserts what a
+valid reading must satisfy, and each time it passes a property held.
 
 Two profiles: `ci` (the suite: a few examples per property, within its time budget) and
 `fuzz` (`./dev.sh fuzz --examples N`: `FLEETWATCH_FUZZ_EXAMPLES` examples per property).
@@ -12,19 +13,17 @@ Two profiles: `ci` (the suite: a few examples per property, within its time budg
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tracemalloc
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from hypothesis import HealthCheck, settings
 
 EXAMPLES_VARIABLE: Final = "FLEETWATCH_FUZZ_EXAMPLES"
-REPORT_VARIABLE: Final = "FLEETWATCH_FUZZ_REPORT"
+TABLE_VARIABLE: Final = "FLEETWATCH_FUZZ_TABLE"
 CI_EXAMPLES: Final = 50
 # Mutated samples are big, slow to build and often filtered: none of that is a test's fault.
 _RELAXED: Final = [
@@ -92,8 +91,9 @@ def exercise(
     tally.tried += 1
     try:
         result = parse(data)
-    except errors:
+    except errors as exc:
         tally.malformed += 1
+        named(str(exc))
         return None
     except Exception:
         tally.crashes += 1
@@ -105,10 +105,16 @@ def exercise(
     return result
 
 
-def write_report(path: Path) -> None:
-    """The tallies as JSON, for tests/fuzz/reliability.py to turn into the docs' table."""
-    report = {"examples": FUZZ.max_examples, "parsers": {n: asdict(t) for n, t in TALLIES.items()}}
-    path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+MESSAGE_LIMIT: Final = 1024
+"""The longest reason a malformed input may be named by: what is logged once and counted
+says what was wrong, and quotes at most an excerpt of the input (never a 1 MiB line)."""
+
+
+def named(reason: str) -> None:
+    """A malformed input's reason or error message: said, and short enough for one log line."""
+    assert isinstance(reason, str), reason
+    assert reason.strip(), "a malformed input without a reason"
+    assert len(reason) <= MESSAGE_LIMIT, f"a reason of {len(reason)} characters: {reason[:200]!r}"
 
 
 def finite_counts(values: Iterable[object]) -> None:

@@ -17,7 +17,7 @@ from hypothesis import given
 
 from fleetwatch.rules.config import Config, ConfigError, load_config, parameters, shipped_text
 from fleetwatch.sim.scenario import BUILTIN_PACKAGE, Scenario, ScenarioError, load_scenario
-from tests.fuzz.harness import FUZZ_COSTLY, exercise
+from tests.fuzz.harness import FUZZ_COSTLY, exercise, named
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 SCENARIOS: Final = tuple(
@@ -136,3 +136,30 @@ def test_numbers_of_thousands_of_digits_are_config_errors() -> None:
             _override(b"alerts:\n  GPUOverheating:\n    for: " + b"9" * digits + b"h\n")
     with pytest.raises(ScenarioError):
         _scenario(b"gpus: " + b"9" * 5000 + b"\n")
+
+
+def test_a_threshold_no_float_holds_is_a_config_error() -> None:
+    """Found by the fuzzer: a threshold of 400 digits is an int PyYAML reads and no float
+    holds; `math.isfinite` raised OverflowError out of the schema."""
+    with pytest.raises(ConfigError, match="not a finite number") as raised:
+        _override(b"thresholds:\n  gpu_temperature_celsius: " + b"8" * 400 + b"\n")
+    named(str(raised.value))
+
+
+def test_scenario_values_too_large_are_named_by_an_excerpt() -> None:
+    """Found by the fuzzer: a fault's `at` of 400 digits raised OverflowError out of the
+    scenario checks, and a fault kind of 8 KiB was quoted whole in the ScenarioError."""
+    healthy = next(seed for seed in SCENARIOS if b"faults: []" in seed)
+    for fault in (b"9" * 400 + b", kind: xid, gpu: 0, xid: 79", b"1, kind: " + b"m" * 8192):
+        with pytest.raises(ScenarioError) as raised:
+            _scenario(healthy.replace(b"faults: []", b"faults: [{at: " + fault + b"}]"))
+        named(str(raised.value))
+
+
+def test_a_bad_config_value_is_named_by_an_excerpt() -> None:
+    """Found by `./dev.sh fuzz --examples 500`: a job label key that is a 10 KiB mapping was
+    quoted whole in the ConfigError the tainter and the report print."""
+    override = {"training_jobs": {"job_label_keys": [{"k": "x" * 10000}]}}
+    with pytest.raises(ConfigError, match="job_label_keys") as raised:
+        _override(yaml.safe_dump(override).encode())
+    named(str(raised.value))

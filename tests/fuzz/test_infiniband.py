@@ -1,7 +1,7 @@
 """InfiniBand input, fuzzed: sysfs port state and rate strings and counter files (the
-ConnectX-7 tree of tests/infiniband/fixtures.py), `perfquery` and `ibstat` output (the
-infiniband-diags formats the tool tests hold). Garbage is None or a problem, an absent
-header is `IbToolError`; no counter is negative, no rate NaN or infinite."""
+ConnectX-7 tree of tests/infiniband/fixtures.py), `perfquery` and `ibstat` output and the
+error lines infiniband-diags print (the formats the tool tests hold). Garbage is None or a
+problem, an absent header is `IbToolError`; no counter is negative, no rate NaN or infinite."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from fleetwatch.collectors.sources.ibtools import (
     PerfqueryCounters,
     parse_ibstat,
     parse_perfquery,
+    tool_reason,
 )
 from fleetwatch.collectors.sources.sysfs import (
     IbReading,
@@ -32,6 +33,7 @@ from tests.fuzz.harness import (
     exercise,
     finite_counts,
     finite_number,
+    named,
     peak_bytes,
 )
 from tests.fuzz.mutations import MIB, mutated_text
@@ -104,6 +106,8 @@ def reading_holds(reading: IbReading) -> None:
             continue
         finite_number(port.rate_gbps)
         finite_counts(n for n in (port.state_id, port.phys_state_id) if n is not None)
+    for problem in reading.problems:
+        named(problem.reason)
 
 
 COUNTER_FILES: Final = {**CX7_COUNTERS, **{f"hw:{k}": v for k, v in CX7_HW_COUNTERS.items()}}
@@ -176,6 +180,34 @@ def test_ibstat(text: str) -> None:
     )
 
 
+TOOL_ERRORS: Final = (
+    PERFQUERY[3],
+    IBSTAT[1],
+    "ibwarn: [3309] mad_rpc: _do_madrpc failed; dport (Lid 17)\n"
+    "iberror: [pid 3309] perfquery: failed: perfquery: PORT_COUNTERS query failed\n",
+    "iberror: ibdiag: stat of IB device 'mlx5_9' failed: No such file or directory\n",
+)
+
+
+def reason_holds(reason: str | None) -> None:
+    if reason is not None:
+        named(reason)
+
+
+@FUZZ
+@given(mutated_text(TOOL_ERRORS))
+def test_infiniband_diags_errors(text: str) -> None:
+    """What a failing infiniband-diags tool prints (`ibwarn`, `iberror`, `ibpanic` lines):
+    the reason a collector logs and counts."""
+    exercise(
+        "infiniband-diags error output",
+        tool_reason,
+        text,
+        malformed=lambda reason: reason is not None,
+        holds=reason_holds,
+    )
+
+
 def test_perfquery_negative_counter_is_not_read() -> None:
     """Found by the fuzzer: `int(text, 0)` reads "-1", which no counter can hold."""
     found = parse_perfquery(PERFQUERY[1].replace("..1\n", "..-1\n", 1))
@@ -216,3 +248,12 @@ def test_ibstat_numbers_no_port_holds_are_not_read() -> None:
     text += "CA 'mlx5_9'\n\tPort " + "9" * 5000 + ":\n"
     port = parse_ibstat(text)[0].ports[0]
     assert (port.rate_gbps, port.base_lid) == (None, None)
+
+
+def test_a_tools_error_lines_are_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): every `ibwarn`/`iberror`/`ibpanic` line a tool printed
+    went into the reason, however many and however long (an 8 KiB line was logged whole)."""
+    reason = tool_reason("ibwarn: [1] " + "x" * MIB + "\n" + "ibpanic: [1] main: failed\n" * 1000)
+    assert reason is not None
+    named(reason)
+    assert reason.startswith("ibpanic: [1] main: failed | ")

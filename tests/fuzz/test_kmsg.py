@@ -27,7 +27,7 @@ from fleetwatch.collectors.sources.kmsg import (
     parse_record,
 )
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
-from tests.fuzz.harness import FUZZ, bounded_label, exercise, peak_bytes
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, named, peak_bytes
 from tests.fuzz.mutations import MIB, mutated_bytes, mutated_text
 from tests.gpu.kmsglines import record
 
@@ -102,7 +102,7 @@ def record_holds(line: str) -> Callable[[Reading], None]:
     def holds(found: Reading) -> None:
         if isinstance(found, Unreadable):
             assert found.reason in UNREADABLE_REASONS
-            assert found.why
+            named(found.why)
             return
         if found is None:
             return

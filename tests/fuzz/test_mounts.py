@@ -18,7 +18,7 @@ from fleetwatch.collectors.sources.mounts import (
     parse_mountstats,
 )
 from testbed.mounts import DISKSTATS, LLITE_STATS, LLITE_STATS_DEBUGFS, MOUNTINFO, MOUNTSTATS
-from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, peak_bytes
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, finite_counts, named, peak_bytes
 from tests.fuzz.mutations import MIB, mutated_text
 
 # A bound on what a parsed line may hold: up to 4 mutations each grow a field by 1 MiB.
@@ -51,7 +51,7 @@ def parsed_holds(parsed: Parsed) -> None:
         finite_counts((disk.read_bytes, disk.write_bytes))
     for problem in parsed.problems:
         assert problem.line >= 1
-        assert problem.reason
+        named(problem.reason)
 
 
 @FUZZ
@@ -78,7 +78,7 @@ def _lustre(text: str) -> LustreStats | LineProblem:
 
 def lustre_holds(found: LustreStats | LineProblem) -> None:
     if isinstance(found, LineProblem):
-        assert found.reason
+        named(found.reason)
         return
     assert found.fsname == "scratch"
     finite_counts((found.read_bytes, found.write_bytes, *found.operations.values()))
@@ -127,3 +127,11 @@ def test_a_per_op_line_with_a_run_of_blanks_is_read_in_linear_time() -> None:
     block = MOUNTSTATS.replace("READ: 1298 ", "READ: 1298 " + " " * MIB + "x ", 1)
     assert parse_mountstats(block).problems
     assert not parse_mountstats(MOUNTSTATS).problems
+
+
+def test_a_reason_quotes_an_excerpt_of_a_huge_mount_id() -> None:
+    """Found by the fuzzer (`named`): a mount id of 1 MiB was quoted whole in the reason the
+    collector logs."""
+    (problem,) = parse_mountinfo("2" * MIB + " 1 259:2 / / rw shared:1 - ext4 /dev/x rw\n").problems
+    named(problem.reason)
+    assert problem.reason.startswith("bad mount id or MAJ:MIN '2222")

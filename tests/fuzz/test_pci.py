@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetwatch.collectors.sources.pci import PciGpuScan, scan_gpus
-from tests.fuzz.harness import FUZZ_COSTLY, exercise
+from tests.fuzz.harness import FUZZ_COSTLY, exercise, named
 from tests.fuzz.mutations import mutated_text
 
 FUNCTIONS: Final = {
@@ -38,7 +38,7 @@ def scan_holds(scan: PciGpuScan | None) -> None:
         assert gpu.address in FUNCTIONS
         assert gpu.device_id == "" or ID.fullmatch(gpu.device_id)
     for problem in scan.problems:
-        assert problem.reason
+        named(problem.reason)
 
 
 @FUZZ_COSTLY

@@ -15,11 +15,11 @@ from fleetwatch.report.promapi import (
     QueryError,
     Series,
     _json,
-    _warnings,
+    answer_data,
     label_set,
     range_series,
 )
-from tests.fuzz.harness import FUZZ, bounded_label, exercise
+from tests.fuzz.harness import FUZZ, bounded_label, exercise, named
 from tests.fuzz.mutations import mutated_bytes, mutated_tree
 
 URL: Final = "http://prometheus:9090/api/v1/query_range"
@@ -49,10 +49,7 @@ LABEL_ANSWERS: Final = (
 
 def _answer_bytes(raw: bytes) -> tuple[Any, list[str]]:
     """What the client does with an answer's bytes (promapi's `_get`, after the HTTP call)."""
-    checked = _json(raw, 200, URL)
-    if checked.get("status") != "success":
-        raise QueryError(f"failed: {checked.get('errorType')}: {checked.get('error')}")
-    return checked["data"], _warnings(checked)
+    return answer_data(_json(raw, 200, URL), what="query")
 
 
 def _answer(body: Any) -> tuple[Any, list[str]]:
@@ -64,12 +61,16 @@ def _range(body: Any) -> tuple[list[Series], list[str]]:
     return range_series(data, what="query"), warnings
 
 
+# A bound on a label read from a mutated answer: up to 4 mutations each grow a field by 64 KiB.
+_LABEL: Final = 4 * 65536 + 4096
+
+
 def range_holds(found: tuple[list[Series], list[str]]) -> None:
     series, warnings = found
     assert all(isinstance(w, str) for w in warnings)
     for one in series:
         for name, value in one.labels.items():
-            bounded_label(name)
+            bounded_label(name, _LABEL)
             assert isinstance(value, str)
         assert len(one.timestamps) == len(one.values)
         assert all(math.isfinite(t) for t in one.timestamps)
@@ -156,3 +157,20 @@ def test_infinite_times_and_deep_nesting_are_query_errors() -> None:
         _range_bytes(infinite)
     with pytest.raises(QueryError):
         _range_bytes(b"[" * 10000)
+
+
+def test_an_error_answer_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): an error answer's `errorType` and `error` were quoted
+    whole in the QueryError the report prints."""
+    with pytest.raises(QueryError) as raised:
+        _answer({"status": "error", "errorType": "x" * 65536, "error": "y" * 65536})
+    named(str(raised.value))
+
+
+def test_a_sample_that_is_no_number_is_named_by_an_excerpt() -> None:
+    """Found by `./dev.sh fuzz --examples 10000`: a sample value of 5000 characters went
+    whole into the QueryError (float()'s message quotes it)."""
+    body = {"status": "success", "data": {"result": [{"metric": {}, "values": [[1, "x" * 5000]]}]}}
+    with pytest.raises(QueryError) as raised:
+        _range(body)
+    named(str(raised.value))

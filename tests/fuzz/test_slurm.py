@@ -1,7 +1,9 @@
 """Slurm input, fuzzed: `scontrol show node -o` lines (Slurm 22.05's, as the Slurm backend
-tests hold them) and the job-to-GPU mapping files the prolog writes (fleetwatch's JSON, and
-dcgm-exporter's one-job-ID-a-line files) in a mapping directory. A line is a node or
-`ScontrolError(malformed)`; a directory is jobs plus named malformed files, never an error."""
+tests hold them), the job-to-GPU mapping files the prolog writes (fleetwatch's JSON, and
+dcgm-exporter's one-job-ID-a-line files) in a mapping directory, and Prometheus' answer to the
+health check's query for a node's firing alerts. A line is a node or `ScontrolError(malformed)`;
+a directory is jobs plus named malformed files, never an error; an answer is samples of string
+labels and a float, or `PrometheusClientError`."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ import time
 from pathlib import Path
 from typing import Final
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fleetwatch.promclient import PrometheusClientError, Sample, _samples
 from fleetwatch.slurm.mapping import JobGpus, Reading, read
 from fleetwatch.slurm.scontrol import Node, ScontrolError
-from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts
-from tests.fuzz.mutations import MIB, mutated_text
+from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts, named
+from tests.fuzz.mutations import MIB, mutated_bytes, mutated_text, mutated_tree
 
 LINES: Final = (
     "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=1 CPUTot=1 "
@@ -88,7 +92,7 @@ def reading_holds(found: Reading) -> None:
         finite_counts((job.nodes,))
     for name, why in found.malformed:
         assert name
-        assert why
+        named(why)
 
 
 @FUZZ_COSTLY
@@ -126,3 +130,109 @@ def test_a_job_file_nested_too_deep_is_malformed() -> None:
         (Path(folder) / "job-1.json").write_text("[" * 100000)
         found = read(Path(folder), now=time.time(), boot="")
     assert [name for name, _ in found.malformed] == ["job-1.json"]
+
+
+ALERTS_ANSWERS: Final = (
+    {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {
+                        "__name__": "ALERTS",
+                        "alertname": "GPUOverheating",
+                        "alertstate": "firing",
+                        "fleetwatch_taint": "gpu-overheat",
+                        "node": "gpu01",
+                        "gpu": "3",
+                    },
+                    "value": [1764720000.123, "1"],
+                }
+            ],
+        },
+    },
+    {"status": "success", "data": {"resultType": "vector", "result": []}},
+    {"status": "error", "errorType": "bad_data", "error": "1:8: parse error: unexpected '}'"},
+)
+_URL: Final = "http://prometheus:9090"
+
+
+def _alerts_answer(raw: bytes) -> list[Sample]:
+    return _samples(raw, _URL)
+
+
+def samples_hold(samples: list[Sample]) -> None:
+    """Each sample: string labels and a float value (Prometheus writes NaN and infinities)."""
+    for labels, value in samples:
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
+        assert isinstance(value, float)
+
+
+@FUZZ
+@given(mutated_tree(ALERTS_ANSWERS))
+def test_prometheus_answer_to_the_health_check(body: object) -> None:
+    exercise(
+        "Prometheus answer (Slurm health check)",
+        _alerts_answer,
+        json.dumps(body, allow_nan=True).encode(),
+        errors=(PrometheusClientError,),
+        holds=samples_hold,
+    )
+
+
+@FUZZ
+@given(mutated_bytes([json.dumps(body).encode() for body in ALERTS_ANSWERS], huge=65536))
+def test_prometheus_answer_bytes_to_the_health_check(raw: bytes) -> None:
+    exercise(
+        "Prometheus answer bytes (Slurm health check)",
+        _alerts_answer,
+        raw,
+        errors=(PrometheusClientError,),
+        holds=samples_hold,
+    )
+
+
+def test_a_malformed_node_line_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): a line without NodeName was quoted whole (1 MiB) in the
+    ScontrolError the tainter logs."""
+    with pytest.raises(ScontrolError) as raised:
+        Node.parse("State=IDLE " + "x" * MIB)
+    named(str(raised.value))
+    assert raised.value.kind == "malformed"
+
+
+def test_a_vector_whose_result_is_not_a_list_is_a_client_error() -> None:
+    """Found by the fuzzer: `"result": true` raised TypeError out of the health check's
+    Prometheus client."""
+    raw = b'{"status": "success", "data": {"resultType": "vector", "result": true}}'
+    with pytest.raises(PrometheusClientError, match="not a list"):
+        _alerts_answer(raw)
+
+
+def test_a_malformed_mapping_file_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): a dcgm-exporter line or a job file's field of 256 KiB
+    was quoted whole in the reason the collector logs."""
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "7").write_text("4" * (MIB // 4) + "\n")
+        (Path(folder) / "job-1.json").write_text(_job_file("1", ["0"], user="u" * (MIB // 4)))
+        found = read(Path(folder), now=time.time(), boot="")
+    assert sorted(name for name, _ in found.malformed) == ["7", "job-1.json"]
+    for _, why in found.malformed:
+        named(why)
+
+
+def test_an_error_answer_to_the_health_check_is_named_by_an_excerpt() -> None:
+    """Found by the fuzzer (`named`): an error answer's `error` of 8 KiB went whole into the
+    PrometheusClientError the health check prints."""
+    raw = json.dumps({"status": "error", "errorType": "bad_data", "error": "1" * 8192}).encode()
+    with pytest.raises(PrometheusClientError, match="query failed: bad_data: 111") as raised:
+        _alerts_answer(raw)
+    named(str(raised.value))
+
+
+def test_an_answer_nested_too_deep_is_a_client_error() -> None:
+    """Found by `./dev.sh fuzz --examples 1000`: json.loads raised RecursionError out of the
+    health check's Prometheus client."""
+    with pytest.raises(PrometheusClientError, match="not a Prometheus API answer"):
+        _alerts_answer(b'{"status":' * 100000)
