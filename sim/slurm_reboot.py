@@ -11,10 +11,11 @@ rest of the cluster.
 
 Between the stop and the start the node is down as a rebooting node is: the new slurmd starts
 only once slurmctld has marked the node NOT_RESPONDING (its ping every SlurmdTimeout/3 failed),
-or after `DOWNTIME_DEADLINE` seconds (longer than its ping interval). An instant restart raced slurmctld 22.05 under load: a
-ping of the stopped slurmd failed after the new one had registered, so the node was marked not
-responding after it was back, and the next reboot's own answer cleared that mark in a way that
-left the reboot never ended (`IDLE+DRAIN+REBOOT_ISSUED`).
+or after `DOWNTIME_DEADLINE` seconds (longer than its ping interval). An instant restart
+raced slurmctld 22.05 under load: a ping of the stopped slurmd failed after the new one had
+registered, so the node was marked not responding after it was back, and the next reboot's
+own answer cleared that mark in a way that left the reboot never ended
+(`IDLE+DRAIN+REBOOT_ISSUED`).
 """
 
 from __future__ import annotations
