@@ -62,11 +62,12 @@ def test_the_reset_job_runs_on_the_held_node_once_and_only_on_an_idle_gpu() -> N
     assert "exit 3" in script
 
 
-def test_check_nvml_lists_the_reset_command() -> None:
-    """The command the Job runs is the one the GPU machine check runs (when asked)."""
+def test_check_nvml_runs_the_reset_script() -> None:
+    """The script the Job runs is the one the GPU machine check runs (when asked): it imports
+    it from the module the tainter builds the Job with, not a copy."""
     check = (Path(__file__).parents[1] / "hardware" / "check_nvml.py").read_text()
-    assert "--gpu-reset" in check
-    assert "--query-compute-apps=pid" in check
+    assert "from fleetwatch.tainter.reset_job import RESET_SCRIPT" in check
+    assert '["sh", "-c", RESET_SCRIPT]' in check
 
 
 def _tainter_args(release: Any) -> list[str]:

@@ -11,13 +11,15 @@ of samples); finishes in well under 3 minutes. Run it as root and as an unprivil
 (e.g. `setpriv --reuid 65532 --regid 65532 --clear-groups --inh-caps=-all`) to see which
 sources need what. Record the output in docs/hardware-validation.md.
 
-With `--reset-gpu N` it also runs the repair engine's GPU reset as the reset Job
-(helm/fleetwatch/examples/gpu-reset-job.yaml) does: the compute processes holding GPU N
-(`nvidia-smi --query-compute-apps=pid`), then, only when there are none,
-`nvidia-smi --gpu-reset -i N`; run it as the Job's user (root, every capability dropped but
-SYS_ADMIN) to see whether those privileges suffice. It disrupts the GPU: an idle machine only.
+With `--reset-gpu N` (or `all`) it also runs the reset Job's own script
+(`fleetwatch.tainter.reset_job.RESET_SCRIPT`, the one the tainter's Job and
+helm/fleetwatch/examples/gpu-reset-job.yaml run) with `GPU=N`: the GPUs (`nvidia-smi
+--query-gpu=index` for `all`), the compute processes holding each (`nvidia-smi
+--query-compute-apps=pid`), then, only when there are none, `nvidia-smi --gpu-reset -i N` for
+each; run it as the Job's user (root, every capability dropped but SYS_ADMIN) to see whether
+those privileges suffice. It disrupts the GPU: an idle machine only.
 
-Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS] [--reset-gpu N]
+Run: .venv/bin/python tests/hardware/check_nvml.py [--gap SECONDS] [--reset-gpu N|all]
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.exporter.render import Renderer
+from fleetwatch.tainter.reset_job import RESET_SCRIPT
 from testbed.nvml_timing import timed
 
 # Capability bits (linux/capability.h) of the privileges docs/deploy.md names.
@@ -115,7 +118,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gap", type=float, default=5.0, help="seconds between the two cycles")
     parser.add_argument(
-        "--reset-gpu", type=int, metavar="N", help="also reset GPU N as the reset Job does"
+        "--reset-gpu",
+        metavar="N|all",
+        help="also reset GPU N (or every GPU) with the reset Job's script",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -184,26 +189,18 @@ def main() -> int:
     return 0
 
 
-RESET_COMMANDS = (
-    ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i"),
-    ("nvidia-smi", "--gpu-reset", "-i"),
-)
-"""The GPU reset Job's two commands (helm/fleetwatch/examples/gpu-reset-job.yaml), each
-followed by the GPU index: who holds the GPU, then the reset."""
-
-
-def reset_gpu(index: int) -> int:
-    """The reset Job's commands on GPU `index`: 3 when a process holds it (not reset), else
-    the reset's exit status; each command and its output printed."""
-    print(f"\n== GPU reset of GPU {index} (the repair engine's reset Job)")
-    holders, reset = ((*command, str(index)) for command in RESET_COMMANDS)
-    held = subprocess.run(holders, capture_output=True, text=True, check=False)
-    print(f"$ {' '.join(holders)}\n{held.stdout}{held.stderr}".rstrip())
-    if held.returncode != 0 or held.stdout.strip():
-        print("held by a process, or unreadable: not reset")
-        return 3
-    done = subprocess.run(reset, capture_output=True, text=True, check=False)
-    print(f"$ {' '.join(reset)} -> {done.returncode}\n{done.stdout}{done.stderr}".rstrip())
+def reset_gpu(which: str) -> int:
+    """The reset Job's script with `GPU=which`: its exit status (3: a process holds a GPU,
+    nothing reset; 4: no GPU listed), its output printed."""
+    print(f"\n== GPU reset of {which} (the reset Job's script, fleetwatch.tainter.reset_job)")
+    done = subprocess.run(
+        ["sh", "-c", RESET_SCRIPT],
+        env={**os.environ, "GPU": which},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(f"-> {done.returncode}\n{done.stdout}{done.stderr}".rstrip())
     return done.returncode
 
 
