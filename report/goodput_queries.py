@@ -29,6 +29,7 @@ fleet (a job spans nodes) or carries few series, so none is batched except the X
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Final
 
@@ -56,6 +57,11 @@ from fleetwatch.rules.interruptions import (
     KIND_LABEL,
     NODE_INTERRUPTION_RECORD,
 )
+
+fleet_query: Final = functools.partial(Query, scoped=False, batched=False)
+"""A query over the whole fleet at once: not scoped to `--nodes`, not batched by node
+(job- and pod-level series, which the section joins to nodes itself)."""
+
 
 POD_CREATED: Final = "kube_pod_created"
 POD_INFO: Final = "kube_pod_info"
@@ -255,21 +261,19 @@ def _xid_events(w: Window) -> str:
 
 
 GOODPUT: tuple[Query, ...] = (
-    Query(
+    fleet_query(
         name="goodput_job_activity",
         shape="timeline",
         keys=JOB,
         required=(JOB_INFO, TENSOR_ACTIVE_RECORD),
         build=_job_activity,
-        scoped=False,
-        batched=False,
         recorded=Recorded(
             record=JOB_TENSOR_MAX_RECORD,
             build=_job_activity_recorded,
             covers=_jobs_now("namespace,training_job", JOB_TENSOR_MAX_RECORD),
         ),
     ),
-    Query(
+    fleet_query(
         name="goodput_job_gpus",
         shape="summary",
         keys=JOB,
@@ -278,49 +282,41 @@ GOODPUT: tuple[Query, ...] = (
             f"max_over_time(count by (namespace,training_job) ({select(w, JOB_INFO, scoped=False)})"
             f"[{duration(w.seconds)}:{duration(w.bucket)}])"
         ),
-        scoped=False,
-        batched=False,
         recorded=Recorded(
             record=JOB_GPUS_RECORD,
             build=_highest("namespace,training_job", JOB_GPUS_RECORD),
             covers=_jobs_now("namespace,training_job", JOB_GPUS_RECORD),
         ),
     ),
-    Query(
+    fleet_query(
         name="goodput_job_nodes",
         shape="summary",
         keys=(*JOB, "node"),
         required=(JOB_INFO,),
         build=_highest("namespace,training_job,node", JOB_INFO),
-        scoped=False,
-        batched=False,
         recorded=Recorded(
             record=JOB_NODE_GPUS_RECORD,
             build=_highest("namespace,training_job,node", JOB_NODE_GPUS_RECORD),
             covers=_jobs_now("namespace,training_job,node", JOB_NODE_GPUS_RECORD),
         ),
     ),
-    Query(
+    fleet_query(
         name="goodput_interruption_records",
         shape="timeline",
         keys=INTERRUPTION_KEYS,
         required=(),
         optional=(JOB_INTERRUPTION_RECORD,),
         build=_recorded_runs(JOB_INTERRUPTION_RECORD, INTERRUPTION_KEYS),
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_node_interruption_records",
         shape="timeline",
         keys=NODE_INTERRUPTION_KEYS,
         required=(),
         optional=(NODE_INTERRUPTION_RECORD,),
         build=_recorded_runs(NODE_INTERRUPTION_RECORD, NODE_INTERRUPTION_KEYS),
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_pod_created",
         shape="summary",
         keys=(*POD, "uid"),
@@ -329,10 +325,8 @@ GOODPUT: tuple[Query, ...] = (
             "max by (namespace,pod,uid) "
             f"({_over_window(w, 'last_over_time', _ksm(w, POD_CREATED))})"
         ),
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_pod_nodes",
         shape="summary",
         keys=(*POD, "uid", "node"),
@@ -341,68 +335,54 @@ GOODPUT: tuple[Query, ...] = (
             "max by (namespace,pod,uid,node) "
             f"({_over_window(w, 'last_over_time', _ksm(w, POD_INFO))})"
         ),
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_pod_jobs",
         shape="summary",
         keys=(*POD, "training_job"),
         required=(POD_LABELS_METRIC,),
         build=_pod_jobs,
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_pod_attempts",
         shape="summary",
         keys=(*POD, "attempt"),
         required=(POD_LABELS_METRIC,),
         build=_attempts,
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_container_restarts",
         shape="timeline",
         keys=(*POD, "uid"),
         required=(),
         optional=(CONTAINER_RESTARTS,),
         build=_container_restarts,
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_slurm_restarts",
         shape="timeline",
         keys=("job_id", "node"),
         required=(),
         optional=(SLURM_INFO, SLURM_RESTARTS),
         build=_slurm_restarts,
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_saves",
         shape="timeline",
         keys=JOB,
         required=(),
         optional=(CHECKPOINT_JOB_BURST_RECORD,),
         build=_saving,
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_checkpoint_bytes",
         shape="summary",
         keys=JOB,
         required=(),
         optional=(CHECKPOINT_JOB_BURST_BYTES_RECORD,),
         build=_highest("namespace,training_job", CHECKPOINT_JOB_BURST_BYTES_RECORD),
-        scoped=False,
-        batched=False,
     ),
-    Query(
+    fleet_query(
         name="goodput_alerts",
         shape="timeline",
         keys=("alertname", "node", "xid", "fleetwatch_taint"),
@@ -411,8 +391,6 @@ GOODPUT: tuple[Query, ...] = (
         build=_present(
             "ALERTS", ("alertname", "node", "xid", "fleetwatch_taint"), 'alertstate="firing"'
         ),
-        scoped=False,
-        batched=False,
     ),
     Query(
         name="goodput_xids",
@@ -422,14 +400,12 @@ GOODPUT: tuple[Query, ...] = (
         optional=(XIDS,),
         build=_xid_events,
     ),
-    Query(
+    fleet_query(
         name="goodput_nodes_present",
         shape="timeline",
         keys=("node",),
         required=(NODE_PRESENT,),
         build=_present(NODE_PRESENT, ("node",)),
-        scoped=False,
-        batched=False,
     ),
 )
 """The Goodput section's queries, in the order the section reads them."""
