@@ -62,6 +62,13 @@ def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
 
 
+def _histogram(
+    spec: MetricSpec, registry: CollectorRegistry, buckets: tuple[float, ...]
+) -> Histogram:
+    """The catalog's histogram `spec` with `buckets`, registered on `registry`."""
+    return Histogram(spec.name, spec.help, spec.labels, buckets=buckets, registry=registry)
+
+
 class TainterMetrics:
     """Every family the tainter exports, registered on a private CollectorRegistry."""
 
@@ -71,12 +78,10 @@ class TainterMetrics:
         self.webhook_requests = _counter(TAINTER_WEBHOOK_REQUESTS_TOTAL, self.registry)
         self.standby_requests = _counter(TAINTER_STANDBY_WEBHOOK_REQUESTS_TOTAL, self.registry)
         self.webhook_forwards = _counter(TAINTER_WEBHOOK_FORWARDS_TOTAL, self.registry)
-        self.webhook_duration = Histogram(
-            TAINTER_WEBHOOK_DURATION_SECONDS.name,
-            TAINTER_WEBHOOK_DURATION_SECONDS.help,
-            TAINTER_WEBHOOK_DURATION_SECONDS.labels,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=self.registry,
+        self.webhook_duration = _histogram(
+            TAINTER_WEBHOOK_DURATION_SECONDS,
+            self.registry,
+            (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.taint_operations = _counter(TAINTER_TAINT_OPERATIONS_TOTAL, self.registry)
         self.api_conflicts = _counter(TAINTER_API_CONFLICTS_TOTAL, self.registry)
@@ -107,12 +112,10 @@ class TainterMetrics:
         self.repairs = _counter(TAINTER_REPAIRS_TOTAL, self.registry)
         self.repairs_in_flight = _gauge(TAINTER_REPAIRS_IN_FLIGHT, self.registry)
         self.repairs_not_held = _counter(TAINTER_REPAIRS_NOT_HELD_TOTAL, self.registry)
-        self.back_in_service = Histogram(
-            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.name,
-            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.help,
-            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS.labels,
-            buckets=(60, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800),
-            registry=self.registry,
+        self.back_in_service = _histogram(
+            TAINTER_REPAIR_BACK_IN_SERVICE_SECONDS,
+            self.registry,
+            (60, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800),
         )
 
         self.web_config_reload_errors = _counter(WEB_CONFIG_RELOAD_ERRORS_TOTAL, self.registry)
