@@ -10,6 +10,7 @@ exits with EXIT_SHUTDOWN_TIMEOUT.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -66,8 +67,7 @@ class ShutdownDeadline:
             },
         )
         for handler in logging.getLogger().handlers:
-            try:
+            # A closed or broken stream must not stop the exit.
+            with contextlib.suppress(OSError, ValueError):
                 handler.flush()
-            except (OSError, ValueError):  # a closed or broken stream must not stop the exit
-                pass
         self._exit(EXIT_SHUTDOWN_TIMEOUT)
