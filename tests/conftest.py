@@ -85,6 +85,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         if SERVER_FIXTURES.intersection(fixtures):
             item.add_marker(INTEGRATION)
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item, fixtures)))
+
+
+def _worker_group(item: pytest.Item, fixtures: Sequence[str]) -> str:
+    """Which tests share a pytest-xdist worker under `./dev.sh test` (`--dist loadgroup`): a
+    module's tests (its servers start once), and every module that starts a real Slurm
+    cluster together, one cluster at a time: slurmctld 22.05 loses a stand-in reboot's end
+    when two clusters and the rest of the suite crowd two cores."""
+    return "real-slurm" if "slurm" in fixtures else item.nodeid.partition("::")[0]
 
 
 def _server_started(argv: Sequence[Any]) -> str | None:
