@@ -117,10 +117,10 @@ case "${1:-}" in
         "$VENV/bin/mypy"
         # The suite mostly waits on real servers: its modules run on several workers at once
         # (pytest-xdist), each module whole on one worker so its servers start once, the
-        # real Slurm clusters' modules on one (tests/conftest.py groups them).
+        # real Slurm clusters' modules on one (tests/conftest.py's scheduler).
         # FLEETWATCH_TEST_WORKERS=0 runs it in one process.
         "$VENV/bin/pytest" -q -n "${FLEETWATCH_TEST_WORKERS:-$((2 * $(nproc)))}" \
-            --dist loadgroup "$@"
+            --dist loadfile "$@"
         ;;
     generate)
         # The one generate step: the install is editable, so the rules, dashboards and chart

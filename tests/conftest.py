@@ -85,15 +85,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         if SERVER_FIXTURES.intersection(fixtures):
             item.add_marker(INTEGRATION)
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item, fixtures)))
 
 
-def _worker_group(item: pytest.Item, fixtures: Sequence[str]) -> str:
-    """Which tests share a pytest-xdist worker under `./dev.sh test` (`--dist loadgroup`): a
-    module's tests (its servers start once), and every module that starts a real Slurm
-    cluster together, one cluster at a time: slurmctld 22.05 loses a stand-in reboot's end
-    when two clusters and the rest of the suite crowd two cores."""
-    return "real-slurm" if "slurm" in fixtures else item.nodeid.partition("::")[0]
+# The modules that start a real Slurm cluster (munged, slurmctld, two slurmd).
+REAL_SLURM: Final = ("tests/slurm/", "tests/faults/test_slurmctld_full_disk.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`./dev.sh test`'s schedule (`--dist loadfile`): each module whole on one pytest-xdist
+    worker (its servers start once), and the real Slurm clusters' modules all on one, one
+    cluster at a time: slurmctld 22.05 lost a stand-in reboot's end when two clusters and the
+    rest of the suite crowded two cores."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class SlurmTogether(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.partition("::")[0]
+            return "real-slurm" if module.startswith(REAL_SLURM) else module
+
+    return SlurmTogether(config, log)
 
 
 def _server_started(argv: Sequence[Any]) -> str | None:
