@@ -257,7 +257,8 @@ def test_a_denied_list_turns_dra_off_and_device_plugin_attribution_goes_on(
         with caplog.at_level(logging.INFO):
             watcher.start()
             until(lambda: watcher.off_reason is not None, "DRA attribution to turn off")
-            collector.poll()
+            collector.start()  # two polls in all: the poller's first and one more
+            until(lambda: unresolved(collector), "the poller's first answer")
             collector.poll()
         assert "may not list resourceslices" in str(watcher.off_reason)
         gpu = uuids()
@@ -319,7 +320,10 @@ def test_bad_input_is_counted_named_and_the_rest_exported(
             watcher.start()
             until(lambda: watcher.synced, "the first list")
             with caplog.at_level(logging.WARNING):
-                collector.poll()
+                # Two polls in all: the poller's first (at once, then hourly) and one more.
+                # (Two explicit polls raced the poller that the first collect() starts.)
+                collector.start()
+                until(lambda: unresolved(collector), "the poller's first answer")
                 collector.poll()
             gpu = uuids()
             mig = "MIG-11111111-2222-3333-4444-555555555555"
