@@ -20,29 +20,18 @@ a reply `{"id", "statvfs": {...} | null, "error": "ENOENT" | null, "probe": {...
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import queue
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import Any, Protocol
 
+from fleetwatch.collectors.sources.mount_helper import STATVFS_FIELDS
 from fleetwatch.collectors.sources.mounts import reach
-from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult, run_probe
-
-_STATVFS_FIELDS: Final = (
-    "f_frsize",
-    "f_blocks",
-    "f_bfree",
-    "f_bavail",
-    "f_files",
-    "f_ffree",
-    "f_flag",
-)
+from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +95,7 @@ def _reading(reply: dict[str, Any]) -> MountReading:
         probe = ProbeResult(seconds=seconds, size=int(found["size"]))
     stat = reply["statvfs"]
     return MountReading(
-        capacity=None if stat is None else _capacity({k: int(stat[k]) for k in _STATVFS_FIELDS}),
+        capacity=None if stat is None else _capacity({k: int(stat[k]) for k in STATVFS_FIELDS}),
         error=reply["error"],
         probe=probe,
     )
@@ -211,48 +200,3 @@ class MountCalls:
             # An error here means the helper already exited: nothing to tell it.
             with contextlib.suppress(OSError):
                 process.stdin.close()
-
-
-# -- the helper process ---------------------------------------------------------------------
-def _serve_call(request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request (in the helper) and build its reply."""
-    reply: dict[str, Any] = {"id": request["id"], "statvfs": None, "error": None, "probe": None}
-    try:
-        stat = os.statvfs(request["mountpoint"])
-        reply["statvfs"] = {name: getattr(stat, name) for name in _STATVFS_FIELDS}
-    except OSError as exc:
-        reply["error"] = errno.errorcode.get(exc.errno or 0, "error")
-    probe = request.get("probe")
-    if probe is not None:
-        try:
-            result = run_probe(str(probe[0]), int(probe[1]))
-            reply["probe"] = {"seconds": result.seconds, "size": result.size}
-        except ProbeFailed as failed:
-            reply["probe"] = {
-                "failed": failed.reason,
-                "phase": failed.phase,
-                "detail": failed.detail,
-            }
-    return reply
-
-
-def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """Read requests until EOF; each mount's calls run in order on that mount's thread."""
-    write_lock = threading.Lock()
-    queues: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
-
-    def worker(calls: queue.SimpleQueue[dict[str, Any]]) -> None:
-        while True:
-            reply = json.dumps(_serve_call(calls.get())).encode() + b"\n"
-            with write_lock:
-                replies.write(reply)
-                replies.flush()
-
-    for raw in requests:
-        request = json.loads(raw)
-        point = str(request["mountpoint"])
-        calls = queues.get(point)
-        if calls is None:
-            calls = queues[point] = queue.SimpleQueue()
-            threading.Thread(target=worker, args=(calls,), name=point, daemon=True).start()
-        calls.put(request)
