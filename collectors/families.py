@@ -65,17 +65,21 @@ class LabelCache:
 
     def __init__(self, specs: Iterable[MetricSpec]) -> None:
         self.specs = {spec.name: spec for spec in specs}
-        self._cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        # By family, then by label values: no (family, values) key tuple a series (on a node
+        # with 50 NFS mounts those were 0.5 MB of 9,350 series).
+        self._cache: dict[str, dict[tuple[str, ...], dict[str, str]]] = {}
 
     def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
         """The (shared, not to be mutated) label dict of one sample."""
-        key = (family, values)
-        found = self._cache.get(key)
+        by_values = self._cache.get(family)
+        if by_values is None:
+            by_values = self._cache[family] = {}
+        found = by_values.get(values)
         if found is None:
             names = self.specs[family].labels
             if len(values) != len(names):
                 raise ValueError(f"{family}: expected labels {names}, got {values}")
-            found = self._cache[key] = dict(zip(names, values, strict=True))
+            found = by_values[values] = dict(zip(names, values, strict=True))
         return found
 
     def clear(self) -> None:

@@ -86,11 +86,14 @@ class ScheduledCollector:
 class RunResult:
     """What a worker thread hands back: the rendered series and what the run cost.
 
-    `wall_seconds` is measured in the worker around collect and render, so the duration
-    reported is the run's own, not the time the event loop took to notice it ended.
+    `body` is the exposition text as the collector's renderer holds it (its families'
+    header and body bytes, `Renderer.render_parts`), not a joined copy: the text of a
+    collector is then held by its renderer and once in the assembled exposition, not a
+    third time. `wall_seconds` is measured in the worker around collect and render, so the
+    duration reported is the run's own, not the time the event loop took to notice it ended.
     """
 
-    body: bytes
+    body: tuple[bytes, ...]
     series: int
     cpu_seconds: float
     wall_seconds: float
@@ -136,7 +139,7 @@ class _Worker:
         wall_start, cpu_start = time.perf_counter(), time.thread_time()
         try:
             families = list(state.spec.collector.collect())
-            body = state.renderer.render(families)
+            body = tuple(state.renderer.render_parts(families))
         except Exception as exc:  # handed to the event loop, which reports it
             return None, exc
         return RunResult(
@@ -165,7 +168,7 @@ class CollectorState:
 
     spec: ScheduledCollector
     renderer: Renderer = field(default_factory=Renderer)
-    body: bytes = b""
+    body: tuple[bytes, ...] = ()
     body_time: float | None = None  # monotonic time of the last success
     up: bool = False
     runs: int = 0
@@ -391,11 +394,11 @@ class Engine:
             if state.body_time is None:
                 continue
             if state.up:
-                parts.append(state.body)
+                parts.extend(state.body)
                 continue
             expires = state.body_time + self._max_staleness
             if now < expires:
-                parts.append(state.body)
+                parts.extend(state.body)
                 valid_until = min(valid_until, expires)
             elif not state.dropped_stale:
                 state.dropped_stale = True
@@ -403,7 +406,7 @@ class Engine:
                     "dropping stale series of a failing collector",
                     extra={"collector": state.name, "age_seconds": round(now - state.body_time)},
                 )
-        parts.append(self._self_renderer.render(self._self_families()))
+        parts.extend(self._self_renderer.render_parts(self._self_families()))
         self._body, self._gzip, self._valid_until = b"".join(parts), None, valid_until
         return self._body
 
