@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -101,20 +102,30 @@ def _reading(reply: dict[str, Any]) -> MountReading:
     )
 
 
-class _Pending:
-    """One request waiting for its reply."""
+Done = Callable[[MountReading | None, BaseException | None], None]
+"""How a started call ends: (the reading, None), or (None, `HelperFailed`)."""
+
+
+class _Waiter:
+    """`call`'s end of a started call: an event and what it ended with."""
 
     def __init__(self) -> None:
-        self.done = threading.Event()
-        self.reply: dict[str, Any] | None = None
+        self.ended = threading.Event()
+        self.reading: MountReading | None = None
+        self.error: BaseException | None = None
+
+    def __call__(self, reading: MountReading | None, error: BaseException | None) -> None:
+        self.reading, self.error = reading, error
+        self.ended.set()
 
 
 class MountCalls:
-    """The exporter's side: sends calls to the helper and waits for each reply.
+    """The exporter's side: sends calls to the helper and hands each reply back.
 
-    `call` blocks its caller (a lane thread) on an event, never in the filesystem. The helper
-    is started on first use and again after it died; a call in flight when it died fails with
-    `HelperFailed`.
+    `start` sends a call and returns; the one thread that reads the helper's replies ends it
+    (`done`), so no thread of the exporter waits per mount (`blocking.ReplyLane`). `call`
+    blocks its caller on an event, never in the filesystem. The helper is started on first
+    use and again after it died; a call in flight when it died fails with `HelperFailed`.
     """
 
     def __init__(self, rootfs: Path = Path("/"), argv: list[str] | None = None) -> None:
@@ -122,14 +133,25 @@ class MountCalls:
         self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Done] = {}
         self._next_id = 0
         self._closed = False
 
     def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
         """statvfs on `mountpoint`, then the probe if given, in the helper; waits for it.
         Both are host paths, reached under `rootfs`."""
-        pending = _Pending()
+        waiter = _Waiter()
+        self.start(mountpoint, probe, waiter)
+        waiter.ended.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.reading is not None
+        return waiter.reading
+
+    def start(self, mountpoint: str, probe: tuple[str, int] | None, done: Done) -> None:
+        """Send `call`'s request and return; `done` is called once with its result, by the
+        helper's reply reader. Raises `HelperFailed` (and never calls `done`) when the
+        request could not be sent."""
         reached = reach(mountpoint, self._rootfs)
         sent = None if probe is None else (reach(probe[0], self._rootfs), probe[1])
         with self._lock:
@@ -138,7 +160,7 @@ class MountCalls:
             process = self._helper()
             self._next_id += 1
             ident = self._next_id
-            self._pending[ident] = pending
+            self._pending[ident] = done
             line = json.dumps({"id": ident, "mountpoint": reached, "probe": sent})
             try:
                 assert process.stdin is not None
@@ -147,13 +169,6 @@ class MountCalls:
             except OSError as exc:
                 self._pending.pop(ident, None)
                 raise HelperFailed(f"could not send to the mount helper: {exc}") from exc
-        pending.done.wait()
-        if pending.reply is None:
-            raise HelperFailed("the mount helper process exited")
-        try:
-            return _reading(pending.reply)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HelperFailed(f"malformed reply from the mount helper: {exc!r}") from exc
 
     def _helper(self) -> subprocess.Popen[bytes]:
         """The running helper, started when there is none (called with the lock held)."""
@@ -178,18 +193,22 @@ class MountCalls:
         for raw in process.stdout:
             try:
                 reply = json.loads(raw)
-                pending = self._pending.pop(int(reply["id"]))
+                done = self._pending.pop(int(reply["id"]))
             except (ValueError, KeyError, TypeError):
                 continue  # not a reply to a request of ours: the waiting call times out
-            pending.reply = reply
-            pending.done.set()
+            try:
+                reading = _reading(reply)
+            except (KeyError, TypeError, ValueError) as exc:
+                done(None, HelperFailed(f"malformed reply from the mount helper: {exc!r}"))
+            else:
+                done(reading, None)
         with self._lock:  # the helper is gone: every call still waiting fails now
             if self._process is process:
                 self._process = None
             orphans = list(self._pending.values())
             self._pending.clear()
-        for pending in orphans:
-            pending.done.set()
+        for done in orphans:
+            done(None, HelperFailed("the mount helper process exited"))
 
     def close(self) -> None:
         """Close the helper's stdin (it exits when no call is stuck); never waits for it."""
