@@ -57,26 +57,27 @@ def reads_of(
 
 
 class LabelCache:
-    """Label dicts by (family, label values), checked against the spec table once.
+    """Label dicts by label names and values, checked against the spec table once.
 
-    Keep one per collector and `clear()` it when devices are re-discovered, so label
-    sets of vanished devices do not accumulate.
+    Families with the same label names share one dict per label set (a mount's eight
+    per-operation families hold one dict per (mount, operation), not eight: with 50 NFS
+    mounts 1,400 dicts instead of 9,350, about 1.6 MB). Keep one per collector and
+    `clear()` it when devices are re-discovered, so label sets of vanished devices do not
+    accumulate.
     """
 
     def __init__(self, specs: Iterable[MetricSpec]) -> None:
         self.specs = {spec.name: spec for spec in specs}
-        # By family, then by label values: no (family, values) key tuple a series (on a node
-        # with 50 NFS mounts those were 0.5 MB of 9,350 series).
-        self._cache: dict[str, dict[tuple[str, ...], dict[str, str]]] = {}
+        self._cache: dict[tuple[str, ...], dict[tuple[str, ...], dict[str, str]]] = {}
 
     def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
         """The (shared, not to be mutated) label dict of one sample."""
-        by_values = self._cache.get(family)
+        names = self.specs[family].labels
+        by_values = self._cache.get(names)
         if by_values is None:
-            by_values = self._cache[family] = {}
+            by_values = self._cache[names] = {}
         found = by_values.get(values)
         if found is None:
-            names = self.specs[family].labels
             if len(values) != len(names):
                 raise ValueError(f"{family}: expected labels {names}, got {values}")
             found = by_values[values] = dict(zip(names, values, strict=True))
