@@ -416,6 +416,15 @@ def cpu_per_series(
             f"{foreign:.2f} CPU s; without them per series "
             f"{net / per_series['node_exporter']:.2f} of node_exporter's"
         )
+        by_thread = sorted(
+            (
+                (cpu - threads_before.get(tid, 0.0), ours[tid])
+                for tid, cpu in threads.items()
+                if tid in ours
+            ),
+            reverse=True,
+        )
+        print("fleetwatch's threads: " + ", ".join(f"{name} {cpu:.2f}" for cpu, name in by_thread))
     if not simulate or simulation is None:
         return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (
