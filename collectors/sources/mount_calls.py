@@ -13,14 +13,12 @@ Callers name mounts and probe directories by the host's paths; `MountCalls` reac
 under its `rootfs` (`--path.rootfs`: `/` on a plain node, where a container mounts the host's
 root in a DaemonSet), so the helper is sent the paths as this process sees them.
 
-The protocol is JSON lines: a request `{"id", "mountpoint", "probe": [DIR, BYTES] | null}`,
-a reply `{"id", "statvfs": {...} | null, "error": "ENOENT" | null, "probe": {...} | null}`.
+The protocol (frames of `marshal` data) is `mount_helper`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -30,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetwatch.collectors.sources.mount_helper import STATVFS_FIELDS
+from fleetwatch.collectors.sources.mount_helper import STATVFS_FIELDS, read_frame, write_frame
 from fleetwatch.collectors.sources.mounts import reach
 from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
 
@@ -161,11 +159,9 @@ class MountCalls:
             self._next_id += 1
             ident = self._next_id
             self._pending[ident] = done
-            line = json.dumps({"id": ident, "mountpoint": reached, "probe": sent})
             try:
                 assert process.stdin is not None
-                process.stdin.write(line.encode() + b"\n")
-                process.stdin.flush()
+                write_frame(process.stdin, {"id": ident, "mountpoint": reached, "probe": sent})
             except OSError as exc:
                 self._pending.pop(ident, None)
                 raise HelperFailed(f"could not send to the mount helper: {exc}") from exc
@@ -190,9 +186,15 @@ class MountCalls:
 
     def _read_replies(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
-        for raw in process.stdout:
+        while True:
             try:
-                reply = json.loads(raw)
+                reply = read_frame(process.stdout)
+            except (ValueError, EOFError, TypeError):
+                process.kill()  # out of step: a new helper answers the next call
+                break
+            if reply is None:
+                break
+            try:
                 done = self._pending.pop(int(reply["id"]))
             except (ValueError, KeyError, TypeError):
                 continue  # not a reply to a request of ours: the waiting call times out
