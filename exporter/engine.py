@@ -43,7 +43,7 @@ from fleetwatch.catalog.exporter import (
     WEB_CONFIG_RELOAD_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.wallclock import WatchedWallClock
 
@@ -211,6 +211,9 @@ class Engine:
         self._version = version
         self._clock = clock
         self._self_renderer = Renderer()
+        # Kept across expositions, so the self-metrics' label dicts (and the renderer's
+        # prefixes made from them) are made once, not at every scrape.
+        self._self_labels = LabelCache((*SELF_METRICS, *WEB_CONFIG_METRICS))
         self._tasks: list[asyncio.Task[None]] = []
         self._workers: dict[str, _Worker] = {}
         self._stopping: asyncio.Future[None] | None = None
@@ -419,7 +422,7 @@ class Engine:
 
     def _self_families(self) -> list[SeriesFamily]:
         now = self._clock()
-        out = FamilyBuilder(SELF_METRICS)
+        out = FamilyBuilder(self._self_labels)
         out.add(BUILD_INFO.name, (self._version, platform.python_version()), 1.0)
         for state in self._states:
             name = (state.name,)
@@ -436,7 +439,7 @@ class Engine:
             out.add(COLLECTOR_SKIPPED_RUNS_TOTAL.name, name, state.skipped)
         if self._web_config is None:
             return out.families()
-        web = FamilyBuilder(WEB_CONFIG_METRICS)
+        web = FamilyBuilder(self._self_labels)
         web.add(WEB_CONFIG_RELOAD_ERRORS_TOTAL.name, (), self._web_config.reload_errors)
         web.add(
             WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS.name,
