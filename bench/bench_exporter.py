@@ -350,8 +350,8 @@ def cpu_per_series(
     subtracted for a second figure, an estimate of the exporter on hardware.
 
     `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
-    third process in the same window, so a change is measured before and after under the
-    same load.
+    third process in the same window and under the same wrapper, so a change is measured
+    before and after under the same load and the same harness.
 
     The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
     (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
@@ -364,15 +364,19 @@ def cpu_per_series(
         )
         ne = stack.enter_context(node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None))
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
-        if baseline is not None:
-            procs["baseline"] = (
-                stack.enter_context(
-                    _exporter(workdir / "base", simulate=simulate, sysfs=tree, code=baseline)
-                ),
-                "fleetwatch_",
+        named = {"fleetwatch": names}
+        if baseline is not None:  # under the same wrapper: the same harness cost in both
+            named["baseline"] = workdir / "base-threads.json"
+            base = _exporter(
+                workdir / "base",
+                simulate=simulate,
+                sysfs=tree,
+                code=baseline,
+                thread_names=named["baseline"],
             )
+            procs["baseline"] = (stack.enter_context(base), "fleetwatch_")
         load = os.getloadavg()[0]
-        threads_before = thread_cpu(fw.process.pid)
+        threads_before = {name: thread_cpu(procs[name][0].process.pid) for name in named}
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
         end_time = time.monotonic() + seconds
         while time.monotonic() < end_time:
@@ -382,11 +386,16 @@ def cpu_per_series(
             name: _cpu_seconds(server.process.pid) - start[name]
             for name, (server, _) in procs.items()
         }
-        threads = thread_cpu(fw.process.pid)
-        ours = python_threads(names)
-        foreign = sum(
-            cpu - threads_before.get(tid, 0.0) for tid, cpu in threads.items() if tid not in ours
-        )
+        threads = {name: thread_cpu(procs[name][0].process.pid) for name in named}
+        pythons = {name: python_threads(file) for name, file in named.items()}
+        foreign = {
+            name: sum(
+                cpu - threads_before[name].get(tid, 0.0)
+                for tid, cpu in threads[name].items()
+                if tid not in pythons[name]
+            )
+            for name in named
+        }
         rss = {name: _rss_mib(server.process.pid) for name, (server, _) in procs.items()}
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
     print(
@@ -410,21 +419,22 @@ def cpu_per_series(
         f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
     )
     if not simulate:
-        net = (spent["fleetwatch"] - foreign) / series["fleetwatch"] * 1e6 / seconds
-        print(
-            f"of which threads Python did not start (the mock NVML's own, its Go runtime): "
-            f"{foreign:.2f} CPU s; without them per series "
-            f"{net / per_series['node_exporter']:.2f} of node_exporter's"
-        )
-        by_thread = sorted(
-            (
-                (cpu - threads_before.get(tid, 0.0), ours[tid])
-                for tid, cpu in threads.items()
-                if tid in ours
-            ),
-            reverse=True,
-        )
-        print("fleetwatch's threads: " + ", ".join(f"{name} {cpu:.2f}" for cpu, name in by_thread))
+        for name in named:
+            net = (spent[name] - foreign[name]) / series[name] * 1e6 / seconds
+            print(
+                f"{name}: of which threads Python did not start (the mock NVML's own, its Go "
+                f"runtime): {foreign[name]:.2f} CPU s; without them per series "
+                f"{net / per_series['node_exporter']:.2f} of node_exporter's"
+            )
+            by_thread = sorted(
+                (
+                    (cpu - threads_before[name].get(tid, 0.0), pythons[name][tid])
+                    for tid, cpu in threads[name].items()
+                    if tid in pythons[name]
+                ),
+                reverse=True,
+            )
+            print(f"{name}'s threads: " + ", ".join(f"{t} {cpu:.2f}" for cpu, t in by_thread))
     if not simulate or simulation is None:
         return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (
