@@ -23,7 +23,7 @@ values with one C-level pick, so not even a `put` runs per value.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fleetwatch.catalog.spec import MetricSpec, Read
 
@@ -109,13 +109,34 @@ class FamilyBuilder:
         """Add one sample whose label dict came from the same `LabelCache`."""
         if value is None:
             return
+        column = self._column(name)
+        column[0].append(labels)
+        column[1].append(float(value))
+
+    def extend(
+        self, name: str, labels: Sequence[dict[str, str]], values: Sequence[float | None]
+    ) -> None:
+        """Add samples whose label dicts (from the same `LabelCache`) a collector keeps in a
+        list, one per value, in one call: `put` for each, without a call per value."""
+        if len(labels) != len(values):
+            raise ValueError(f"{name}: {len(labels)} label sets for {len(values)} values")
+        if None in values:  # the absent ones are left out, as `put` leaves them
+            present = [i for i, value in enumerate(values) if value is not None]
+            labels = [labels[i] for i in present]
+            values = [values[i] for i in present]
+        if not values:
+            return
+        column = self._column(name)
+        column[0].extend(labels)
+        column[1].extend(map(float, cast("Sequence[float]", values)))
+
+    def _column(self, name: str) -> tuple[list[dict[str, str]], list[float | None]]:
         column = self._columns.get(name)
         if column is None:
             if name not in self._specs:
                 raise KeyError(f"{name} is not in this builder's specs")
             column = self._columns[name] = ([], [])
-        column[0].append(labels)
-        column[1].append(float(value))
+        return column
 
     def families(self) -> list[SeriesFamily]:
         """Families with at least one sample, in spec order."""
