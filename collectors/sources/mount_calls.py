@@ -5,7 +5,8 @@ request the server has read but not answered is waited for uninterruptibly, and 
 with one such thread cannot exit, so a thread of the exporter stuck there would hold a
 DaemonSet rollout until the mount answered. The calls therefore run in one helper process
 (`python -m fleetwatch.collectors.sources.mount_helper`), one thread per mount inside it; the
-exporter's side (`MountCalls.call`) only waits on a pipe, which never blocks an exit. When the
+exporter's side only sends on a pipe (`MountCalls.start`) and one thread reads the replies
+(`MountCalls.call` waits for one), which never blocks an exit. When the
 exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
 stuck one keeps only the helper, in the kernel, until the mount answers).
 
