@@ -47,6 +47,7 @@ FAULT_TABLE_BEGIN: Final = (
 FAULT_TABLE_END: Final = "<!-- END fault kinds -->"
 CHART: Final = Path("helm/fleetwatch/Chart.yaml")
 DOCKERFILE: Final = Path("Dockerfile")
+PACKAGE_INIT: Final = Path("src/fleetwatch/__init__.py")
 # The lines that carry the release's version outside pyproject.toml, which is its one home.
 VERSION_LINES: Final = {
     CHART: (
@@ -54,6 +55,7 @@ VERSION_LINES: Final = {
         (re.compile(r"^appVersion: .*$", re.M), 'appVersion: "{v}"'),
     ),
     DOCKERFILE: ((re.compile(r"^ARG VERSION=.*$", re.M), "ARG VERSION={v}"),),
+    PACKAGE_INIT: ((re.compile(r"^__version__ = .*$", re.M), '__version__ = "{v}"'),),
 }
 
 

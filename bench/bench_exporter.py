@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -259,15 +260,50 @@ def rss_over_time(
             if elapsed >= next_print or elapsed + 5 >= minutes * 60:
                 next_print += 60
                 figures = ", ".join(
-                    f"{name}: {_rss_mib(server.process.pid):.1f} MiB"
-                    + "".join(
-                        f" + helper {_rss_mib(child):.1f} MiB"
-                        for child in _children(server.process.pid)
-                    )
-                    for name, server in running.items()
+                    _rss_figure(name, server.process.pid) for name, server in running.items()
                 )
-                print(f"RSS after {elapsed / 60:.0f} min: {figures}", flush=True)
+                print(
+                    f"RSS after {elapsed / 60:.0f} min (load {os.getloadavg()[0]:.1f}): {figures}",
+                    flush=True,
+                )
             time.sleep(5)
+
+
+def _rss_figure(name: str, pid: int) -> str:
+    """`name: RSS` of the exporter, and with its helper `+ helper RSS` and the two together
+    counting each physical page once (`_distinct_mib`: the helper maps the same libpython
+    and shared libraries as the exporter, which an RSS sum counts twice and the container's
+    memory cgroup charges once)."""
+    children = _children(pid)
+    figure = f"{name}: {_rss_mib(pid):.1f} MiB"
+    figure += "".join(f" + helper {_rss_mib(child):.1f} MiB" for child in children)
+    if children:
+        figure += f" (together, each page once: {_distinct_mib([pid, *children]):.1f} MiB)"
+    return figure
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _distinct_mib(pids: list[int]) -> float:
+    """Resident memory of `pids` together, each physical page counted once: the page frames
+    of every present page in `/proc/PID/pagemap` (frame numbers need root; as a user every
+    frame reads 0 and this is not a measure)."""
+    frames: set[int] = set()
+    for pid in pids:
+        with (
+            Path(f"/proc/{pid}/maps").open() as maps,
+            Path(f"/proc/{pid}/pagemap").open("rb") as pagemap,
+        ):
+            for line in maps:
+                start, end = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+                if start >= 1 << 47:  # [vsyscall]: not in the pagemap
+                    continue
+                pagemap.seek(start // PAGE * 8)
+                for (entry,) in struct.iter_unpack("<Q", pagemap.read((end - start) // PAGE * 8)):
+                    if entry >> 63:  # present
+                        frames.add(entry & ((1 << 55) - 1))
+    return len(frames) * PAGE / 2**20
 
 
 def _children(pid: int) -> list[int]:
@@ -314,8 +350,8 @@ def cpu_per_series(
     subtracted for a second figure, an estimate of the exporter on hardware.
 
     `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
-    third process in the same window, so a change is measured before and after under the
-    same load.
+    third process in the same window and under the same wrapper, so a change is measured
+    before and after under the same load and the same harness.
 
     The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
     (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
@@ -328,15 +364,19 @@ def cpu_per_series(
         )
         ne = stack.enter_context(node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None))
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
-        if baseline is not None:
-            procs["baseline"] = (
-                stack.enter_context(
-                    _exporter(workdir / "base", simulate=simulate, sysfs=tree, code=baseline)
-                ),
-                "fleetwatch_",
+        named = {"fleetwatch": names}
+        if baseline is not None:  # under the same wrapper: the same harness cost in both
+            named["baseline"] = workdir / "base-threads.json"
+            base = _exporter(
+                workdir / "base",
+                simulate=simulate,
+                sysfs=tree,
+                code=baseline,
+                thread_names=named["baseline"],
             )
+            procs["baseline"] = (stack.enter_context(base), "fleetwatch_")
         load = os.getloadavg()[0]
-        threads_before = thread_cpu(fw.process.pid)
+        threads_before = {name: thread_cpu(procs[name][0].process.pid) for name in named}
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
         end_time = time.monotonic() + seconds
         while time.monotonic() < end_time:
@@ -346,11 +386,16 @@ def cpu_per_series(
             name: _cpu_seconds(server.process.pid) - start[name]
             for name, (server, _) in procs.items()
         }
-        threads = thread_cpu(fw.process.pid)
-        ours = python_threads(names)
-        foreign = sum(
-            cpu - threads_before.get(tid, 0.0) for tid, cpu in threads.items() if tid not in ours
-        )
+        threads = {name: thread_cpu(procs[name][0].process.pid) for name in named}
+        pythons = {name: python_threads(file) for name, file in named.items()}
+        foreign = {
+            name: sum(
+                cpu - threads_before[name].get(tid, 0.0)
+                for tid, cpu in threads[name].items()
+                if tid not in pythons[name]
+            )
+            for name in named
+        }
         rss = {name: _rss_mib(server.process.pid) for name, (server, _) in procs.items()}
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
     print(
@@ -374,12 +419,22 @@ def cpu_per_series(
         f"{per_series['fleetwatch'] / per_series['node_exporter']:.2f}"
     )
     if not simulate:
-        net = (spent["fleetwatch"] - foreign) / series["fleetwatch"] * 1e6 / seconds
-        print(
-            f"of which threads Python did not start (the mock NVML's own, its Go runtime): "
-            f"{foreign:.2f} CPU s; without them per series "
-            f"{net / per_series['node_exporter']:.2f} of node_exporter's"
-        )
+        for name in named:
+            net = (spent[name] - foreign[name]) / series[name] * 1e6 / seconds
+            print(
+                f"{name}: of which threads Python did not start (the mock NVML's own, its Go "
+                f"runtime): {foreign[name]:.2f} CPU s; without them per series "
+                f"{net / per_series['node_exporter']:.2f} of node_exporter's"
+            )
+            by_thread = sorted(
+                (
+                    (cpu - threads_before[name].get(tid, 0.0), pythons[name][tid])
+                    for tid, cpu in threads[name].items()
+                    if tid in pythons[name]
+                ),
+                reverse=True,
+            )
+            print(f"{name}'s threads: " + ", ".join(f"{t} {cpu:.2f}" for cpu, t in by_thread))
     if not simulate or simulation is None:
         return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (

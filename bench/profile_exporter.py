@@ -9,10 +9,12 @@ devices and opens files once: start-up, not the steady cost).
 The profile is cProfile around each collector's runs, inside the exporter's own process:
 the child is this script, which wraps the engine's worker run
 (`fleetwatch.exporter.engine._Worker._run`) in one `cProfile.Profile` per collector and
-then runs `fleetwatch.cli.main` unchanged. Everything else (the HTTP server, the event
-loop, the simulation's tree rewrites) runs unprofiled, so the figures are the collectors'
-own. cProfile roughly doubles the cost of each Python call: compare proportions, not
-absolute times, with bench_exporter's whole-process CPU.
+then runs `fleetwatch.cli.main` unchanged. The event loop (scheduling, the HTTP server,
+assembling the exposition) is profiled apart as `event-loop`: each of its iterations
+(`asyncio.BaseEventLoop._run_once`) after the first 10 s, "a run" there being one
+iteration. The simulation's tree rewrites run unprofiled. cProfile roughly doubles the
+cost of each Python call: compare proportions, not absolute times, with bench_exporter's
+whole-process CPU.
 
 Run: `.venv/bin/python bench/profile_exporter.py [--seconds 60] [--simulate] [--top 15]`.
 Prints, per collector: runs, time a run under the profiler, the last run's duration as the
@@ -33,6 +35,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -64,10 +67,34 @@ def _child(out: Path, argv: Sequence[str]) -> int:
             profile.disable()
 
     engine._Worker._run = profiled  # type: ignore[method-assign,assignment]
+    _profile_event_loop(profiles, warm_up=10.0)
     code = main(argv)
     for name, profile in profiles.items():
         profile.dump_stats(out / f"{name}.prof")
     return code
+
+
+def _profile_event_loop(profiles: dict[str, cProfile.Profile], *, warm_up: float) -> None:
+    """Profile every event-loop iteration once `warm_up` seconds have passed (start-up and
+    the first cycle are not the steady cost)."""
+    import asyncio.base_events
+
+    loop_class: Any = asyncio.base_events.BaseEventLoop  # _run_once is not in the stubs
+    original = loop_class._run_once
+    after = time.monotonic() + warm_up
+    profile = profiles.setdefault("event-loop", cProfile.Profile())
+
+    def profiled(loop: asyncio.base_events.BaseEventLoop) -> None:
+        if time.monotonic() < after:
+            original(loop)
+            return
+        profile.enable()
+        try:
+            original(loop)
+        finally:
+            profile.disable()
+
+    loop_class._run_once = profiled
 
 
 def _report(out: Path, metrics: str, top: int) -> None:
@@ -77,8 +104,9 @@ def _report(out: Path, metrics: str, top: int) -> None:
         stats = pstats.Stats(str(path))
         raw = stats.stats  # type: ignore[attr-defined]
         total = sum(entry[2] for entry in raw.values())
+        unit = "_run_once" if name == "event-loop" else "_run"
         worker_runs = max(
-            (entry[0] for (_, _, func), entry in raw.items() if func == "_run"), default=1
+            (entry[0] for (_, _, func), entry in raw.items() if func == unit), default=1
         )
         last = runs.get(name, float("nan")) * 1e3
         print(

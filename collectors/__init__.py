@@ -5,15 +5,17 @@ collector module maps readings to metric families; `sim/` simulates the hardware
 
 `COLLECTORS` is built on first use, not when the package is imported: the storage
 collector's mount helper is a small process of its own that imports one source module
-(`sources.mount_calls`), and importing this package must not load every collector, pynvml
-and prometheus_client into it (34 MiB resident instead of 12).
+(`sources.mount_helper`), and importing this package must not load every collector, pynvml
+and prometheus_client into it (34 MiB resident instead of 10), nor `typing` (0.5 MiB) for
+annotations alone.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from fleetwatch.collectors.base import CollectorSpec
 
     COLLECTORS: tuple[CollectorSpec[Any], ...]

@@ -23,7 +23,7 @@ values with one C-level pick, so not even a `put` runs per value.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fleetwatch.catalog.spec import MetricSpec, Read
 
@@ -57,25 +57,30 @@ def reads_of(
 
 
 class LabelCache:
-    """Label dicts by (family, label values), checked against the spec table once.
+    """Label dicts by label names and values, checked against the spec table once.
 
-    Keep one per collector and `clear()` it when devices are re-discovered, so label
-    sets of vanished devices do not accumulate.
+    Families with the same label names share one dict per label set (a mount's eight
+    per-operation families hold one dict per (mount, operation), not eight: with 50 NFS
+    mounts 1,400 dicts instead of 9,350, about 1.6 MB). Keep one per collector and
+    `clear()` it when devices are re-discovered, so label sets of vanished devices do not
+    accumulate.
     """
 
     def __init__(self, specs: Iterable[MetricSpec]) -> None:
         self.specs = {spec.name: spec for spec in specs}
-        self._cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        self._cache: dict[tuple[str, ...], dict[tuple[str, ...], dict[str, str]]] = {}
 
     def labels(self, family: str, values: tuple[str, ...]) -> dict[str, str]:
         """The (shared, not to be mutated) label dict of one sample."""
-        key = (family, values)
-        found = self._cache.get(key)
+        names = self.specs[family].labels
+        by_values = self._cache.get(names)
+        if by_values is None:
+            by_values = self._cache[names] = {}
+        found = by_values.get(values)
         if found is None:
-            names = self.specs[family].labels
             if len(values) != len(names):
                 raise ValueError(f"{family}: expected labels {names}, got {values}")
-            found = self._cache[key] = dict(zip(names, values, strict=True))
+            found = by_values[values] = dict(zip(names, values, strict=True))
         return found
 
     def clear(self) -> None:
@@ -104,13 +109,34 @@ class FamilyBuilder:
         """Add one sample whose label dict came from the same `LabelCache`."""
         if value is None:
             return
+        column = self._column(name)
+        column[0].append(labels)
+        column[1].append(float(value))
+
+    def extend(
+        self, name: str, labels: Sequence[dict[str, str]], values: Sequence[float | None]
+    ) -> None:
+        """Add samples whose label dicts (from the same `LabelCache`) a collector keeps in a
+        list, one per value, in one call: `put` for each, without a call per value."""
+        if len(labels) != len(values):
+            raise ValueError(f"{name}: {len(labels)} label sets for {len(values)} values")
+        if None in values:  # the absent ones are left out, as `put` leaves them
+            present = [i for i, value in enumerate(values) if value is not None]
+            labels = [labels[i] for i in present]
+            values = [values[i] for i in present]
+        if not values:
+            return
+        column = self._column(name)
+        column[0].extend(labels)
+        column[1].extend(map(float, cast("Sequence[float]", values)))
+
+    def _column(self, name: str) -> tuple[list[dict[str, str]], list[float | None]]:
         column = self._columns.get(name)
         if column is None:
             if name not in self._specs:
                 raise KeyError(f"{name} is not in this builder's specs")
             column = self._columns[name] = ([], [])
-        column[0].append(labels)
-        column[1].append(float(value))
+        return column
 
     def families(self) -> list[SeriesFamily]:
         """Families with at least one sample, in spec order."""

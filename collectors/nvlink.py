@@ -116,6 +116,30 @@ class _LinkLabels:
     def __init__(self, labels: LabelCache) -> None:
         self._labels = labels
         self._links: dict[tuple[str, str, int], _LinkLabelSet] = {}
+        # By GPU: the shape of its last reading (links, each link's counters) and the
+        # `fleetwatch_nvlink_up` and `_errors_total` label lists in the reading's order.
+        self._columns: dict[
+            tuple[str, str], tuple[object, list[dict[str, str]], list[dict[str, str]]]
+        ] = {}
+
+    def columns(
+        self, identity: GpuIdentity, reading: GpuLinksReading
+    ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        """The label lists of a GPU's per-link series in the order its reading gives the
+        values (each link's state; each link's counters), made again only when the GPU's
+        links or their counters changed."""
+        shape = tuple((link.link, tuple(link.errors)) for link in reading.links)
+        key = gpu_labels(identity)
+        found = self._columns.get(key)
+        if found is not None and found[0] == shape:
+            return found[1], found[2]
+        up_labels, error_labels = [], []
+        for link in reading.links:
+            up, by_error = self.of(identity, link.link)
+            up_labels.append(up)
+            error_labels += [by_error[error] for error in link.errors]
+        self._columns[key] = (shape, up_labels, error_labels)
+        return up_labels, error_labels
 
     def of(self, identity: GpuIdentity, link: int) -> _LinkLabelSet:
         ids = gpu_labels(identity)
@@ -153,12 +177,18 @@ def add_per_link(
     links: _LinkLabels,
     erred: set[tuple[str, int | None, str]] | None = None,
 ) -> None:
+    if erred is None:  # every counter: whole columns, no call per value (1,584 a DGX H100)
+        up_labels, error_labels = links.columns(identity, reading)
+        builder.extend(UP, up_labels, [None if x.up is None else int(x.up) for x in reading.links])
+        counts = [count for link in reading.links for count in link.errors.values()]
+        builder.extend(ERRORS, error_labels, counts)
+        return
     put = builder.put
     for link in reading.links:
         up, by_error = links.of(identity, link.link)
         put(UP, up, None if link.up is None else int(link.up))
         for error, count in link.errors.items():
-            if erred is None or has_erred(erred, (identity.uuid, link.link, error), count):
+            if has_erred(erred, (identity.uuid, link.link, error), count):
                 put(ERRORS, by_error[error], count)
 
 

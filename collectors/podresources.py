@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fleetwatch.catalog import collected_by
 from fleetwatch.catalog.allocation import (
@@ -39,22 +39,19 @@ from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.podresources import (
+    CHANNEL_DRIVER,
     DEFAULT_RESOURCES,
     DEFAULT_SOCKET,
+    GPU_DRIVER,
     Allocations,
     ClaimAllocation,
     PodResourcesClient,
     PodResourcesError,
 )
-from fleetwatch.collectors.sources.resourceslices import (
-    CHANNEL_DRIVER,
-    GPU_DRIVER,
-    KubeAccess,
-    KubeAccessError,
-    ResourceSliceWatcher,
-    SliceDevice,
-)
 from fleetwatch.flags import duration_setting, setting
+
+if TYPE_CHECKING:
+    from fleetwatch.collectors.sources.resourceslices import ResourceSliceWatcher, SliceDevice
 
 log = logging.getLogger(__name__)
 
@@ -293,23 +290,25 @@ def _slice_watcher(settings: PodResourcesSettings, env_node: str) -> ResourceSli
 
     `--collector.podresources.dra=on` makes missing access a start-up error (ValueError);
     `auto` logs once why DRA attribution is off and lets device-plugin attribution go on.
+    The watcher's module (an HTTPS client: `http.client`, `email`, about 0.7 MiB) is loaded
+    only here, where DRA attribution is not off and a node is named.
     """
     if settings.dra == "off":
         return None
     node = settings.node_name or env_node
     try:
         if not node:
-            raise KubeAccessError(
-                "no node name: set --collector.podresources.node-name or NODE_NAME"
-            )
+            raise ValueError("no node name: set --collector.podresources.node-name or NODE_NAME")
+        from fleetwatch.collectors.sources.resourceslices import KubeAccess, ResourceSliceWatcher
+
         access = (
             KubeAccess.in_cluster()
             if settings.kubeconfig is None
             else KubeAccess.from_kubeconfig(settings.kubeconfig)
         )
-    except KubeAccessError as exc:
+    except ValueError as exc:  # no node name, or KubeAccessError
         if settings.dra == "on":
-            raise KubeAccessError(f"--collector.podresources.dra=on: {exc}") from exc
+            raise ValueError(f"--collector.podresources.dra=on: {exc}") from exc
         log.info("DRA attribution off: %s; device-plugin attribution goes on", exc)
         return None
     return ResourceSliceWatcher(access=access, node=node, mode=settings.dra)

@@ -10,11 +10,13 @@ never stacked with another; its last good series are served until they are older
 worker, so a scrape only joins ready-made bytes: N scrapers cost nothing extra and a slow
 collector never slows a scrape.
 
-Stopping is explicit: `stop()` sets a flag and wakes every scheduling task, which returns
-at its next wait; it never relies on cancellation alone (on Python 3.11
-`asyncio.wait_for` can swallow a cancellation that races with its inner future, and a
-scheduler that survives it keeps the process alive). Waits use `asyncio.wait`, which
-does not cancel or swallow anything.
+Scheduling is timer callbacks on the event loop, not a task per collector: a run's timer
+submits it to the worker and arms its deadline; the worker's hand-back marks it and times
+the next run. A run costs the loop two wake-ups (a task awaiting it cost about five, most of
+the loop's CPU at a 5 s interval). Stopping is explicit: `stop()` sets a flag and cancels
+every timer; a hand-back after it starts nothing. No cancellation is relied on (on Python
+3.11 `asyncio.wait_for` can swallow a cancellation that races with its inner future, and a
+scheduler that survived it kept the process alive).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from fleetwatch.catalog.exporter import (
     BUILD_INFO,
@@ -43,7 +45,7 @@ from fleetwatch.catalog.exporter import (
     WEB_CONFIG_RELOAD_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import Collector
-from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
+from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, series_count
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.wallclock import WatchedWallClock
 
@@ -86,33 +88,42 @@ class ScheduledCollector:
 class RunResult:
     """What a worker thread hands back: the rendered series and what the run cost.
 
-    `wall_seconds` is measured in the worker around collect and render, so the duration
-    reported is the run's own, not the time the event loop took to notice it ended.
+    `body` is the exposition text as the collector's renderer holds it (its families'
+    header and body bytes, `Renderer.render_parts`), not a joined copy: the text of a
+    collector is then held by its renderer and once in the assembled exposition, not a
+    third time. `wall_seconds` is measured in the worker around collect and render, so the
+    duration reported is the run's own, not the time the event loop took to notice it ended.
     """
 
-    body: bytes
+    body: tuple[bytes, ...]
     series: int
     cpu_seconds: float
     wall_seconds: float
 
 
-class _Worker:
-    """One collector's long-lived thread: runs one request at a time, in order."""
+Ended = Callable[[int, "RunResult | None", "Exception | None"], None]
+"""How a worker hands a run back, on the event loop: (run number, result, error)."""
 
-    def __init__(self, state: CollectorState, loop: asyncio.AbstractEventLoop) -> None:
+
+class _Worker:
+    """One collector's long-lived thread: runs one request at a time, in order, and hands
+    each run back to the event loop with one `call_soon_threadsafe` (`ended`)."""
+
+    def __init__(
+        self, state: CollectorState, loop: asyncio.AbstractEventLoop, ended: Ended
+    ) -> None:
         self._state = state
         self._loop = loop
-        self._requests: queue.SimpleQueue[asyncio.Future[RunResult] | None] = queue.SimpleQueue()
+        self._ended = ended
+        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._serve, name=f"collector-{state.name}", daemon=True
         )
         self._thread.start()
 
-    def submit(self) -> asyncio.Future[RunResult]:
-        """Queue one run; the future settles when it ends (never, if the collector hangs)."""
-        future: asyncio.Future[RunResult] = self._loop.create_future()
-        self._requests.put(future)
-        return future
+    def submit(self, run: int) -> None:
+        """Queue run number `run`; it is handed back when it ends (never, if it hangs)."""
+        self._requests.put(run)
 
     def stop(self) -> None:
         """Ask the thread to exit after its current run (a hung run keeps it, as a daemon)."""
@@ -124,10 +135,10 @@ class _Worker:
         return not self._thread.is_alive()
 
     def _serve(self) -> None:
-        while (future := self._requests.get()) is not None:
+        while (run := self._requests.get()) is not None:
             result, error = self._run()
             try:
-                self._loop.call_soon_threadsafe(_settle, future, result, error)
+                self._loop.call_soon_threadsafe(self._ended, run, result, error)
             except RuntimeError:  # the loop closed while this run was blocked: nobody waits
                 return
 
@@ -136,7 +147,7 @@ class _Worker:
         wall_start, cpu_start = time.perf_counter(), time.thread_time()
         try:
             families = list(state.spec.collector.collect())
-            body = state.renderer.render(families)
+            body = tuple(state.renderer.render_parts(families))
         except Exception as exc:  # handed to the event loop, which reports it
             return None, exc
         return RunResult(
@@ -147,25 +158,13 @@ class _Worker:
         ), None
 
 
-def _settle(
-    future: asyncio.Future[RunResult], result: RunResult | None, error: Exception | None
-) -> None:
-    """On the event loop: complete a run's future with what the worker produced."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    elif result is not None:
-        future.set_result(result)
-
-
 @dataclass
 class CollectorState:
     """Everything the engine knows about one collector, read by /metrics and the pages."""
 
     spec: ScheduledCollector
     renderer: Renderer = field(default_factory=Renderer)
-    body: bytes = b""
+    body: tuple[bytes, ...] = ()
     body_time: float | None = None  # monotonic time of the last success
     up: bool = False
     runs: int = 0
@@ -176,8 +175,11 @@ class CollectorState:
     series: int = 0
     last_success_wall: float | None = None
     last_error: str | None = None
-    in_flight: asyncio.Future[RunResult] | None = None
-    in_flight_since: float | None = None
+    in_flight_since: float | None = None  # while a run is in the worker, when it started
+    run_number: int = 0  # of the last run submitted
+    awaited: int | None = None  # the run whose result still counts (not past its deadline)
+    next_run: float = 0.0  # when the next run is due (the engine's clock)
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)  # the next run, a deadline
     dropped_stale: bool = False
     blocked_logged_at: float | None = None  # when "still blocked" was last logged
 
@@ -208,9 +210,12 @@ class Engine:
         self._version = version
         self._clock = clock
         self._self_renderer = Renderer()
-        self._tasks: list[asyncio.Task[None]] = []
+        # Kept across expositions, so the self-metrics' label dicts (and the renderer's
+        # prefixes made from them) are made once, not at every scrape.
+        self._self_labels = LabelCache((*SELF_METRICS, *WEB_CONFIG_METRICS))
         self._workers: dict[str, _Worker] = {}
-        self._stopping: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
         self._body: bytes | None = None
         self._gzip: bytes | None = None
         self._valid_until = float("inf")
@@ -222,34 +227,32 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start one worker thread and one scheduling task per collector."""
-        loop = asyncio.get_running_loop()
-        self._stopping = loop.create_future()
+        """Start one worker thread per collector and time each collector's first run."""
+        loop = self._loop = asyncio.get_running_loop()
         for index, state in enumerate(self._states):
-            self._workers[state.name] = _Worker(state, loop)
+            self._workers[state.name] = _Worker(state, loop, functools.partial(self._ended, state))
             # Every collector runs at once for the first cycle (readiness), then each keeps
             # its own phase within the interval: collection holds the GIL in bursts, and
             # spreading them keeps scrape latency flat (p99 ~9 ms instead of ~16 ms on a
             # simulated DGX H100 under 50 scrapers, see docs/performance.md).
             phase = state.spec.interval * index / len(self._states)
-            self._tasks.append(asyncio.create_task(self._schedule(state, phase), name=state.name))
+            state.next_run = self._clock() + phase  # then start + phase + k * interval
+            self._attempt(state)
         if not self._states:
             self._first_cycle.set()
 
     async def stop(self, *, grace: float = 1.0) -> list[str]:
         """Stop scheduling and the workers; returns the collectors still running a run.
 
-        The flag wakes every scheduling task, which returns at once. Workers finish their
-        current run within `grace` seconds or are left behind (daemon threads: a wedged
-        driver call cannot be interrupted), and are named in the result.
+        No run starts after the flag is set and the timers are cancelled. Workers finish
+        their current run within `grace` seconds or are left behind (daemon threads: a
+        wedged driver call cannot be interrupted), and are named in the result.
         """
-        if self._stopping is not None and not self._stopping.done():
-            self._stopping.set_result(None)
-        if self._tasks:
-            _, pending = await asyncio.wait(self._tasks, timeout=grace)
-            for task in pending:  # not expected: every wait also watches the stop flag
-                task.cancel()
-        self._tasks.clear()
+        self._stopping = True
+        for state in self._states:
+            for timer in state.timers:
+                timer.cancel()
+            state.timers.clear()
         for worker in self._workers.values():
             worker.stop()
         deadline = time.monotonic() + grace
@@ -288,34 +291,17 @@ class Engine:
         ]
 
     # -- scheduling -----------------------------------------------------------------------
-    async def _schedule(self, state: CollectorState, phase: float) -> None:
-        interval = state.spec.interval
-        next_run = self._clock() + phase  # now, then start + phase + k * interval, k >= 1
-        while not self._stopped():
-            await self._run_once(state)
-            if all(s.runs or s.errors for s in self._states):
-                self._first_cycle.set()
-            next_run += interval
+    # Timer callbacks on the event loop, no task per collector: a run costs the loop two
+    # wake-ups (its timer, its hand-back), where awaiting it in a task cost about five.
+    def _attempt(self, state: CollectorState) -> None:
+        """A run is due: start it, or count it skipped while the last one is still blocked
+        (a run is never stacked); then time the next one."""
+        state.timers.clear()
+        if self._stopping:
+            return
+        if state.in_flight_since is not None:
             now = self._clock()
-            if next_run < now:  # fell behind (a slow run): keep the cadence, skip the backlog
-                next_run = now + interval - (now - next_run) % interval
-            await self._wait(None, next_run - now)
-
-    def _stopped(self) -> bool:
-        return self._stopping is None or self._stopping.done()
-
-    async def _wait(self, future: asyncio.Future[RunResult] | None, timeout: float) -> None:
-        """Wait for `future` (or only the time) for at most `timeout`, or until stop()."""
-        assert self._stopping is not None  # set by start(), before any scheduling task
-        waited: set[asyncio.Future[Any]] = {self._stopping}
-        if future is not None:
-            waited.add(future)
-        await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-
-    async def _run_once(self, state: CollectorState) -> None:
-        if state.in_flight is not None and not state.in_flight.done():
-            now = self._clock()
-            blocked = now - (state.in_flight_since or now)
+            blocked = now - state.in_flight_since
             state.skipped += 1
             state.up = False
             state.last_error = f"previous run still blocked after {blocked:.1f}s"
@@ -327,27 +313,56 @@ class Engine:
                     extra={"collector": state.name, "blocked_seconds": round(blocked, 1)},
                 )
             self._invalidate()
+            self._next(state)
             return
-        future = self._workers[state.name].submit()
-        state.in_flight, state.in_flight_since = future, self._clock()
-        future.add_done_callback(functools.partial(self._clear_in_flight, state))
-        await self._wait(future, state.spec.timeout)
-        if not future.done():
-            if not self._stopped():
-                self._mark_failed(state, f"deadline of {state.spec.timeout:g}s exceeded")
+        state.run_number += 1
+        state.awaited = state.run_number
+        state.in_flight_since = self._clock()
+        self._workers[state.name].submit(state.run_number)
+        assert self._loop is not None
+        state.timers.append(
+            self._loop.call_later(state.spec.timeout, self._deadline, state, state.run_number)
+        )
+
+    def _ended(
+        self, state: CollectorState, run: int, result: RunResult | None, error: Exception | None
+    ) -> None:
+        """On the event loop: a worker handed run number `run` back. A run past its deadline
+        was already reported as failed; its result only ends the blocked state."""
+        if run == state.run_number:
+            state.in_flight_since = None
+        if run != state.awaited or self._stopping:
             return
-        error = future.exception()
+        state.awaited = None
+        for timer in state.timers:  # the deadline
+            timer.cancel()
+        state.timers.clear()
         if error is not None:  # a collector failure of any kind is reported, not raised
             self._mark_failed(state, f"{type(error).__name__}: {error}")
-            return
-        self._mark_succeeded(state, future.result())
+        elif result is not None:
+            self._mark_succeeded(state, result)
+        self._next(state)
 
-    @staticmethod
-    def _clear_in_flight(state: CollectorState, future: asyncio.Future[RunResult]) -> None:
-        if state.in_flight is future:
-            state.in_flight, state.in_flight_since = None, None
-        if not future.cancelled():
-            future.exception()  # retrieved: a late failure was already reported as a timeout
+    def _deadline(self, state: CollectorState, run: int) -> None:
+        """Run number `run` missed its deadline: down, and the next run is timed."""
+        state.timers.clear()
+        if run != state.awaited or self._stopping:
+            return
+        state.awaited = None
+        self._mark_failed(state, f"deadline of {state.spec.timeout:g}s exceeded")
+        self._next(state)
+
+    def _next(self, state: CollectorState) -> None:
+        """Time the next run on the collector's cadence (a slow run skips the backlog)."""
+        if all(s.runs or s.errors for s in self._states):
+            self._first_cycle.set()
+        interval = state.spec.interval
+        state.next_run += interval
+        now = self._clock()
+        if state.next_run < now:  # fell behind (a slow run): keep the cadence, skip the backlog
+            state.next_run = now + interval - (now - state.next_run) % interval
+        assert self._loop is not None
+        state.timers.append(self._loop.call_later(state.next_run - now, self._attempt, state))
 
     def _mark_succeeded(self, state: CollectorState, result: RunResult) -> None:
         if not state.up and state.runs:
@@ -391,11 +406,11 @@ class Engine:
             if state.body_time is None:
                 continue
             if state.up:
-                parts.append(state.body)
+                parts.extend(state.body)
                 continue
             expires = state.body_time + self._max_staleness
             if now < expires:
-                parts.append(state.body)
+                parts.extend(state.body)
                 valid_until = min(valid_until, expires)
             elif not state.dropped_stale:
                 state.dropped_stale = True
@@ -403,7 +418,7 @@ class Engine:
                     "dropping stale series of a failing collector",
                     extra={"collector": state.name, "age_seconds": round(now - state.body_time)},
                 )
-        parts.append(self._self_renderer.render(self._self_families()))
+        parts.extend(self._self_renderer.render_parts(self._self_families()))
         self._body, self._gzip, self._valid_until = b"".join(parts), None, valid_until
         return self._body
 
@@ -416,7 +431,7 @@ class Engine:
 
     def _self_families(self) -> list[SeriesFamily]:
         now = self._clock()
-        out = FamilyBuilder(SELF_METRICS)
+        out = FamilyBuilder(self._self_labels)
         out.add(BUILD_INFO.name, (self._version, platform.python_version()), 1.0)
         for state in self._states:
             name = (state.name,)
@@ -433,7 +448,7 @@ class Engine:
             out.add(COLLECTOR_SKIPPED_RUNS_TOTAL.name, name, state.skipped)
         if self._web_config is None:
             return out.families()
-        web = FamilyBuilder(WEB_CONFIG_METRICS)
+        web = FamilyBuilder(self._self_labels)
         web.add(WEB_CONFIG_RELOAD_ERRORS_TOTAL.name, (), self._web_config.reload_errors)
         web.add(
             WEB_CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS.name,

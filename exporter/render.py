@@ -74,13 +74,9 @@ class Renderer:
     """Renders families to exposition bytes, reusing formatted label prefixes between calls."""
 
     def __init__(self) -> None:
-        # Keyed by the label dict's identity: collectors reuse one dict per label set
-        # (collectors.families.LabelCache), and the entry holds the dict so the id stays
-        # its own. A fresh dict each cycle only costs a miss.
-        self._prefixes: dict[tuple[str, int], tuple[dict[str, str], str]] = {}
         self._headers: dict[tuple[str, str, str], bytes] = {}
         # A SeriesFamily's prefixes by sample name, with (a copy of) the label list they
-        # were made for.
+        # were made for: one formatted prefix a series, held once.
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
         # A family's rendered bytes by sample name, with the prefix list and (a copy of) the
         # values they were made from.
@@ -98,26 +94,16 @@ class Renderer:
             self._headers[key] = header
         return header
 
-    def _prefix(self, name: str, labels: dict[str, str]) -> str:
-        key = (name, id(labels))
-        hit = self._prefixes.get(key)
-        if hit is not None and hit[0] is labels:
-            return hit[1]
-        if labels:
-            body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
-            prefix = f"{name}{{{body}}} "
-        else:
-            prefix = f"{name} "
-        self._prefixes[key] = (labels, prefix)
-        return prefix
-
     def _prefix_list(self, family: SeriesFamily) -> list[str]:
-        # Equal lists hold the same dicts in the same order almost always (LabelCache), and
-        # list equality checks each element by identity before comparing dict contents.
+        """The family's `name{labels} ` prefixes, formatted again only when its label list
+        changed (a device appeared or vanished; rare). Equal lists hold the same dicts in the
+        same order almost always (LabelCache), and list equality checks each element by
+        identity before comparing dict contents. Prefixes are not kept per label dict across
+        lists: on a node with 50 NFS mounts that index cost 1.6 MB for 9,350 series."""
         hit = self._lists.get(family.sample_name)
         if hit is not None and hit[0] == family.labels:
             return hit[1]
-        prefixes = [self._prefix(family.sample_name, labels) for labels in family.labels]
+        prefixes = [_prefix(family.sample_name, labels) for labels in family.labels]
         self._lists[family.sample_name] = (list(family.labels), prefixes)
         return prefixes
 
@@ -141,21 +127,28 @@ class Renderer:
         self._bodies[family.sample_name] = (prefixes, key, body)
         return body
 
-    def render(self, families: Iterable[SeriesFamily]) -> bytes:
-        """Exposition text for `families`; families without samples are left out."""
+    def render_parts(self, families: Iterable[SeriesFamily]) -> list[bytes]:
+        """Exposition text for `families` as the renderer's own header and body bytes, in
+        order (join them for the text): a caller that joins parts of several renderers
+        holds the text once, not once more per renderer."""
         out: list[bytes] = []
-        used = 0
         for family in families:
-            count = family.count()
-            if not count:
+            if not family.count():
                 continue
             out.append(self._header(family))
             out.append(self._body(family))
-            used += count
-        # Label sets of vanished devices would otherwise accumulate forever.
-        if len(self._prefixes) > 4 * used + 1024:
-            self._prefixes.clear()
-        return b"".join(out)
+        return out
+
+    def render(self, families: Iterable[SeriesFamily]) -> bytes:
+        """Exposition text for `families`; families without samples are left out."""
+        return b"".join(self.render_parts(families))
+
+
+def _prefix(name: str, labels: dict[str, str]) -> str:
+    if labels:
+        body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
+        return f"{name}{{{body}}} "
+    return f"{name} "
 
 
 def _values_key(values: Sequence[float | None]) -> bytes | tuple[float | None, ...] | None:

@@ -5,7 +5,8 @@ request the server has read but not answered is waited for uninterruptibly, and 
 with one such thread cannot exit, so a thread of the exporter stuck there would hold a
 DaemonSet rollout until the mount answered. The calls therefore run in one helper process
 (`python -m fleetwatch.collectors.sources.mount_helper`), one thread per mount inside it; the
-exporter's side (`MountCalls.call`) only waits on a pipe, which never blocks an exit. When the
+exporter's side only sends on a pipe (`MountCalls.start`) and one thread reads the replies
+(`MountCalls.call` waits for one), which never blocks an exit. When the
 exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
 stuck one keeps only the helper, in the kernel, until the mount answers).
 
@@ -13,36 +14,24 @@ Callers name mounts and probe directories by the host's paths; `MountCalls` reac
 under its `rootfs` (`--path.rootfs`: `/` on a plain node, where a container mounts the host's
 root in a DaemonSet), so the helper is sent the paths as this process sees them.
 
-The protocol is JSON lines: a request `{"id", "mountpoint", "probe": [DIR, BYTES] | null}`,
-a reply `{"id", "statvfs": {...} | null, "error": "ENOENT" | null, "probe": {...} | null}`.
+The protocol (frames of `marshal` data) is `mount_helper`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
-import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import Any, Protocol
 
+from fleetwatch.collectors.sources.mount_helper import STATVFS_FIELDS, read_frame, write_frame
 from fleetwatch.collectors.sources.mounts import reach
-from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult, run_probe
-
-_STATVFS_FIELDS: Final = (
-    "f_frsize",
-    "f_blocks",
-    "f_bfree",
-    "f_bavail",
-    "f_files",
-    "f_ffree",
-    "f_flag",
-)
+from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,26 +95,36 @@ def _reading(reply: dict[str, Any]) -> MountReading:
         probe = ProbeResult(seconds=seconds, size=int(found["size"]))
     stat = reply["statvfs"]
     return MountReading(
-        capacity=None if stat is None else _capacity({k: int(stat[k]) for k in _STATVFS_FIELDS}),
+        capacity=None if stat is None else _capacity({k: int(stat[k]) for k in STATVFS_FIELDS}),
         error=reply["error"],
         probe=probe,
     )
 
 
-class _Pending:
-    """One request waiting for its reply."""
+Done = Callable[[MountReading | None, BaseException | None], None]
+"""How a started call ends: (the reading, None), or (None, `HelperFailed`)."""
+
+
+class _Waiter:
+    """`call`'s end of a started call: an event and what it ended with."""
 
     def __init__(self) -> None:
-        self.done = threading.Event()
-        self.reply: dict[str, Any] | None = None
+        self.ended = threading.Event()
+        self.reading: MountReading | None = None
+        self.error: BaseException | None = None
+
+    def __call__(self, reading: MountReading | None, error: BaseException | None) -> None:
+        self.reading, self.error = reading, error
+        self.ended.set()
 
 
 class MountCalls:
-    """The exporter's side: sends calls to the helper and waits for each reply.
+    """The exporter's side: sends calls to the helper and hands each reply back.
 
-    `call` blocks its caller (a lane thread) on an event, never in the filesystem. The helper
-    is started on first use and again after it died; a call in flight when it died fails with
-    `HelperFailed`.
+    `start` sends a call and returns; the one thread that reads the helper's replies ends it
+    (`done`), so no thread of the exporter waits per mount (`blocking.ReplyLane`). `call`
+    blocks its caller on an event, never in the filesystem. The helper is started on first
+    use and again after it died; a call in flight when it died fails with `HelperFailed`.
     """
 
     def __init__(self, rootfs: Path = Path("/"), argv: list[str] | None = None) -> None:
@@ -133,14 +132,25 @@ class MountCalls:
         self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Done] = {}
         self._next_id = 0
         self._closed = False
 
     def call(self, mountpoint: str, probe: tuple[str, int] | None) -> MountReading:
         """statvfs on `mountpoint`, then the probe if given, in the helper; waits for it.
         Both are host paths, reached under `rootfs`."""
-        pending = _Pending()
+        waiter = _Waiter()
+        self.start(mountpoint, probe, waiter)
+        waiter.ended.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.reading is not None
+        return waiter.reading
+
+    def start(self, mountpoint: str, probe: tuple[str, int] | None, done: Done) -> None:
+        """Send `call`'s request and return; `done` is called once with its result, by the
+        helper's reply reader. Raises `HelperFailed` (and never calls `done`) when the
+        request could not be sent."""
         reached = reach(mountpoint, self._rootfs)
         sent = None if probe is None else (reach(probe[0], self._rootfs), probe[1])
         with self._lock:
@@ -149,22 +159,13 @@ class MountCalls:
             process = self._helper()
             self._next_id += 1
             ident = self._next_id
-            self._pending[ident] = pending
-            line = json.dumps({"id": ident, "mountpoint": reached, "probe": sent})
+            self._pending[ident] = done
             try:
                 assert process.stdin is not None
-                process.stdin.write(line.encode() + b"\n")
-                process.stdin.flush()
+                write_frame(process.stdin, {"id": ident, "mountpoint": reached, "probe": sent})
             except OSError as exc:
                 self._pending.pop(ident, None)
                 raise HelperFailed(f"could not send to the mount helper: {exc}") from exc
-        pending.done.wait()
-        if pending.reply is None:
-            raise HelperFailed("the mount helper process exited")
-        try:
-            return _reading(pending.reply)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HelperFailed(f"malformed reply from the mount helper: {exc!r}") from exc
 
     def _helper(self) -> subprocess.Popen[bytes]:
         """The running helper, started when there is none (called with the lock held)."""
@@ -186,21 +187,31 @@ class MountCalls:
 
     def _read_replies(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
-        for raw in process.stdout:
+        while True:
             try:
-                reply = json.loads(raw)
-                pending = self._pending.pop(int(reply["id"]))
+                reply = read_frame(process.stdout)
+            except (ValueError, EOFError, TypeError):
+                process.kill()  # out of step: a new helper answers the next call
+                break
+            if reply is None:
+                break
+            try:
+                done = self._pending.pop(int(reply["id"]))
             except (ValueError, KeyError, TypeError):
                 continue  # not a reply to a request of ours: the waiting call times out
-            pending.reply = reply
-            pending.done.set()
+            try:
+                reading = _reading(reply)
+            except (KeyError, TypeError, ValueError) as exc:
+                done(None, HelperFailed(f"malformed reply from the mount helper: {exc!r}"))
+            else:
+                done(reading, None)
         with self._lock:  # the helper is gone: every call still waiting fails now
             if self._process is process:
                 self._process = None
             orphans = list(self._pending.values())
             self._pending.clear()
-        for pending in orphans:
-            pending.done.set()
+        for done in orphans:
+            done(None, HelperFailed("the mount helper process exited"))
 
     def close(self) -> None:
         """Close the helper's stdin (it exits when no call is stuck); never waits for it."""
@@ -211,48 +222,3 @@ class MountCalls:
             # An error here means the helper already exited: nothing to tell it.
             with contextlib.suppress(OSError):
                 process.stdin.close()
-
-
-# -- the helper process ---------------------------------------------------------------------
-def _serve_call(request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request (in the helper) and build its reply."""
-    reply: dict[str, Any] = {"id": request["id"], "statvfs": None, "error": None, "probe": None}
-    try:
-        stat = os.statvfs(request["mountpoint"])
-        reply["statvfs"] = {name: getattr(stat, name) for name in _STATVFS_FIELDS}
-    except OSError as exc:
-        reply["error"] = errno.errorcode.get(exc.errno or 0, "error")
-    probe = request.get("probe")
-    if probe is not None:
-        try:
-            result = run_probe(str(probe[0]), int(probe[1]))
-            reply["probe"] = {"seconds": result.seconds, "size": result.size}
-        except ProbeFailed as failed:
-            reply["probe"] = {
-                "failed": failed.reason,
-                "phase": failed.phase,
-                "detail": failed.detail,
-            }
-    return reply
-
-
-def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """Read requests until EOF; each mount's calls run in order on that mount's thread."""
-    write_lock = threading.Lock()
-    queues: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
-
-    def worker(calls: queue.SimpleQueue[dict[str, Any]]) -> None:
-        while True:
-            reply = json.dumps(_serve_call(calls.get())).encode() + b"\n"
-            with write_lock:
-                replies.write(reply)
-                replies.flush()
-
-    for raw in requests:
-        request = json.loads(raw)
-        point = str(request["mountpoint"])
-        calls = queues.get(point)
-        if calls is None:
-            calls = queues[point] = queue.SimpleQueue()
-            threading.Thread(target=worker, args=(calls,), name=point, daemon=True).start()
-        calls.put(request)

@@ -20,6 +20,11 @@ from typing import Final
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_RESOURCES: Final = ("nvidia.com/gpu",)
 MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+GPU_DRIVER: Final = "gpu.nvidia.com"
+"""The DRA driver of NVIDIA's GPUs: a claim device of it is a GPU (its ResourceSlice device
+gives the uuid)."""
+CHANNEL_DRIVER: Final = "compute-domain.nvidia.com"
+"""The DRA driver of NVIDIA's ComputeDomains: a claim device of it is an IMEX channel."""
 
 
 @dataclass(frozen=True, kw_only=True)

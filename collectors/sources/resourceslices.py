@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import yaml
 
+from fleetwatch.collectors.sources.podresources import CHANNEL_DRIVER, GPU_DRIVER
+
 log = logging.getLogger(__name__)
 
-GPU_DRIVER: Final = "gpu.nvidia.com"
-CHANNEL_DRIVER: Final = "compute-domain.nvidia.com"
 DRIVERS: Final = frozenset({GPU_DRIVER, CHANNEL_DRIVER})
 SLICES_PATH: Final = "/apis/resource.k8s.io/v1/resourceslices"
 SERVICE_ACCOUNT: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")

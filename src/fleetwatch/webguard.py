@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import bcrypt
-
 from fleetwatch.webconfig import (
     RateLimit,
     WebConfig,
@@ -230,6 +228,8 @@ def _find_user(users: Mapping[str, bytes], user: bytes) -> str | None:
 
 
 def _checkpw(password: bytes, hashed: bytes) -> bool:
+    import bcrypt  # loaded by the first check: a server without basic auth never needs it
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:  # bcrypt refuses a password over 72 bytes: no user has one

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
-from fleetwatch.collectors.blocking import Lane
+from fleetwatch.collectors.blocking import Lane, ReplyLane
 
 
 def test_a_blocked_call_is_never_stacked_and_is_counted_once() -> None:
@@ -69,3 +70,50 @@ def test_close_does_not_wait_for_a_stuck_call() -> None:
     assert not lane.submit(lambda: True)
     release.set()
     assert lane.join(10)
+
+
+def test_a_reply_lane_runs_one_call_at_a_time_without_a_thread() -> None:
+    """The helper's calls: sent, ended by whoever reads the reply; the same rules as a
+    thread lane (never stacked, hung once past the deadline, recovered by the reply)."""
+    started: list[Callable[[int | None, BaseException | None], None]] = []
+    threads = threading.active_count()
+    lane: ReplyLane[int] = ReplyLane("m")
+    assert threading.active_count() == threads
+    assert lane.submit(started.append)
+    assert not lane.wait(time.monotonic() + 0.05)
+    assert not lane.submit(started.append)  # refused while the first is in flight
+    assert len(started) == 1
+    deadline = time.monotonic() + 10
+    while not lane.hung(0.05):
+        assert time.monotonic() < deadline, "the lane never turned hung"
+        time.sleep(0.01)
+    assert lane.hung(0.05)
+    assert lane.stuck_calls == 1
+    replier = threading.Thread(target=started[0], args=(7, None))  # the reply reader
+    replier.start()
+    assert lane.wait(time.monotonic() + 10)
+    replier.join()
+    outcome = lane.outcome()
+    assert outcome is not None
+    assert (outcome.value, outcome.error) == (7, None)
+    assert not lane.hung(0.05)
+    assert lane.submit(started.append)  # recovered: takes calls again
+    started[1](None, OSError(5, "Input/output error"))
+    outcome = lane.outcome()
+    assert outcome is not None
+    assert isinstance(outcome.error, OSError)
+    lane.close()
+    assert not lane.submit(started.append)
+
+
+def test_a_reply_lane_call_that_cannot_be_sent_is_its_outcome() -> None:
+    def unsent(_done: Callable[[int | None, BaseException | None], None]) -> None:
+        raise OSError(32, "Broken pipe")
+
+    lane: ReplyLane[int] = ReplyLane("m")
+    assert lane.submit(unsent)
+    assert lane.wait(time.monotonic())
+    outcome = lane.outcome()
+    assert outcome is not None
+    assert isinstance(outcome.error, OSError)
+    assert lane.busy_for() is None
