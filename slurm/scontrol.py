@@ -108,6 +108,36 @@ class Node:
         )
 
 
+PATH_MAX = 4096  # bytes of a path Linux takes (limits.h)
+
+
+def state_save_location(text: str) -> str:
+    """slurmctld's `StateSaveLocation` from `scontrol show config` (`StateSaveLocation =
+    /var/spool/slurmctld`). ScontrolError(malformed) when the output names none, names two,
+    or names something that is no absolute path (`(null)`, a relative path, control
+    characters, longer than a path can be): fleetwatch writes its state file there."""
+    values = {
+        value.strip()
+        for key, sep, value in (line.partition("=") for line in text.splitlines())
+        if sep and key.strip() == "StateSaveLocation"
+    }
+    if not values:
+        raise ScontrolError("malformed", "scontrol show config names no StateSaveLocation")
+    if len(values) > 1:
+        shown = ", ".join(repr(v[:60]) for v in sorted(values)[:3])
+        raise ScontrolError(
+            "malformed", f"scontrol show config names {len(values)} StateSaveLocations: {shown}"
+        )
+    (value,) = values
+    if (
+        not value.startswith("/")
+        or not value.isprintable()
+        or len(value.encode("utf-8", "surrogatepass")) > PATH_MAX
+    ):
+        raise ScontrolError("malformed", f"StateSaveLocation is no absolute path: {value[:120]!r}")
+    return value
+
+
 def split_reason(text: str) -> tuple[str, str]:
     """`fleetwatch:xid GPUFallenOffBus [root@2026-01-01T00:00:00]` → the reason and `root`."""
     body, bracket, tail = text.rpartition(" [")

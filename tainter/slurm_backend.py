@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError
+from fleetwatch.slurm.scontrol import Node, Scontrol, ScontrolError, state_save_location
 from fleetwatch.tainter.backend import RepairTicket, RepairView, Unavailable
 from fleetwatch.tainter.kube_objects import (
     ApiError,
@@ -534,11 +534,10 @@ async def state_directory(scontrol: GuardedScontrol) -> Path:
     """`fleetwatch/` inside slurmctld's StateSaveLocation (`scontrol show config`), which
     every SlurmctldHost shares; ApiError when scontrol does not say."""
     text = await scontrol.run("show", "config")
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "StateSaveLocation" and value.strip():
-            return Path(value.strip()) / "fleetwatch"
-    raise ApiError(status=0, reason="scontrol show config names no StateSaveLocation")
+    try:
+        return Path(state_save_location(text)) / "fleetwatch"
+    except ScontrolError as exc:
+        raise ApiError(status=0, reason=str(exc)) from exc
 
 
 async def connect_slurm(access: SlurmAccess) -> SlurmNodeApi:

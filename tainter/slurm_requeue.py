@@ -17,6 +17,7 @@ dry_run, error).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,25 @@ log = logging.getLogger(__name__)
 
 REMEMBER_SECONDS: Final = 600.0
 """How long a removed job is not removed again (Slurm requeues it to PENDING at once)."""
+
+# A running job as `squeue -o %i` prints it: a job ID, an array task (`1234_7`) or a
+# heterogeneous job's component (`1234+0`). Anything else is not passed to scontrol/scancel.
+JOB_ID: Final = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10}|\+[0-9]{1,5})?")
+
+
+def job_ids(text: str) -> tuple[list[str], list[str]]:
+    """The job IDs of `squeue -h -o %i` output, in order and once each, and the lines that
+    are none (each quoted by an excerpt): a line that is not a job ID (a warning Slurm
+    printed, an option-like `--user=root`) never reaches `scontrol requeue` or `scancel`."""
+    jobs: dict[str, None] = {}
+    bad: list[str] = []
+    for line in text.splitlines():
+        job = line.strip()
+        if JOB_ID.fullmatch(job):
+            jobs[job] = None
+        elif job:
+            bad.append(repr(job[:60]))
+    return list(jobs), bad
 
 
 def sibling(command: str, name: str) -> str:
@@ -84,9 +104,15 @@ class JobRemover:
             self._metrics.evictions.labels(reason=reason, result="error").inc()
             log.warning("cannot list the node's jobs", extra={"node": node.name, "error": str(exc)})
             return
-        for job in (line.strip() for line in out.splitlines()):
-            if job:
-                await self._remove(job, node=node.name, reason=reason, now=now)
+        jobs, bad = job_ids(out)
+        if bad:
+            self._metrics.evictions.labels(reason=reason, result="error").inc()
+            log.warning(
+                "squeue printed lines that are no job ID; those are left alone",
+                extra={"node": node.name, "lines": len(bad), "first": bad[0]},
+            )
+        for job in jobs:
+            await self._remove(job, node=node.name, reason=reason, now=now)
 
     async def _remove(self, job: str, *, node: str, reason: str, now: float) -> None:
         what = "cancel" if self._cancel else "requeue"

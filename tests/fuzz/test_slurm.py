@@ -1,9 +1,12 @@
 """Slurm input, fuzzed: `scontrol show node -o` lines (Slurm 22.05's, as the Slurm backend
-tests hold them), the job-to-GPU mapping files the prolog writes (fleetwatch's JSON, and
-dcgm-exporter's one-job-ID-a-line files) in a mapping directory, and Prometheus' answer to the
-health check's query for a node's firing alerts. A line is a node or `ScontrolError(malformed)`;
-a directory is jobs plus named malformed files, never an error; an answer is samples of string
-labels and a float, or `PrometheusClientError`."""
+tests hold them), `scontrol show config` (where the tainter finds slurmctld's
+StateSaveLocation), `squeue -h -o %i` (the running jobs the tainter requeues or cancels), the
+job-to-GPU mapping files the prolog writes (fleetwatch's JSON, and dcgm-exporter's
+one-job-ID-a-line files) in a mapping directory, and Prometheus' answer to the health check's
+query for a node's firing alerts. A line is a node or `ScontrolError(malformed)`; the config is
+one absolute path or `ScontrolError(malformed)`; squeue's output is job IDs, never anything
+else, and the lines that are none, named; a directory is jobs plus named malformed files, never
+an error; an answer is samples of string labels and a float, or `PrometheusClientError`."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from hypothesis import strategies as st
 
 from fleetwatch.promclient import PrometheusClientError, Sample, _samples
 from fleetwatch.slurm.mapping import JobGpus, Reading, read
-from fleetwatch.slurm.scontrol import Node, ScontrolError
+from fleetwatch.slurm.scontrol import PATH_MAX, Node, ScontrolError, state_save_location
+from fleetwatch.tainter.slurm_requeue import JOB_ID, job_ids
 from tests.fuzz.harness import FUZZ, FUZZ_COSTLY, bounded_label, exercise, finite_counts, named
 from tests.fuzz.mutations import MIB, mutated_bytes, mutated_text, mutated_tree
 
@@ -55,6 +59,98 @@ def test_scontrol_node_line(text: str) -> None:
         exercise(
             "scontrol show node line", Node.parse, line, errors=(ScontrolError,), holds=node_holds
         )
+
+
+# Slurm 22.05's `scontrol show config`, cut to a few of its ~200 lines (a header, `Key = value`
+# padded to one column, sections of plugin settings, the controllers' state at the end).
+CONFIGS: Final = (
+    "Configuration data as of 2026-12-03T06:00:00\n"
+    "AccountingStorageBackupHost = (null)\n"
+    "AccountingStorageEnforce = none\n"
+    "ClusterName             = fleet\n"
+    "SlurmctldHost[0]        = ctl(127.0.0.1)\n"
+    "SlurmUser               = slurm(64030)\n"
+    "StateSaveLocation       = /var/spool/slurmctld\n"
+    "SuspendExcNodes         = (null)\n"
+    "TmpFS                   = /tmp\n"
+    "\n"
+    "Cgroup Support Configuration:\n"
+    "AllowedRAMSpace         = 100.0%\n"
+    "\n"
+    "MPI Plugins Configuration:\n"
+    "PMIxCliTmpDirBase       = (null)\n"
+    "\n"
+    "Slurmctld(primary) at ctl is UP\n",
+    "StateSaveLocation = /shared/slurm state/ctl-a\nSlurmctld(primary) at ctl is UP\n",
+    "StateSaveLocation       = (null)\n",
+)
+# `squeue -h -w NODE -t RUNNING -o %i`: job IDs, array tasks, heterogeneous job components.
+SQUEUE: Final = ("4242\n", "4242\n77_3\n9+0\n9+1\n", "", "123456789\n")
+
+
+def config_holds(location: str) -> None:
+    """An absolute path, printable, no longer than Linux takes."""
+    assert location.startswith("/"), location
+    assert location.isprintable(), location
+    assert len(location.encode("utf-8", "surrogatepass")) <= PATH_MAX
+
+
+@FUZZ
+@given(mutated_text(CONFIGS))
+def test_scontrol_show_config(text: str) -> None:
+    exercise(
+        "scontrol show config",
+        state_save_location,
+        text,
+        errors=(ScontrolError,),
+        holds=config_holds,
+    )
+
+
+def jobs_hold(found: tuple[list[str], list[str]]) -> None:
+    """Only job IDs (never an option-like word), each once; each other line named briefly."""
+    jobs, bad = found
+    assert len(set(jobs)) == len(jobs)
+    for job in jobs:
+        assert JOB_ID.fullmatch(job), job
+        assert not job.startswith("-")
+    for line in bad:
+        named(line)
+
+
+@FUZZ
+@given(mutated_text(SQUEUE))
+def test_squeue_job_ids(text: str) -> None:
+    exercise(
+        "squeue job IDs (tainter)",
+        job_ids,
+        text,
+        malformed=lambda found: bool(found[1]),
+        holds=jobs_hold,
+    )
+
+
+def test_the_state_save_location_must_be_one_absolute_path() -> None:
+    assert state_save_location(CONFIGS[0]) == "/var/spool/slurmctld"
+    assert state_save_location(CONFIGS[1]) == "/shared/slurm state/ctl-a"
+    for text, words in (
+        (CONFIGS[2], "no absolute path: '(null)'"),
+        ("StateSaveLocation = spool\n", "no absolute path: 'spool'"),
+        ("StateSaveLocation = /a\x1b[2J\n", "no absolute path"),
+        ("StateSaveLocation = /" + "d" * PATH_MAX + "\n", "no absolute path: '/ddd"),
+        ("StateSaveLocation = /a\nStateSaveLocation = /b\n", "names 2 StateSaveLocations"),
+        ("ClusterName = fleet\n", "names no StateSaveLocation"),
+    ):
+        with pytest.raises(ScontrolError, match=re.escape(words)) as raised:
+            state_save_location(text)
+        assert raised.value.kind == "malformed"
+        named(str(raised.value))
+
+
+def test_squeue_lines_that_are_no_job_id_never_reach_scancel() -> None:
+    jobs, bad = job_ids("4242\n--user=root\n77_3\n4242\nslurm_load_jobs error: Socket timed out\n")
+    assert jobs == ["4242", "77_3"]
+    assert bad == ["'--user=root'", "'slurm_load_jobs error: Socket timed out'"]
 
 
 def _job_file(job_id: str, gpus: list[str], **extra: object) -> str:
