@@ -55,6 +55,11 @@ ensure_venv() {
     # `wheel` (`./dev.sh test`: the package as it ships, built from the tree). Dependencies
     # are installed when pyproject.toml changes; fleetwatch itself on every run.
     local extras=$1 mode=$2 stamp="$VENV/.installed-$1"
+    # One install at a time: `./dev.sh fuzz` runs in parts, several at once, and two pip
+    # runs building in ./build at the same moment break each other. The lock is held on this
+    # script's file until the install is done.
+    exec 9<"$0"
+    flock 9
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
@@ -77,6 +82,7 @@ ensure_venv() {
     else
         install_editable
     fi
+    flock -u 9
 }
 
 install_editable() {
@@ -109,7 +115,11 @@ case "${1:-}" in
         # The package as installed, then the tests, benches and generators that use it.
         "$VENV/bin/mypy" -p fleetwatch
         "$VENV/bin/mypy"
-        "$VENV/bin/pytest" -q "$@"
+        # The suite mostly waits on real servers: its modules run on several workers at once
+        # (pytest-xdist), each module whole on one worker so its servers start once.
+        # FLEETWATCH_TEST_WORKERS=0 runs it in one process.
+        "$VENV/bin/pytest" -q -n "${FLEETWATCH_TEST_WORKERS:-$((2 * $(nproc)))}" \
+            --dist loadfile "$@"
         ;;
     generate)
         # The one generate step: the install is editable, so the rules, dashboards and chart

@@ -66,5 +66,8 @@ class ShutdownDeadline:
             },
         )
         for handler in logging.getLogger().handlers:
-            handler.flush()
+            try:
+                handler.flush()
+            except (OSError, ValueError):  # a closed or broken stream must not stop the exit
+                pass
         self._exit(EXIT_SHUTDOWN_TIMEOUT)

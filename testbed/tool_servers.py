@@ -92,7 +92,9 @@ def promtool(
         capture_output=True,
         text=True,
         cwd=cwd,
-        timeout=120,
+        # A guard against a hang, under the suite's 300 s a test: `promtool test rules` of the
+        # training file takes 70 s of one core alone, twice that beside the suite's workers.
+        timeout=270,
         check=False,
     )
 

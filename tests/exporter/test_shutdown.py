@@ -4,6 +4,7 @@ and a shutdown that blocks past its deadline is logged and exits non-zero.
 
 from __future__ import annotations
 
+import io
 import logging
 import signal
 import subprocess
@@ -52,6 +53,23 @@ def test_a_blocked_shutdown_logs_what_ran_and_exits_non_zero(
     ]
     assert record.__dict__["step"] == "closing the hardware context (NVML)"
     assert "collector-gpu" in record.__dict__["threads"].split(",")
+
+
+def test_a_log_stream_that_cannot_flush_does_not_stop_the_exit() -> None:
+    """The deadline flushes the root handlers before it exits: a closed stream (stderr gone,
+    a broken pipe) raised out of the timer thread and the process never exited."""
+    stream = io.TextIOWrapper(io.BytesIO())
+    handler = logging.StreamHandler(stream)
+    stream.close()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    exit_process = RecordedExit()
+    try:
+        ShutdownDeadline(seconds=0.01, exit_process=exit_process).begin()
+        assert exit_process.called.wait(10), "the deadline never fired"
+    finally:
+        root.removeHandler(handler)
+    assert exit_process.status == EXIT_SHUTDOWN_TIMEOUT
 
 
 def test_a_finished_shutdown_cannot_fire_later() -> None:
