@@ -72,11 +72,10 @@ ensure_venv() {
         fi
         touch "$stamp"
     fi
-    # setuptools builds in ./build and ./fleetwatch.egg-info: a module deleted from the tree
-    # would survive in the one, and the other would shadow the installed metadata. The
-    # editable install's link tree lives in ./build too, and is remade here.
-    rm -rf build fleetwatch.egg-info
     if [ "$mode" = wheel ]; then
+        # setuptools builds in ./build and ./fleetwatch.egg-info: a module deleted from the
+        # tree would survive in the one, and the other would shadow the installed metadata.
+        rm -rf build fleetwatch.egg-info "$VENV/.editable"
         "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall .
         rm -rf build fleetwatch.egg-info
     else
@@ -85,14 +84,32 @@ ensure_venv() {
     flock -u 9
 }
 
+package_files() {
+    # What the editable install's link tree is made of: the package's files, by name, and
+    # pyproject.toml, which maps them into it.
+    { cat pyproject.toml
+      find src/fleetwatch exporter collectors tainter slurm report rules sim -type f \
+          ! -path '*/__pycache__/*' | LC_ALL=C sort
+    } | sha1sum
+}
+
 install_editable() {
     # strict: a tree of links to the checkout's files (build/__editable__.*), which mypy
     # finds through a plain .pth path (it cannot follow setuptools' default import hook).
-    # Edits show at once; a module or data file added to the package needs this again.
+    # Edits show at once through the links; the tree is remade only when a file is added,
+    # moved or deleted: setuptools empties it first, and a run importing from it at that
+    # moment (several `./dev.sh fuzz` at once) would find no fleetwatch.
     # Its output (setuptools' notice about the link tree) shows only when it fails.
-    local out
+    local out files
+    files=$(package_files)
+    if [ -f "$VENV/.editable" ] && [ "$(cat "$VENV/.editable")" = "$files" ] \
+        && compgen -G "build/__editable__.*" >/dev/null; then
+        return 0
+    fi
+    rm -rf build fleetwatch.egg-info
     out=$("$VENV/bin/pip" install -q --no-deps --no-build-isolation \
         --config-settings editable_mode=strict -e . 2>&1) || { echo "$out" >&2; return 1; }
+    echo "$files" >"$VENV/.editable"
 }
 
 case "${1:-}" in
@@ -107,7 +124,7 @@ case "${1:-}" in
         # One run against the wheel (what ships: a file left out of it fails here), then the
         # editable install back for the everyday loop, however the run ends.
         ensure_venv dev wheel
-        trap 'rm -rf build fleetwatch.egg-info; install_editable' EXIT
+        trap install_editable EXIT
         shift
         export FLEETWATCH_TEST_WHEEL=1
         "$VENV/bin/ruff" check .
