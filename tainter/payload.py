@@ -59,8 +59,9 @@ def taint_key(reason: str) -> str:
     return KEY_PREFIX + reason
 
 
-def _parse_time(value: Any, where: str) -> datetime | None:
-    """RFC 3339 time; Go's zero time (`0001-01-01T00:00:00Z`) means "not set"."""
+def parse_time(value: Any, where: str) -> datetime | None:
+    """RFC 3339 time, with its zone (Alertmanager writes every time in UTC); Go's zero time
+    (`0001-01-01T00:00:00Z`) means "not set". PayloadError naming `where` otherwise."""
     if not isinstance(value, str):
         raise PayloadError(f"{where}: expected an RFC 3339 time string")
     try:
@@ -72,7 +73,15 @@ def _parse_time(value: Any, where: str) -> datetime | None:
     return None if parsed.year <= 1 else parsed
 
 
-def _string_map(value: Any, where: str) -> Mapping[str, str]:
+def required_time(value: Any, where: str) -> datetime:
+    """`parse_time` of a time that must be set (an alert's start)."""
+    parsed = parse_time(value, where)
+    if parsed is None:
+        raise PayloadError(f"{where}: missing")
+    return parsed
+
+
+def string_map(value: Any, where: str) -> Mapping[str, str]:
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
@@ -149,19 +158,16 @@ def parse_webhook(body: Any) -> list[AlertState]:
             raise PayloadError(
                 f"{where}.status: expected firing or resolved, got {str(status)[:80]!r}"
             )
-        labels = _string_map(alert.get("labels"), f"{where}.labels")
+        labels = string_map(alert.get("labels"), f"{where}.labels")
         fingerprint = alert.get("fingerprint", "")
         if not isinstance(fingerprint, str):
             raise PayloadError(f"{where}.fingerprint: expected a string")
-        starts_at = _parse_time(alert.get("startsAt"), f"{where}.startsAt")
-        if starts_at is None:
-            raise PayloadError(f"{where}.startsAt: missing")
         state = alert_from_labels(
             labels=labels,
             fingerprint=fingerprint,
             firing=status == "firing",
-            starts_at=starts_at,
-            ends_at=_parse_time(alert.get("endsAt"), f"{where}.endsAt"),
+            starts_at=required_time(alert.get("startsAt"), f"{where}.startsAt"),
+            ends_at=parse_time(alert.get("endsAt"), f"{where}.endsAt"),
             where=where,
         )
         if state is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 import aiohttp
@@ -25,7 +24,13 @@ import aiohttp
 from fleetwatch.promclient import PrometheusAccess, PrometheusClientError
 from fleetwatch.rules.contract import NODE_PLACEHOLDER
 from fleetwatch.tainter.metrics import TainterMetrics
-from fleetwatch.tainter.payload import AlertState, PayloadError, alert_from_labels
+from fleetwatch.tainter.payload import (
+    AlertState,
+    PayloadError,
+    alert_from_labels,
+    required_time,
+    string_map,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,16 +205,20 @@ class AlertmanagerAlerts:
             if not isinstance(item, dict):
                 log.warning("skipping malformed Alertmanager alert", extra={"item": str(item)[:80]})
                 continue
+            where = f"alertmanager alert {str(item.get('fingerprint'))[:80]}"
             try:
+                fingerprint = item.get("fingerprint", "")
+                if not isinstance(fingerprint, str):
+                    raise PayloadError(f"{where}: fingerprint is not a string")
                 state = alert_from_labels(
-                    labels=item.get("labels") or {},
-                    fingerprint=item.get("fingerprint", ""),
+                    labels=string_map(item.get("labels"), f"{where}.labels"),
+                    fingerprint=fingerprint,
                     firing=True,
-                    starts_at=datetime.fromisoformat(item["startsAt"]),
+                    starts_at=required_time(item.get("startsAt"), f"{where}.startsAt"),
                     ends_at=None,
-                    where=f"alertmanager alert {item.get('fingerprint')}",
+                    where=where,
                 )
-            except (PayloadError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            except PayloadError as exc:
                 log.warning("skipping malformed Alertmanager alert", extra={"error": str(exc)})
                 continue
             if state is not None:
