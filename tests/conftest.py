@@ -95,9 +95,8 @@ REAL_SLURM: Final = ("tests/slurm/", "tests/faults/test_slurmctld_full_disk.py")
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`./dev.sh test`'s schedule (`--dist loadfile`): each module whole on one pytest-xdist
     worker (its servers start once), and the real Slurm clusters' modules all on one, one
-    cluster at a time: slurmctld 22.05 lost a stand-in reboot's end when two clusters and the
-    rest of the suite crowded two cores. Optional: a run without pytest-xdist (`-p no:xdist`)
-    does not know the hook."""
+    cluster at a time, so their daemons' second-grained timers run as on a cluster of their
+    own. Optional: a run without pytest-xdist (`-p no:xdist`) does not know the hook."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from fleetwatch.tainter.slurm_backend import (
     GuardedScontrol,
     SlurmNodeApi,
     StateFile,
+    answering,
     drain_reason,
     drained_by_us,
     held_by_others,
@@ -103,6 +105,31 @@ def test_whose_hold(state: str, reason: str, by_us: bool, by_others: bool) -> No
         )
     )
     assert whose(node) == (by_us, by_others)
+
+
+@pytest.mark.parametrize(
+    ("state", "boot_time", "seconds_after", "answers"),
+    [
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.0, False),  # registered in this very second
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.99, False),
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 1.0, True),
+        ("IDLE+DRAIN", "None", 0.0, True),  # never registered: nothing to wait out
+        ("IDLE*+DRAIN", "2026-12-03T05:00:00", 60.0, False),
+        ("IDLE+DRAIN+NOT_RESPONDING", "2026-12-03T05:00:00", 60.0, False),
+    ],
+)
+def test_a_node_answers_once_heard_and_booted_before_this_second(
+    state: str, boot_time: str, seconds_after: float, answers: bool
+) -> None:
+    """A reboot is asked only of a node that answers and did not boot in this very second:
+    slurmctld 22.05 loses the end of a reboot issued in the second the node booted."""
+    node = Node.parse(
+        REAL_LINE.replace("State=IDLE+DRAIN", f"State={state}").replace(
+            "BootTime=2026-12-03T05:00:00", f"BootTime={boot_time}"
+        )
+    )
+    booted = datetime.fromisoformat("2026-12-03T05:00:00").timestamp()
+    assert answering(node, now=booted + seconds_after) is answers
 
 
 def test_drain_reason_names_fleetwatch_the_reason_and_the_alert() -> None:
