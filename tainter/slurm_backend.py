@@ -188,22 +188,24 @@ def rebooting_for_us(node: Node) -> bool:
     return drained_by_us(node) and bool(_flags(node) & REBOOT_FLAGS)
 
 
-def answering(node: Node, *, now: float | None = None) -> bool:
-    """slurmctld hears from the node's slurmd: no NOT_RESPONDING flag (`*` in short form),
-    and the slurmd did not register in this very second (`BootTime`, local time, as `now`).
+def answering(node: Node) -> bool:
+    """slurmctld hears from the node's slurmd: no NOT_RESPONDING flag (`*` in short form).
     A reboot asked of a node that does not answer yet (its slurmd just restarted) can be
-    lost: slurmctld 22.05 then never takes the next registration as the reboot's end. So can
-    one issued in the second the node booted: slurmctld waits for the reboot only while the
-    node's boot time is before the reboot's request time, in whole seconds, so it takes the
-    reboot's own answer for the node's return and leaves it `IDLE+DRAIN+REBOOT_ISSUED` for
-    good (tried on a real 22.05: an `scontrol reboot` in the boot's second, every time)."""
-    if "NOT_RESPONDING" in _flags(node) or "*" in node.state:
-        return False
+    lost: slurmctld 22.05 then never takes the next registration as the reboot's end."""
+    return "NOT_RESPONDING" not in _flags(node) and "*" not in node.state
+
+
+def booted_this_second(node: Node, *, now: float | None = None) -> bool:
+    """The node's slurmd registered in this very second (`BootTime`, local time, as `now`).
+    A reboot issued in that second is lost too: slurmctld 22.05 waits for a reboot only
+    while the node's boot time is before the reboot's request time, in whole seconds, so it
+    takes the reboot's own answer for the node's return and leaves it
+    `IDLE+DRAIN+REBOOT_ISSUED` for good (tried on a real 22.05: every time)."""
     try:
         booted = datetime.fromisoformat(node.fields.get("BootTime", "")).timestamp()
     except ValueError:  # None, Unknown: no registration to wait out
-        return True
-    return int(time.time() if now is None else now) > int(booted)
+        return False
+    return int(time.time() if now is None else now) <= int(booted)
 
 
 def held_by_others(node: Node) -> bool:
@@ -439,7 +441,8 @@ class SlurmNodeApi:
     ) -> RepairView:
         """Jobs on the node (allocated, mixed or completing), whether the reboot fleetwatch
         asked for is still under way (Slurm's reboot flags, or down with fleetwatch's
-        reason), and whether slurmctld hears from the node."""
+        reason), and whether slurmctld hears from the node: for a reboot about to be asked
+        (no ticket), not in the second its slurmd registered (`booted_this_second`)."""
         found = [n for n in await self._scontrol.nodes(name) if n.name == name]
         if not found:
             raise ApiError(status=404, reason=f"Slurm has no node {name!r}")
@@ -447,7 +450,7 @@ class SlurmNodeApi:
         return RepairView(
             jobs_running=bool(_flags(node) & JOB_FLAGS),
             repairing=rebooting_for_us(node),
-            answering=answering(node),
+            answering=answering(node) and (ticket is not None or not booted_this_second(node)),
             others_hold=f"{node.state}: {node.reason}" if held_by_others(node) else "",
         )
 

@@ -46,6 +46,7 @@ from fleetwatch.tainter.slurm_backend import (
     SlurmNodeApi,
     StateFile,
     answering,
+    booted_this_second,
     drain_reason,
     drained_by_us,
     held_by_others,
@@ -108,28 +109,29 @@ def test_whose_hold(state: str, reason: str, by_us: bool, by_others: bool) -> No
 
 
 @pytest.mark.parametrize(
-    ("state", "boot_time", "seconds_after", "answers"),
+    ("state", "boot_time", "seconds_after", "answers", "just_booted"),
     [
-        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.0, False),  # registered in this very second
-        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.99, False),
-        ("IDLE+DRAIN", "2026-12-03T05:00:00", 1.0, True),
-        ("IDLE+DRAIN", "None", 0.0, True),  # never registered: nothing to wait out
-        ("IDLE*+DRAIN", "2026-12-03T05:00:00", 60.0, False),
-        ("IDLE+DRAIN+NOT_RESPONDING", "2026-12-03T05:00:00", 60.0, False),
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.0, True, True),  # registered in this second
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 0.99, True, True),
+        ("IDLE+DRAIN", "2026-12-03T05:00:00", 1.0, True, False),
+        ("IDLE+DRAIN", "None", 0.0, True, False),  # never registered: nothing to wait out
+        ("IDLE*+DRAIN", "2026-12-03T05:00:00", 60.0, False, False),
+        ("IDLE+DRAIN+NOT_RESPONDING", "2026-12-03T05:00:00", 60.0, False, False),
     ],
 )
-def test_a_node_answers_once_heard_and_booted_before_this_second(
-    state: str, boot_time: str, seconds_after: float, answers: bool
+def test_a_reboot_waits_for_a_node_that_answers_and_did_not_boot_this_second(
+    state: str, boot_time: str, seconds_after: float, answers: bool, just_booted: bool
 ) -> None:
-    """A reboot is asked only of a node that answers and did not boot in this very second:
-    slurmctld 22.05 loses the end of a reboot issued in the second the node booted."""
+    """slurmctld 22.05 loses the end of a reboot asked of a node that does not answer, or in
+    the second the node booted."""
     node = Node.parse(
         REAL_LINE.replace("State=IDLE+DRAIN", f"State={state}").replace(
             "BootTime=2026-12-03T05:00:00", f"BootTime={boot_time}"
         )
     )
     booted = datetime.fromisoformat("2026-12-03T05:00:00").timestamp()
-    assert answering(node, now=booted + seconds_after) is answers
+    assert answering(node) is answers
+    assert booted_this_second(node, now=booted + seconds_after) is just_booted
 
 
 def test_drain_reason_names_fleetwatch_the_reason_and_the_alert() -> None:
