@@ -163,6 +163,11 @@ case "${1:-}" in
                 *) echo "usage: ./dev.sh fuzz [--examples N] [-k EXPR]" >&2; exit 2 ;;
             esac
         done
+        # The properties that write a file tree an example (sysfs, PCI, job mapping, configs)
+        # run about three times faster on a tmpfs than on a disk.
+        if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+            export TMPDIR=/dev/shm
+        fi
         # No per-test timeout: a property of N examples runs as long as N takes.
         FLEETWATCH_FUZZ_EXAMPLES=$examples FLEETWATCH_FUZZ_TABLE=docs/reliability.md \
             "$VENV/bin/pytest" -q -p no:cacheprovider --timeout=0 "${select[@]}" tests/fuzz
