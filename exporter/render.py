@@ -3,8 +3,9 @@
 `prometheus_client.generate_latest` formats every label set from scratch on every call
 (10 to 15 µs a series here). Our label sets are the same from one cycle to the next, so
 `Renderer` keeps each sample's formatted `{labels} ` text (one list shared by the families
-of the same label sets) and only formats the value each time. The output is byte-for-byte what `generate_latest` writes for the same
-families (a test holds it to that), so correctness is borrowed from the reference.
+of the same label sets) and only formats the value each time. The output is byte-for-byte
+what `generate_latest` writes for the same families (a test holds it to that), so
+correctness is borrowed from the reference.
 Every collector hands over `SeriesFamily`s (label dicts and values as two lists), the one
 family type: each is rendered from its two lists, with its prefixes kept while its label
 list holds the same dicts. A family whose label list and values are what they were at the
