@@ -24,8 +24,9 @@ from fleetwatch.catalog.storage import (
     STORAGE_PROBES_TOTAL,
 )
 from fleetwatch.collectors.families import FamilyBuilder
+from fleetwatch.collectors.sources.mount_calls import ProbeResult
 from fleetwatch.collectors.sources.mounts import Mount, mount_of
-from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed, ProbeResult
+from fleetwatch.collectors.sources.probe import PHASES, ProbeFailed
 from fleetwatch.logs import LogOnce
 
 

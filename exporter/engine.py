@@ -7,8 +7,10 @@ event loop, and a hung collector still blocks only itself. A run that raises
 or misses its deadline marks the collector down with the reason; a run still blocked is
 never stacked with another; its last good series are served until they are older than
 `max_staleness`, then dropped. Each successful run is rendered to exposition bytes in the
-worker, so a scrape only joins ready-made bytes: N scrapers cost nothing extra and a slow
-collector never slows a scrape.
+worker, so a scrape only writes ready-made bytes: N scrapers cost nothing extra and a slow
+collector never slows a scrape. The exposition is served as those parts, never joined into
+one page (`exposition_parts`): the text is held once, by the renderers (1.1 MB on a node
+with 50 NFS mounts, and as much again for each scrape's copy when it was joined).
 
 Scheduling is timer callbacks on the event loop, not a task per collector: a run's timer
 submits it to the worker and arms its deadline; the worker's hand-back marks it and times
@@ -23,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gzip
 import logging
 import platform
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -216,7 +218,7 @@ class Engine:
         self._workers: dict[str, _Worker] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
-        self._body: bytes | None = None
+        self._parts: tuple[bytes, ...] | None = None
         self._gzip: bytes | None = None
         self._valid_until = float("inf")
         self._first_cycle = asyncio.Event()
@@ -384,7 +386,7 @@ class Engine:
         self._invalidate()
 
     def _invalidate(self) -> None:
-        self._body = None
+        self._parts = None
         self._gzip = None
 
     def web_config_reloaded(self, _ok: bool) -> None:
@@ -392,11 +394,13 @@ class Engine:
         self._invalidate()
 
     # -- serving --------------------------------------------------------------------------
-    def exposition(self) -> bytes:
-        """The current exposition: every collector's latest good bytes plus self-metrics."""
+    def exposition_parts(self) -> tuple[bytes, ...]:
+        """The current exposition as its parts, in order (every collector's latest good
+        bytes as its renderer holds them, then the self-metrics): written as they are, the
+        text is never held joined."""
         now = self._clock()
-        if self._body is not None and now < self._valid_until:
-            return self._body
+        if self._parts is not None and now < self._valid_until:
+            return self._parts
         parts: list[bytes] = []
         valid_until = float("inf")
         for state in self._states:
@@ -419,14 +423,22 @@ class Engine:
                     extra={"collector": state.name, "age_seconds": round(now - state.body_time)},
                 )
         parts.extend(self._self_renderer.render_parts(self._self_families()))
-        self._body, self._gzip, self._valid_until = b"".join(parts), None, valid_until
-        return self._body
+        self._parts, self._gzip, self._valid_until = tuple(parts), None, valid_until
+        return self._parts
+
+    def exposition(self) -> bytes:
+        """The current exposition joined into one text (for tests and tools; /metrics
+        writes `exposition_parts`)."""
+        return b"".join(self.exposition_parts())
 
     def exposition_gzip(self) -> bytes:
-        """The exposition, gzip-compressed once per change."""
-        body = self.exposition()
+        """The exposition, gzip-compressed once per change, part by part."""
+        parts = self.exposition_parts()
         if self._gzip is None:
-            self._gzip = gzip.compress(body, compresslevel=5)
+            packer = zlib.compressobj(5, zlib.DEFLATED, 31)  # wbits 31: the gzip format
+            packed = [packer.compress(part) for part in parts]
+            packed.append(packer.flush())
+            self._gzip = b"".join(packed)
         return self._gzip
 
     def _self_families(self) -> list[SeriesFamily]:

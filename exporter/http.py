@@ -25,7 +25,7 @@ import asyncio
 import html
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -42,6 +42,8 @@ MAX_REQUEST_LINE: Final = 8190
 MAX_HEAD: Final = 16384
 """Longest request head, request line and headers together."""
 _TEXT: Final = "text/plain; charset=utf-8"
+WRITE_BYTES: Final = 65536
+"""About how many bytes of a response each transport write takes."""
 _REASONS: Final = {
     200: "OK",
     400: "Bad Request",
@@ -96,7 +98,7 @@ class Response:
     """What a handler answers; `Server` adds the framing and the web config's headers."""
 
     status: int
-    body: bytes
+    body: bytes | tuple[bytes, ...]  # parts, written in order (the exposition's)
     content_type: str = _TEXT
     headers: tuple[tuple[str, str], ...] = ()
 
@@ -162,7 +164,7 @@ def metrics(engine: Engine, request: Request) -> Response:
             CONTENT_TYPE,
             (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")),
         )
-    return Response(200, engine.exposition(), CONTENT_TYPE, (("Vary", "Accept-Encoding"),))
+    return Response(200, engine.exposition_parts(), CONTENT_TYPE, (("Vary", "Accept-Encoding"),))
 
 
 def healthz(engine: Engine, _: Request) -> Response:
@@ -243,13 +245,17 @@ class Server:
             return Response(405, b"405: Method Not Allowed\n", headers=(("Allow", "GET, HEAD"),))
         return handler(self.engine, request)
 
-    def frame(self, request: Request | None, response: Response, guard: WebGuard | None) -> bytes:
-        """The response's bytes: status line, headers (the web config's last), body."""
+    def frame(
+        self, request: Request | None, response: Response, guard: WebGuard | None
+    ) -> Iterator[bytes]:
+        """The response's bytes in writes: status line, headers (the web config's last),
+        body."""
         keep_alive = request is not None and request.keep_alive
+        parts = (response.body,) if isinstance(response.body, bytes) else response.body
         lines = [
             f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}",
             f"Content-Type: {response.content_type}",
-            f"Content-Length: {len(response.body)}",
+            f"Content-Length: {sum(map(len, parts))}",
             f"Connection: {'keep-alive' if keep_alive else 'close'}",
         ]
         lines += [f"{name}: {value}" for name, value in response.headers]
@@ -257,8 +263,26 @@ class Server:
             lines += [f"{name}: {value}" for name, value in guard.config().headers.items()]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         if request is not None and request.method == "HEAD":
-            return head
-        return head + response.body
+            return iter((head,))
+        return _writes(head, parts)
+
+
+def _writes(head: bytes, parts: tuple[bytes, ...]) -> Iterator[bytes]:
+    """`head` and `parts` as writes of about `WRITE_BYTES`: small parts (a family's header,
+    a small body) joined so a scrape costs a few socket writes, a large part written as it
+    is, so no copy of the whole text is made."""
+    pending, size = [head], len(head)
+    for part in parts:
+        if size + len(part) > WRITE_BYTES and size:
+            yield b"".join(pending)
+            pending, size = [], 0
+        if len(part) >= WRITE_BYTES:
+            yield part
+            continue
+        pending.append(part)
+        size += len(part)
+    if pending:
+        yield b"".join(pending)
 
 
 class _Connection(asyncio.Protocol):
@@ -379,7 +403,8 @@ class _Connection(asyncio.Protocol):
 
     def _send(self, request: Request, response: Response) -> None:
         assert self._transport is not None
-        self._transport.write(self._server.frame(request, response, self._listener.web))
+        for data in self._server.frame(request, response, self._listener.web):
+            self._transport.write(data)
         if not request.keep_alive:
             self.close()
 
@@ -388,7 +413,8 @@ class _Connection(asyncio.Protocol):
         log.debug("bad request", extra={"status": error.status, "reason": str(error)})
         assert self._transport is not None
         response = _text(error.status, f"{error}\n")
-        self._transport.write(self._server.frame(None, response, self._listener.web))
+        for data in self._server.frame(None, response, self._listener.web):
+            self._transport.write(data)
         self.close()
 
 

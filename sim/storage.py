@@ -22,9 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from fleetwatch.collectors.sources.mount_calls import Capacity, MountCalls, MountReading
+from fleetwatch.collectors.sources.mount_calls import (
+    Capacity,
+    MountCalls,
+    MountReading,
+    ProbeResult,
+)
 from fleetwatch.collectors.sources.mounts import read_mount_file
-from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
+from fleetwatch.collectors.sources.probe import ProbeFailed
 from fleetwatch.sim.scenario import MountSpec
 from fleetwatch.sim.world import MOUNT_WSIZE, SimulatedNode
 

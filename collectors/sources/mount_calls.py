@@ -4,7 +4,7 @@ A call on a hung mount can block in the kernel where not even SIGKILL ends it: a
 request the server has read but not answered is waited for uninterruptibly, and a process
 with one such thread cannot exit, so a thread of the exporter stuck there would hold a
 DaemonSet rollout until the mount answered. The calls therefore run in one helper process
-(`python -m fleetwatch.collectors.sources.mount_helper`), one thread per mount inside it; the
+(`mount_helper.HELPER_ARGV`), a mount's calls one at a time inside it; the
 exporter's side only sends on a pipe (`MountCalls.start`) and one thread reads the replies
 (`MountCalls.call` waits for one), which never blocks an exit. When the
 exporter stops, the helper sees its stdin close and exits as soon as no call is stuck (a
@@ -29,9 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleetwatch.collectors.sources.mount_helper import STATVFS_FIELDS, read_frame, write_frame
+from fleetwatch.collectors.sources.mount_helper import (
+    HELPER_ARGV,
+    STATVFS_FIELDS,
+    read_frame,
+    write_frame,
+)
 from fleetwatch.collectors.sources.mounts import reach
-from fleetwatch.collectors.sources.probe import ProbeFailed, ProbeResult
+from fleetwatch.collectors.sources.probe import ProbeFailed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +49,16 @@ class Capacity:
     inodes: int
     inodes_free: int
     read_only: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeResult:
+    """One successful probe: seconds per phase (`PHASES` order) and bytes moved each way.
+    Made here from the helper's reply, not in `probe`, which runs in the helper and loads
+    neither `dataclasses` nor `collections` there."""
+
+    seconds: dict[str, float]
+    size: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +144,7 @@ class MountCalls:
 
     def __init__(self, rootfs: Path = Path("/"), argv: list[str] | None = None) -> None:
         self._rootfs = str(rootfs)
-        self._argv = argv or [sys.executable, "-m", "fleetwatch.collectors.sources.mount_helper"]
+        self._argv = argv or [sys.executable, *HELPER_ARGV]
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._pending: dict[int, Done] = {}

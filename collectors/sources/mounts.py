@@ -76,7 +76,7 @@ def _is_count(text: str) -> bool:
     return _COUNT.fullmatch(text) is not None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LineProblem:
     """A line that could not be parsed: which file, which line (from 1), and why."""
 
@@ -85,7 +85,7 @@ class LineProblem:
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Mount:
     """One mountinfo line: where, what, from where, and whether it is read-only."""
 
@@ -105,7 +105,7 @@ class Mount:
         return host if colon and not self.source.startswith("/") else ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NfsOperation:
     """One per-op statistics line; times are cumulative milliseconds, `errors` is None on
     kernels that do not write the ninth field."""
@@ -122,7 +122,7 @@ class NfsOperation:
     errors: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NfsStats:
     """The NFS client counters of one mount from mountstats.
 
@@ -137,7 +137,7 @@ class NfsStats:
     operations: tuple[NfsOperation, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MountStatsEntry:
     """One `device ... mounted on ...` block; `nfs` is None for a mount with no NFS lines."""
 
@@ -147,7 +147,7 @@ class MountStatsEntry:
     nfs: NfsStats | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DiskStats:
     """One block device's cumulative I/O from diskstats, in bytes and completed requests."""
 

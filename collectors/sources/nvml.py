@@ -88,11 +88,19 @@ NVLINK_ERROR_COUNTERS: Final = {
 # named the same in nvml.h (`NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY` is the counter
 # `NVML_NVLINK_ERROR_DL_REPLAY` counts): read in the GPU's one batched call. The field
 # `..._DL_CRC` (163) is not here: one CRC counter where the per-link call tells flit and
-# data CRC errors apart, so which one it is needs real hardware to confirm; nor the state
-# field 165 (an Active/Inactive value whose encoding the header does not give).
+# data CRC errors apart, so which one it is needs real hardware to confirm.
 NVLINK_ERROR_FIELDS: Final = {
     "replay": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
     "recovery": pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+}
+# A link's state as a link-scoped field, in the same batch. nvml.h gives its values
+# (`NVML_NVLINK_STATE_*`): ACTIVE and INACTIVE are what `nvmlDeviceGetNvLinkState` answers
+# as enabled and disabled; a link asleep or active with traffic disabled (NVLink power
+# states) is asked with the per-link call, as is a link the field does not answer.
+NVLINK_STATE_FIELD: Final = pynvml.NVML_FI_DEV_NVLINK_GET_STATE
+NVLINK_FIELD_STATES: Final = {
+    pynvml.NVML_NVLINK_STATE_ACTIVE: True,
+    pynvml.NVML_NVLINK_STATE_INACTIVE: False,
 }
 NVLINK5_FIELDS: Final = {
     "symbol": pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS,
@@ -503,11 +511,12 @@ class NvmlSource:
     def read_nvlinks(self, gpu: Gpu, *, nvlink5: bool) -> GpuLinksReading:
         """State and per-link error counters (legacy totals read 0 on Hopper: not used).
 
-        One batched field-value call per GPU carries the replay and recovery counters of
-        every link (`NVLINK_ERROR_FIELDS`) and, with `nvlink5`, the NVLink5 counters; a
-        value the batch does not answer is read with the per-link call, and a GPU whose
-        batch answers none of a group's fields is not asked for that group again. The
-        state and the CRC and ECC counters are per-link calls.
+        One batched field-value call per GPU carries the state (`NVLINK_STATE_FIELD`) and
+        the replay and recovery counters of every link (`NVLINK_ERROR_FIELDS`) and, with
+        `nvlink5`, the NVLink5 counters; a value the batch does not answer (or a state other
+        than active or inactive) is read with the per-link call, and a GPU whose batch
+        answers none of a group's fields is not asked for that group again. The CRC and ECC
+        counters are per-link calls.
         """
         calls = Calls(self.lib, gpu.index)
         h = gpu.handle
@@ -515,6 +524,7 @@ class NvmlSource:
         groups = {
             group: fields
             for group, fields, wanted in (
+                ("state", {"state": NVLINK_STATE_FIELD}, True),
                 ("errors", NVLINK_ERROR_FIELDS, True),
                 ("nvlink5", NVLINK5_FIELDS, nvlink5),
             )
@@ -536,11 +546,13 @@ class NvmlSource:
         counters = tuple(NVLINK_ERROR_COUNTERS.items())
         readings = []
         for link in links:
-            try:
-                up: bool | None = bool(state_of(h, link))
-            except pynvml.NVMLError as exc:
-                calls.sort("nvmlDeviceGetNvLinkState", exc)
-                up = None
+            state = batch.get((NVLINK_STATE_FIELD, link))
+            up = None if state is None else NVLINK_FIELD_STATES.get(state)  # 1.0 finds 1; NaN none
+            if up is None:
+                try:
+                    up = bool(state_of(h, link))
+                except pynvml.NVMLError as exc:
+                    calls.sort("nvmlDeviceGetNvLinkState", exc)
             errors: dict[str, float | None] = {}
             for name, code in counters:
                 field_id = NVLINK_ERROR_FIELDS.get(name)

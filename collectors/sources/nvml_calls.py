@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import functools
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,7 +39,10 @@ _FIELD_VALUE_ATTRS: Final = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVa
 # a batch of a hundred values is decoded by one C-level unpack, not five attribute reads each.
 _FIELD_RECORD: Final = struct.Struct("@IIqqII8s")
 _FIELD_UNION: Final = tuple(struct.Struct("@" + code) for code in "dILQqiH")
-_FIELD_RECORD_MATCHES: Final = _FIELD_RECORD.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+_FIELD_RECORD_MATCHES: Final = (
+    _FIELD_RECORD.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+    and struct.calcsize("@" + "IIqqIIQ" * 2) == 2 * _FIELD_RECORD.size
+)
 
 
 class GpuLostError(Exception):
@@ -115,13 +119,31 @@ def field_values(results: Any) -> list[float | None]:
     """
     if not (_FIELD_RECORD_MATCHES and isinstance(results, ctypes.Array)):
         return [field_value(result) for result in results]
-    values: list[float | None] = []
-    for *_, value_type, returned, union in _FIELD_RECORD.iter_unpack(bytes(results)):
-        if returned != pynvml.NVML_SUCCESS or not 0 <= value_type < len(_FIELD_UNION):
-            values.append(None)
-        else:
-            values.append(float(_FIELD_UNION[value_type].unpack_from(union)[0]))
-    return values
+    fields = _records(len(results)).unpack(bytes(results))
+    return [
+        (float(raw) if value_type == _ULL else _union_value(value_type, raw))
+        if returned == pynvml.NVML_SUCCESS
+        else None
+        for value_type, returned, raw in zip(fields[4::7], fields[5::7], fields[6::7], strict=True)
+    ]
+
+
+_ULL: Final = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG  # counters: most of a batch
+
+
+@functools.cache
+def _records(count: int) -> struct.Struct:
+    """`count` field-value records in one C-level unpack, each union read as its 8 bytes'
+    unsigned integer (the union member of another value type is made from those bytes)."""
+    return struct.Struct("@" + "IIqqIIQ" * count)
+
+
+def _union_value(value_type: int, raw: int) -> float | None:
+    """The union's member for `value_type` from its 8 bytes as an unsigned integer; None
+    for a value type this code does not know."""
+    if not 0 <= value_type < len(_FIELD_UNION):
+        return None
+    return float(_FIELD_UNION[value_type].unpack_from(raw.to_bytes(8, sys.byteorder))[0])
 
 
 FieldId = int | tuple[int, int]

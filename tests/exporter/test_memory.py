@@ -1,11 +1,13 @@
 """What the exporter does to hold less: the version as a constant of the package (not
-`importlib.metadata`), a UUID's text without `uuid`, label dicts shared between families."""
+`importlib.metadata`), a UUID's text without `uuid`, label dicts shared between families,
+/metrics written in parts."""
 
 from __future__ import annotations
 
 import tomllib
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -15,6 +17,8 @@ import fleetwatch
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.families import LabelCache
 from fleetwatch.collectors.sources.nvml import uuid_text
+from fleetwatch.exporter.engine import Engine
+from fleetwatch.exporter.http import WRITE_BYTES, Request, Response, make_app
 
 ROOT = Path(__file__).parents[2]
 
@@ -52,3 +56,19 @@ def test_families_with_the_same_label_names_share_label_dicts() -> None:
     assert cache.labels("fleetwatch_test_bytes_total", ("/ckpt",)) == {"m": "/ckpt"}
     with pytest.raises(ValueError, match="expected labels"):
         cache.labels("fleetwatch_test_rtt_total", ("/ckpt",))
+
+
+@given(st.lists(st.integers(min_value=0, max_value=3 * WRITE_BYTES), max_size=12))
+def test_metrics_are_written_in_parts_never_joined_whole(sizes: list[int]) -> None:
+    """A response of many parts goes out as its exact bytes, in writes no larger than
+    `WRITE_BYTES` except a single part that large (written as it is, not copied)."""
+    parts = tuple(bytes([65 + n % 26]) * size for n, size in enumerate(sizes))
+    server = make_app(cast("Engine", None))
+    request = Request(method="GET", path="/metrics", headers={}, keep_alive=True)
+    writes = list(server.frame(request, Response(200, parts), None))
+    head, _, body = b"".join(writes).partition(b"\r\n\r\n")
+    assert body == b"".join(parts)
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert all(len(w) <= WRITE_BYTES or w in parts for w in writes)
+    head_request = Request(method="HEAD", path="/metrics", headers={}, keep_alive=True)
+    assert b"".join(server.frame(head_request, Response(200, parts), None)).endswith(b"\r\n\r\n")

@@ -43,6 +43,8 @@ def _families(cache: LabelCache, cycle: list[dict[str, float | None]]) -> list[S
 # Found by Hypothesis: 0.0 after -0.0 compares equal as a float, so a cache keyed on float
 # equality kept writing "-0" (values are compared bit for bit now).
 @example([[{}, {"0": -0.0}], [{}, {"0": 0.0}]])
+# Two families of the same label sets share their prefixes; then one gains a GPU.
+@example([[{"0": 1.0}, {"0": 2.0}], [{"0": 1.0, "1": 1.0}, {"0": 2.0}], [{"0": 1.0}, {"0": 3.0}]])
 def test_every_render_is_what_a_fresh_render_writes(
     cycles: list[list[dict[str, float | None]]],
 ) -> None:

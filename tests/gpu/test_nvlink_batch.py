@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetwatch.collectors.sources.nvml import NVLINK_ERROR_FIELDS, NvmlSource
+from fleetwatch.collectors.sources.nvml import NVLINK_ERROR_FIELDS, NVLINK_STATE_FIELD, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import field_value, field_values
 from fleetwatch.sim.nvml_records import FakeFieldValue, FakeHandle, FakeValue
 from fleetwatch.sim.scenario import load_scenario
@@ -31,14 +31,26 @@ from tests.gpu.simnode import ControlledNvml
 BATCHED = 1000.0  # what the batch answers, where the per-link call answers 0
 
 
+# Field 165 by link: active and inactive (taken from the batch, the inactive one against
+# what the per-link call answers), asleep (asked per link); NotSupported on the others.
+BATCHED_STATES = {
+    0: pynvml.NVML_NVLINK_STATE_ACTIVE,
+    1: pynvml.NVML_NVLINK_STATE_SLEEP,
+    2: pynvml.NVML_NVLINK_STATE_INACTIVE,
+    4: pynvml.NVML_NVLINK_STATE_ACTIVE,
+}
+
+
 class LinkFieldsNvml(ControlledNvml):
     """Answers the link-scoped replay and recovery fields on even links only (BATCHED plus
-    the link), NotSupported on odd ones, and counts the per-link counter calls."""
+    the link), NotSupported on odd ones, the state field as `BATCHED_STATES`, and counts
+    the per-link counter and state calls."""
 
     def __init__(self, *, node: SimulatedNode, answer: bool = True) -> None:
         super().__init__(node=node)
         self.answer = answer
         self.counter_calls: Counter[tuple[int, int]] = Counter()
+        self.state_calls: Counter[int] = Counter()
         self.batches = 0
 
     def nvmlDeviceGetFieldValues(
@@ -49,6 +61,14 @@ class LinkFieldsNvml(ControlledNvml):
 
     def _field(self, gpu: int, requested: int | tuple[int, int]) -> FakeFieldValue:
         field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+        if field_id == NVLINK_STATE_FIELD:
+            state = BATCHED_STATES.get(scope) if self.answer else None
+            return FakeFieldValue(
+                fieldId=field_id,
+                scopeId=scope,
+                nvmlReturn=pynvml.NVML_ERROR_NOT_SUPPORTED if state is None else 0,
+                value=FakeValue(ullVal=state or 0),
+            )
         if field_id not in NVLINK_ERROR_FIELDS.values():
             return super()._field(gpu, requested)
         answered = self.answer and scope % 2 == 0
@@ -58,6 +78,10 @@ class LinkFieldsNvml(ControlledNvml):
             nvmlReturn=pynvml.NVML_SUCCESS if answered else pynvml.NVML_ERROR_NOT_SUPPORTED,
             value=FakeValue(ullVal=int(BATCHED) + scope),
         )
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> Any:
+        self.state_calls[link] += 1
+        return super().nvmlDeviceGetNvLinkState(handle, link)
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeHandle, link: int, counter: int) -> Any:
         self.counter_calls[(link, counter)] += 1
@@ -82,6 +106,19 @@ def test_replay_and_recovery_come_from_the_batch_and_the_per_link_call_fills_in(
         assert fake.counter_calls[(link.link, replay)] == (0 if batched else 1)
         assert link.errors["crc_flit"] == 0.0  # never batched: the per-link call
     assert reading.failures == ()
+
+
+def test_an_active_or_inactive_state_comes_from_the_batch_and_others_per_link() -> None:
+    fake, nvml = source()
+    gpu = nvml.gpus()[0]
+    nvml.nvlinks(gpu)  # the links are probed once by state, before any cycle
+    fake.state_calls.clear()
+    reading = nvml.read_nvlinks(gpu, nvlink5=False)
+    ups = {link.link: link.up for link in reading.links}
+    assert (ups[0], ups[2], ups[4]) == (True, False, True)  # as the batch says
+    asked = {link for link in ups if link not in (0, 2, 4)}  # asleep, or not answered
+    assert set(fake.state_calls) == asked
+    assert all(fake.state_calls[link] == 1 and ups[link] is True for link in asked)
 
 
 def test_a_gpu_whose_batch_answers_none_of_the_fields_is_not_asked_again() -> None:

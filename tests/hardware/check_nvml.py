@@ -141,8 +141,10 @@ def main() -> int:
     print(
         "\n== NVLink fields, batched (nvmlDeviceGetFieldValues, scopeId = link) beside the "
         "per-link calls: replay 161 | call, recovery 162 | call (batched by the exporter), "
-        "CRC 163 | crc_flit call, crc_data call, state 165 | nvmlDeviceGetNvLinkState (163 "
-        "and 165 stay per-link calls until hardware shows which call each agrees with)"
+        "CRC 163 | crc_flit call, crc_data call, state 165 | nvmlDeviceGetNvLinkState (165 "
+        "batched by the exporter where it reads ACTIVE 1 or INACTIVE 0, which must agree with "
+        "the call's 1 and 0; 163 stays a per-link call until hardware shows which call it "
+        "agrees with)"
     )
     direct = NvmlSource(lib=pynvml)  # untimed: its batches call NVML's C function directly
     for gpu in source.gpus():

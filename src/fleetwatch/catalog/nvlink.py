@@ -19,7 +19,10 @@ NVLINK_UP: Final = FAMILIES.declare(
     "1 when the NVLink is active, 0 when it is down.",
     ("gpu", "uuid", "link"),
     unit="0/1",
-    source="`nvmlDeviceGetNvLinkState`",
+    source=(
+        "`nvmlDeviceGetNvLinkState`, or field 165 of the GPU's batched call where it reads "
+        "active or inactive"
+    ),
     series="G × L",
 )
 
