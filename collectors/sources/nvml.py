@@ -48,8 +48,6 @@ _NO_DRIVER: Final = (
     pynvml.NVMLError_LibraryNotFound,
     pynvml.NVMLError_DriverNotLoaded,
 )
-# Link indices past the real count raise these (B200/GB200: 18 links, 36 claimed).
-_NO_SUCH_LINK: Final = (pynvml.NVMLError_InvalidArgument, pynvml.NVMLError_NotSupported)
 
 NVLINK_MAX_LINKS: Final = 36
 THRESHOLDS: Final = {
@@ -493,19 +491,27 @@ class NvmlSource:
         """Indices of the links this GPU really has, probed once by state.
 
         NVML claims up to 36 links; B200/GB200 have 18 and answer InvalidArgument past
-        them, which means "no such link", not an error.
+        them, which means "no such link", not an error; a GPU without NVLink answers
+        NotSupported. A GPU that answered InvalidArgument for every link, link 0 too, gave
+        no answer a GPU gives: it is asked again at the next cycle, not taken as linkless.
         """
         links = self._links.get(gpu.index)
         if links is None:
             found: list[int] = []
+            unsupported = False
             for link in range(NVLINK_MAX_LINKS):
                 with classified("nvmlDeviceGetNvLinkState", gpu=gpu.index):
                     try:
                         self.lib.nvmlDeviceGetNvLinkState(gpu.handle, link)
-                    except _NO_SUCH_LINK:
+                    except pynvml.NVMLError_NotSupported:
+                        unsupported = True
+                        continue
+                    except pynvml.NVMLError_InvalidArgument:
                         continue
                 found.append(link)
-            links = self._links[gpu.index] = tuple(found)
+            links = tuple(found)
+            if links or unsupported:
+                self._links[gpu.index] = links
         return links
 
     def read_nvlinks(self, gpu: Gpu, *, nvlink5: bool) -> GpuLinksReading:

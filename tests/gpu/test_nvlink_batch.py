@@ -201,3 +201,38 @@ def test_the_prepared_batch_reads_what_pynvml_reads_on_the_mock(tmp_path: Path) 
     assert read["prepared"], "the C function was not used"
     assert read["rounds"] == [read["slow"], read["slow"]]
     assert read["slow"][3] == 1.0  # link 0's state field: active
+
+
+class ProbeNvml(LinkFieldsNvml):
+    """The link probe answering `refusal` for every link while `refusal` is set."""
+
+    refusal: type[pynvml.NVMLError] | None = None
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> Any:
+        if self.refusal is not None:
+            self.state_calls[link] += 1
+            raise self.refusal(0)
+        return super().nvmlDeviceGetNvLinkState(handle, link)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "probed_again"),
+    [
+        (pynvml.NVMLError_InvalidArgument, True),  # no answer a GPU gives: asked again
+        (pynvml.NVMLError_NotSupported, False),  # a GPU without NVLink: asked once
+    ],
+)
+def test_a_gpu_whose_every_link_is_refused_is_probed_again_only_when_invalid(
+    refusal: type[pynvml.NVMLError], probed_again: bool
+) -> None:
+    node = SimulatedNode(scenario=load_scenario("dgx-h100"), clock=FixedClock(120.0))
+    fake = ProbeNvml(node=node)
+    nvml = NvmlSource(lib=fake)
+    gpu = nvml.gpus()[0]
+    fake.refusal = refusal
+    assert nvml.nvlinks(gpu) == ()
+    assert sum(fake.state_calls.values()) == 36
+    fake.refusal = None
+    links = nvml.nvlinks(gpu)
+    assert (len(links) == 18) is probed_again
+    assert bool(nvml.read_nvlinks(gpu, nvlink5=False).links) is probed_again
