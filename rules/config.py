@@ -16,6 +16,8 @@ report use. This module is what they import at run time (it writes no file):
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -308,10 +310,20 @@ def shipped_text(name: str) -> str:
     return resources.files(PACKAGE).joinpath(name).read_text(encoding="utf-8")
 
 
+@functools.cache
+def _shipped_tree() -> Any:
+    """The shipped config.yaml, parsed once a process: package data that does not change
+    while the process runs (PyYAML's pure-Python parse of it is most of a load's time)."""
+    return yaml.safe_load(shipped_text("config.yaml"))
+
+
 def _read_yaml(path: Path | None, source: str) -> Any:
-    """The YAML of `path` (the shipped config.yaml when None); ConfigError naming `source`."""
+    """The YAML of `path` (a copy of the shipped config.yaml when None, so no caller's
+    config shares a list with another's); ConfigError naming `source`."""
     try:
-        return yaml.safe_load(path.read_text() if path is not None else shipped_text("config.yaml"))
+        if path is None:
+            return copy.deepcopy(_shipped_tree())
+        return yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
@@ -348,14 +360,15 @@ def load_config(path: Path | None = None, *, override: Path | None = None) -> Co
     is refused once it is merged.
     """
     source = str(path) if path is not None else f"{PACKAGE}/config.yaml"
-    config = _validated(_read_yaml(path, source), source, None)
+    base = _read_yaml(path, source)
+    config = _validated(base, source, None)
     if override is None:
         return config
     changes = _read_yaml(override, str(override))
     if changes is None:
         return config
     top = _mapping(str(override), changes, "(top level)")
-    return _validated(merged(_read_yaml(path, source), top), str(override), config.schema)
+    return _validated(merged(base, top), str(override), config.schema)
 
 
 _TOP_LEVEL: Final = (
