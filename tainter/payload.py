@@ -92,13 +92,14 @@ def string_map(value: Any, where: str) -> Mapping[str, str]:
 def alert_from_labels(
     *,
     labels: Mapping[str, str],
-    fingerprint: str,
+    fingerprint: object,
     firing: bool,
     starts_at: datetime,
     ends_at: datetime | None,
     where: str,
 ) -> AlertState | None:
-    """The taint request an alert makes, or None when it asks for none."""
+    """The taint request an alert makes, or None when it asks for none (its fingerprint
+    is not judged then: an alert the tainter does not act on is skipped whole)."""
     reason = labels.get(TAINT_LABEL)
     if reason is None or reason == "":
         return None
@@ -120,8 +121,8 @@ def alert_from_labels(
         raise PayloadError(
             f"{where}: label alertname={alertname[:80]!r} is missing or cannot be a taint value"
         )
-    if not fingerprint:
-        raise PayloadError(f"{where}: fingerprint is missing")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise PayloadError(f"{where}.fingerprint: expected a non-empty string")
     return AlertState(
         fingerprint=fingerprint,
         firing=firing,
@@ -159,12 +160,9 @@ def parse_webhook(body: Any) -> list[AlertState]:
                 f"{where}.status: expected firing or resolved, got {str(status)[:80]!r}"
             )
         labels = string_map(alert.get("labels"), f"{where}.labels")
-        fingerprint = alert.get("fingerprint", "")
-        if not isinstance(fingerprint, str):
-            raise PayloadError(f"{where}.fingerprint: expected a string")
         state = alert_from_labels(
             labels=labels,
-            fingerprint=fingerprint,
+            fingerprint=alert.get("fingerprint", ""),
             firing=status == "firing",
             starts_at=required_time(alert.get("startsAt"), f"{where}.startsAt"),
             ends_at=parse_time(alert.get("endsAt"), f"{where}.endsAt"),

@@ -207,12 +207,9 @@ class AlertmanagerAlerts:
                 continue
             where = f"alertmanager alert {str(item.get('fingerprint'))[:80]}"
             try:
-                fingerprint = item.get("fingerprint", "")
-                if not isinstance(fingerprint, str):
-                    raise PayloadError(f"{where}: fingerprint is not a string")
                 state = alert_from_labels(
                     labels=string_map(item.get("labels"), f"{where}.labels"),
-                    fingerprint=fingerprint,
+                    fingerprint=item.get("fingerprint", ""),
                     firing=True,
                     starts_at=required_time(item.get("startsAt"), f"{where}.startsAt"),
                     ends_at=None,

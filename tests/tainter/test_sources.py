@@ -77,7 +77,7 @@ async def test_an_alert_that_cannot_be_read_is_skipped_and_named(
     assert any("fp-gpu-2.startsAt" in e and "time zone" in e for e in errors), errors
     assert any("fp-gpu-3.startsAt: missing" in e for e in errors), errors
     assert any("fp-gpu-4.labels" in e for e in errors), errors
-    assert any("fingerprint is not a string" in e for e in errors), errors
+    assert any("fingerprint: expected a non-empty string" in e for e in errors), errors
     assert len(caplog.records) == 5
 
 

@@ -50,6 +50,8 @@ async def test_bad_requests_get_clear_4xx_and_write_nothing(
         (webhook({**alert("gpu-1"), "status": "maybe"}), None, 400, "status"),
         (webhook({**alert("gpu-1"), "startsAt": "2026-12-01T10:00:00"}), None, 400, "time zone"),
         (webhook({**alert("gpu-1"), "startsAt": "0001-01-01T00:00:00Z"}), None, 400, "missing"),
+        (webhook({**alert("gpu-1"), "fingerprint": ["fp"]}), None, 400, "fingerprint"),
+        (webhook({**alert("gpu-1"), "fingerprint": ""}), None, 400, "fingerprint"),
         (b"{not json", None, 400, "not JSON"),
         (b"x" * (65 * 1024), None, 413, "larger than"),
     ]
