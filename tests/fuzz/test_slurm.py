@@ -298,6 +298,17 @@ def test_a_malformed_node_line_is_named_by_an_excerpt() -> None:
     assert raised.value.kind == "malformed"
 
 
+def test_a_node_line_of_many_reasons_and_many_words_parses_in_one_pass() -> None:
+    """Found by the fuzzer: each `Reason=` followed by a field Slurm prints after it was
+    parsed by a recursive call (3,000 of them raised RecursionError), and a value's words were
+    appended to a string the dict held (a 1 MiB line of words took seconds)."""
+    node = Node.parse("NodeName=gpu01 State=IDLE+DRAIN" + " Reason=fan [root@x] Comment=c" * 3000)
+    assert (node.reason, node.reason_by, node.fields["Comment"]) == ("fan", "root", "c")
+    words = Node.parse("NodeName=gpu01 State=IDLE OS=Linux" + " w" * (MIB // 2))
+    assert words.fields["OS"] == "Linux" + " w" * (MIB // 2)
+    assert words.state == "IDLE"
+
+
 def test_a_vector_whose_result_is_not_a_list_is_a_client_error() -> None:
     """Found by the fuzzer: `"result": true` raised TypeError out of the health check's
     Prometheus client."""
