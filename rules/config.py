@@ -228,8 +228,13 @@ def _fail(source: str, key: str, reason: str) -> ConfigError:
 
 
 def _mapping(source: str, value: Any, key: str) -> dict[str, Any]:
+    """`value` as a mapping of string keys (YAML reads `4:` or a bare anchor `&a:` as an int
+    or null key, which no config key is: found by the fuzzer, they made naming keys raise)."""
     if not isinstance(value, dict):
         raise _fail(source, key, f"expected a mapping, got {type(value).__name__}")
+    for name in value:
+        if not isinstance(name, str):
+            raise _fail(source, key, f"key {str(name)[:80]!r} is not a string")
     return value
 
 

@@ -26,8 +26,13 @@ class Checker:
         return ScenarioError(f"{self.source}: {key[:200]}: {reason[:400]}")
 
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
+        """`value` as a mapping of string keys (YAML reads `4:` or `~:` as an int or null
+        key, which no scenario key is: found by the fuzzer, they made sorting keys raise)."""
         if not isinstance(value, dict):
             raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
+        for name in value:
+            if not isinstance(name, str):
+                raise self.fail(key, f"key {str(name)[:80]!r} is not a string")
         return value
 
     def keys(

@@ -156,6 +156,25 @@ def test_scenario_values_too_large_are_named_by_an_excerpt() -> None:
         named(str(raised.value))
 
 
+def test_keys_that_yaml_reads_as_no_string_are_config_or_scenario_errors() -> None:
+    """Found by `./dev.sh fuzz --examples 100000`: a bare anchor (`&lerts:`) is a null key and
+    `4:` an int key; sorting them beside string keys raised TypeError out of both loaders, and
+    naming a null key `None[:200]` out of the config's."""
+    for override, where in (
+        (b"&lerts:\n  GPUOverheating: {for: 30s}\n", "(top level)"),
+        (b"thresholds: {4: 1}\n", "thresholds"),
+    ):
+        with pytest.raises(ConfigError, match="is not a string") as raised:
+            _override(override)
+        assert where in str(raised.value)
+    healthy = next(seed for seed in SCENARIOS if b"faults: []" in seed)
+    for key in (b"4", b"~", b"1.5"):
+        with pytest.raises(ScenarioError, match="is not a string"):
+            _scenario(healthy.replace(b"faults: []", b"faults: [{at: 1, " + key + b": 0}]"))
+    with pytest.raises(ScenarioError, match="is not a string"):
+        _scenario(healthy + b"4: 0\n")
+
+
 def test_a_bad_config_value_is_named_by_an_excerpt() -> None:
     """Found by `./dev.sh fuzz --examples 500`: a job label key that is a 10 KiB mapping was
     quoted whole in the ConfigError the tainter and the report print."""
