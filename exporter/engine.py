@@ -12,11 +12,15 @@ collector never slows a scrape. The exposition is served as those parts, never j
 one page (`exposition_parts`): the text is held once, by the renderers (1.1 MB on a node
 with 50 NFS mounts, and as much again for each scrape's copy when it was joined).
 
-Scheduling is timer callbacks on the event loop, not a task per collector: a run's timer
-submits it to the worker and arms its deadline; the worker's hand-back marks it and times
-the next run. A run costs the loop two wake-ups (a task awaiting it cost about five, most of
-the loop's CPU at a 5 s interval). Stopping is explicit: `stop()` sets a flag and cancels
-every timer; a hand-back after it starts nothing. No cancellation is relied on (on Python
+Scheduling is callbacks on the event loop, not a task per collector. The worker's hand-back
+marks a run and hands the worker its next run with the time it is due, and arms that run's
+deadline (a timer that fires only when the run misses it); the worker waits for the due
+time itself. A run so costs the loop one wake-up, its hand-back (a timer to start each run
+made it two, a task awaiting each run about five: most of the loop's CPU at a 5 s interval).
+Only after a missed deadline does the loop time a run itself: the next one is due while the
+last may still be blocked, so a timer skips it or starts it then, never stacked behind it.
+Stopping is explicit: `stop()` sets a flag, cancels every timer and wakes a worker waiting
+for a due time; a hand-back after it starts nothing. No cancellation is relied on (on Python
 3.11 `asyncio.wait_for` can swallow a cancellation that races with its inner future, and a
 scheduler that survived it kept the process alive).
 """
@@ -108,8 +112,9 @@ Ended = Callable[[int, "RunResult | None", "Exception | None"], None]
 
 
 class _Worker:
-    """One collector's long-lived thread: runs one request at a time, in order, and hands
-    each run back to the event loop with one `call_soon_threadsafe` (`ended`)."""
+    """One collector's long-lived thread: runs one request at a time, in order, each when it
+    is due, and hands each run back to the event loop with one `call_soon_threadsafe`
+    (`ended`)."""
 
     def __init__(
         self, state: CollectorState, loop: asyncio.AbstractEventLoop, ended: Ended
@@ -117,18 +122,22 @@ class _Worker:
         self._state = state
         self._loop = loop
         self._ended = ended
-        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[tuple[int, float] | None] = queue.SimpleQueue()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._serve, name=f"collector-{state.name}", daemon=True
         )
         self._thread.start()
 
-    def submit(self, run: int) -> None:
-        """Queue run number `run`; it is handed back when it ends (never, if it hangs)."""
-        self._requests.put(run)
+    def submit(self, run: int, delay: float = 0.0) -> None:
+        """Queue run number `run`, to start `delay` seconds from now (the thread waits for
+        it, not the event loop); it is handed back when it ends (never, if it hangs)."""
+        self._requests.put((run, time.monotonic() + delay))
 
     def stop(self) -> None:
-        """Ask the thread to exit after its current run (a hung run keeps it, as a daemon)."""
+        """Ask the thread to exit after its current run, or now while it waits for a run to be
+        due (a hung run keeps it, as a daemon)."""
+        self._stopped.set()
         self._requests.put(None)
 
     def join(self, timeout: float) -> bool:
@@ -137,7 +146,10 @@ class _Worker:
         return not self._thread.is_alive()
 
     def _serve(self) -> None:
-        while (run := self._requests.get()) is not None:
+        while (request := self._requests.get()) is not None:
+            run, due = request
+            if self._stopped.wait(max(0.0, due - time.monotonic())):
+                return
             result, error = self._run()
             try:
                 self._loop.call_soon_threadsafe(self._ended, run, result, error)
@@ -177,11 +189,13 @@ class CollectorState:
     series: int = 0
     last_success_wall: float | None = None
     last_error: str | None = None
-    in_flight_since: float | None = None  # while a run is in the worker, when it started
+    # While a run is queued in or running on the worker: when it is (or was) due to start.
+    in_flight_since: float | None = None
     run_number: int = 0  # of the last run submitted
     awaited: int | None = None  # the run whose result still counts (not past its deadline)
     next_run: float = 0.0  # when the next run is due (the engine's clock)
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)  # the next run, a deadline
+    # The run's deadline; after a missed one, the timer of the next run.
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
     dropped_stale: bool = False
     blocked_logged_at: float | None = None  # when "still blocked" was last logged
 
@@ -293,8 +307,8 @@ class Engine:
         ]
 
     # -- scheduling -----------------------------------------------------------------------
-    # Timer callbacks on the event loop, no task per collector: a run costs the loop two
-    # wake-ups (its timer, its hand-back), where awaiting it in a task cost about five.
+    # Callbacks on the event loop, no task per collector: a run costs the loop one wake-up
+    # (its hand-back), where a timer to start it made two and awaiting it in a task five.
     def _attempt(self, state: CollectorState) -> None:
         """A run is due: start it, or count it skipped while the last one is still blocked
         (a run is never stacked); then time the next one."""
@@ -317,13 +331,20 @@ class Engine:
             self._invalidate()
             self._next(state)
             return
+        self._submit(state, 0.0)
+
+    def _submit(self, state: CollectorState, delay: float) -> None:
+        """Hand the worker its next run, due in `delay` seconds, and arm that run's deadline.
+        Only while no run is in the worker: a run is never stacked behind another."""
         state.run_number += 1
         state.awaited = state.run_number
-        state.in_flight_since = self._clock()
-        self._workers[state.name].submit(state.run_number)
+        state.in_flight_since = self._clock() + delay
+        self._workers[state.name].submit(state.run_number, delay)
         assert self._loop is not None
         state.timers.append(
-            self._loop.call_later(state.spec.timeout, self._deadline, state, state.run_number)
+            self._loop.call_later(
+                delay + state.spec.timeout, self._deadline, state, state.run_number
+            )
         )
 
     def _ended(
@@ -355,7 +376,9 @@ class Engine:
         self._next(state)
 
     def _next(self, state: CollectorState) -> None:
-        """Time the next run on the collector's cadence (a slow run skips the backlog)."""
+        """Time the next run on the collector's cadence (a slow run skips the backlog): handed
+        to the worker at once when its last run has ended, else a timer on the event loop
+        (after a missed deadline, the run may still be blocked when the next is due)."""
         if all(s.runs or s.errors for s in self._states):
             self._first_cycle.set()
         interval = state.spec.interval
@@ -363,6 +386,9 @@ class Engine:
         now = self._clock()
         if state.next_run < now:  # fell behind (a slow run): keep the cadence, skip the backlog
             state.next_run = now + interval - (now - state.next_run) % interval
+        if state.in_flight_since is None:
+            self._submit(state, state.next_run - now)
+            return
         assert self._loop is not None
         state.timers.append(self._loop.call_later(state.next_run - now, self._attempt, state))
 
