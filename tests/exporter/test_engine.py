@@ -415,7 +415,7 @@ async def test_a_run_costs_the_event_loop_no_timer_of_its_own(
         await poll(lambda: engine.states[0].runs >= 10)
     finally:
         await engine.stop()
-    assert "_attempt" not in armed
+    assert "_skipped" not in armed
     assert armed.count("_deadline") >= 10  # one a run
     assert engine.states[0].errors == 0
 
