@@ -28,11 +28,9 @@ that races with its inner future, and a scheduler that survived it kept the proc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import platform
-import queue
 import threading
 import time
 import zlib
@@ -135,7 +133,10 @@ class _Worker:
         self._state = state
         self._loop = loop
         self._ended = ended
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()  # `stop()` puts one
+        # Held while the thread may wait; `stop()` releases it, which ends a wait at once (a
+        # lock's timed acquire answers False when due: no exception raised every run).
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self._stopping = False
         self._first = 0.0
         self._thread = threading.Thread(
@@ -150,8 +151,9 @@ class _Worker:
     def stop(self) -> None:
         """Ask the thread to exit after its current run, or now while it waits for the next
         to be due (a hung run keeps it, as a daemon)."""
-        self._stopping = True
-        self._wake.put(None)
+        if not self._stopping:
+            self._stopping = True
+            self._wake.release()
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the thread to exit; True when it has."""
@@ -163,8 +165,7 @@ class _Worker:
         run, due, cadence = 1, time.monotonic(), self._first
         while True:
             if (wait := due - time.monotonic()) > 0:
-                with contextlib.suppress(queue.Empty):  # Empty: due; else `stop()` woke it
-                    self._wake.get(timeout=wait)
+                self._wake.acquire(True, wait)  # False: due; True: `stop()` released it
             if self._stopping:
                 return
             result, error = self._run()
@@ -407,7 +408,7 @@ class Engine:
         self._skip_at_next_due(state)
 
     def _check_first_cycle(self) -> None:
-        if all(s.runs or s.errors for s in self._states):
+        if not self._first_cycle.is_set() and all(s.runs or s.errors for s in self._states):
             self._first_cycle.set()
 
     def _mark_succeeded(self, state: CollectorState, result: RunResult) -> None:
