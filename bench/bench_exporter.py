@@ -387,7 +387,9 @@ def cpu_per_series(
             for name, (server, _) in procs.items()
         }
         threads = {name: thread_cpu(procs[name][0].process.pid) for name in named}
-        pythons = {name: python_threads(file) for name, file in named.items()}
+        pythons = {
+            name: python_threads(file, procs[name][0].process.pid) for name, file in named.items()
+        }
         foreign = {
             name: sum(
                 cpu - threads_before[name].get(tid, 0.0)
