@@ -387,7 +387,9 @@ def cpu_per_series(
             for name, (server, _) in procs.items()
         }
         threads = {name: thread_cpu(procs[name][0].process.pid) for name in named}
-        pythons = {name: python_threads(file) for name, file in named.items()}
+        pythons = {
+            name: python_threads(file, procs[name][0].process.pid) for name, file in named.items()
+        }
         foreign = {
             name: sum(
                 cpu - threads_before[name].get(tid, 0.0)
@@ -423,7 +425,7 @@ def cpu_per_series(
             net = (spent[name] - foreign[name]) / series[name] * 1e6 / seconds
             print(
                 f"{name}: of which threads Python did not start (the mock NVML's own, its Go "
-                f"runtime): {foreign[name]:.2f} CPU s; without them per series "
+                f"runtime): {foreign[name]:.3f} CPU s; without them per series "
                 f"{net / per_series['node_exporter']:.2f} of node_exporter's"
             )
             by_thread = sorted(
@@ -434,7 +436,7 @@ def cpu_per_series(
                 ),
                 reverse=True,
             )
-            print(f"{name}'s threads: " + ", ".join(f"{t} {cpu:.2f}" for cpu, t in by_thread))
+            print(f"{name}'s threads: " + ", ".join(f"{t} {cpu:.3f}" for cpu, t in by_thread))
     if not simulate or simulation is None:
         return
     simulated = seconds / DEFAULT_INTERVAL_SECONDS * simulation.refresh + (

@@ -2,9 +2,11 @@
 
 NVML's GPU Performance Monitoring computes metrics from two samples taken some time
 apart. The collector keeps the previous sample of each GPU between cycles, computes the
-metrics from (previous, current), frees the previous one and keeps the current one, so
-each cycle reports the activity since the last cycle. The first cycle only takes the
-first sample: its families appear from the second cycle on.
+metrics from (previous, current) and keeps the current one, so each cycle reports the
+activity since the last cycle; the previous one's buffer takes the next cycle's sample (two
+buffers a GPU, alternating, not one allocated and one freed every cycle). A GPU's buffers
+are freed when it is lost or no longer listed, and at close. The first cycle only takes
+the first sample: its families appear from the second cycle on.
 
 A GPU without GPM (A100 and older) has none of these families; that is logged once with
 the way to get tensor activity there (DCGM profiling). While another tool (Nsight, DCGM
@@ -26,8 +28,8 @@ from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.collectors.sources.nvml_gpm import (
     GPM_METRICS,
+    GpmRequest,
     gpm_free,
-    gpm_metrics,
     gpm_sample,
     gpm_supported,
 )
@@ -49,6 +51,8 @@ class GpmCollector:
     def __init__(self, *, source: NvmlSource) -> None:
         self._source = source
         self._previous: dict[int, Any] = {}
+        self._spare: dict[int, Any] = {}  # a buffer per GPU for its next sample
+        self._request: GpmRequest | None = None
         self._supported: dict[int, bool] = {}
         self._lost = LostGpus(collector="gpm")
         self._labels = LabelCache(SPECS)
@@ -67,7 +71,11 @@ class GpmCollector:
 
     def collect(self) -> list[SeriesFamily]:
         builder = FamilyBuilder(self._labels)
-        for gpu in self._source.gpus():
+        gpus = self._source.gpus()
+        listed = {gpu.index for gpu in gpus}
+        for gone in [index for index in self._previous.keys() | self._spare if index not in listed]:
+            self._forget(gone)
+        for gpu in gpus:
             try:
                 if self._has_gpm(gpu):
                     self._collect_gpu(builder, gpu)
@@ -83,23 +91,26 @@ class GpmCollector:
         return builder.families()
 
     def _collect_gpu(self, builder: FamilyBuilder, gpu: Gpu) -> None:
-        current = gpm_sample(self._source, gpu)
+        current = gpm_sample(self._source, gpu, into=self._spare.pop(gpu.index, None))
         self._lost.seen(gpu.identity)
         previous = self._previous.pop(gpu.index, None)
         self._previous[gpu.index] = current
         if previous is None:
             return
-        try:
-            values = gpm_metrics(self._source, previous, current, _METRIC_IDS)
-        finally:
-            gpm_free(self._source, previous)
+        self._spare[gpu.index] = previous  # the next cycle's sample goes there
+        if self._request is None:
+            self._request = GpmRequest(self._source, _METRIC_IDS)
+        values = self._request.metrics(previous, current)
         ids = gpu_labels(gpu.identity)
         for metric_id, family, read in _METRICS:
             builder.add(family, (*ids, *read.labels), read.value(values.get(metric_id)))
 
     def _forget(self, gpu: int) -> None:
-        sample = self._previous.pop(gpu, None)
-        if sample is not None:
+        """Free the GPU's kept sample and spare buffer."""
+        for kept in (self._previous, self._spare):
+            sample = kept.pop(gpu, None)
+            if sample is None:
+                continue
             try:
                 gpm_free(self._source, sample)
             except NvmlError as exc:  # a lost GPU's sample may not free; it is gone
@@ -107,7 +118,7 @@ class GpmCollector:
 
     def close(self) -> None:
         """Free every kept sample (also after a failure, so the next run starts a new pair)."""
-        for gpu in list(self._previous):
+        for gpu in list(self._previous.keys() | self._spare):
             self._forget(gpu)
 
 

@@ -12,13 +12,17 @@ collector never slows a scrape. The exposition is served as those parts, never j
 one page (`exposition_parts`): the text is held once, by the renderers (1.1 MB on a node
 with 50 NFS mounts, and as much again for each scrape's copy when it was joined).
 
-Scheduling is timer callbacks on the event loop, not a task per collector: a run's timer
-submits it to the worker and arms its deadline; the worker's hand-back marks it and times
-the next run. A run costs the loop two wake-ups (a task awaiting it cost about five, most of
-the loop's CPU at a 5 s interval). Stopping is explicit: `stop()` sets a flag and cancels
-every timer; a hand-back after it starts nothing. No cancellation is relied on (on Python
-3.11 `asyncio.wait_for` can swallow a cancellation that races with its inner future, and a
-scheduler that survived it kept the process alive).
+Scheduling: each worker runs its collector on the collector's cadence by itself, waiting for
+each due time on its own thread, and hands every run back to the event loop with the time
+the next is due; the loop marks the run and arms the next one's deadline (a timer that fires
+only when a run misses it). A run so costs the loop one wake-up, its hand-back (a loop timer
+to start each run made it two, a task awaiting each run about five: most of the loop's CPU
+at a 5 s interval). While a run is blocked past its deadline the loop counts the runs due
+meanwhile as skipped; the worker, one run at a time, stacks none behind it and resumes on
+the cadence when the run returns. Stopping is explicit: `stop()` sets a flag, cancels every
+timer and wakes a worker waiting for a due time; a hand-back after it starts nothing. No
+cancellation is relied on (on Python 3.11 `asyncio.wait_for` can swallow a cancellation
+that races with its inner future, and a scheduler that survived it kept the process alive).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import asyncio
 import functools
 import logging
 import platform
-import queue
 import threading
 import time
 import zlib
@@ -103,13 +106,26 @@ class RunResult:
     wall_seconds: float
 
 
-Ended = Callable[[int, "RunResult | None", "Exception | None"], None]
-"""How a worker hands a run back, on the event loop: (run number, result, error)."""
+Ended = Callable[[int, "RunResult | None", "Exception | None", float], None]
+"""How a worker hands a run back, on the event loop: (run number, result, error, when the
+next run is due on `time.monotonic`'s clock)."""
+
+
+def next_due(due: float, interval: float, now: float) -> float:
+    """When the run after one due at `due` is due: an interval later, or, when that has passed
+    (a slow or blocked run), the next time on the same cadence after `now` (the backlog is
+    skipped, not run)."""
+    due += interval
+    if due < now:
+        due = now + interval - (now - due) % interval
+    return due
 
 
 class _Worker:
-    """One collector's long-lived thread: runs one request at a time, in order, and hands
-    each run back to the event loop with one `call_soon_threadsafe` (`ended`)."""
+    """One collector's long-lived thread: runs the collector on its cadence, one run at a
+    time, and hands each run back to the event loop with one `call_soon_threadsafe`
+    (`ended`), saying when the next is due. The thread waits for that time itself: the loop
+    wakes once a run, for its hand-back."""
 
     def __init__(
         self, state: CollectorState, loop: asyncio.AbstractEventLoop, ended: Ended
@@ -117,19 +133,27 @@ class _Worker:
         self._state = state
         self._loop = loop
         self._ended = ended
-        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        # Held while the thread may wait; `stop()` releases it, which ends a wait at once (a
+        # lock's timed acquire answers False when due: no exception raised every run).
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._stopping = False
+        self._first = 0.0
         self._thread = threading.Thread(
             target=self._serve, name=f"collector-{state.name}", daemon=True
         )
+
+    def start(self, phase: float) -> None:
+        """Run at once, then on the cadence of `phase` seconds from now plus intervals."""
+        self._first = time.monotonic() + phase
         self._thread.start()
 
-    def submit(self, run: int) -> None:
-        """Queue run number `run`; it is handed back when it ends (never, if it hangs)."""
-        self._requests.put(run)
-
     def stop(self) -> None:
-        """Ask the thread to exit after its current run (a hung run keeps it, as a daemon)."""
-        self._requests.put(None)
+        """Ask the thread to exit after its current run, or now while it waits for the next
+        to be due (a hung run keeps it, as a daemon)."""
+        if not self._stopping:
+            self._stopping = True
+            self._wake.release()
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the thread to exit; True when it has."""
@@ -137,12 +161,20 @@ class _Worker:
         return not self._thread.is_alive()
 
     def _serve(self) -> None:
-        while (run := self._requests.get()) is not None:
+        interval = self._state.spec.interval
+        run, due, cadence = 1, time.monotonic(), self._first
+        while True:
+            if (wait := due - time.monotonic()) > 0:
+                self._wake.acquire(True, wait)  # False: due; True: `stop()` released it
+            if self._stopping:
+                return
             result, error = self._run()
+            due = cadence = next_due(cadence, interval, time.monotonic())
             try:
-                self._loop.call_soon_threadsafe(self._ended, run, result, error)
+                self._loop.call_soon_threadsafe(self._ended, run, result, error, due)
             except RuntimeError:  # the loop closed while this run was blocked: nobody waits
                 return
+            run += 1
 
     def _run(self) -> tuple[RunResult | None, Exception | None]:
         state = self._state
@@ -177,11 +209,13 @@ class CollectorState:
     series: int = 0
     last_success_wall: float | None = None
     last_error: str | None = None
-    in_flight_since: float | None = None  # while a run is in the worker, when it started
+    # While a run is queued in or running on the worker: when it is (or was) due to start.
+    in_flight_since: float | None = None
     run_number: int = 0  # of the last run submitted
     awaited: int | None = None  # the run whose result still counts (not past its deadline)
     next_run: float = 0.0  # when the next run is due (the engine's clock)
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)  # the next run, a deadline
+    # The next run's deadline; after a missed one, the timer of the next skipped run.
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
     dropped_stale: bool = False
     blocked_logged_at: float | None = None  # when "still blocked" was last logged
 
@@ -229,17 +263,20 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start one worker thread per collector and time each collector's first run."""
+        """Start one worker thread per collector; each runs at once, then on its cadence."""
         loop = self._loop = asyncio.get_running_loop()
         for index, state in enumerate(self._states):
-            self._workers[state.name] = _Worker(state, loop, functools.partial(self._ended, state))
+            worker = _Worker(state, loop, functools.partial(self._ended, state))
+            self._workers[state.name] = worker
             # Every collector runs at once for the first cycle (readiness), then each keeps
             # its own phase within the interval: collection holds the GIL in bursts, and
             # spreading them keeps scrape latency flat (p99 ~9 ms instead of ~16 ms on a
             # simulated DGX H100 under 50 scrapers, see docs/performance.md).
             phase = state.spec.interval * index / len(self._states)
-            state.next_run = self._clock() + phase  # then start + phase + k * interval
-            self._attempt(state)
+            state.next_run = self._clock()
+            self._expect(state, 1, 0.0)
+            state.next_run += phase  # then start + phase + k * interval
+            worker.start(phase)
         if not self._states:
             self._first_cycle.set()
 
@@ -293,78 +330,86 @@ class Engine:
         ]
 
     # -- scheduling -----------------------------------------------------------------------
-    # Timer callbacks on the event loop, no task per collector: a run costs the loop two
-    # wake-ups (its timer, its hand-back), where awaiting it in a task cost about five.
-    def _attempt(self, state: CollectorState) -> None:
-        """A run is due: start it, or count it skipped while the last one is still blocked
-        (a run is never stacked); then time the next one."""
-        state.timers.clear()
-        if self._stopping:
-            return
-        if state.in_flight_since is not None:
-            now = self._clock()
-            blocked = now - state.in_flight_since
-            state.skipped += 1
-            state.up = False
-            state.last_error = f"previous run still blocked after {blocked:.1f}s"
-            # Once when the hang is first seen, then once a minute: not every interval.
-            if state.blocked_logged_at is None or now - state.blocked_logged_at >= 60:
-                state.blocked_logged_at = now
-                log.warning(
-                    "collector still blocked, not starting another run",
-                    extra={"collector": state.name, "blocked_seconds": round(blocked, 1)},
-                )
-            self._invalidate()
-            self._next(state)
-            return
-        state.run_number += 1
-        state.awaited = state.run_number
-        state.in_flight_since = self._clock()
-        self._workers[state.name].submit(state.run_number)
+    # Callbacks on the event loop, no task per collector: a run costs the loop one wake-up
+    # (its hand-back), where a timer to start it made two and awaiting it in a task five.
+    def _expect(self, state: CollectorState, run: int, delay: float) -> None:
+        """The worker's run number `run` is due in `delay` seconds: arm its deadline."""
+        state.run_number = state.awaited = run
+        state.in_flight_since = self._clock() + delay
         assert self._loop is not None
         state.timers.append(
-            self._loop.call_later(state.spec.timeout, self._deadline, state, state.run_number)
+            self._loop.call_later(delay + state.spec.timeout, self._deadline, state, run)
         )
 
     def _ended(
-        self, state: CollectorState, run: int, result: RunResult | None, error: Exception | None
+        self,
+        state: CollectorState,
+        run: int,
+        result: RunResult | None,
+        error: Exception | None,
+        due: float,
     ) -> None:
-        """On the event loop: a worker handed run number `run` back. A run past its deadline
-        was already reported as failed; its result only ends the blocked state."""
-        if run == state.run_number:
-            state.in_flight_since = None
-        if run != state.awaited or self._stopping:
+        """On the event loop: a worker handed run number `run` back, its next due at `due`
+        (`time.monotonic`). A run past its deadline was already reported as failed; its
+        result only ends the blocked state."""
+        if self._stopping:
             return
-        state.awaited = None
-        for timer in state.timers:  # the deadline
+        for timer in state.timers:  # the deadline; after a missed one, the next skip
             timer.cancel()
         state.timers.clear()
-        if error is not None:  # a collector failure of any kind is reported, not raised
-            self._mark_failed(state, f"{type(error).__name__}: {error}")
-        elif result is not None:
-            self._mark_succeeded(state, result)
-        self._next(state)
+        state.in_flight_since = None
+        if run == state.awaited:
+            state.awaited = None
+            if error is not None:  # a collector failure of any kind is reported, not raised
+                self._mark_failed(state, f"{type(error).__name__}: {error}")
+            elif result is not None:
+                self._mark_succeeded(state, result)
+        self._check_first_cycle()
+        delay = due - time.monotonic()
+        state.next_run = self._clock() + delay
+        self._expect(state, run + 1, delay)
 
     def _deadline(self, state: CollectorState, run: int) -> None:
-        """Run number `run` missed its deadline: down, and the next run is timed."""
+        """Run number `run` missed its deadline: down; the runs due while it stays blocked
+        are counted skipped (the worker runs one at a time: none is stacked behind it)."""
         state.timers.clear()
         if run != state.awaited or self._stopping:
             return
         state.awaited = None
         self._mark_failed(state, f"deadline of {state.spec.timeout:g}s exceeded")
-        self._next(state)
+        self._check_first_cycle()
+        self._skip_at_next_due(state)
 
-    def _next(self, state: CollectorState) -> None:
-        """Time the next run on the collector's cadence (a slow run skips the backlog)."""
-        if all(s.runs or s.errors for s in self._states):
-            self._first_cycle.set()
-        interval = state.spec.interval
-        state.next_run += interval
+    def _skip_at_next_due(self, state: CollectorState) -> None:
+        """Time the next run's skip on the collector's cadence (its hand-back cancels it)."""
         now = self._clock()
-        if state.next_run < now:  # fell behind (a slow run): keep the cadence, skip the backlog
-            state.next_run = now + interval - (now - state.next_run) % interval
+        state.next_run = next_due(state.next_run, state.spec.interval, now)
         assert self._loop is not None
-        state.timers.append(self._loop.call_later(state.next_run - now, self._attempt, state))
+        state.timers.append(self._loop.call_later(state.next_run - now, self._skipped, state))
+
+    def _skipped(self, state: CollectorState) -> None:
+        """A run is due while the last is still blocked: count it skipped, not started."""
+        state.timers.clear()
+        if self._stopping or state.in_flight_since is None:
+            return
+        now = self._clock()
+        blocked = now - state.in_flight_since
+        state.skipped += 1
+        state.up = False
+        state.last_error = f"previous run still blocked after {blocked:.1f}s"
+        # Once when the hang is first seen, then once a minute: not every interval.
+        if state.blocked_logged_at is None or now - state.blocked_logged_at >= 60:
+            state.blocked_logged_at = now
+            log.warning(
+                "collector still blocked, not starting another run",
+                extra={"collector": state.name, "blocked_seconds": round(blocked, 1)},
+            )
+        self._invalidate()
+        self._skip_at_next_due(state)
+
+    def _check_first_cycle(self) -> None:
+        if not self._first_cycle.is_set() and all(s.runs or s.errors for s in self._states):
+            self._first_cycle.set()
 
     def _mark_succeeded(self, state: CollectorState, result: RunResult) -> None:
         if not state.up and state.runs:

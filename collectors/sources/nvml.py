@@ -39,6 +39,7 @@ from fleetwatch.collectors.sources.nvml_calls import (
     FieldId,
     classified,
     error_name,
+    nvlink_error_counter,
 )
 
 log = logging.getLogger(__name__)
@@ -546,9 +547,10 @@ class NvmlSource:
             ):
                 self._unanswered.add((group, gpu.index))  # not answered here: stop asking
         # Per link: the state and the counters the batch did not answer (the functions
-        # are looked up once; each failure is sorted as `Calls` sorts it).
+        # are looked up once, the counter's as NVML's C function under pynvml; each failure
+        # is sorted as `Calls` sorts it).
         state_of = self.lib.nvmlDeviceGetNvLinkState
-        counter_of = self.lib.nvmlDeviceGetNvLinkErrorCounter
+        counter_of = nvlink_error_counter(self.lib)
         counters = tuple(NVLINK_ERROR_COUNTERS.items())
         readings = []
         for link in links:

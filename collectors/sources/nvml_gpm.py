@@ -1,8 +1,10 @@
 """GPM (GPU Performance Monitoring, Hopper and newer) through the NVML source.
 
 NVML computes GPM metrics from two samples taken some time apart: a collector takes a
-sample per GPU (or per GPU instance in MIG mode) each cycle, asks for the metrics over the
-previous and the current one, and frees the previous. Values are in NVML's units (percent;
+sample per GPU (or per GPU instance in MIG mode) each cycle and asks for the metrics over the
+previous and the current one. A sample's buffer may be taken again (`gpm_sample(into=...)`),
+so a collector can keep two a GPU and alternate them, as NVIDIA's own GPM samples do, rather
+than allocate and free one every cycle. Values are in NVML's units (percent;
 MiB/s for NVLink throughput), keyed by `GPM_METRICS`, whose keys the catalog's declarations
 name (`Read("tensor_any", ...)`).
 """
@@ -42,15 +44,20 @@ def gpm_supported(source: NvmlSource, gpu: Gpu) -> bool:
             return False
 
 
-def gpm_sample(source: NvmlSource, gpu: Gpu, gpu_instance: int | None = None) -> Any:
-    """A new GPM sample of the GPU, or of one of its GPU instances in MIG mode
-    (`nvmlGpmMigSampleGet`); free it with `gpm_free`.
+def gpm_sample(
+    source: NvmlSource, gpu: Gpu, gpu_instance: int | None = None, *, into: Any = None
+) -> Any:
+    """A GPM sample of the GPU, or of one of its GPU instances in MIG mode
+    (`nvmlGpmMigSampleGet`), taken into `into` (a sample no longer needed) or into a new
+    one; free it with `gpm_free`.
 
     Raises `GpuLostError`, or `NvmlError` when sampling fails (another tool holds the
-    profiling counters: `InUse`).
+    profiling counters: `InUse`); the sample, new or given, is freed then.
     """
-    with classified("nvmlGpmSampleAlloc", gpu=gpu.index):
-        sample = source.lib.nvmlGpmSampleAlloc()
+    sample = into
+    if sample is None:
+        with classified("nvmlGpmSampleAlloc", gpu=gpu.index):
+            sample = source.lib.nvmlGpmSampleAlloc()
     try:
         if gpu_instance is None:
             with classified("nvmlGpmSampleGet", gpu=gpu.index):
@@ -77,18 +84,35 @@ def gpm_metrics(
 
     `NvmlError` when the whole request fails.
     """
-    request = source.lib.c_nvmlGpmMetricsGet_t()
-    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-    request.numMetrics = len(metric_ids)
-    request.sample1 = first
-    request.sample2 = second
-    for position, metric_id in enumerate(metric_ids):
-        request.metrics[position].metricId = metric_id
-    with classified("nvmlGpmMetricsGet"):
-        result = source.lib.nvmlGpmMetricsGet(request)
-    values: dict[int, float | None] = {}
-    for position, metric_id in enumerate(metric_ids):
-        metric = result.metrics[position]
-        ok = metric.nvmlReturn == pynvml.NVML_SUCCESS
-        values[metric_id] = float(metric.value) if ok else None
-    return values
+    return GpmRequest(source, metric_ids).metrics(first, second)
+
+
+class GpmRequest:
+    """One `nvmlGpmMetricsGet` request for a fixed list of metric ids, made once and asked
+    again with each pair of samples: pynvml's structure writes each field through a Python
+    `__setattr__`, 2 + 1 a metric every time a request is built. One thread at a time."""
+
+    def __init__(self, source: NvmlSource, metric_ids: Sequence[int]) -> None:
+        self._source = source
+        self._ids = tuple(metric_ids)
+        request = source.lib.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(self._ids)
+        for position, metric_id in enumerate(self._ids):
+            request.metrics[position].metricId = metric_id
+        self._request = request
+
+    def metrics(self, first: Any, second: Any) -> dict[int, float | None]:
+        """The metrics over (`first`, `second`), as `gpm_metrics` answers them."""
+        request = self._request
+        request.sample1 = first
+        request.sample2 = second
+        with classified("nvmlGpmMetricsGet"):
+            result = self._source.lib.nvmlGpmMetricsGet(request)
+        values: dict[int, float | None] = {}
+        answered = result.metrics
+        for position, metric_id in enumerate(self._ids):
+            metric = answered[position]
+            ok = metric.nvmlReturn == pynvml.NVML_SUCCESS
+            values[metric_id] = float(metric.value) if ok else None
+        return values

@@ -387,3 +387,67 @@ async def test_hung_means_the_same_to_the_metric_and_to_healthz() -> None:
         hanging.release.set()
         await engine.stop()
         await client.close()
+
+
+def alone(collector: Steady, *, interval: float, timeout: float) -> Engine:
+    """An engine running `collector` alone (staleness and hang limits out of the way)."""
+    return Engine(
+        collectors=[scheduled(collector, interval=interval, timeout=timeout)],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+    )
+
+
+async def test_a_run_costs_the_event_loop_no_timer_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker waits for a run's due time itself: the loop arms only the deadlines (which
+    never fire for runs that end in time) and wakes only for the hand-backs."""
+    steady = Steady("steady")
+    engine = alone(steady, interval=0.02, timeout=1.0)
+    loop = asyncio.get_running_loop()
+    armed: list[str] = []
+    call_later = loop.call_later
+
+    def counting(delay, callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+        armed.append(callback.__name__)
+        return call_later(delay, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_later", counting)
+    await engine.start()
+    try:
+        await poll(lambda: engine.states[0].runs >= 10)
+    finally:
+        await engine.stop()
+    assert "_skipped" not in armed
+    assert armed.count("_deadline") >= 10  # one a run
+    assert engine.states[0].errors == 0
+
+
+async def test_stop_does_not_wait_for_a_run_that_is_not_due() -> None:
+    steady = Steady("steady")
+    engine = alone(steady, interval=3600.0, timeout=1.0)
+    await engine.start()
+    await poll(lambda: engine.states[0].runs == 1)
+    # The next run is due in an hour: its worker is waiting for it, and stops at once.
+    assert await engine.stop(grace=1.0) == []
+    assert collector_threads("steady") == []
+    assert steady.calls == 1
+
+
+async def test_a_run_due_after_a_missed_deadline_waits_for_the_blocked_one() -> None:
+    """After a missed deadline the runs due while the last is blocked are counted skipped on
+    the loop, none stacked behind it; once it returns the worker resumes on the cadence."""
+    hanging = Hanging("hanging")
+    engine = alone(hanging, interval=0.05, timeout=0.03)
+    await engine.start()
+    try:
+        await poll(lambda: engine.states[0].skipped >= 2)
+        assert hanging.entered == 2
+        hanging.release.set()
+        await poll(lambda: engine.states[0].up and hanging.entered >= 4)
+    finally:
+        hanging.release.set()
+        await engine.stop()
+    assert engine.states[0].errors >= 1

@@ -245,7 +245,8 @@ def steady(report: Report) -> None:
     collectors = build(nvml)
     calls: dict[str, set[str]] = {}
     for name, collector in collectors.items():
-        cycle(collector)  # GPM ratios need a first sample
+        for _ in range(2 if name == "gpm" else 1):  # GPM: a first sample, then its 2nd buffer
+            cycle(collector)
         nvml.called.clear()
         keys, error = cycle(collector)
         if keys is None:
@@ -289,8 +290,9 @@ def startup(report: Report) -> None:
         context, collector = fresh(name, nvml, settings)
         first, _ = cycle(collector)
         made = set(nvml.called)
-        nvml.called.clear()
         clean = settle(collector, name)
+        nvml.called.clear()
+        cycle(collector)  # a steady cycle: what it calls is driven in `steady`
         # The start is the NVML source's, shared: each call is driven with the first
         # collector that makes it.
         once = sorted(made - nvml.called - set(report.startup_calls))

@@ -158,7 +158,8 @@ def test_a_ctypes_batch_decodes_as_pynvml_reads_each_value(
 ON_THE_MOCK = """
 import json, pynvml
 from fleetwatch.collectors.sources.nvml import NVLINK5_FIELDS, NVLINK_ERROR_FIELDS
-from fleetwatch.collectors.sources.nvml_calls import Calls, FieldBatch, field_value
+from fleetwatch.collectors.sources.nvml_calls import (
+    Calls, FieldBatch, field_value, nvlink_error_counter)
 pynvml.nvmlInit()
 handle = pynvml.nvmlDeviceGetHandleByIndex(0)
 ids = [(f, link) for link in range(18) for f in (*NVLINK_ERROR_FIELDS.values(), 163, 165)]
@@ -167,14 +168,31 @@ calls = Calls(pynvml, 0)
 fast = FieldBatch(pynvml, ids)
 rounds = [fast.read(calls, handle) for _ in range(2)]
 slow = [field_value(v) for v in pynvml.nvmlDeviceGetFieldValues(handle, ids)]
+counter = nvlink_error_counter(pynvml)
+
+def answer(call):
+    try:
+        return call()
+    except pynvml.NVMLError as exc:
+        return type(exc).__name__
+
+asked = [(link, code) for link in (0, 7, 17, 40) for code in range(5)]
+direct = [answer(lambda: counter(handle, link, code)) for link, code in asked]
+wrapped = [
+    answer(lambda: pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, code))
+    for link, code in asked
+]
 print(json.dumps({"rounds": [list(r.values()) for r in rounds], "slow": slow,
-                  "failures": len(calls.failures), "prepared": fast.prepared}))
+                  "failures": len(calls.failures), "prepared": fast.prepared,
+                  "counters": [direct, wrapped],
+                  "counter_prepared": counter is not pynvml.nvmlDeviceGetNvLinkErrorCounter}))
 """
 
 
 def test_the_prepared_batch_reads_what_pynvml_reads_on_the_mock(tmp_path: Path) -> None:
     """Through NVML's C function on an array made once, twice running, the values are
-    those pynvml's own nvmlDeviceGetFieldValues returns (NVIDIA's mock NVML, H100)."""
+    those pynvml's own nvmlDeviceGetFieldValues returns, and the per-link error counters
+    those of its nvmlDeviceGetNvLinkErrorCounter (NVIDIA's mock NVML, H100)."""
     try:
         mock = NvmlMock.from_environment()
     except MissingNvmlMock as exc:
@@ -201,6 +219,12 @@ def test_the_prepared_batch_reads_what_pynvml_reads_on_the_mock(tmp_path: Path) 
     assert read["prepared"], "the C function was not used"
     assert read["rounds"] == [read["slow"], read["slow"]]
     assert read["slow"][3] == 1.0  # link 0's state field: active
+    # The NVLink error counters through NVML's C function answer as pynvml's wrapper does:
+    # values, and for a link past the GPU's the same error.
+    direct, wrapped = read["counters"]
+    assert read["counter_prepared"], "the C function was not used"
+    assert direct == wrapped
+    assert {type(answer) for answer in direct} == {int, str}
 
 
 class ProbeNvml(LinkFieldsNvml):

@@ -153,6 +153,35 @@ def test_gpm_reports_held_counters_and_recovers() -> None:
     assert fake.live_gpm_samples == 0
 
 
+def test_gpm_alternates_two_buffers_a_gpu_and_frees_those_of_a_gpu_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake, source = simulated()
+    allocated = [0]
+    alloc = fake.nvmlGpmSampleAlloc
+
+    def counting_alloc():  # type: ignore[no-untyped-def]
+        allocated[0] += 1
+        return alloc()
+
+    monkeypatch.setattr(fake, "nvmlGpmSampleAlloc", counting_alloc)
+    collector = GpmCollector(source=source)
+    collector.collect()
+    collector.collect()
+    assert (allocated[0], fake.live_gpm_samples) == (16, 16)
+    for _ in range(3):  # every later cycle samples into the buffer its last metrics freed
+        tensor = samples(collector.collect(), "fleetwatch_gpu_tensor_active_ratio")
+        assert len(tensor) == 8 * 5
+    assert (allocated[0], fake.live_gpm_samples) == (16, 16)
+    # A GPU no longer listed (gone from NVML's enumeration): its two buffers freed at once.
+    source._gpus = source.gpus()[:7]
+    families = collector.collect()
+    assert gpus_in(families, "fleetwatch_gpu_tensor_active_ratio") == {str(i) for i in range(7)}
+    assert fake.live_gpm_samples == 14
+    collector.close()
+    assert fake.live_gpm_samples == 0
+
+
 def test_tensor_activity_follows_the_fault() -> None:
     low = TensorActive(at=0, gpu=4, value=0.05)
     _, source = simulated(faults=(low,))
