@@ -335,10 +335,10 @@ def _read_yaml(path: Path | None, source: str) -> Any:
         raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except RecursionError as exc:
         raise ConfigError(f"{source}: not valid YAML: nested too deep") from exc
-    except ValueError as exc:  # PyYAML's int() of a number of thousands of digits
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    # PyYAML's int() of a number of thousands of digits (ValueError), or a YAML error, which
+    # quotes a tag or key whole: an excerpt, one readable line of the log
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: not valid YAML: {str(exc)[:400]}") from exc
 
 
 def merged(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -421,12 +421,12 @@ def load_scenario(spec: str) -> Scenario:
         text, source, name = _read_scenario_file(path), str(path), path.stem
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
     except RecursionError as exc:
         raise ScenarioError(f"{source}: not valid YAML: nested too deep") from exc
-    except ValueError as exc:  # PyYAML's int() of a number of thousands of digits
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
+    # PyYAML's int() of a number of thousands of digits (ValueError), or a YAML error, which
+    # quotes a tag or key whole: an excerpt, one readable line of the log
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {str(exc)[:400]}") from exc
     return parse_scenario(data, source=source, name=name)
 
 

@@ -175,6 +175,18 @@ def test_keys_that_yaml_reads_as_no_string_are_config_or_scenario_errors() -> No
         _scenario(healthy + b"4: 0\n")
 
 
+def test_a_yaml_error_is_named_by_an_excerpt() -> None:
+    """Found by `./dev.sh fuzz --examples 100000`: PyYAML's error for an unknown tag quotes
+    the tag whole (8 KiB of `!`), and the loaders passed it on whole."""
+    for raw in (b"!" * 8192, b"a: 1\n" + b"b" * 8192 + b": [\n"):
+        with pytest.raises(ConfigError, match="not valid YAML") as raised:
+            _override(raw)
+        named(str(raised.value))
+        with pytest.raises(ScenarioError, match="not valid YAML") as failed:
+            _scenario(raw)
+        named(str(failed.value))
+
+
 def test_a_bad_config_value_is_named_by_an_excerpt() -> None:
     """Found by `./dev.sh fuzz --examples 500`: a job label key that is a 10 KiB mapping was
     quoted whole in the ConfigError the tainter and the report print."""
