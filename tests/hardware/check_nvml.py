@@ -51,7 +51,7 @@ from fleetwatch.collectors.mig import SPECS as MIG_SPECS
 from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import error_name, field_value
+from fleetwatch.collectors.sources.nvml_calls import error_name, field_value, nvlink_error_counter
 from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
@@ -221,7 +221,9 @@ def fabric_info(gpu: Gpu) -> str:
 
 def link_fields(source: NvmlSource, gpu: Gpu) -> list[str]:
     """Per link: each link-scoped field value of one batched call beside the per-link call
-    that reads the same counter or state, each value or the NVML error it answered."""
+    that reads the same counter or state, each value or the NVML error it answered; a
+    counter the collector's direct C call (`nvlink_error_counter`) reads otherwise than
+    pynvml's wrapper is shown with `direct` beside it."""
     fields = (
         pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
         pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
@@ -242,8 +244,12 @@ def link_fields(source: NvmlSource, gpu: Gpu) -> list[str]:
         except pynvml.NVMLError as exc:
             return error_name(exc)
 
+    direct = nvlink_error_counter(pynvml)
+
     def counter(link: int, which: int) -> str:
-        return read(lambda: pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu.handle, link, which))
+        wrapped = read(lambda: pynvml.nvmlDeviceGetNvLinkErrorCounter(gpu.handle, link, which))
+        own = read(lambda: direct(gpu.handle, link, which))
+        return wrapped if own == wrapped else f"{wrapped} (direct {own})"
 
     lines = []
     for n, link in enumerate(links):
