@@ -31,6 +31,7 @@ from fleetwatch.catalog.nvidia_xids import shipped_catalog
 from fleetwatch.durations import DurationError, parse_duration
 from fleetwatch.k8snames import TAINT_REASON_RULE, is_label_key, is_taint_reason
 from fleetwatch.rules.schema import CELSIUS, MODEL_NAME, POLICY_KINDS, SchemaError, Table, table_of
+from fleetwatch.shown import shown
 
 PACKAGE: Final = "fleetwatch.rules"
 """The installed package: config.yaml, the rule files and alertmanager.yml ship in it."""
@@ -227,20 +228,25 @@ def _fail(source: str, key: str, reason: str) -> ConfigError:
     return ConfigError(f"{source}: {key[:200]}: {reason[:400]}")
 
 
-def _mapping(source: str, value: Any, key: str) -> dict[str, Any]:
+def _mapping(
+    source: str, value: Any, key: str, allowed: frozenset[str] | None = None
+) -> dict[str, Any]:
     """`value` as a mapping of string keys (YAML reads `4:` or a bare anchor `&a:` as an int
-    or null key, which no config key is: found by the fuzzer, they made naming keys raise)."""
+    or null key, which no config key is: found by the fuzzer, they made naming keys raise),
+    with none but the `allowed` keys when given (a misspelt key is refused, not ignored)."""
     if not isinstance(value, dict):
         raise _fail(source, key, f"expected a mapping, got {type(value).__name__}")
     for name in value:
         if not isinstance(name, str):
-            raise _fail(source, key, f"key {str(name)[:80]!r} is not a string")
+            raise _fail(source, key, f"key {shown(name)} is not a string")
+    for unknown in sorted(set(value) - allowed if allowed is not None else ()):
+        raise _fail(source, f"{key}.{unknown}", "unknown key")
     return value
 
 
 def _string(source: str, value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
-        raise _fail(source, key, f"expected a non-empty string, got {value!r}")
+        raise _fail(source, key, f"expected a non-empty string, got {shown(value)}")
     return value
 
 
@@ -261,18 +267,20 @@ def _policy(source: str, name: str, raw: Any) -> AlertPolicy:
         raise _fail(source, f"{key}.{unknown}", "unknown key")
     severity = data.get("severity")
     if severity not in SEVERITIES:
-        raise _fail(source, f"{key}.severity", f"{severity!r} is not one of {SEVERITIES}")
+        raise _fail(source, f"{key}.severity", f"{shown(severity)} is not one of {SEVERITIES}")
     if "for" not in data:
         raise _fail(source, f"{key}.for", "required key is missing")
     taint = data.get("taint")
-    if taint is not None and not is_taint_reason(str(taint)):
+    if taint is not None and not (isinstance(taint, str) and is_taint_reason(taint)):
         raise _fail(
-            source, f"{key}.taint", f"{taint!r} is not a taint reason ({TAINT_REASON_RULE})"
+            source, f"{key}.taint", f"{shown(taint)} is not a taint reason ({TAINT_REASON_RULE})"
         )
     effect = data.get("taint_effect")
     if effect is not None and (effect not in TAINT_EFFECTS or taint is None):
         raise _fail(
-            source, f"{key}.taint_effect", f"{effect!r} needs a taint and one of {TAINT_EFFECTS}"
+            source,
+            f"{key}.taint_effect",
+            f"{shown(effect)} needs a taint and one of {TAINT_EFFECTS}",
         )
     keep = data.get("keep_firing_for")
     return AlertPolicy(
@@ -298,14 +306,18 @@ def _training_jobs(source: str, raw: Any) -> tuple[tuple[str, ...], str]:
     for index, key in enumerate(keys):
         if not isinstance(key, str) or not is_label_key(key):
             raise _fail(
-                source, f"training_jobs.job_label_keys[{index}]", f"{key!r} is not a pod label key"
+                source,
+                f"training_jobs.job_label_keys[{index}]",
+                f"{shown(key)} is not a pod label key",
             )
     metric = _string(
         source, data["dcgm_tensor_active_metric"], "training_jobs.dcgm_tensor_active_metric"
     )
     if not _METRIC_NAME.match(metric):
         raise _fail(
-            source, "training_jobs.dcgm_tensor_active_metric", f"{metric!r} is not a metric name"
+            source,
+            "training_jobs.dcgm_tensor_active_metric",
+            f"{shown(metric)} is not a metric name",
         )
     return tuple(keys), metric
 
@@ -386,6 +398,9 @@ _TOP_LEVEL: Final = (
     "rule_groups",
 )
 
+_SELECTORS: Final = frozenset({"exporter", "tainter", "kube_state_metrics"})
+_INTERVALS: Final = frozenset({"scrape", "evaluation", "rate_window", "history"})
+
 
 def _thresholds(
     source: str, raw: Any, schema: Table | None
@@ -429,8 +444,8 @@ def _validated(data: Any, source: str, schema: Table | None) -> Config:
         raise _fail(source, missing, "required key is missing")
     for unknown in sorted(set(top) - set(_TOP_LEVEL)):
         raise _fail(source, unknown, "unknown key")
-    selectors = _mapping(source, top["selectors"], "selectors")
-    intervals = _mapping(source, top["intervals"], "intervals")
+    selectors = _mapping(source, top["selectors"], "selectors", _SELECTORS)
+    intervals = _mapping(source, top["intervals"], "intervals", _INTERVALS)
     thresholds, overheat_policy, schema = _thresholds(source, top["thresholds"], schema)
     job_label_keys, dcgm_metric = _training_jobs(source, top["training_jobs"])
     alerts = _mapping(source, top["alerts"], "alerts")
@@ -473,10 +488,10 @@ def _overheat_policy(source: str, raw: Any) -> tuple[ModelPolicy, ...]:
             raise _fail(
                 source,
                 f"{where}.model",
-                f"{model!r}: expected a GPU name of letters, digits, spaces, '-', '_' and '.'",
+                f"{shown(model)}: expected a GPU name of letters, digits, spaces, '-', '_' and '.'",
             )
         if any(policy.model == model for policy in policies):
-            raise _fail(source, f"{where}.model", f"{model!r} is listed twice")
+            raise _fail(source, f"{where}.model", f"{shown(model)} is listed twice")
         limits = [name for name in POLICY_KINDS if name in entry]
         if len(limits) != 1:
             raise _fail(source, where, "expected exactly one of celsius and margin_celsius")
@@ -494,7 +509,7 @@ def _rule_groups(source: str, raw: Any) -> dict[str, str]:
     scopes = _mapping(source, raw, "rule_groups")
     for name, scope in scopes.items():
         if scope not in SCOPES:
-            raise _fail(source, f"rule_groups.{name}", f"{scope!r} is not one of {SCOPES}")
+            raise _fail(source, f"rule_groups.{name}", f"{shown(scope)} is not one of {SCOPES}")
     return {str(name): str(scope) for name, scope in scopes.items()}
 
 

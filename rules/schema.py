@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fleetwatch.durations import DurationError, parse_duration
+from fleetwatch.shown import shown
 
 WORD: Final = re.compile(r"[A-Za-z0-9_]+")
 """A word of a word list (counter names, clock-event reasons): it goes into a PromQL regex."""
@@ -49,20 +50,20 @@ class Number:
     def check(self, value: Any, key: str) -> None:
         """SchemaError unless `value` is a number in range."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SchemaError(key, f"expected a number, got {repr(value)[:80]}")
+            raise SchemaError(key, f"expected a number, got {shown(value)}")
         try:
             finite = math.isfinite(value)
         except OverflowError:  # an integer of hundreds of digits: no float holds it
             finite = False
         if not finite:
-            raise SchemaError(key, f"{repr(value)[:80]} is not a finite number")
+            raise SchemaError(key, f"{shown(value)} is not a finite number")
         if value < self.minimum or (self.maximum is not None and value > self.maximum):
-            shown = (
+            bounds = (
                 f"{self.minimum:g} or more"
                 if self.maximum is None
                 else f"{self.minimum:g}..{self.maximum:g}"
             )
-            raise SchemaError(key, f"{repr(value)[:80]} is out of range ({shown})")
+            raise SchemaError(key, f"{shown(value)} is out of range ({bounds})")
 
     def json(self) -> dict[str, Any]:
         """As JSON Schema."""
@@ -79,7 +80,7 @@ class Duration:
     def check(self, value: Any, key: str) -> None:
         """SchemaError unless `value` is a duration."""
         if not isinstance(value, str) or not value:
-            raise SchemaError(key, f"expected a duration, got {value!r}")
+            raise SchemaError(key, f"expected a duration, got {shown(value)}")
         try:
             parse_duration(value)
         except DurationError as exc:
@@ -101,7 +102,9 @@ class Codes:
             or not value
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
         ):
-            raise SchemaError(key, f"expected a non-empty list of whole numbers, got {value!r}")
+            raise SchemaError(
+                key, f"expected a non-empty list of whole numbers, got {shown(value)}"
+            )
 
     def json(self) -> dict[str, Any]:
         """As JSON Schema."""
@@ -120,7 +123,7 @@ class Words:
             or not all(isinstance(v, str) and WORD.fullmatch(v) for v in value)
         ):
             raise SchemaError(
-                key, f"expected a non-empty list of words (letters, digits, _), got {value!r}"
+                key, f"expected a non-empty list of words (letters, digits, _), got {shown(value)}"
             )
 
     def json(self) -> dict[str, Any]:
@@ -185,7 +188,7 @@ def derive(value: Any, key: str) -> Node:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         node = number_of(key)
     else:
-        raise SchemaError(key, f"expected a number, a duration or a list, got {value!r}")
+        raise SchemaError(key, f"expected a number, a duration or a list, got {shown(value)}")
     node.check(value, key)
     return node
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fleetwatch.shown import shown
+
 
 class ScenarioError(ValueError):
     """A scenario file is malformed; the message names the file, key and reason."""
@@ -32,7 +34,7 @@ class Checker:
             raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
         for name in value:
             if not isinstance(name, str):
-                raise self.fail(key, f"key {str(name)[:80]!r} is not a string")
+                raise self.fail(key, f"key {shown(name)} is not a string")
         return value
 
     def keys(
@@ -45,9 +47,9 @@ class Checker:
 
     def integer(self, value: Any, key: str, *, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected an integer, got {value!r}")
+            raise self.fail(key, f"expected an integer, got {shown(value)}")
         if not low <= value <= high:
-            raise self.fail(key, f"{value} is out of range {low}..{high}")
+            raise self.fail(key, f"{shown(value)} is out of range {low}..{high}")
         return value
 
     def number(self, value: Any, key: str, *, low: float, high: float) -> float:
@@ -57,19 +59,19 @@ class Checker:
             # an int is finite, and one of hundreds of digits no float holds is out of range
             or not (isinstance(value, int) or math.isfinite(value))
         ):
-            raise self.fail(key, f"expected a number, got {value!r}")
+            raise self.fail(key, f"expected a number, got {shown(value)}")
         if not low <= value <= high:
-            raise self.fail(key, f"{value} is out of range {low}..{high}")
+            raise self.fail(key, f"{shown(value)} is out of range {low}..{high}")
         return float(value)
 
     def string(self, value: Any, key: str, *, choices: tuple[str, ...] | None = None) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+            raise self.fail(key, f"expected a non-empty string, got {shown(value)}")
         if choices is not None and value not in choices:
-            raise self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
+            raise self.fail(key, f"{shown(value)} is not one of {', '.join(choices)}")
         return value
 
     def boolean(self, value: Any, key: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {value!r}")
+            raise self.fail(key, f"expected true or false, got {shown(value)}")
         return value

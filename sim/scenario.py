@@ -21,6 +21,7 @@ from typing import Any, Final
 import yaml
 
 from fleetwatch.k8snames import is_label_key, is_label_value, is_node_name
+from fleetwatch.shown import shown
 from fleetwatch.sim.checks import Checker, ScenarioError
 from fleetwatch.sim.fault_base import Fault
 from fleetwatch.sim.fault_params import Hardware
@@ -321,7 +322,7 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
                 continue
             value = check.string(data.get(part, "main"), f"{key}.{part}")
             if not is_node_name(value):
-                raise check.fail(f"{key}.{part}", f"{value!r} is not a Kubernetes name")
+                raise check.fail(f"{key}.{part}", f"{shown(value)} is not a Kubernetes name")
             names[part] = value
         if not isinstance(data["gpus"], list) or not data["gpus"]:
             raise check.fail(f"{key}.gpus", "expected a non-empty list of GPU indices")
@@ -337,7 +338,7 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
             if not isinstance(label, str) or not is_label_key(label):
                 raise check.fail(f"{key}.labels", f"{label!r} is not a label key")
             if not isinstance(value, str) or not is_label_value(value):
-                raise check.fail(f"{key}.labels.{label}", f"{value!r} is not a label value")
+                raise check.fail(f"{key}.labels.{label}", f"{shown(value)} is not a label value")
         pods.append(
             PodSpec(
                 namespace=names["namespace"],

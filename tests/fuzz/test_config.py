@@ -187,6 +187,38 @@ def test_a_yaml_error_is_named_by_an_excerpt() -> None:
         named(str(failed.value))
 
 
+def test_an_integer_too_long_to_write_is_named_by_its_size() -> None:
+    """Found by `./dev.sh fuzz --examples 100000`: YAML reads `0x999…` of any length as an
+    int, and Python refuses to write one of more than 4,300 decimal digits: quoting it in the
+    error raised ValueError out of the config loader (the schema's number check). Every
+    quoted value goes through `fleetwatch.shown`, in both loaders."""
+    huge = b"0x" + b"9" * 4000
+    for override, where in (
+        (b"thresholds: {checkpoint: {burst_floor_megabytes_per_second: " + huge + b"}}", "bits"),
+        (b"thresholds: {checkpoint: {burst_floor_megabytes_per_second: [" + huge + b"]}}", "list"),
+        (b"alerts: {GPUOverheating: {for: " + huge + b"}}", "bits"),
+        (b"alerts: {GPUOverheating: {for: 30s, severity: " + huge + b"}}", "bits"),
+        (b"alerts: {GPUOverheating: {for: 30s, severity: critical, taint: " + huge + b"}}", "bits"),
+        (b"? " + huge + b"\n: 1\n", "bits"),
+    ):
+        with pytest.raises(ConfigError, match=where) as raised:
+            _override(override)
+        named(str(raised.value))
+    healthy = next(seed for seed in SCENARIOS if b"faults: []" in seed)
+    for fault in (huge + b", kind: xid, gpu: 0, xid: 79", b"1, kind: xid, xid: 79, gpu: " + huge):
+        with pytest.raises(ScenarioError, match="bits") as failed:
+            _scenario(healthy.replace(b"faults: []", b"faults: [{at: " + fault + b"}]"))
+        named(str(failed.value))
+
+
+def test_a_misspelt_interval_or_selector_is_refused() -> None:
+    """A key of `intervals:` or `selectors:` the config does not have was ignored: a
+    misspelt `evalution: 10s` left the evaluation interval as shipped, silently."""
+    for override in (b"intervals: {evalution: 10s}", b"selectors: {exporters: 'job=\"x\"'}"):
+        with pytest.raises(ConfigError, match="unknown key"):
+            _override(override)
+
+
 def test_a_bad_config_value_is_named_by_an_excerpt() -> None:
     """Found by `./dev.sh fuzz --examples 500`: a job label key that is a 10 KiB mapping was
     quoted whole in the ConfigError the tainter and the report print."""

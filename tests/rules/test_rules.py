@@ -178,7 +178,10 @@ def test_substitute_reaches_every_parameter() -> None:
             ("tensor_active_metric: DCGM_FI_PROF", "tensor_active_metric: DCGM-FI-PROF"),
             "training_jobs.dcgm_tensor_active_metric: 'DCGM-FI-PROF",
         ),
-        (("kube_state_metrics: 'job=", "kube_state_metric: 'job="), "selectors.kube_state_metrics"),
+        (
+            ("kube_state_metrics: 'job=", "kube_state_metric: 'job="),
+            "selectors.kube_state_metric: unknown key",
+        ),
         (
             ('"NVIDIA B200", margin_celsius: 5', '"NVIDIA B200", margin_celsius: 5, celsius: 90'),
             "thresholds.overheat_policy[0]: expected exactly one of celsius and margin_celsius",

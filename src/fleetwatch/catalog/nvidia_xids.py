@@ -23,6 +23,7 @@ import yaml
 
 from fleetwatch.catalog.xid import GPU_XID_NVLINK5_ERRORS_TOTAL
 from fleetwatch.flags import REQUIRED, parse_tool_settings, setting
+from fleetwatch.shown import shown
 
 CATALOG: Final = "nvidia_xids.yaml"
 ACTIONS: Final = (
@@ -180,7 +181,7 @@ def _entry(raw: Any, index: int, source: str) -> XidEntry:
         value = raw[key]
         # bool is an int subclass: `code: true` must not pass as Xid 1.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise CatalogError(f"{where}: {key}: expected {kind.__name__}, got {value!r}")
+            raise CatalogError(f"{where}: {key}: expected {kind.__name__}, got {shown(value)}")
         if isinstance(value, str) and not value.strip():
             raise CatalogError(f"{where}: {key}: must not be empty")
     unknown = sorted(set(raw) - set(_KEYS))
@@ -223,7 +224,7 @@ def _optional_int(raw: dict[str, Any], key: str, top: int, where: str) -> int | 
         return None
     if type(value) is not int or not 0 <= value <= top:
         raise CatalogError(
-            f"{where}: {key}: expected null or an integer 0..{top:#x}, got {value!r}"
+            f"{where}: {key}: expected null or an integer 0..{top:#x}, got {shown(value)}"
         )
     return value
 
