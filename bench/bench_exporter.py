@@ -225,7 +225,12 @@ def hung_scenario(workdir: Path) -> str:
 
 
 def rss_over_time(
-    workdir: Path, minutes: float, *, simulate: bool, baseline: Path | None = None
+    workdir: Path,
+    minutes: float,
+    *,
+    simulate: bool,
+    baseline: Path | None = None,
+    driver: bool = False,
 ) -> None:
     """Resident size of the exporter, and of its mount helper, after `minutes` of scrapes
     every 5 s: on a GPU node without checkpoint mounts and on one with 50 NFS mounts
@@ -250,6 +255,7 @@ def rss_over_time(
                         sysfs=tree,
                         code=code,
                         procfs=fixture,
+                        driver=driver,
                     )
                 )
         start = time.monotonic()
@@ -338,6 +344,7 @@ def cpu_per_series(
     *,
     simulate: bool,
     baseline: Path | None = None,
+    driver: bool = False,
 ) -> None:
     """Whole-process CPU per exported series: the exporter (every default collector) against
     node_exporter (its default collectors on this machine's /proc and /sys), both running and
@@ -353,6 +360,9 @@ def cpu_per_series(
     third process in the same window and under the same wrapper, so a change is measured
     before and after under the same load and the same harness.
 
+    With `driver` (a GPU machine) the exporter reads this machine's NVIDIA driver instead of
+    the mock, with the same tree.
+
     The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
     (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
     with the ratio without it."""
@@ -360,7 +370,9 @@ def cpu_per_series(
         tree = stack.enter_context(moving_tree(workdir / "sys", enabled=not simulate))
         names = workdir / "fw-threads.json"
         fw = stack.enter_context(
-            _exporter(workdir / "fw", simulate=simulate, sysfs=tree, thread_names=names)
+            _exporter(
+                workdir / "fw", simulate=simulate, sysfs=tree, thread_names=names, driver=driver
+            )
         )
         ne = stack.enter_context(node_exporter(workdir / "ne", sysfs=Path("/sys"), collectors=None))
         procs = {"fleetwatch": (fw, "fleetwatch_"), "node_exporter": (ne, "node_")}
@@ -373,6 +385,7 @@ def cpu_per_series(
                 sysfs=tree,
                 code=baseline,
                 thread_names=named["baseline"],
+                driver=driver,
             )
             procs["baseline"] = (stack.enter_context(base), "fleetwatch_")
         load = os.getloadavg()[0]
@@ -400,8 +413,9 @@ def cpu_per_series(
         }
         rss = {name: _rss_mib(server.process.pid) for name, (server, _) in procs.items()}
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
+    nvml = "this machine's NVIDIA driver" if driver else "the mock NVML (h100)"
     print(
-        f"exporter on {'--simulate dgx-h100' if simulate else 'the mock NVML (h100)'}, load "
+        f"exporter on {'--simulate dgx-h100' if simulate else nvml}, load "
         f"average {load:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     for name, (_, prefix) in procs.items():
@@ -424,8 +438,8 @@ def cpu_per_series(
         for name in named:
             net = (spent[name] - foreign[name]) / series[name] * 1e6 / seconds
             print(
-                f"{name}: of which threads Python did not start (the mock NVML's own, its Go "
-                f"runtime): {foreign[name]:.3f} CPU s; without them per series "
+                f"{name}: of which threads Python did not start (the NVML library's own; the "
+                f"mock's Go runtime): {foreign[name]:.3f} CPU s; without them per series "
                 f"{net / per_series['node_exporter']:.2f} of node_exporter's"
             )
             by_thread = sorted(
@@ -459,10 +473,11 @@ def _exporter(
     code: Path | None = None,
     procfs: Path | None = None,
     thread_names: Path | None = None,
+    driver: bool = False,
 ) -> Iterator[servers.Server]:
     """`fleetwatch export` in one of the two set-ups; with `thread_names`, run through
     `NAMED_THREADS`, which records there which threads are Python's."""
-    env, args = exporter_argv(simulate=simulate, sysfs=sysfs)
+    env, args = exporter_argv(simulate=simulate, sysfs=sysfs, driver=driver)
     if procfs is not None:
         args.append(f"--path.procfs={procfs}")
     if code is not None:
@@ -508,6 +523,12 @@ def main() -> None:
         "(FLEETWATCH_NVML_MOCK) with a real-shaped tree",
     )
     parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="cpu and rss sections: the exporter on this machine's NVIDIA driver (a GPU "
+        "machine) instead of the mock NVML, with the same real-shaped tree",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="cpu section: also run the fleetwatch package in this folder (another tree's "
@@ -538,10 +559,15 @@ def main() -> None:
                 simulation,
                 simulate=args.simulate,
                 baseline=args.baseline,
+                driver=args.driver,
             )
         if "rss" in sections:
             rss_over_time(
-                workdir / "rss", args.rss_minutes, simulate=args.simulate, baseline=args.baseline
+                workdir / "rss",
+                args.rss_minutes,
+                simulate=args.simulate,
+                baseline=args.baseline,
+                driver=args.driver,
             )
 
 

@@ -1,4 +1,4 @@
-"""The two ways the exporter benches run `fleetwatch export`, shared by bench_exporter and
+"""The ways the exporter benches run `fleetwatch export`, shared by bench_exporter and
 profile_exporter so both measure the same thing.
 
 - On NVIDIA's mock NVML (`FLEETWATCH_NVML_MOCK`, H100 profile: the real pynvml through ctypes)
@@ -6,6 +6,8 @@ profile_exporter so both measure the same thing.
   ports, 21 `counters/` and 26 `hw_counters/` files a port, the GPUs' and HCAs' PCI
   functions) that the bench moves on every collection interval from its own process: the
   exporter's process then runs only the exporter.
+- The same on a GPU machine's own NVIDIA driver (`--driver`): what the NVML calls cost on
+  hardware, with the same tree for the rest.
 - `--simulate dgx-h100`: the simulation inside the exporter's process (pure-Python NVML, the
   tree rewritten by the exporter once an interval), for comparison with earlier figures.
 """
@@ -57,10 +59,15 @@ def moving_tree(root: Path, *, enabled: bool = True) -> Iterator[Path]:
         tree.close()
 
 
-def exporter_argv(*, simulate: bool, sysfs: Path) -> tuple[dict[str, str], list[str]]:
-    """(environment, `fleetwatch export` arguments) for one of the two set-ups."""
+def exporter_argv(
+    *, simulate: bool, sysfs: Path, driver: bool = False
+) -> tuple[dict[str, str], list[str]]:
+    """(environment, `fleetwatch export` arguments) for one of the two set-ups; with `driver`,
+    the first set-up on this machine's NVIDIA driver instead of the mock (a GPU machine)."""
     if simulate:
         return {}, ["--simulate=dgx-h100"]
+    if driver:
+        return {}, [f"--path.sysfs={sysfs}"]
     mock = NvmlMock.from_environment()
     env = {
         "LD_LIBRARY_PATH": str(mock.root / LIBRARY.parent),

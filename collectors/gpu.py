@@ -7,6 +7,13 @@ a call that times out leaves its values absent and counts in
 `fleetwatch_gpu_nvml_errors_total`. A hung call blocks `collect()`, which the engine
 reports as a hung collector while every other collector keeps serving.
 
+The energy counter is read once every `--collector.gpu.energy-interval` (30 s), not every
+cycle: on an H200 `nvmlDeviceGetTotalEnergyConsumption` costs the driver 3.6 ms of CPU a
+GPU, more than every other reading of the GPU together (bench/bench_nvml_calls.py on the
+driver, docs/performance.md), for a counter whose rate the power reading gives each cycle.
+Between reads the last value is exported (a counter that lags, never one that goes back);
+a read that fails is made again the next cycle.
+
 `fleetwatch_gpus_expected` is emitted only when `--collector.gpu.expected-count` is
 set: an expected count guessed from what is visible at start would hide a GPU that was
 already missing when the exporter started.
@@ -22,6 +29,8 @@ per-reason maps, the fabric).
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,7 +61,7 @@ from fleetwatch.collectors.sources.nvml import (
     NvmlSource,
 )
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError
-from fleetwatch.flags import bounded_number, setting
+from fleetwatch.flags import bounded_number, duration_setting, setting
 
 RECOVERY_ACTIONS: Final = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
 
@@ -66,9 +75,20 @@ _VALUES: Final = reads_of(
 class GpuCollector:
     """Reads every GPU through the shared NVML source and maps readings to the GPU families."""
 
-    def __init__(self, *, source: NvmlSource, expected_count: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        source: NvmlSource,
+        expected_count: int | None,
+        energy_interval: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._source = source
         self._expected = expected_count
+        self._energy_interval = energy_interval
+        self._clock = clock
+        # Each GPU's last energy reading: (when it was read, millijoules).
+        self._energy: dict[GpuIdentity, tuple[float, float]] = {}
         self._failures = NvmlFailures(collector="gpu", spec=GPU_NVML_ERRORS_TOTAL)
         self._lost = LostGpus(collector="gpu")
         self._labels = LabelCache(SPECS)
@@ -82,14 +102,24 @@ class GpuCollector:
             gpu.identity: self._rows.get(gpu.identity) or value_rows(self._labels, gpu.identity)
             for gpu in gpus
         }
+        self._energy = {
+            gpu.identity: self._energy[gpu.identity] for gpu in gpus if gpu.identity in self._energy
+        }
+        now = self._clock()
         visible = 0
         for gpu in gpus:
+            kept = self._energy.get(gpu.identity)
+            due = kept is None or now - kept[0] >= self._energy_interval
             try:
-                reading = self._source.read_gpu(gpu)
+                reading = self._source.read_gpu(gpu, energy=due)
             except GpuLostError:
                 self._lost.lost(gpu.identity)
                 continue
             self._lost.seen(gpu.identity)
+            if not due and kept is not None:
+                reading = dataclasses.replace(reading, energy_millijoules=kept[1])
+            elif reading.energy_millijoules is not None:
+                self._energy[gpu.identity] = (now, reading.energy_millijoules)
             visible += 1
             self._failures.record(gpu.identity, reading.failures)
             add_gpu(builder, gpu.identity, reading, self._rows[gpu.identity])
@@ -171,10 +201,22 @@ class GpuSettings:
         help=f"GPUs this node should have; exported as {GPUS_EXPECTED} so an "
         f"alert can compare it with {GPUS_VISIBLE} (default: not exported)",
     )
+    energy_interval: float = duration_setting(
+        30.0,
+        minimum=1.0,
+        maximum=3600.0,
+        help="read each GPU's energy counter at most this often (the collection interval or "
+        "less: every cycle); the driver spends milliseconds of CPU a GPU on it, and power is "
+        "read every cycle",
+    )
 
 
 def _create(context: CollectorContext, settings: GpuSettings) -> GpuCollector:
-    return GpuCollector(source=context.nvml_source, expected_count=settings.expected_count)
+    return GpuCollector(
+        source=context.nvml_source,
+        expected_count=settings.expected_count,
+        energy_interval=settings.energy_interval,
+    )
 
 
 SPEC = CollectorSpec(

@@ -369,8 +369,9 @@ class NvmlSource:
                 return None
         return calls.number("nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
 
-    def read_gpu(self, gpu: Gpu) -> GpuReading:
-        """Everything but NVLink and GPM for one GPU; raises GpuLostError when it is gone."""
+    def read_gpu(self, gpu: Gpu, *, energy: bool = True) -> GpuReading:
+        """Everything but NVLink and GPM for one GPU (the energy counter only with `energy`);
+        raises GpuLostError when it is gone."""
         calls = Calls(self.lib, gpu.index)
         h = gpu.handle
         fields = self._batch(
@@ -395,7 +396,9 @@ class NvmlSource:
             ),
             power_milliwatts=calls.number("nvmlDeviceGetPowerUsage", h),
             power_limit_milliwatts=calls.number("nvmlDeviceGetEnforcedPowerLimit", h),
-            energy_millijoules=calls.number("nvmlDeviceGetTotalEnergyConsumption", h),
+            energy_millijoules=(
+                calls.number("nvmlDeviceGetTotalEnergyConsumption", h) if energy else None
+            ),
             sm_clock_mhz=calls.number("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM),
             memory_clock_mhz=calls.number("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM),
             clock_event_reasons=None if reasons is None else int(reasons),

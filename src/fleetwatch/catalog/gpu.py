@@ -222,7 +222,8 @@ GPU_ENERGY_JOULES_TOTAL: Final = FAMILIES.declare(
     "Energy consumed since the driver loaded.",
     ("gpu", "uuid"),
     unit="J",
-    source="`nvmlDeviceGetTotalEnergyConsumption` (mJ)",
+    source="`nvmlDeviceGetTotalEnergyConsumption` (mJ), once every "
+    "`--collector.gpu.energy-interval` (30 s; the last value between)",
     series="G",
     reads=(Read("energy_millijoules", convert=millijoules_to_joules),),
 )
