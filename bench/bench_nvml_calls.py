@@ -33,7 +33,12 @@ from fleetwatch.collectors.sources.nvml import (
     VIOLATION_FIELDS,
     NvmlSource,
 )
-from fleetwatch.collectors.sources.nvml_calls import Calls, FieldBatch, FieldId
+from fleetwatch.collectors.sources.nvml_calls import (
+    Calls,
+    FieldBatch,
+    FieldId,
+    nvlink_error_counter,
+)
 
 # The gpu collector's batch, as `NvmlSource.read_gpu` asks for it.
 GPU_BATCH: tuple[FieldId, ...] = (
@@ -188,6 +193,44 @@ def main() -> None:
         (
             "the gpu batch with every stand-in",
             batch(h, (*GPU_BATCH, *(key for ids in STAND_INS.values() for key in ids))),
+        ),
+    ]
+    # NVLink (an HGX/DGX: a GPU without active links answers NotSupported): the nvlink
+    # collector's whole read of the GPU, one per-link counter call (a DGX H100 cycle makes
+    # 432), and the field values that could carry those counters in the GPU's one batch.
+    links = source.nvlinks(gpu)
+    counter = nvlink_error_counter(pynvml)
+    rows += [
+        (
+            f"read_nvlinks (the nvlink collector's reads of one GPU, {len(links)} links)",
+            lambda: source.read_nvlinks(gpu, nvlink5=False),
+        ),
+        (
+            "nvmlDeviceGetNvLinkErrorCounter (link 0, CRC flit)",
+            lambda: counter(h, 0, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+        ),
+        *(
+            (f"link-scoped fields {', '.join(map(str, ids))}, every link", batch(h, keys))
+            for ids in (
+                (
+                    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+                    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+                ),
+                (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,),
+            )
+            for keys in [tuple((field_id, link) for link in links for field_id in ids)]
+            if keys
+        ),
+        (
+            "link 0's CRC flit, CRC data, ECC data counters as fields 32, 39, 148",
+            batch(
+                h,
+                (
+                    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0,
+                    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0,
+                    pynvml.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0,
+                ),
+            ),
         ),
     ]
     if bool(pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice):
