@@ -522,7 +522,11 @@ def test_kernel_log_rollout_end_to_end(tmp_path: Path) -> None:
     pci = normalize_pci(simulated_pci_bus_id(0))
     log = tmp_path / "kmsg"
     log.write_text(record(1, an_hour_ago(), f"NVRM: Xid (PCI:{pci}): 48, pid=1, DBE"))
-    args = ["--collector.xid.source=kmsg", f"--collector.xid.kmsg-path={log}"]
+    args = [
+        "--collector.xid.source=kmsg",
+        f"--collector.xid.kmsg-path={log}",
+        "--collector.xid.interval=1s",  # each wait below is for the next run: not 5 s each
+    ]
     with servers.fleetwatch_export(tmp_path, simulate="dgx-h100", args=args) as exporter:
         history = "fleetwatch_gpu_xid_history_errors"
         servers.wait_until(
