@@ -18,12 +18,17 @@ JOB = CHART / "examples" / "gpu-reset-job.yaml"
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The exporter admin container and its pod, as the chart renders them by default."""
+def default_release(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The chart installed with its defaults (once: an install takes seconds)."""
     path = tmp_path_factory.mktemp("kube") / "kubeconfig.json"
     with fakekube.serve(fakekube.FakeKubeApi(), path) as served:
-        release = install(served)
-    pod = release.one("DaemonSet")["spec"]["template"]["spec"]
+        return install(served)
+
+
+@pytest.fixture(scope="module")
+def admin(default_release: Any) -> dict[str, Any]:
+    """The exporter admin container and its pod, as the chart renders them by default."""
+    pod = default_release.one("DaemonSet")["spec"]["template"]["spec"]
     (container,) = [c for c in pod["containers"] if c["name"] == "exporter-admin"]
     return {"pod": pod, "container": container}
 
@@ -79,13 +84,13 @@ def _reset_job_roles(release: Any) -> list[dict[str, Any]]:
     return [r for r in release.of_kind("Role") if r["metadata"]["name"].endswith("-reset-jobs")]
 
 
-def test_repair_is_off_by_default_and_the_tainter_gets_no_right_on_jobs(tmp_path: Path) -> None:
-    with fakekube.serve(fakekube.FakeKubeApi(), tmp_path / "kubeconfig.json") as served:
-        release = install(served)
-    args = _tainter_args(release)
+def test_repair_is_off_by_default_and_the_tainter_gets_no_right_on_jobs(
+    default_release: Any,
+) -> None:
+    args = _tainter_args(default_release)
     assert "--repair.mode=off" in args
     assert not [a for a in args if a.startswith("--repair.reset-")]
-    assert _reset_job_roles(release) == []
+    assert _reset_job_roles(default_release) == []
 
 
 @pytest.mark.parametrize("by_reboot", [True, False])
