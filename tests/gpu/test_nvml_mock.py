@@ -19,6 +19,10 @@ import pytest
 from fleetwatch.sim.loopback_servers import wait_until
 from testbed.nvmlmock import MissingNvmlMock, MockedExporter, NvmlMock, exporter_on_mock
 
+# Exporter processes on NVIDIA's library, like tests/faults/test_nvml_error_codes.py: not the
+# fast lane's.
+pytestmark = pytest.mark.integration
+
 GPUS = {str(index) for index in range(8)}
 # One sample per GPU (with these labels) on every profile: what the GPU collectors read.
 PER_GPU = {
