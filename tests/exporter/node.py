@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fleetwatch.cli import build_parser
 from fleetwatch.collectors import COLLECTORS
+from fleetwatch.collectors.storage import StorageCollector
 from fleetwatch.exporter.export import close_collectors, create_collectors
 from fleetwatch.exporter.render import Renderer
 from fleetwatch.exporter.settings import ExportSettings
@@ -26,6 +27,11 @@ def collect_node(scenario: str, at: float, workdir: Path, *flags: str) -> str:
     args = build_parser().parse_args(["export", f"--simulate={scenario}", *flags])
     hardware = simulated_hardware(node, root, ExportSettings.from_args(args, COLLECTORS))
     collectors = create_collectors(hardware.context, hardware.settings)
+    storage = collectors.get("storage")
+    if isinstance(storage, StorageCollector):
+        # A cycle waits 50 ms for the mounts' calls, then reports what answered: on a loaded
+        # machine a first call can take longer, and one collection would lack its series.
+        storage._wait = 30.0
     try:
         parts = [Renderer().render(c.collect()) for c in collectors.values()]
     finally:
