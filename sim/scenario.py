@@ -137,7 +137,7 @@ def _parse_mig(check: Checker, raw: Any, gpus: int) -> MigSpec | None:
     check.keys(data, "mig", frozenset({"profile"}), frozenset({"gpus", "profile", "instances"}))
     profile = check.string(data["profile"], "mig.profile")
     if not _MIG_PROFILE.match(profile):
-        raise check.fail("mig.profile", f"{profile!r} is not a MIG profile like 1g.10gb")
+        raise check.fail("mig.profile", f"{shown(profile)} is not a MIG profile like 1g.10gb")
     raw_gpus = data.get("gpus", [])
     if not isinstance(raw_gpus, list):
         raise check.fail("mig.gpus", "expected a list of GPU indices")
@@ -201,7 +201,7 @@ def _parse_hca(check: Checker, raw: Any, key: str) -> HcaSpec:
     )
     device = check.string(data["device"], f"{key}.device")
     if not device.replace("_", "").isalnum():
-        raise check.fail(f"{key}.device", f"{device!r} is not a device name like mlx5_0")
+        raise check.fail(f"{key}.device", f"{shown(device)} is not a device name like mlx5_0")
     expected = data.get("expected_rate_gbps")
     return HcaSpec(
         device=device,
@@ -246,7 +246,9 @@ def _parse_mounts(check: Checker, raw: Any) -> tuple[MountSpec, ...]:
         )
         point = check.string(data["mountpoint"], f"{key}.mountpoint")
         if not point.startswith("/") or os.path.normpath(point) != point or " " in point:
-            raise check.fail(f"{key}.mountpoint", f"{point!r} is not a normalised absolute path")
+            raise check.fail(
+                f"{key}.mountpoint", f"{shown(point)} is not a normalised absolute path"
+            )
         if any(m.mountpoint == point for m in mounts):
             raise check.fail(f"{key}.mountpoint", f"{point} is listed twice")
         values: dict[str, Any] = {"mountpoint": point}
@@ -254,7 +256,7 @@ def _parse_mounts(check: Checker, raw: Any) -> tuple[MountSpec, ...]:
             if name in data:
                 text = check.string(data[name], f"{key}.{name}")
                 if any(c.isspace() for c in text):
-                    raise check.fail(f"{key}.{name}", f"{text!r} contains blanks")
+                    raise check.fail(f"{key}.{name}", f"{shown(text)} contains blanks")
                 values[name] = text
         for name, (low, high) in _MOUNT_NUMBERS.items():
             if name in data:
@@ -336,7 +338,7 @@ def _parse_pods(check: Checker, raw: Any, gpus: int) -> tuple[PodSpec, ...]:
         labels = check.mapping(data.get("labels", {}), f"{key}.labels")
         for label, value in labels.items():
             if not isinstance(label, str) or not is_label_key(label):
-                raise check.fail(f"{key}.labels", f"{label!r} is not a label key")
+                raise check.fail(f"{key}.labels", f"{shown(label)} is not a label key")
             if not isinstance(value, str) or not is_label_value(value):
                 raise check.fail(f"{key}.labels.{label}", f"{shown(value)} is not a label value")
         pods.append(

@@ -14,10 +14,10 @@ LIMIT = 80
 """Characters of a value an error message quotes."""
 
 
-def shown(value: object, limit: int = LIMIT) -> str:
-    """`repr(value)`, at most `limit` characters of it."""
+def shown(value: object) -> str:
+    """`repr(value)`, at most `LIMIT` characters of it."""
     try:
-        return repr(value)[:limit]
+        return repr(value)[:LIMIT]
     except ValueError:
         if isinstance(value, int):
             return f"<an integer of {value.bit_length()} bits>"
