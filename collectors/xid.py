@@ -1,7 +1,8 @@
 """Xid collector: a counter per GPU and Xid, from NVML events and/or the kernel log.
 
-`--collector.xid.source` picks the sources. `nvml` (the default): a listener thread waits
-on NVML events (`nvmlEventSetWait_v2`, short timeouts so it stops promptly); it needs no
+`--collector.xid.source` picks the sources. `nvml` (the default): a listener thread takes
+the NVML events queued for its event set every second (`nvmlEventSetWait_v2` with a zero
+timeout; the driver keeps them until taken, and the thread stops at once); it needs no
 privilege, but NVML keeps no history, so Xids raised while no exporter listened are not
 counted. `kmsg`: a thread reads NVRM Xid lines from the kernel log, history included; it
 needs read access to /dev/kmsg (`CAP_SYSLOG` under `kernel.dmesg_restrict=1`).
@@ -81,7 +82,7 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
-from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, wait_xid
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
 SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
-_WAIT_MS: Final = 500
+_LOOK_SECONDS: Final = 1.0  # how often the NVML listener takes the queued events
 _RETRY_SECONDS: Final = 5.0
 
 
@@ -237,26 +238,26 @@ class XidCollector:
 
     def _listen_nvml(self) -> None:
         event_set: Any = None
-        while not self._stop.is_set():
+        pause = 0.0  # the first look at once
+        while not self._stop.wait(pause):
+            pause = _LOOK_SECONDS
             try:
                 if event_set is None:
                     event_set = open_xid_events(self._source)
                     if event_set is None:  # no driver or no GPU yet: NVML's start is
-                        self._stop.wait(_RETRY_SECONDS)  # tried again, so look again
+                        pause = _RETRY_SECONDS  # tried again, so look again
                         continue
-                event = wait_xid(self._source, event_set, _WAIT_MS)
+                for event in ready_xids(self._source, event_set):
+                    self.ledger.record(
+                        gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
+                    )
+                    log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
             except NvmlError as exc:
                 log.warning(
-                    "waiting for NVML Xid events failed",
+                    "taking NVML Xid events failed",
                     extra={"call": exc.call, "reason": exc.error},
                 )
-                self._stop.wait(_RETRY_SECONDS)
-                continue
-            if event is not None:
-                self.ledger.record(
-                    gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
-                )
-                log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
+                pause = _RETRY_SECONDS
         if event_set is not None:
             free_events(self._source, event_set)
 

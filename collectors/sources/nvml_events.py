@@ -1,14 +1,19 @@
 """Xid events through the NVML source: NVML's critical-error events, one GPU and Xid each.
 
-An event set registered on every GPU that has the events, a wait with a timeout (so the
-listener thread stops promptly), and its release. NVML keeps no history: an Xid raised
-while no one waited is not reported (the kernel log has it).
+An event set registered on every GPU that has the events, the events it holds taken
+without waiting, and its release. The driver queues each event for the set until it is
+taken (the kernel module appends it to the open file's list, unbounded), so the listener
+looks every second instead of sleeping inside NVML: a blocked call would hold the thread
+until its timeout at every stop, and on NVIDIA's mock NVML (a Go library) a waiting call
+keeps Go's runtime polling the whole time. NVML keeps no history from before the set was
+registered: an Xid raised while no exporter ran is not reported (the kernel log has it).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,6 +29,9 @@ XID_EVENT_MASK: Final = (
     | pynvml.nvmlEventTypeDoubleBitEccError
     | pynvml.nvmlEventTypeSingleBitEccError
 )
+# Events taken in one look at most; the rest stay queued for the next (a driver that never
+# answered "none left" must not hold the listener).
+EVENTS_A_LOOK: Final = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,20 +74,24 @@ def open_xid_events(source: NvmlSource) -> Any | None:
     return event_set
 
 
-def wait_xid(source: NvmlSource, event_set: Any, timeout_ms: int) -> XidEvent | None:
-    """The next Xid event, or None when none came within the timeout; `NvmlError` when
-    the wait itself fails."""
-    with classified("nvmlEventSetWait_v2"):
-        try:
-            data = source.lib.nvmlEventSetWait_v2(event_set, timeout_ms)
-        except pynvml.NVMLError_Timeout:
-            return None
-    if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
-        return None
-    gpu = _gpu_of(source, data.device)
-    if gpu is None:
-        return None
-    return XidEvent(gpu=gpu.index, uuid=gpu.identity.uuid, xid=int(data.eventData))
+def ready_xids(
+    source: NvmlSource, event_set: Any, *, limit: int = EVENTS_A_LOOK
+) -> Iterator[XidEvent]:
+    """The Xid events queued for the set, taken without waiting (NVML's wait with a zero
+    timeout answers the next queued event, or `Timeout` when none is left); other events
+    of the set (ECC) are taken and passed over. At most `limit` are taken. `NvmlError` when
+    a wait fails: the events yielded before it are taken."""
+    for _ in range(limit):
+        with classified("nvmlEventSetWait_v2"):
+            try:
+                data = source.lib.nvmlEventSetWait_v2(event_set, 0)
+            except pynvml.NVMLError_Timeout:
+                return
+        if not int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
+            continue
+        gpu = _gpu_of(source, data.device)
+        if gpu is not None:
+            yield XidEvent(gpu=gpu.index, uuid=gpu.identity.uuid, xid=int(data.eventData))
 
 
 def _gpu_of(source: NvmlSource, handle: Any) -> Gpu | None:

@@ -17,10 +17,10 @@ from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
-from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, wait_xid
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
 from fleetwatch.collectors.sources.nvml_gpm import gpm_sample
 from fleetwatch.sim.fabric_faults import NvlinkDown, NvlinkErrors
-from fleetwatch.sim.gpu_faults import GpuLost, Hang, TensorActive
+from fleetwatch.sim.gpu_faults import GpuLost, Hang, TensorActive, Xid
 from tests.gpu.simnode import samples, simulated
 
 TEMP = "fleetwatch_gpu_temperature_celsius"
@@ -248,12 +248,18 @@ def test_gpm_sampling_failures_come_classified() -> None:
     assert fake.live_gpm_samples == 0
 
 
-def test_xid_wait_timeout_is_no_event_and_other_failures_are_nvml_errors() -> None:
-    fake, source = simulated()
+def test_queued_xids_are_taken_without_waiting_and_a_failed_take_is_an_nvml_error() -> None:
+    fake, source = simulated(
+        faults=(Xid(at=120, gpu=3, xid=79), Xid(at=120, gpu=5, xid=48), Xid(at=120, gpu=6, xid=94))
+    )
     events = open_xid_events(source)
-    assert wait_xid(source, events, 1) is None
+    first = list(ready_xids(source, events, limit=2))  # the third stays queued
+    assert [(event.gpu, event.xid) for event in first] == [(3, 79), (5, 48)]
+    assert first[0].uuid == source.gpus()[3].identity.uuid
+    assert [(event.gpu, event.xid) for event in ready_xids(source, events)] == [(6, 94)]
+    assert list(ready_xids(source, events)) == []  # each taken once; none waited for
     fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Unknown)
     with pytest.raises(NvmlError, match="nvmlEventSetWait_v2 failed: Unknown"):
-        wait_xid(source, events, 1)
+        list(ready_xids(source, events))
     fake.clear_failures()
     free_events(source, events)

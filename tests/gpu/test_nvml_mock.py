@@ -3,7 +3,7 @@
 Where the simulation's fake NVML answers in Python, the mock is a C library with real
 structs and return codes: these tests check that every GPU family comes out of the NVML
 paths on an H100 and a GB200 profile, and that faults injected into a running exporter
-(fabric registration states, a hot GPU, a lost GPU, a GPU switching MIG mode) show in
+(fabric registration states, a hot GPU, a lost GPU, an Xid, a GPU switching MIG mode) show in
 /metrics as the metric contract says. Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock
 (CONTRIBUTING.md: how to build it).
 """
@@ -190,6 +190,26 @@ def test_a_lost_gpu_drops_only_its_series(exporter: MockedExporter) -> None:
         assert {labels["gpu"] for labels, _ in exporter.series(name)} == GPUS - {"5"}, name
     assert exporter.series("fleetwatch_gpus_visible")[0][1] == 7
     assert _collectors_healthy(exporter)["gpu"] == 1
+
+
+def test_an_xid_the_driver_queues_is_counted(exporter: MockedExporter) -> None:
+    """The mock queues an Xid for the event set when its injected failure fires; the
+    listener, which takes queued events every second without waiting in NVML, counts it for
+    that GPU."""
+    exporter.override(
+        gpus={2: {"failure": {"mode": "ecc_uncorrectable", "after_calls": 1, "xid": {"code": 48}}}}
+    )
+    wait_until(
+        lambda: exporter.by_gpu("fleetwatch_gpu_xid_errors_total", xid="48") == {"2": 1.0},
+        timeout=TIMEOUT,
+        what="Xid 48 counted for GPU 2",
+    )
+    (info,) = [
+        labels for labels, _ in exporter.series("fleetwatch_gpu_info") if labels["gpu"] == "2"
+    ]
+    assert [labels for labels, _ in exporter.series("fleetwatch_gpu_xid_errors_total")] == [
+        {"gpu": "2", "uuid": info["uuid"], "xid": "48"}
+    ]
 
 
 @pytest.mark.parametrize("profile", ["h100", "gb200"])
