@@ -11,13 +11,17 @@ family type: each is rendered from its two lists, with its prefixes kept while i
 list holds the same dicts. A family whose label list and values are what they were at the
 last render reuses that render's bytes: most families of a GPU node (error counters at 0,
 thresholds, link states, PCIe widths, HCA rates) do not change from one cycle to the next.
+A family of which only some values changed (one port's error counter among a node's 192)
+has only those lines formatted again, the others taken from the last render's bytes.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, compress
 from typing import Final, cast
 
 from fleetwatch.collectors.families import SeriesFamily
@@ -83,6 +87,9 @@ class Renderer:
         # values they were made from.
         self._bodies: dict[str, tuple[list[str], bytes | tuple[float | None, ...] | None, bytes]]
         self._bodies = {}
+        # Where a family's body was last made by formatting only the lines that changed:
+        # the body with where each line starts (4 or 8 bytes a line, families that move).
+        self._lines: dict[str, _Lines] = {}
 
     def _header(self, family: SeriesFamily) -> bytes:
         key = (family.name, family.type, family.documentation)
@@ -119,20 +126,31 @@ class Renderer:
 
         Values compare bit for bit as doubles where all are present (`_values_key`), so
         -0.0 (equal to 0.0, rendered "-0.0") is told apart: a reused body is always the one
-        a fresh render writes.
+        a fresh render writes. Where a few of such a family's values changed, only their
+        lines are formatted again (`_Lines`).
         """
         key = _values_key(family.values)
         prefixes = self._prefix_list(family)  # a new list whenever the label list changed
-        hit = self._bodies.get(family.sample_name)
-        if hit is not None and hit[0] is prefixes and key is not None and hit[1] == key:
-            return hit[2]
         name = family.sample_name
+        hit = self._bodies.get(name)
+        if hit is not None and hit[0] is prefixes and key is not None:
+            if hit[1] == key:
+                return hit[2]
+            if type(key) is bytes and type(hit[1]) is bytes:
+                changed = _few_changed(hit[1], key)
+                if changed is not None:
+                    lines = self._lines.get(name) or _Lines(hit[2])
+                    lines.update(name, prefixes, family.values, changed)
+                    self._lines[name] = lines
+                    self._bodies[name] = (prefixes, key, lines.body)
+                    return lines.body
+        self._lines.pop(name, None)
         body = "".join(
             f"{name}{prefix}{format_value(value)}\n"
             for prefix, value in zip(prefixes, family.values, strict=True)
             if value is not None
         ).encode()
-        self._bodies[family.sample_name] = (prefixes, key, body)
+        self._bodies[name] = (prefixes, key, body)
         return body
 
     def render_parts(self, families: Iterable[SeriesFamily]) -> list[bytes]:
@@ -167,12 +185,63 @@ def _values_key(values: Sequence[float | None]) -> bytes | tuple[float | None, .
     doubles, bit for bit, made in one C pass (a value renders as a function of its double,
     and the bits tell -0.0 from 0.0); for a family with absent values the tuple of values,
     or None (never reused) when one of them is -0.0."""
-    if None not in values:
-        try:
-            return array("d", cast("Sequence[float]", values)).tobytes()
-        except OverflowError:  # an integer beyond a double: compared as it is
-            pass
+    try:
+        return array("d", cast("Sequence[float]", values)).tobytes()
+    except TypeError:  # an absent value (None)
+        pass
+    except OverflowError:  # an integer beyond a double: compared as it is
+        pass
     found = tuple(values)
     if 0.0 in found and any(v == 0 and math.copysign(1.0, v) < 0 for v in found if v is not None):
         return None
     return found
+
+
+class _Lines:
+    """A rendered body whose every value was present, with where each line starts, so
+    that the lines of the values that changed can be formatted again and the others taken
+    from it."""
+
+    __slots__ = ("body", "starts")
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        lengths = map(len, body.split(b"\n"))  # each line without its newline, then b""
+        self.starts = array("L", accumulate(lengths, _after_newline, initial=0))
+
+    def update(
+        self, name: str, prefixes: list[str], values: Sequence[float | None], changed: list[int]
+    ) -> None:
+        """Make the body for `values` (every one present) from the one held, formatting
+        only the lines `changed` (their indices, ascending)."""
+        body, starts = self.body, self.starts
+        pieces: list[bytes] = []
+        shifted = False
+        done = 0
+        for i in changed:
+            line = f"{name}{prefixes[i]}{format_value(cast(float, values[i]))}\n".encode()
+            start, end = starts[i], starts[i + 1]
+            pieces += (body[done:start], line)
+            done = end
+            shifted = shifted or len(line) != end - start
+        pieces.append(body[done:])
+        self.body = b"".join(pieces)
+        if shifted:  # a line's length changed: where the lines after it start moved
+            lengths = array("L", map(operator.sub, starts[1:], starts[:-1]))
+            for i, line in zip(changed, pieces[1::2], strict=True):
+                lengths[i] = len(line)
+            self.starts = array("L", accumulate(lengths, initial=0))
+
+
+def _few_changed(old_key: bytes, key: bytes) -> list[int] | None:
+    """The indices of the values whose double differs between two `_values_key` bytes of
+    as many values, or None when more than a quarter of them do (a whole render then costs
+    no more than taking the rest from the last one)."""
+    olds, news = memoryview(old_key).cast("Q"), memoryview(key).cast("Q")
+    changed = list(compress(range(len(news)), map(operator.ne, olds, news)))
+    return None if len(changed) * 4 > len(news) else changed
+
+
+def _after_newline(start: int, length: int) -> int:
+    """Where the next line starts, after a line of `length` bytes and its newline."""
+    return start + length + 1

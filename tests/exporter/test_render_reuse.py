@@ -9,12 +9,14 @@ cycles.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
-from fleetwatch.exporter.render import Renderer
+from fleetwatch.exporter import render
+from fleetwatch.exporter.render import Renderer, format_value
 
 SPECS = (
     MetricSpec(name="fleetwatch_test_state", kind="gauge", help="A gauge.", labels=("gpu",)),
@@ -76,3 +78,57 @@ def test_an_unchanged_family_reuses_its_bytes_and_a_changed_one_does_not() -> No
     assert again == first
     assert b'fleetwatch_test_errors_total{gpu="0"} 3.0\n' in changed
     assert b'fleetwatch_test_errors_total{gpu="0"} 0.0\n' not in changed
+
+
+# A large family (40 series on the same label dicts every cycle) of which a few values
+# change a cycle: only their lines are formatted again, the rest taken from the last render.
+WIDE = [{"gpu": str(n)} for n in range(40)]
+PRESENT = st.sampled_from(
+    [0.0, -0.0, 1.0, 7, True, 999_999.0, 1_000_000, 2**53 + 1, 1e300, -0.5, float("nan"),
+     float("inf")]
+)  # fmt: skip
+
+
+@settings(deadline=None)
+@given(
+    st.lists(PRESENT, min_size=40, max_size=40),
+    st.lists(st.dictionaries(st.integers(0, 39), PRESENT, max_size=12), min_size=1, max_size=8),
+)
+def test_a_wide_family_with_a_few_changes_renders_fresh(
+    first: list[float], changes: list[dict[int, float]]
+) -> None:
+    kept = Renderer()
+    values = list(first)
+    kept.render([SeriesFamily(SPECS[1], WIDE, tuple(values))])
+    for change in changes:
+        for index, value in change.items():
+            values[index] = value
+        family = [SeriesFamily(SPECS[1], WIDE, tuple(values))]
+        assert kept.render(family) == Renderer().render(family)
+
+
+def test_only_the_lines_of_changed_values_are_formatted(monkeypatch: pytest.MonkeyPatch) -> None:
+    renderer = Renderer()
+    values = [float(n) for n in range(40)]
+    renderer.render([SeriesFamily(SPECS[1], WIDE, tuple(values))])
+    formatted: list[float] = []
+
+    def counting(value: float) -> str:
+        formatted.append(value)
+        return format_value(value)
+
+    monkeypatch.setattr(render, "format_value", counting)
+    values[3], values[30] = 999_999.0, 1_000_000.0  # a longer line, then a shorter one
+    changed = renderer.render([SeriesFamily(SPECS[1], WIDE, tuple(values))])
+    assert formatted == [999_999.0, 1_000_000.0]
+    assert b'fleetwatch_test_errors_total{gpu="3"} 999999.0\n' in changed
+    assert b'fleetwatch_test_errors_total{gpu="30"} 1e+06\n' in changed
+    values[0] = -0.0  # equal to the 0.0 before it, written differently
+    values[31] = -0.0
+    again = renderer.render([SeriesFamily(SPECS[1], WIDE, tuple(values))])
+    assert formatted[2:] == [-0.0, -0.0]
+    assert again == Renderer().render([SeriesFamily(SPECS[1], WIDE, tuple(values))])
+    formatted.clear()
+    everything = [value + 1 for value in values]  # most changed: one whole render
+    renderer.render([SeriesFamily(SPECS[1], WIDE, tuple(everything))])
+    assert len(formatted) == 40
