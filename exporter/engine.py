@@ -102,7 +102,6 @@ class RunResult:
 
     body: tuple[bytes, ...]
     series: int
-    cpu_seconds: float
     wall_seconds: float
 
 
@@ -178,7 +177,7 @@ class _Worker:
 
     def _run(self) -> tuple[RunResult | None, Exception | None]:
         state = self._state
-        wall_start, cpu_start = time.perf_counter(), time.thread_time()
+        wall_start = time.perf_counter()
         try:
             families = list(state.spec.collector.collect())
             body = tuple(state.renderer.render_parts(families))
@@ -187,7 +186,6 @@ class _Worker:
         return RunResult(
             body=body,
             series=series_count(families),
-            cpu_seconds=time.thread_time() - cpu_start,
             wall_seconds=time.perf_counter() - wall_start,
         ), None
 
@@ -205,7 +203,6 @@ class CollectorState:
     errors: int = 0
     skipped: int = 0
     duration: float | None = None
-    cpu_seconds: float | None = None
     series: int = 0
     last_success_wall: float | None = None
     last_error: str | None = None
@@ -418,7 +415,7 @@ class Engine:
         state.up, state.dropped_stale, state.last_error = True, False, None
         state.blocked_logged_at = None
         state.runs += 1
-        state.duration, state.cpu_seconds = result.wall_seconds, result.cpu_seconds
+        state.duration = result.wall_seconds
         state.series = result.series
         state.last_success_wall = self._wall_clock.now()
         self._invalidate()
