@@ -69,9 +69,8 @@ def format_value(value: float) -> str:
     number = int(value)
     if -1_000_000 < number < 1_000_000:
         return f"{number}.0"
-    if 1_000_000 <= number < _EXACT:
-        digits = str(number)
-        return f"{digits[0]}.{digits[1:]}".rstrip("0.") + f"e+{len(digits) - 1:02d}"
+    if 1_000_000 <= number < _EXACT:  # exact as a double: its digits, trailing zeros cut
+        return f"{number:.{len(str(number).rstrip('0')) - 1}e}"
     return _go_float(float(number))
 
 
