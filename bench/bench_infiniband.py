@@ -5,7 +5,8 @@ its infiniband collector on the tree, scrapes it repeatedly and reads its own
 `node_scrape_collector_duration_seconds{collector="infiniband"}`; in the same run, times
 our collector's `collect()` (read + map, no rendering, as node_exporter's figure has no
 encoding either) and prints medians and the ratio. Also prints what rendering the result
-to exposition text adds, and the cost of a re-discovery (what a hotplug event triggers).
+to exposition text adds, the cost of a re-discovery (what a hotplug event triggers), and
+of the rediscover timer's check that finds nothing changed (what it costs every minute).
 
 Rounds alternate one node_exporter scrape and one collection of ours, so both run cold
 (the bench's own HTTP and parsing work sits between any two collections), as they do
@@ -108,6 +109,7 @@ class Result(NamedTuple):
     render: float
     theirs: float
     discover: float
+    check: float
 
 
 def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> Result:
@@ -142,6 +144,12 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
         start = time.perf_counter()
         sysfs.discover()
         discover.append((time.perf_counter() - start) * 1000)
+    check = []  # the rediscover timer's check when nothing changed
+    for _ in range(max(3, rounds // 10)):
+        start = time.perf_counter()
+        if not sysfs.unchanged():
+            raise RuntimeError("the tree's shape changed under the bench")
+        check.append((time.perf_counter() - start) * 1000)
     ports = sum(len(numbers) for numbers in sysfs.listing().values())
     sysfs.close()
     plain_ms, hw_ms = statistics.median(plain), statistics.median(with_hw)
@@ -155,6 +163,7 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
         render=statistics.median(render),
         theirs=statistics.median(theirs),
         discover=statistics.median(discover),
+        check=statistics.median(check),
     )
 
 
@@ -202,7 +211,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'(ports':>7} {'+hw)':>6} "
           f"{'ours cpu ms':>11} {'render ms':>9} {'node_exporter ms':>16} {'ratio':>6} "
-          f"{'rediscovery ms':>14}")  # fmt: skip
+          f"{'rediscovery ms':>14} {'check ms':>8}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         trees: list[tuple[Path, SimulatedSysfs | None]] = (
             [(args.sysfs, None)]
@@ -219,7 +228,7 @@ def main() -> int:
             print(f"{r.ports:>5} {r.series:>6} {r.ours:>8.3f} {r.plain:>7.3f} {r.with_hw:>6.3f} "
                   f"{r.cpu:>11.3f} {r.render:>9.3f} "
                   f"{r.theirs:>16.3f} {r.ours / r.theirs:>6.2f} "
-                  f"{r.discover:>14.3f}")  # fmt: skip
+                  f"{r.discover:>14.3f} {r.check:>8.3f}")  # fmt: skip
         if args.sysfs:
             _as_run(args.sysfs, None, args.as_run_seconds, Path(tmp))
         else:

@@ -158,10 +158,16 @@ class InfinibandCollector:
             key = (event.subsystem, event.action)
             self._event_counts[key] = self._event_counts.get(key, 0) + 1
         now = self._monotonic()
-        periodic = self._discovered_at is None or (
-            now - self._discovered_at >= self._rediscover_seconds
-        )
-        if events or periodic or self._events.lost:
+        if events or self._events.lost or self._discovered_at is None:
+            rediscover = True
+        elif now - self._discovered_at >= self._rediscover_seconds:
+            # The timer, without a hotplug event: discover again only if something it was
+            # made from changed (a discovery opens every counter file; the check lists).
+            rediscover = not self._sysfs.unchanged()
+            self._discovered_at = now
+        else:
+            rediscover = False
+        if rediscover:
             self._read_problems.report(self._sysfs.discover())
             self._discovered_at = now
             self._hw_read_at = None  # new descriptors: read everything once
@@ -353,8 +359,9 @@ class InfinibandSettings:
         60.0,
         minimum=1.0,
         maximum=86400.0,
-        help="re-discover InfiniBand devices at least this often, in addition to udev "
-        "hotplug events",
+        help="check at least this often, in addition to udev hotplug events, whether the "
+        "InfiniBand devices, ports, counter files or their attributes changed, and "
+        "re-discover them if so",
     )
     perfquery_interval: float = duration_setting(
         30.0,

@@ -57,6 +57,8 @@ PMA_ERROR_BITS: Final[Mapping[str, int]] = dict(PMA_ERROR_COUNTERS.values())
 
 # Files that are configuration, not counters, inside hw_counters/.
 _NOT_COUNTERS: Final = frozenset({"lifespan"})
+# A device's attributes read at discovery (labels of its series).
+_STATIC_FILES: Final = ("board_id", "fw_ver", "hca_type", "node_guid", "node_desc")
 # Errors that mean "this value is not available here": skip it quietly.
 _UNAVAILABLE: Final = frozenset(
     {errno.EINVAL, errno.ENOSYS, errno.EACCES, errno.EPERM, errno.EOPNOTSUPP, errno.ENOENT}
@@ -253,12 +255,18 @@ class InfinibandSysfs:
         # The port state files' bytes of the last read, and the states parsed from them.
         self._last_texts: list[bytes | None] | None = None
         self._last_ports: tuple[IbPortState | None, ...] = ()
+        # What the last discovery was made from (`_shape`), and the counter files it left
+        # out as unavailable, which `unchanged()` asks again.
+        self._shape: tuple[object, ...] | None = None
+        self._left_out: list[str] = []
 
     # -- discovery ----------------------------------------------------------------------
     def discover(self) -> list[ReadProblem]:
         """(Re)build the device list and descriptors; returns problems seen on the way."""
         self.close()
         self._problems = []
+        self._left_out = []
+        self._shape = self._current_shape()
         class_dir = self.root / "class" / "infiniband"
         try:
             names = sorted(os.listdir(class_dir))
@@ -297,6 +305,69 @@ class InfinibandSysfs:
             self._port_text.append(operator.itemgetter(*slots))
         self._without_hw = self._fds[: self._hw_span.start] + self._fds[self._hw_span.stop :]
         return self._problems
+
+    def unchanged(self) -> bool:
+        """Whether what the last `discover()` was made from still stands: the same devices
+        (and the PCI functions they are), GPUs, ports, counter files and static attributes,
+        and every counter file it left out as unavailable still so. One listing, link or
+        small read each (about 90 system calls for a DGX's 8 HCAs) where a discovery opens
+        and probes every counter file (about 800) and walks the PCI tree."""
+        if self._shape is None or self._shape != self._current_shape():
+            return False
+        for path in self._left_out:
+            try:
+                fd = self._files.open(path)
+            except OSError:
+                continue
+            try:
+                if not self._unavailable(fd):
+                    return False
+            finally:
+                self._files.close(fd)
+        return True
+
+    def _current_shape(self) -> tuple[object, ...]:
+        """What discovery reads, less the counter values: the devices' names and PCI
+        functions, the GPUs' (the HCAs' topology labels), each device's static attributes,
+        ports with their link layer, and the names in every counter folder."""
+        class_dir = self.root / "class" / "infiniband"
+        try:
+            names = sorted(os.listdir(class_dir))
+        except OSError:
+            names = []
+        shape: list[object] = [tuple(find_gpus(self.root))]
+        for name in names:
+            device_dir = class_dir / name
+            ports = []
+            for port in _sorted_numeric(device_dir / "ports"):
+                port_dir = device_dir / "ports" / port
+                ports.append((
+                    port,
+                    self._peek(port_dir / "link_layer"),
+                    _names(port_dir / "counters"),
+                    _names(port_dir / "hw_counters"),
+                ))  # fmt: skip
+            shape.append((
+                name,
+                os.path.realpath(device_dir),
+                tuple(self._peek(device_dir / f) for f in _STATIC_FILES),
+                _names(device_dir / "hw_counters"),
+                tuple(ports),
+            ))  # fmt: skip
+        return tuple(shape)
+
+    def _peek(self, path: Path) -> bytes | None:
+        """A small file's bytes, or None when it cannot be read (nothing reported)."""
+        try:
+            fd = self._files.open(str(path))
+        except OSError:
+            return None
+        try:
+            return self._files.pread(fd, _READ_SIZE, 0)
+        except OSError:
+            return None
+        finally:
+            self._files.close(fd)
 
     def devices(self) -> tuple[IbDevice, ...]:
         """Devices as last discovered."""
@@ -383,7 +454,7 @@ class InfinibandSysfs:
             if fd is None:
                 continue
             if self._unavailable(fd):
-                self._paths.pop(fd, None)
+                self._left_out.append(self._paths.pop(fd, ""))
                 self._files.close(fd)
                 continue
             if hw:
@@ -549,6 +620,14 @@ def _reason(exc: OSError) -> str:
     if exc.errno is None:  # ours, such as NotRegularFile: the message is the reason
         return str(exc)
     return f"{errno.errorcode.get(exc.errno, 'error')}: {exc.strerror}"
+
+
+def _names(directory: Path) -> tuple[str, ...]:
+    """A folder's entries, sorted; none when it cannot be listed."""
+    try:
+        return tuple(sorted(os.listdir(directory)))
+    except OSError:
+        return ()
 
 
 def _sorted_numeric(directory: Path) -> list[str]:
