@@ -51,7 +51,13 @@ from fleetwatch.collectors.mig import SPECS as MIG_SPECS
 from fleetwatch.collectors.mig import MigCollector
 from fleetwatch.collectors.nvlink import PER_LINK_SPECS, NvLinkCollector
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import error_name, field_value, nvlink_error_counter
+from fleetwatch.collectors.sources.nvml_calls import (
+    NvmlError,
+    error_name,
+    field_value,
+    nvlink_error_counter,
+)
+from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
 from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
@@ -158,6 +164,11 @@ def main() -> int:
     )
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {thermal_margin(gpu)}")
+    print(
+        "\n== Xid events: one look as the listener makes it every second "
+        "(nvmlEventSetWait_v2 with a zero timeout until Timeout; none queued on a healthy GPU)"
+    )
+    print(xid_look(source))
     xid = XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=10.0))
     collectors: list[Collector] = [
         GpuCollector(source=source, expected_count=None),
@@ -189,6 +200,21 @@ def main() -> int:
     if args.reset_gpu is not None:
         return reset_gpu(args.reset_gpu)
     return 0
+
+
+def xid_look(source: NvmlSource) -> str:
+    """An event set opened, the events queued for it taken without waiting, and closed."""
+    try:
+        events = open_xid_events(source)
+        if events is None:
+            return "no GPU to register"
+        started = time.perf_counter()
+        taken = list(ready_xids(source, events))
+        spent = (time.perf_counter() - started) * 1e3
+        free_events(source, events)
+    except NvmlError as exc:
+        return f"failed: {exc}"
+    return f"{len(taken)} Xid events taken in {spent:.3f} ms: {taken}"
 
 
 def reset_gpu(which: str) -> int:
