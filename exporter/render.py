@@ -87,7 +87,7 @@ class Renderer:
         self._bodies: dict[str, tuple[list[str], bytes | tuple[float | None, ...] | None, bytes]]
         self._bodies = {}
         # Where a family's body was last made by formatting only the lines that changed:
-        # the body with where each line starts (4 or 8 bytes a line, families that move).
+        # the body with where each line starts (8 bytes a line, for families that move).
         self._lines: dict[str, _Lines] = {}
 
     def _header(self, family: SeriesFamily) -> bytes:
