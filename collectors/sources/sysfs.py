@@ -57,8 +57,14 @@ PMA_ERROR_BITS: Final[Mapping[str, int]] = dict(PMA_ERROR_COUNTERS.values())
 
 # Files that are configuration, not counters, inside hw_counters/.
 _NOT_COUNTERS: Final = frozenset({"lifespan"})
-# A device's attributes read at discovery (labels of its series).
-_STATIC_FILES: Final = ("board_id", "fw_ver", "hca_type", "node_guid", "node_desc")
+# A device's attributes read at discovery (labels of its series): `IbDeviceInfo` field, file.
+_STATIC_FILES: Final = {
+    "board_id": "board_id",
+    "firmware_version": "fw_ver",
+    "hca_type": "hca_type",
+    "node_guid": "node_guid",
+    "node_desc": "node_desc",
+}
 # Errors that mean "this value is not available here": skip it quietly.
 _UNAVAILABLE: Final = frozenset(
     {errno.EINVAL, errno.ENOSYS, errno.EACCES, errno.EPERM, errno.EOPNOTSUPP, errno.ENOENT}
@@ -266,13 +272,13 @@ class InfinibandSysfs:
         self.close()
         self._problems = []
         self._left_out = []
-        self._shape = self._current_shape()
+        gpus = find_gpus(self.root)
+        self._shape = self._current_shape(gpus)
         class_dir = self.root / "class" / "infiniband"
         try:
             names = sorted(os.listdir(class_dir))
         except FileNotFoundError:
             names = []
-        gpus = find_gpus(self.root)
         devices: list[IbDevice] = []
         for name in names:
             device_dir = class_dir / name
@@ -313,7 +319,7 @@ class InfinibandSysfs:
         files read, no counter file opened: 4-9 ms on the real-shaped trees of 8 to 32
         ports, most of it the GPU scan, where a discovery, which opens and probes every
         counter file (784 on 16 ports) and walks the PCI tree, takes 20-54 ms."""
-        if self._shape is None or self._shape != self._current_shape():
+        if self._shape is None or self._shape != self._current_shape(find_gpus(self.root)):
             return False
         for path in self._left_out:
             try:
@@ -327,17 +333,13 @@ class InfinibandSysfs:
                 self._files.close(fd)
         return True
 
-    def _current_shape(self) -> tuple[object, ...]:
+    def _current_shape(self, gpus: list[str]) -> tuple[object, ...]:
         """What discovery reads, less the counter values: the devices' names and PCI
-        functions, the GPUs' (the HCAs' topology labels), each device's static attributes,
-        ports with their link layer, and the names in every counter folder."""
+        functions, the GPUs (`gpus`: the HCAs' topology labels), each device's static
+        attributes, ports with their link layer, and the names in every counter folder."""
         class_dir = self.root / "class" / "infiniband"
-        try:
-            names = sorted(os.listdir(class_dir))
-        except OSError:
-            names = []
-        shape: list[object] = [tuple(find_gpus(self.root))]
-        for name in names:
+        shape: list[object] = [tuple(gpus)]
+        for name in _names(class_dir):
             device_dir = class_dir / name
             ports = []
             for port in _sorted_numeric(device_dir / "ports"):
@@ -351,7 +353,7 @@ class InfinibandSysfs:
             shape.append((
                 name,
                 os.path.realpath(device_dir),
-                tuple(self._peek(device_dir / f) for f in _STATIC_FILES),
+                tuple(self._peek(device_dir / file) for file in _STATIC_FILES.values()),
                 _names(device_dir / "hw_counters"),
                 tuple(ports),
             ))  # fmt: skip
@@ -381,14 +383,9 @@ class InfinibandSysfs:
     def _discover_device(
         self, index: int, name: str, device_dir: Path, gpus: list[str]
     ) -> IbDevice:
+        static = {key: self._read_static(device_dir / file) for key, file in _STATIC_FILES.items()}
         info = IbDeviceInfo(
-            device=name,
-            board_id=self._read_static(device_dir / "board_id"),
-            firmware_version=self._read_static(device_dir / "fw_ver"),
-            hca_type=self._read_static(device_dir / "hca_type"),
-            node_guid=self._read_static(device_dir / "node_guid"),
-            node_desc=self._read_static(device_dir / "node_desc"),
-            topology=hca_topology(self.root, device_dir, gpus),
+            device=name, topology=hca_topology(self.root, device_dir, gpus), **static
         )
         ports: list[IbPort] = []
         for port_name in _sorted_numeric(device_dir / "ports"):
@@ -443,12 +440,8 @@ class InfinibandSysfs:
         A `hw` folder's slots are provisional (counted from 0) until `discover()` puts them
         after every other counter.
         """
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            return {}
-        slots = {}
-        for name in names:
+        slots: dict[str, int] = {}
+        for name in _names(directory):
             if name in _NOT_COUNTERS:
                 continue
             fd = self._open(directory / name)
@@ -632,8 +625,5 @@ def _names(directory: Path) -> tuple[str, ...]:
 
 
 def _sorted_numeric(directory: Path) -> list[str]:
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted((n for n in names if n.isdigit()), key=int)
+    """A folder's numeric entries (port numbers), in numeric order."""
+    return sorted((n for n in _names(directory) if n.isdigit()), key=int)
