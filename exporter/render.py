@@ -62,16 +62,32 @@ def format_value(value: float) -> str:
     straight from a `SeriesFamily`, or integral floats): below 1e6 `123.0`, from 1e6 on
     the exponent form `1.23456e+06`.
     """
-    if value == 0:  # the commonest value of all (error counters); keeps -0.0's sign
+    if type(value) is int:  # counters straight from the kernel or NVML: the commonest
+        if -1_000_000 < value < 1_000_000:
+            return f"{value}.0"
+        if 1_000_000 <= value < _EXACT:
+            return _exponent_form(value)
+        return _go_float(float(value))
+    if value == 0:  # keeps -0.0's sign
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
     if type(value) is float and not value.is_integer():
         return _go_float(value)  # fractions, NaN, infinities
     number = int(value)
     if -1_000_000 < number < 1_000_000:
         return f"{number}.0"
-    if 1_000_000 <= number < _EXACT:  # exact as a double: its digits, trailing zeros cut
-        return f"{number:.{len(str(number).rstrip('0')) - 1}e}"
+    if 1_000_000 <= number < _EXACT:
+        return _exponent_form(number)
     return _go_float(float(number))
+
+
+def _exponent_form(number: int) -> str:
+    """Go's shortest form of an integer from 1e6 to 2**53 (exact as a double): its
+    digits without trailing zeros, the first before the point, and the exponent."""
+    text = str(number)
+    digits = text.rstrip("0")
+    if len(digits) == 1:
+        return f"{digits}e+{len(text) - 1:02d}"
+    return f"{digits[0]}.{digits[1:]}e+{len(text) - 1:02d}"
 
 
 class Renderer:
@@ -144,11 +160,7 @@ class Renderer:
                     self._bodies[name] = (prefixes, key, lines.body)
                     return lines.body
         self._lines.pop(name, None)
-        body = "".join(
-            f"{name}{prefix}{format_value(value)}\n"
-            for prefix, value in zip(prefixes, family.values, strict=True)
-            if value is not None
-        ).encode()
+        body = _lines_of(name, prefixes, family.values)
         self._bodies[name] = (prefixes, key, body)
         return body
 
@@ -167,6 +179,23 @@ class Renderer:
     def render(self, families: Iterable[SeriesFamily]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         return b"".join(self.render_parts(families))
+
+
+def _lines_of(name: str, prefixes: list[str], values: Sequence[float | None]) -> bytes:
+    """Every present value's line: `name`, its prefix, its value; the name joins the
+    lines (each line after a newline starts with it), so no line is put together in
+    Python code but its value's text."""
+    if len(prefixes) != len(values):
+        raise ValueError(f"{name}: {len(prefixes)} label sets for {len(values)} values")
+    if None in values:
+        present = [value is not None for value in values]
+        prefixes = list(compress(prefixes, present))
+        values = list(compress(values, present))
+    if not values:
+        return b""
+    texts = map(operator.add, prefixes, map(format_value, cast("Sequence[float]", values)))
+    joiner = "\n" + name
+    return f"{name}{joiner.join(texts)}\n".encode()
 
 
 def _label_text(labels: dict[str, str]) -> str:

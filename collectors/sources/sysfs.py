@@ -252,7 +252,8 @@ class InfinibandSysfs:
         self._hw_slot_maps: list[dict[str, int]] = []
         self._hw_span = slice(0, 0)
         self._without_hw: list[int] = []
-        self._last_hw: list[bytes | None] | None = None
+        # The hw_counters' bytes and values as last read (`read(hw_counters=False)`).
+        self._last_hw: tuple[list[bytes | None], list[int | None]] | None = None
         # By port (device then port order): its state, phys_state and rate descriptors
         # while discovering; then a getter of those three from a read, and its device.
         self._port_files: list[tuple[int | None, int | None, int | None]] = []
@@ -481,28 +482,24 @@ class InfinibandSysfs:
         self._problems = []
         pread = self._files.pread
         gone: set[int] = set()
-        values: Sequence[int | None]
+        hw_span = self._hw_span
+        kept = None if hw_counters else self._last_hw
         try:
-            if hw_counters or self._last_hw is None:
+            if kept is None:
                 raw: list[bytes | None] = [pread(fd, _READ_SIZE, 0) for fd in self._fds]
             else:
                 raw = [pread(fd, _READ_SIZE, 0) for fd in self._without_hw]
-                raw[self._hw_span.start : self._hw_span.start] = self._last_hw
+                raw[hw_span.start : hw_span.start] = kept[0]
         except OSError:
-            raw = self._read_one_by_one(gone)
-        if hw_counters or self._last_hw is None or gone:
-            self._last_hw = raw[self._hw_span]
-        # Counters come first: zip() with `self._fds` or `self._fd_device` stops there.
-        counters = raw[: self._counters]
-        try:
-            ints = list(map(int, counters))  # type: ignore[arg-type]  # TypeError on None
-            if ints and min(ints) < 0:
-                raise ValueError("negative counter")
-            values = ints
-        except (TypeError, ValueError):  # a failed read or not a plain decimal somewhere
-            values = [
-                self._counter(fd, data) for fd, data in zip(self._fds, counters, strict=False)
-            ]
+            raw = self._read_one_by_one(gone)  # every file, hw_counters too
+            kept = None
+        # Counters come first, hw_counters last of them; hw_counters not read this time
+        # keep the values parsed when they were.
+        values = self._counter_values(raw, self._counters if kept is None else hw_span.start)
+        if kept is None:
+            self._last_hw = (raw[hw_span], values[hw_span])
+        else:
+            values += kept[1]
         # Port states rarely change: the same files' bytes give the same states (garbage
         # in them was reported when it appeared).
         texts = raw[self._counters :]
@@ -520,12 +517,25 @@ class InfinibandSysfs:
                 None if device in gone else value
                 for device, value in zip(self._fd_device, values, strict=False)
             ]
+            self._last_hw = None
         return IbReading(
             values=values,
             ports=self._last_ports,
             problems=tuple(self._problems),
             vanished=tuple(self._devices[d].info.device for d in sorted(gone)),
         )
+
+    def _counter_values(self, raw: list[bytes | None], stop: int) -> list[int | None]:
+        """The first `stop` counters of `raw` as integers: in one C-level pass, or one by
+        one where a read failed or a value is not a plain decimal (reported)."""
+        counters = raw[:stop]
+        try:
+            ints = list(map(int, counters))  # type: ignore[arg-type]  # TypeError on None
+            if ints and min(ints) < 0:
+                raise ValueError("negative counter")
+            return ints  # type: ignore[return-value]  # list is invariant
+        except (TypeError, ValueError):  # a failed read or not a plain decimal somewhere
+            return [self._counter(fd, data) for fd, data in zip(self._fds, counters, strict=False)]
 
     def _read_one_by_one(self, gone: set[int]) -> list[bytes | None]:
         """The slow path: each file on its own, so one failure loses only its value."""

@@ -16,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from fleetwatch.catalog.spec import MetricSpec, metric_name_problems
 from fleetwatch.collectors.families import FamilyBuilder, SeriesFamily, series_count
-from fleetwatch.exporter.render import Renderer
+from fleetwatch.exporter.render import Renderer, format_value
 
 LABEL_VALUES = st.text(alphabet=st.sampled_from('ab_ 0\\"\n.é'), max_size=6)
 VALUES = st.one_of(
@@ -28,6 +29,7 @@ VALUES = st.one_of(
     st.integers(min_value=0, max_value=2**64 - 1).map(float),
     st.booleans(),
     st.sampled_from([0.0, -0.0, 1.0, 999_999.0, 1_000_000.0, 1e21]),
+    st.sampled_from([999_999, 1_000_000, -999_999, -1_000_000, 10**15, 2**53 - 1, 2**53]),
 )
 SPECS = (
     MetricSpec(
@@ -120,6 +122,19 @@ def test_renderer_matches_generate_latest(table: Table) -> None:
         assert series_count(families) == sum(len(family.samples) for family in ordinary)
         present = [family.to_metric() for family in families if family.count()]
         assert present == ordinary  # what generic consumers get is the ordinary family
+
+
+@given(
+    st.one_of(
+        st.integers(min_value=-(2**64), max_value=2**64),
+        st.integers(min_value=0, max_value=2**53).map(lambda n: n * 10**6),
+        st.booleans(),
+    )
+)
+def test_integers_are_written_as_their_double_is(number: int) -> None:
+    """Counters arrive as Python ints (the kernel's and NVML's): every one written as
+    prometheus_client writes the double it converts to, trailing zeros and all."""
+    assert format_value(number) == floatToGoString(float(number))  # type: ignore[no-untyped-call]
 
 
 def test_cached_prefixes_follow_the_label_list() -> None:

@@ -217,6 +217,40 @@ def test_hw_counters_are_read_at_most_every_interval(tmp_path: Path) -> None:
     collector.close()
 
 
+def test_a_bad_hw_counter_is_counted_once_a_read(tmp_path: Path) -> None:
+    """A hw_counters file holding garbage is skipped and counted when it is read, once per
+    interval, not again by each collection in between (they keep the last values read);
+    the port counters beside it are read every collection."""
+    cx7_ndr(tmp_path)
+    now = [1000.0]
+    collector = make_collector(tmp_path, monotonic=lambda: now[0], hw_stats_seconds=30.0)
+    port = tmp_path / "class/infiniband/mlx5_0/ports/1"
+    (port / "hw_counters/out_of_sequence").write_text("garbage\n")
+    ids = 'device="mlx5_0",port="1"'
+    read_errors = "fleetwatch_infiniband_sysfs_read_errors_total "
+    hw_lines = f"fleetwatch_infiniband_port_hw_stat_total{{{ids},"
+    symbol = 'fleetwatch_infiniband_port_errors_total{device="mlx5_0",error="symbol",port="1"} '
+
+    def lines() -> list[str]:
+        return Renderer().render(collector.collect()).decode().splitlines()
+
+    first = lines()
+    assert read_errors + "1.0" in first
+    assert not [line for line in first if 'stat="out_of_sequence"' in line]
+    kept = [line for line in first if line.startswith(hw_lines)]
+    assert kept  # the other hw_counters of the port
+    for symbols in range(1, 6):  # five collections inside the interval
+        (port / "counters/symbol_error").write_text(f"{symbols}\n")
+        now[0] += 5.0
+        text = lines()
+        assert read_errors + "1.0" in text
+        assert [line for line in text if line.startswith(hw_lines)] == kept
+        assert f"{symbol}{symbols}.0" in text
+    now[0] += 5.0  # the interval is over: read, and skipped, again
+    assert read_errors + "2.0" in lines()
+    collector.close()
+
+
 def test_hw_stats_interval_is_a_bounded_flag() -> None:
     assert InfinibandSettings().hw_stats_interval == 30.0
     parser = build_parser()
