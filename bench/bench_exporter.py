@@ -357,8 +357,9 @@ def cpu_per_series(
     subtracted for a second figure, an estimate of the exporter on hardware.
 
     `baseline` (a folder holding another tree's `fleetwatch` package) runs that code as a
-    third process in the same window and under the same wrapper, so a change is measured
-    before and after under the same load and the same harness.
+    third process in the same window and under the same wrapper, on a tree of its own moved
+    the same way, so a change is measured before and after under the same load and the same
+    harness.
 
     With `driver` (a GPU machine) the exporter reads this machine's NVIDIA driver instead of
     the mock, with the same tree.
@@ -379,10 +380,14 @@ def cpu_per_series(
         named = {"fleetwatch": names}
         if baseline is not None:  # under the same wrapper: the same harness cost in both
             named["baseline"] = workdir / "base-threads.json"
+            # A tree of its own, moved the same way: sharing one, whichever exporter read
+            # it first after each rewrite paid more (its InfiniBand thread 15-25 % more
+            # than the same code's in the other place).
+            base_tree = moving_tree(workdir / "base-sys", enabled=not simulate)
             base = _exporter(
                 workdir / "base",
                 simulate=simulate,
-                sysfs=tree,
+                sysfs=stack.enter_context(base_tree),
                 code=baseline,
                 thread_names=named["baseline"],
                 driver=driver,
