@@ -381,7 +381,7 @@ def cpu_per_series(
         if baseline is not None:  # under the same wrapper: the same harness cost in both
             named["baseline"] = workdir / "base-threads.json"
             # A tree of its own, moved the same way: sharing one, whichever exporter read
-            # it first after each rewrite paid more (its InfiniBand thread 15-25 % more
+            # it first after each rewrite paid more (its InfiniBand thread 13-23 % more
             # than the same code's in the other place).
             base_tree = moving_tree(workdir / "base-sys", enabled=not simulate)
             base = _exporter(
