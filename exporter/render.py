@@ -62,17 +62,14 @@ def format_value(value: float) -> str:
     straight from a `SeriesFamily`, or integral floats): below 1e6 `123.0`, from 1e6 on
     the exponent form `1.23456e+06`.
     """
-    if type(value) is int:  # counters straight from the kernel or NVML: the commonest
-        if -1_000_000 < value < 1_000_000:
-            return f"{value}.0"
-        if 1_000_000 <= value < _EXACT:
-            return _exponent_form(value)
-        return _go_float(float(value))
-    if value == 0:  # keeps -0.0's sign
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    if type(value) is float and not value.is_integer():
-        return _go_float(value)  # fractions, NaN, infinities
-    number = int(value)
+    # Ints (counters straight from the kernel or NVML, the commonest) go straight on.
+    number = cast(int, value)
+    if type(value) is not int:
+        if value == 0:  # keeps -0.0's sign
+            return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+        if type(value) is float and not value.is_integer():
+            return _go_float(value)  # fractions, NaN, infinities
+        number = int(value)
     if -1_000_000 < number < 1_000_000:
         return f"{number}.0"
     if 1_000_000 <= number < _EXACT:
@@ -185,8 +182,6 @@ def _lines_of(name: str, prefixes: list[str], values: Sequence[float | None]) ->
     """Every present value's line: `name`, its prefix, its value; the name joins the
     lines (each line after a newline starts with it), so no line is put together in
     Python code but its value's text."""
-    if len(prefixes) != len(values):
-        raise ValueError(f"{name}: {len(prefixes)} label sets for {len(values)} values")
     if None in values:
         present = [value is not None for value in values]
         prefixes = list(compress(prefixes, present))
