@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -399,30 +400,95 @@ def alone(collector: Steady, *, interval: float, timeout: float) -> Engine:
     )
 
 
-async def test_a_run_costs_the_event_loop_no_timer_of_its_own(
+async def test_a_steady_run_does_not_wake_the_event_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The worker waits for a run's due time itself: the loop arms only the deadlines (which
-    never fire for runs that end in time) and wakes only for the hand-backs."""
-    steady = Steady("steady")
-    engine = alone(steady, interval=0.02, timeout=1.0)
+    """The workers wait for their due times themselves and queue their runs: the loop is
+    woken for each collector's first run only, and one timer for the whole engine takes
+    the rest (no deadline timer a run, no timer to start one)."""
+    collectors = [Steady(f"steady{i}") for i in range(4)]
+    engine = Engine(
+        collectors=[scheduled(c, interval=0.02, timeout=1.0) for c in collectors],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+    )
     loop = asyncio.get_running_loop()
+    woken: list[str] = []
     armed: list[str] = []
-    call_later = loop.call_later
+    call_soon_threadsafe, call_later = loop.call_soon_threadsafe, loop.call_later
+
+    def waking(callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+        woken.append(callback.__name__)
+        return call_soon_threadsafe(callback, *args, **kwargs)
 
     def counting(delay, callback, *args, **kwargs):  # type: ignore[no-untyped-def]
         armed.append(callback.__name__)
         return call_later(delay, callback, *args, **kwargs)
 
+    monkeypatch.setattr(loop, "call_soon_threadsafe", waking)
     monkeypatch.setattr(loop, "call_later", counting)
     await engine.start()
     try:
-        await poll(lambda: engine.states[0].runs >= 10)
+        await poll(lambda: all(state.runs >= 10 for state in engine.states))
+        runs = sum(state.runs for state in engine.states)
+        assert woken == ["_drain"] * len(collectors)  # the first runs: readiness
     finally:
         await engine.stop()
-    assert "_skipped" not in armed
-    assert armed.count("_deadline") >= 10  # one a run
-    assert engine.states[0].errors == 0
+    engine_timers = [name for name in armed if name != "_set_result_unless_cancelled"]
+    assert set(engine_timers) == {"_tick"}  # the poll's own sleeps aside
+    assert len(engine_timers) < runs / 2  # one timer for four collectors, not one a run
+    assert all(state.errors == 0 and state.up for state in engine.states)
+
+
+async def test_a_run_taken_later_counts_from_when_it_ended() -> None:
+    """A steady run waits in the queue for the loop's next drain; its series' age counts
+    from when it ended, not from when the loop took it (the engine's clock stands still
+    here, so any age is the wait in the queue)."""
+    now = [1000.0]
+    engine = Engine(
+        collectors=[scheduled(Steady("steady"), interval=0.05, timeout=1.0)],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+        clock=lambda: now[0],
+    )
+    await engine.start()
+    try:
+        await poll(lambda: engine.states[0].runs >= 3)
+        later = engine.states[0].body_time
+    finally:
+        await engine.stop()
+    assert later is not None
+    assert later < 1000.0  # taken some time after it ended, dated when it ended
+    assert 1000.0 - later < 1.0
+
+
+async def test_runs_nobody_reads_are_taken_by_the_timer() -> None:
+    """Without a scrape or any other read, the engine's timer still takes the queued runs
+    (what the queue holds stays bounded) and finds a run blocked past its deadline."""
+    steady, hanging = Steady("steady"), Hanging("hanging")
+    engine = Engine(
+        collectors=[
+            scheduled(steady, interval=0.02, timeout=0.5),
+            scheduled(hanging, interval=0.02, timeout=0.015),
+        ],
+        max_staleness=60.0,
+        hang_timeout=5.0,
+        version="test",
+    )
+    await engine.start()
+    try:
+        deadline = time.monotonic() + 5
+        while steady.calls < 30 or hanging.entered < 2 or engine._states[1].up:
+            assert time.monotonic() < deadline, "the timer never took the runs"
+            await asyncio.sleep(0.01)
+            assert len(engine._handed) <= 4  # about an interval's runs, not all of them
+        assert engine._states[1].errors >= 1  # found blocked with nobody reading
+        assert engine._states[0].runs >= 20
+    finally:
+        hanging.release.set()
+        await engine.stop()
 
 
 async def test_stop_does_not_wait_for_a_run_that_is_not_due() -> None:
