@@ -12,7 +12,7 @@ import gzip
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -390,13 +390,20 @@ async def test_hung_means_the_same_to_the_metric_and_to_healthz() -> None:
         await client.close()
 
 
-def alone(collector: Steady, *, interval: float, timeout: float) -> Engine:
+def alone(
+    collector: Steady,
+    *,
+    interval: float,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> Engine:
     """An engine running `collector` alone (staleness and hang limits out of the way)."""
     return Engine(
         collectors=[scheduled(collector, interval=interval, timeout=timeout)],
         max_staleness=60.0,
         hang_timeout=5.0,
         version="test",
+        clock=clock,
     )
 
 
@@ -445,14 +452,7 @@ async def test_a_run_taken_later_counts_from_when_it_ended() -> None:
     """A steady run waits in the queue for the loop's next drain; its series' age counts
     from when it ended, not from when the loop took it (the engine's clock stands still
     here, so any age is the wait in the queue)."""
-    now = [1000.0]
-    engine = Engine(
-        collectors=[scheduled(Steady("steady"), interval=0.05, timeout=1.0)],
-        max_staleness=60.0,
-        hang_timeout=5.0,
-        version="test",
-        clock=lambda: now[0],
-    )
+    engine = alone(Steady("steady"), interval=0.05, timeout=1.0, clock=lambda: 1000.0)
     await engine.start()
     try:
         await poll(lambda: engine.states[0].runs >= 3)
@@ -479,6 +479,7 @@ async def test_runs_nobody_reads_are_taken_by_the_timer() -> None:
     )
     await engine.start()
     try:
+        # `_states`, not `states`: reading `states` would take the queue itself.
         deadline = time.monotonic() + 5
         while steady.calls < 30 or hanging.entered < 2 or engine._states[1].up:
             assert time.monotonic() < deadline, "the timer never took the runs"
