@@ -484,7 +484,7 @@ async def test_runs_nobody_reads_are_taken_by_the_timer() -> None:
         while steady.calls < 30 or hanging.entered < 2 or engine._states[1].up:
             assert time.monotonic() < deadline, "the timer never took the runs"
             await asyncio.sleep(0.01)
-            assert len(engine._handed) <= 4  # about an interval's runs, not all of them
+            assert len(engine._handed) <= 15  # a few intervals' runs at most, not all 30
         assert engine._states[1].errors >= 1  # found blocked with nobody reading
         assert engine._states[0].runs >= 20
     finally:
