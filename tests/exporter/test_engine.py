@@ -415,7 +415,7 @@ async def test_a_steady_run_does_not_wake_the_event_loop(
     the rest (no deadline timer a run, no timer to start one)."""
     collectors = [Steady(f"steady{i}") for i in range(4)]
     engine = Engine(
-        collectors=[scheduled(c, interval=0.02, timeout=1.0) for c in collectors],
+        collectors=[scheduled(c, interval=0.02, timeout=5.0) for c in collectors],
         max_staleness=60.0,
         hang_timeout=5.0,
         version="test",
