@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import os
 import platform
 import re
@@ -327,9 +328,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _series(url: str, prefix: str) -> int:
-    """Samples in one scrape whose family name starts with `prefix`."""
-    text = servers.http_get(url + "/metrics").decode()
+def _series(url: str, prefix: str, *, gzipped: bool = False) -> int:
+    """Samples in one scrape whose family name starts with `prefix`; with `gzipped`, asked
+    with `Accept-Encoding: gzip` as Prometheus asks, so the exporter compresses it."""
+    if gzipped:
+        body = servers.http_get(url + "/metrics", headers={"Accept-Encoding": "gzip"})
+        text = gzip.decompress(body).decode()
+    else:
+        text = servers.http_get(url + "/metrics").decode()
     return sum(
         len(family.samples)
         for family in text_string_to_metric_families(text)
@@ -345,6 +351,7 @@ def cpu_per_series(
     simulate: bool,
     baseline: Path | None = None,
     driver: bool = False,
+    gzipped: bool = False,
 ) -> None:
     """Whole-process CPU per exported series: the exporter (every default collector) against
     node_exporter (its default collectors on this machine's /proc and /sys), both running and
@@ -362,7 +369,8 @@ def cpu_per_series(
     harness.
 
     With `driver` (a GPU machine) the exporter reads this machine's NVIDIA driver instead of
-    the mock, with the same tree.
+    the mock, with the same tree. With `gzipped` every scrape asks for gzip, as Prometheus
+    does, so each exporter also pays for compressing what it serves.
 
     The exporter runs under `NAMED_THREADS`, so the CPU of the threads Python did not start
     (on the mock, its Go runtime, which polls while a call blocks in it) is printed apart,
@@ -398,7 +406,9 @@ def cpu_per_series(
         start = {name: _cpu_seconds(server.process.pid) for name, (server, _) in procs.items()}
         end_time = time.monotonic() + seconds
         while time.monotonic() < end_time:
-            series = {name: _series(server.url, p) for name, (server, p) in procs.items()}
+            series = {
+                name: _series(server.url, p, gzipped=gzipped) for name, (server, p) in procs.items()
+            }
             time.sleep(5)
         spent = {
             name: _cpu_seconds(server.process.pid) - start[name]
@@ -420,7 +430,8 @@ def cpu_per_series(
     per_series = {name: spent[name] / series[name] * 1e6 / seconds for name in procs}
     nvml = "this machine's NVIDIA driver" if driver else "the mock NVML (h100)"
     print(
-        f"exporter on {'--simulate dgx-h100' if simulate else nvml}, load "
+        f"exporter on {'--simulate dgx-h100' if simulate else nvml}, "
+        f"scraped {'with gzip' if gzipped else 'plain'}, load "
         f"average {load:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     for name, (_, prefix) in procs.items():
@@ -534,6 +545,12 @@ def main() -> None:
         "machine) instead of the mock NVML, with the same real-shaped tree",
     )
     parser.add_argument(
+        "--gzip",
+        action="store_true",
+        help="cpu section: scrape with `Accept-Encoding: gzip`, as Prometheus does (each "
+        "exporter then compresses what it serves)",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="cpu section: also run the fleetwatch package in this folder (another tree's "
@@ -565,6 +582,7 @@ def main() -> None:
                 simulate=args.simulate,
                 baseline=args.baseline,
                 driver=args.driver,
+                gzipped=args.gzip,
             )
         if "rss" in sections:
             rss_over_time(
