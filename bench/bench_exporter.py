@@ -331,11 +331,9 @@ def _cpu_seconds(pid: int) -> float:
 def _series(url: str, prefix: str, *, gzipped: bool = False) -> int:
     """Samples in one scrape whose family name starts with `prefix`; with `gzipped`, asked
     with `Accept-Encoding: gzip` as Prometheus asks, so the exporter compresses it."""
-    if gzipped:
-        body = servers.http_get(url + "/metrics", headers={"Accept-Encoding": "gzip"})
-        text = gzip.decompress(body).decode()
-    else:
-        text = servers.http_get(url + "/metrics").decode()
+    asked = {"Accept-Encoding": "gzip"} if gzipped else None
+    body = servers.http_get(url + "/metrics", headers=asked)
+    text = (gzip.decompress(body) if gzipped else body).decode()
     return sum(
         len(family.samples)
         for family in text_string_to_metric_families(text)

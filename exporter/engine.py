@@ -241,7 +241,6 @@ class CollectorState:
     in_flight_since: float | None = None
     due: float = 0.0
     cadence: float = 0.0
-    run_number: int = 0  # of that run
     awaited: int | None = None  # that run, while its result still counts (its deadline not missed)
     skips: int = 0  # the runs counted skipped while that run is blocked
     dropped_stale: bool = False
@@ -416,7 +415,7 @@ class Engine:
     ) -> None:
         """The worker's run number `run` is due at `due` (`time.monotonic`), its next runs
         at `cadence` (by default `due`) plus whole intervals."""
-        state.run_number = state.awaited = run
+        state.awaited = run
         state.due = due
         state.cadence = due if cadence is None else cadence
         state.in_flight_since = self._clock() + (due - time.monotonic())
@@ -454,7 +453,8 @@ class Engine:
         state.skipped += due_by_now - state.skips
         state.skips = due_by_now
         now = self._clock()
-        blocked = now - state.in_flight_since if state.in_flight_since is not None else 0.0
+        assert state.in_flight_since is not None  # set by `_expect` for every run
+        blocked = now - state.in_flight_since
         state.up = False
         state.last_error = f"previous run still blocked after {blocked:.1f}s"
         # Once when the hang is first seen, then once a minute: not every interval.
