@@ -211,6 +211,9 @@ def main() -> int:
         help="measure on this sysfs instead of simulated trees (a real host: --sysfs /sys)",
     )
     args = parser.parse_args()
+    per_hw = round(HW_STATS / INTERVAL)
+    if args.rounds < per_hw:
+        parser.error(f"--rounds must be at least {per_hw}: one collection in {per_hw} reads hw_counters")
     print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'(ports':>7} {'+hw)':>6} "
           f"{'ours cpu ms':>11} {'render ms':>9} {'node_exporter ms':>16} {'ratio':>6} "
           f"{'rediscovery ms':>14} {'check ms':>8}")  # fmt: skip

@@ -538,10 +538,16 @@ class Engine:
         return b"".join(self.exposition_parts())
 
     def exposition_gzip(self) -> bytes:
-        """The exposition, gzip-compressed once per change, part by part."""
+        """The exposition, gzip-compressed once per change, part by part.
+
+        Level 1: on the 309 KB exposition of a mock H100 node with 16 InfiniBand ports,
+        0.50 ms of CPU for 17.9 KB against level 5's 1.10 ms for 16.7 KB (level 6, Go's
+        default and node_exporter's, 1.54 ms for 16.4 KB): the exporter's CPU is paid on
+        every node at every scrape, 7 % more bytes once per scrape are not.
+        """
         parts = self.exposition_parts()
         if self._gzip is None:
-            packer = zlib.compressobj(5, zlib.DEFLATED, 31)  # wbits 31: the gzip format
+            packer = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: the gzip format
             packed = [packer.compress(part) for part in parts]
             packed.append(packer.flush())
             self._gzip = b"".join(packed)
