@@ -1,13 +1,17 @@
 """Xid collector: a counter per GPU and Xid, from NVML events and/or the kernel log.
 
-`--collector.xid.source` picks the sources. `nvml` (the default): a listener thread takes
-the NVML events queued for its event set every second (`nvmlEventSetWait_v2` with a zero
-timeout; the driver keeps them until taken, and the thread stops at once); it needs no
-privilege, but NVML keeps no history, so Xids raised while no exporter listened are not
-counted. `kmsg`: a thread reads NVRM Xid lines from the kernel log, history included; it
-needs read access to /dev/kmsg (`CAP_SYSLOG` under `kernel.dmesg_restrict=1`).
-`nvml,kmsg` runs both. `collect()` only reads the counters the threads keep: it never
-waits on either source. Which sources run is logged once at start.
+`--collector.xid.source` picks the sources. `nvml` (the default): the NVML events queued
+for the collector's event set are taken (`nvmlEventSetWait_v2` with a zero timeout: the
+driver keeps them until taken, so nothing waits); it needs no privilege, but NVML keeps no
+history, so Xids raised while no exporter listened are not counted. `kmsg`: a thread reads
+NVRM Xid lines from the kernel log, history included; it needs read access to /dev/kmsg
+(`CAP_SYSLOG` under `kernel.dmesg_restrict=1`). `nvml,kmsg` runs both. With NVML alone,
+`collect()` takes the queued events itself before it reads the counts: an Xid is served by
+the run after it was raised, as it would be from a thread, and no thread wakes between
+runs. With the kernel log too, a listener thread takes them every second instead, so an
+NVML report is stamped within a second of the kernel's record of the same Xid (the dedup
+window below) and a driver call that hangs does not stop the kernel log being read. Which
+sources run is logged once at start.
 
 Kernel-log records stamped before the reader opened are history: an exporter started (or
 restarted) on a node whose log holds an old Xid must not report it as a new error, or
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -104,8 +109,69 @@ LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
 SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
-_LOOK_SECONDS: Final = 1.0  # how often the NVML listener takes the queued events
+_LOOK_SECONDS: Final = 1.0  # how often the listener thread (with the kernel log) takes events
 _RETRY_SECONDS: Final = 5.0
+
+
+class NvmlXids:
+    """Takes the Xid events NVML queued for one event set into the ledger.
+
+    The set is opened at the first `take()`, and again `_RETRY_SECONDS` after NVML had no
+    GPU or failed (logged); a `take()` before then does nothing. `take()` never waits for
+    an event. One lock spans a take and `close()`, so the set is never freed under a call.
+    """
+
+    def __init__(
+        self, source: NvmlSource, ledger: XidLedger, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._source = source
+        self._ledger = ledger
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._event_set: Any = None
+        self._next_try = -math.inf
+        self._closed = False
+
+    def take(self) -> None:
+        with self._lock:
+            if self._closed or self._clock() < self._next_try:
+                return
+            try:
+                if self._event_set is None:
+                    self._event_set = open_xid_events(self._source)
+                    if self._event_set is None:  # no driver or no GPU yet: NVML's start
+                        self._next_try = self._clock() + _RETRY_SECONDS  # is tried again
+                        return
+                for event in ready_xids(self._source, self._event_set):
+                    self._ledger.record(
+                        gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
+                    )
+                    log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
+            except NvmlError as exc:
+                log.warning(
+                    "taking NVML Xid events failed",
+                    extra={"call": exc.call, "reason": exc.error},
+                )
+                self._next_try = self._clock() + _RETRY_SECONDS
+
+    def close(self, timeout: float) -> None:
+        """Free the event set; left to the process's exit when a take is still blocked in
+        NVML after `timeout` seconds (freeing it under that call is not safe)."""
+        if not self._lock.acquire(timeout=timeout):
+            log.warning("NVML Xid event set left open: a take is blocked in NVML")
+            return
+        try:
+            self._closed = True
+            if self._event_set is not None:
+                free_events(self._source, self._event_set)
+        except NvmlError as exc:
+            log.warning(
+                "freeing the NVML Xid event set failed",
+                extra={"call": exc.call, "reason": exc.error},
+            )
+        finally:
+            self._event_set = None
+            self._lock.release()
 
 
 class XidLedger:
@@ -204,8 +270,8 @@ class XidCollector:
         self._source = source
         self._catalog = shipped_catalog() if catalog is None else catalog
         self._kernel_log = kernel_log
-        self._nvml_events = nvml_events
         self.ledger = ledger
+        self._nvml = NvmlXids(source, ledger) if nvml_events else None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._labels = LabelCache(SPECS)
@@ -216,9 +282,9 @@ class XidCollector:
         if self._threads:
             return
         targets: list[tuple[str, Callable[[], None]]] = []
-        if self._nvml_events:
-            targets.append(("xid-nvml", self._listen_nvml))
         if self._kernel_log is not None:
+            if self._nvml is not None:
+                targets.append(("xid-nvml", self._listen_nvml))
             targets.append(("xid-kmsg", self._listen_kmsg))
         for name, target in targets:
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -227,6 +293,8 @@ class XidCollector:
 
     def collect(self) -> list[SeriesFamily]:
         self.start()
+        if self._nvml is not None and self._kernel_log is None:
+            self._nvml.take()
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
             builder.add(XID, labels, count)
@@ -237,29 +305,10 @@ class XidCollector:
         return builder.families()
 
     def _listen_nvml(self) -> None:
-        event_set: Any = None
-        pause = 0.0  # the first look at once
-        while not self._stop.wait(pause):
-            pause = _LOOK_SECONDS
-            try:
-                if event_set is None:
-                    event_set = open_xid_events(self._source)
-                    if event_set is None:  # no driver or no GPU yet: NVML's start is
-                        pause = _RETRY_SECONDS  # tried again, so look again
-                        continue
-                for event in ready_xids(self._source, event_set):
-                    self.ledger.record(
-                        gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
-                    )
-                    log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
-            except NvmlError as exc:
-                log.warning(
-                    "taking NVML Xid events failed",
-                    extra={"call": exc.call, "reason": exc.error},
-                )
-                pause = _RETRY_SECONDS
-        if event_set is not None:
-            free_events(self._source, event_set)
+        assert self._nvml is not None
+        self._nvml.take()
+        while not self._stop.wait(_LOOK_SECONDS):
+            self._nvml.take()
 
     def _listen_kmsg(self) -> None:
         assert self._kernel_log is not None
@@ -393,6 +442,8 @@ class XidCollector:
             self._kernel_log.close()
         for thread in self._threads:
             thread.join(timeout=2.0)
+        if self._nvml is not None:
+            self._nvml.close(timeout=2.0)
 
 
 def parse_sources(value: str) -> frozenset[Origin]:

@@ -2,10 +2,11 @@
 
 An event set registered on every GPU that has the events, the events it holds taken
 without waiting, and its release. The driver queues each event for the set until it is
-taken (the kernel module appends it to the open file's list, unbounded), so the listener
-looks every second instead of sleeping inside NVML: a blocked call would hold the thread
-until its timeout at every stop, and on NVIDIA's mock NVML (a Go library) a waiting call
-keeps Go's runtime polling the whole time. NVML keeps no history from before the set was
+taken (the kernel module appends it to the open file's list, unbounded), so the Xid
+collector takes them at each run (or a thread every second, with the kernel log) instead of
+sleeping inside NVML: a blocked call would hold its thread until its timeout at every stop,
+and on NVIDIA's mock NVML (a Go library) a waiting call keeps Go's runtime polling the whole
+time. NVML keeps no history from before the set was
 registered: an Xid raised while no exporter ran is not reported (the kernel log has it).
 """
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
+import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,11 +25,12 @@ from fleetwatch.collectors.sources.kmsg import (
     parse_record,
     unescape,
 )
-from fleetwatch.collectors.xid import XidCollector, XidLedger
+from fleetwatch.collectors.xid import NvmlXids, XidCollector, XidLedger
 from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.fake_nvml import FakeNvml, simulated_pci_bus_id
 from fleetwatch.sim.gpu_faults import GpuLost, Xid
 from fleetwatch.sim.kernel_log import SimulatedKernelLog
+from fleetwatch.sim.nvml_records import FakeEventData, FakeEventSet
 from tests.gpu.kmsglines import an_hour_ago, record
 from tests.gpu.simnode import samples, simulated
 
@@ -448,12 +451,79 @@ def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFi
         collector = _created(fake)
     try:
         assert any("NVML events only" in r.getMessage() for r in caplog.records)
-        collector.start()
+        assert xids(collector) == {}  # the first run opens the event set
         fake.inject_xid(1, 48)
-        servers.wait_until(lambda: xids(collector) == {("1", "48"): 1.0}, timeout=10, what="Xid")
-        assert [t.name for t in collector._threads] == ["xid-nvml"]
+        assert xids(collector) == {("1", "48"): 1.0}  # the next run takes the queued event
+        assert xids(collector) == {("1", "48"): 1.0}  # taken once
+        assert collector._threads == []  # NVML alone: no thread wakes between runs
     finally:
         collector.close()
+    assert [events.freed for events in fake.event_sets] == [True]
+
+
+def test_nvml_xids_try_again_after_a_failure_and_close_frees_the_set(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake, source = simulated(at=120.0)
+    now = [1000.0]
+    ledger = XidLedger(window=10.0)
+    taker = NvmlXids(source, ledger, clock=lambda: now[0])
+    fake.fail("nvmlEventSetCreate", error=pynvml.NVMLError_Unknown)
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
+        taker.take()
+    assert [r.getMessage() for r in caplog.records] == ["taking NVML Xid events failed"]
+    fake.clear_failures()
+    now[0] += 4.9
+    taker.take()  # before the retry time: not tried
+    assert fake.event_sets == []
+    now[0] += 0.2
+    taker.take()
+    assert len(fake.event_sets) == 1
+    fake.inject_xid(2, 79)
+    fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Unknown)
+    taker.take()  # fails: the event stays queued, the set is kept
+    fake.clear_failures()
+    taker.take()  # before the retry time
+    assert ledger.counts() == {}
+    now[0] += 5.0
+    taker.take()
+    assert ledger.counts() == {("2", source.gpus()[2].identity.uuid, "79"): 1}
+    assert len(fake.event_sets) == 1
+    taker.close(timeout=1.0)
+    assert fake.event_sets[0].freed
+    fake.inject_xid(2, 79)
+    taker.take()  # closed: nothing taken, no set opened again
+    assert len(fake.event_sets) == 1
+    assert sum(ledger.counts().values()) == 1
+
+
+def test_a_set_under_a_blocked_take_is_not_freed(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, source = simulated(at=120.0)
+    taker = NvmlXids(source, XidLedger(window=10.0))
+    taker.take()
+    blocked = threading.Event()
+    release = threading.Event()
+    real_wait = fake.nvmlEventSetWait_v2
+
+    def wait(events: FakeEventSet, timeout: int) -> FakeEventData:
+        blocked.set()
+        release.wait(10)
+        return real_wait(events, timeout)
+
+    monkeypatch.setattr(fake, "nvmlEventSetWait_v2", wait)
+    thread = threading.Thread(target=taker.take)
+    thread.start()
+    try:
+        assert blocked.wait(10)
+        with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
+            taker.close(timeout=0.05)
+        assert not fake.event_sets[0].freed
+        assert "NVML Xid event set left open" in caplog.text
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def test_kmsg_source_alone_registers_no_nvml_events() -> None:
