@@ -65,6 +65,7 @@ START: float = 600.0
 STEP: float = 10.0
 INTERVAL: float = 5.0  # `--collector.interval` default: the collector's clock per round
 HW_STATS: float = 30.0  # `--collector.infiniband.hw-stats.interval` default
+PER_HW: int = round(HW_STATS / INTERVAL)  # collections per hw_counters read
 
 
 def _tree(root: Path, ports: int) -> SimulatedSysfs:
@@ -123,7 +124,6 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
     )  # fmt: skip
     renderer = Renderer()
     series = series_count(collector.collect())
-    per_hw = round(HW_STATS / INTERVAL)  # collections per hw_counters read
     plain: list[float] = []
     with_hw: list[float] = []
     cpu, render, theirs = [], [], []
@@ -134,7 +134,7 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
         theirs.append(_node_exporter_ms(url))
         start, start_cpu = time.perf_counter(), time.thread_time()
         families = collector.collect()
-        (with_hw if n % per_hw == 0 else plain).append((time.perf_counter() - start) * 1000)
+        (with_hw if n % PER_HW == 0 else plain).append((time.perf_counter() - start) * 1000)
         cpu.append((time.thread_time() - start_cpu) * 1000)
         start = time.perf_counter()
         renderer.render(families)
@@ -158,7 +158,7 @@ def _measure(root: Path, tree: SimulatedSysfs | None, url: str, rounds: int) -> 
     return Result(
         ports=ports,
         series=series,
-        ours=((per_hw - 1) * plain_ms + hw_ms) / per_hw,
+        ours=((PER_HW - 1) * plain_ms + hw_ms) / PER_HW,
         plain=plain_ms,
         with_hw=hw_ms,
         cpu=statistics.median(cpu),
@@ -211,9 +211,10 @@ def main() -> int:
         help="measure on this sysfs instead of simulated trees (a real host: --sysfs /sys)",
     )
     args = parser.parse_args()
-    per_hw = round(HW_STATS / INTERVAL)
-    if args.rounds < per_hw:
-        parser.error(f"--rounds must be at least {per_hw}: one collection in {per_hw} reads hw_counters")
+    if args.rounds < PER_HW:
+        parser.error(
+            f"--rounds must be at least {PER_HW}: one collection in {PER_HW} reads hw_counters"
+        )
     print(f"{'ports':>5} {'series':>6} {'ours ms':>8} {'(ports':>7} {'+hw)':>6} "
           f"{'ours cpu ms':>11} {'render ms':>9} {'node_exporter ms':>16} {'ratio':>6} "
           f"{'rediscovery ms':>14} {'check ms':>8}")  # fmt: skip
