@@ -6,12 +6,14 @@ driver keeps them until taken, so nothing waits); it needs no privilege, but NVM
 history, so Xids raised while no exporter listened are not counted. `kmsg`: a thread reads
 NVRM Xid lines from the kernel log, history included; it needs read access to /dev/kmsg
 (`CAP_SYSLOG` under `kernel.dmesg_restrict=1`). `nvml,kmsg` runs both. With NVML alone,
-`collect()` takes the queued events itself before it reads the counts: an Xid is served by
-the run after it was raised, as it would be from a thread, and no thread wakes between
-runs. With the kernel log too, a listener thread takes them every second instead, so an
-NVML report is stamped within a second of the kernel's record of the same Xid (the dedup
-window below) and a driver call that hangs does not stop the kernel log being read. Which
-sources run is logged once at start.
+each run has the queued events taken on a lane (`collectors/blocking.py`: one thread, woken
+only for that) and waits up to a second for them before it reads the counts: an Xid is
+served by the run after it was raised, and no thread wakes between runs. A take blocked in
+a wedged driver holds only the lane: the runs go on serving the counts (logged once) and
+take again once it returns, so the Xid series never go stale for it.
+With the kernel log too, a listener thread takes them every second instead, so an NVML
+report is stamped within a second of the kernel's record of the same Xid (the dedup window
+below). Which sources run is logged once at start.
 
 Kernel-log records stamped before the reader opened are history: an exporter started (or
 restarted) on a node whose log holds an old Xid must not report it as a new error, or
@@ -70,6 +72,7 @@ from fleetwatch.catalog.xid import (
     NVSWITCH_SXID_ERRORS_TOTAL,
 )
 from fleetwatch.collectors.base import CollectorContext, CollectorSpec
+from fleetwatch.collectors.blocking import Lane
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
 from fleetwatch.collectors.sources.kmsg import (
@@ -111,6 +114,7 @@ Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
 _LOOK_SECONDS: Final = 1.0  # how often the listener thread (with the kernel log) takes events
 _RETRY_SECONDS: Final = 5.0
+_TAKE_WAIT_SECONDS: Final = 1.0  # how long a run (NVML alone) waits for its take
 
 
 class NvmlXids:
@@ -274,13 +278,16 @@ class XidCollector:
         self._nvml = NvmlXids(source, ledger) if nvml_events else None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._take_lane: Lane[None] | None = None
         self._labels = LabelCache(SPECS)
         self.kernel_counts = KernelLogCounts()
 
     def start(self) -> None:
         """Start the listener threads (once); `collect()` calls it on first use."""
-        if self._threads:
+        if self._threads or self._take_lane is not None:
             return
+        if self._nvml is not None and self._kernel_log is None:
+            self._take_lane = Lane("xid-nvml")
         targets: list[tuple[str, Callable[[], None]]] = []
         if self._kernel_log is not None:
             if self._nvml is not None:
@@ -293,8 +300,8 @@ class XidCollector:
 
     def collect(self) -> list[SeriesFamily]:
         self.start()
-        if self._nvml is not None and self._kernel_log is None:
-            self._nvml.take()
+        if self._take_lane is not None:
+            self._take_nvml_events(self._take_lane)
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
             builder.add(XID, labels, count)
@@ -303,6 +310,24 @@ class XidCollector:
                 for values, n in sorted(counts.items()):
                     builder.add(family, values, n)
         return builder.families()
+
+    def _take_nvml_events(self, lane: Lane[None]) -> None:
+        """Take the queued NVML events on the lane and wait up to `_TAKE_WAIT_SECONDS` for
+        them; a take still blocked in NVML from an earlier run starts none (logged once)."""
+        assert self._nvml is not None
+        submitted = time.monotonic()
+        if lane.submit(self._nvml.take) and lane.wait(submitted + _TAKE_WAIT_SECONDS):
+            outcome = lane.outcome()
+            if outcome is not None and outcome.error is not None:
+                raise outcome.error
+            return
+        stuck = lane.stuck_calls
+        if lane.hung(_TAKE_WAIT_SECONDS) and lane.stuck_calls > stuck:
+            log.warning(
+                "taking NVML Xid events is blocked in NVML: the counts are served without "
+                "them until the call returns",
+                extra={"seconds": round(lane.busy_for() or 0.0, 1)},
+            )
 
     def _listen_nvml(self) -> None:
         assert self._nvml is not None
@@ -442,6 +467,9 @@ class XidCollector:
             self._kernel_log.close()
         for thread in self._threads:
             thread.join(timeout=2.0)
+        if self._take_lane is not None:
+            self._take_lane.close()
+            self._take_lane.join(timeout=2.0)
         if self._nvml is not None:
             self._nvml.close(timeout=2.0)
 

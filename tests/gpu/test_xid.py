@@ -455,10 +455,51 @@ def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFi
         fake.inject_xid(1, 48)
         assert xids(collector) == {("1", "48"): 1.0}  # the next run takes the queued event
         assert xids(collector) == {("1", "48"): 1.0}  # taken once
-        assert collector._threads == []  # NVML alone: no thread wakes between runs
+        # NVML alone: no listener thread; the takes run on a lane woken only by a run
+        assert collector._threads == []
+        assert collector._take_lane is not None
+        assert collector._take_lane._thread.name == "lane-xid-nvml"
     finally:
         collector.close()
     assert [events.freed for events in fake.event_sets] == [True]
+
+
+def test_a_take_blocked_in_nvml_holds_only_its_lane(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, source = simulated(at=120.0)
+    collector = _created(fake)
+    uuid = source.gpus()[3].identity.uuid
+    try:
+        fake.inject_xid(3, 48)
+        assert xids(collector) == {("3", "48"): 1.0}
+        blocked, release = threading.Event(), threading.Event()
+        real_wait = fake.nvmlEventSetWait_v2
+
+        def wait(events: FakeEventSet, timeout: int) -> FakeEventData:
+            blocked.set()
+            release.wait(30)
+            return real_wait(events, timeout)
+
+        monkeypatch.setattr(fake, "nvmlEventSetWait_v2", wait)
+        fake.inject_xid(3, 48)
+        with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
+            assert xids(collector) == {("3", "48"): 1.0}  # waited its second, then served
+            assert blocked.is_set()
+            for _ in range(3):  # the lane is busy: no take starts, the counts are served
+                assert xids(collector) == {("3", "48"): 1.0}
+        blocked_logs = [r for r in caplog.records if "blocked in NVML" in r.getMessage()]
+        assert len(blocked_logs) == 1
+        release.set()
+        servers.wait_until(
+            lambda: collector.ledger.counts() == {("3", uuid, "48"): 2},
+            timeout=10,
+            what="the blocked take's event",
+        )
+        assert xids(collector) == {("3", "48"): 2.0}
+    finally:
+        release.set()
+        collector.close()
 
 
 def test_nvml_xids_try_again_after_a_failure_and_close_frees_the_set(
