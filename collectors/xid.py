@@ -115,6 +115,9 @@ ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
 _LOOK_SECONDS: Final = 1.0  # how often the listener thread (with the kernel log) takes events
 _RETRY_SECONDS: Final = 5.0
 _TAKE_WAIT_SECONDS: Final = 1.0  # how long a run (NVML alone) waits for its take
+# The kernel-log thread's longest sleep: /dev/kmsg wakes it for a record and `close()` for
+# the stop; a file or the simulation is looked at every second whatever this says.
+_KMSG_WAIT_SECONDS: Final = 60.0
 
 
 class NvmlXids:
@@ -339,7 +342,7 @@ class XidCollector:
         assert self._kernel_log is not None
         while not self._stop.is_set():
             try:
-                lines = self._kernel_log.read(1.0)
+                lines = self._kernel_log.read(_KMSG_WAIT_SECONDS)
             except OSError as exc:
                 log.warning("reading the kernel log failed", extra={"reason": str(exc)})
                 self._stop.wait(_RETRY_SECONDS)

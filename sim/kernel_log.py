@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from fleetwatch.collectors.sources.kmsg import FILE_LOOK_SECONDS
 from fleetwatch.sim.fake_nvml import simulated_pci_bus_id
 from fleetwatch.sim.world import SimulatedNode
 
@@ -51,7 +52,7 @@ class SimulatedKernelLog:
 
     def read(self, timeout: float) -> list[str]:
         lines = self._new_lines()
-        if not lines and not self._closed.wait(timeout):
+        if not lines and not self._closed.wait(min(timeout, FILE_LOOK_SECONDS)):
             lines = self._new_lines()
         return lines
 

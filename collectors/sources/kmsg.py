@@ -3,8 +3,10 @@ r"""Kernel-log reader: NVRM Xid, fallen-off-the-bus and NVSwitch SXid records fr
 NVML delivers Xid events only to an event set registered at the time; the kernel log also
 holds what was logged before the exporter started (or while it was down). `KmsgReader`
 reads /dev/kmsg records without blocking (each read returns one record, `EPIPE` means
-records were overwritten before we read them); a regular file of records in the same
-format (tests use them) is read the same way: from its start, then whatever is appended.
+records were overwritten before we read them) and sleeps in `poll` until the kernel logs
+the next one, so it wakes for records, not on a timer; a regular file of records in the
+same format (tests use them) is read the same way, from its start, then whatever is
+appended, looked at again every second since nothing says when it grows.
 
 Every /dev/kmsg record is `<prio>,<seq>,<usec>,<flags>[,...];<message>`, continuation lines
 (` KEY=value`) after it. `<usec>` is the kernel's `local_clock()` at logging time, in
@@ -34,10 +36,13 @@ a line of megabytes must not cost the regexes their time.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
+import select
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -100,6 +105,8 @@ RECOVERY_XID: Final = 154
 # Lines after the first of a multi-line message repeat the driver's prefix.
 _CONTINUATION: Final = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 _READ_SIZE: Final = 8192
+FILE_LOOK_SECONDS: Final = 1.0
+"""How often a kernel log that does not say when it grows (a file, the simulation) is read."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,14 +326,22 @@ class KernelLog(Protocol):
         ...
 
     def read(self, timeout: float) -> list[str]:
-        """New lines since the last call; waits up to `timeout` seconds when there are none."""
+        """New lines since the last call; waits up to `timeout` seconds when there are none
+        (a reader that is not told of new lines, a file or the simulation, looks again
+        within `FILE_LOOK_SECONDS` whatever the timeout)."""
         ...
 
     def close(self) -> None: ...
 
 
 class KmsgReader:
-    """Reads /dev/kmsg (or a file of records) from its start, never blocking past the timeout."""
+    """Reads /dev/kmsg (or a file of records) from its start, never blocking past the timeout.
+
+    On the device (a character device, which `poll` answers for) a read with nothing new
+    sleeps in `poll` on it and on a pipe `close()` writes to; a file is looked at again
+    every `FILE_LOOK_SECONDS`. The lock is held across a read's poll, so `close()` never
+    closes a descriptor under it: the pipe wakes the poll first.
+    """
 
     def __init__(self, *, path: Path) -> None:
         self.path = path
@@ -335,6 +350,19 @@ class KmsgReader:
         self._partial = b""
         self._closed = threading.Event()
         self._lock = threading.Lock()  # close() must not pull the fd from under a read
+        self._closing = threading.Lock()  # one close() does it
+        self._wake: tuple[int, int] | None = None
+        self._poller: select.poll | None = None
+        try:
+            if stat.S_ISCHR(os.fstat(self._fd).st_mode):
+                self._wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                self._poller = select.poll()
+                self._poller.register(self._fd, select.POLLIN)
+                self._poller.register(self._wake[0], select.POLLIN)
+        except OSError:
+            self._closed.set()
+            self._close_descriptors()
+            raise
 
     def _drain(self) -> list[str]:
         with self._lock:
@@ -366,14 +394,37 @@ class KmsgReader:
         return time.clock_gettime(time.CLOCK_MONOTONIC)
 
     def read(self, timeout: float) -> list[str]:
+        if self._poller is not None:
+            with self._lock:
+                lines = self._drain_locked()
+                if lines or self._closed.is_set():
+                    return lines
+                ready = self._poller.poll(max(0, round(timeout * 1000)))
+                lines = self._drain_locked()
+            if lines or not ready or self._closed.is_set():
+                return lines
+            # Ready with nothing to read (an error state of the device): do not spin on it.
         lines = self._drain()
-        if not lines and not self._closed.wait(timeout):
+        if not lines and not self._closed.wait(min(timeout, FILE_LOOK_SECONDS)):
             lines = self._drain()
         return lines
 
     def close(self) -> None:
-        self._closed.set()
+        with self._closing:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            if self._wake is not None:
+                with contextlib.suppress(BlockingIOError):  # full: the poll is woken already
+                    os.write(self._wake[1], b"!")
+            self._close_descriptors()
+
+    def _close_descriptors(self) -> None:
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+            if self._wake is not None:
+                for fd in self._wake:
+                    os.close(fd)
+                self._wake = None

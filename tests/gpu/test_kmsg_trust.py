@@ -5,6 +5,7 @@ NVIDIA's NVSentinel's wording of a GPU that fell off the bus is read."""
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -128,7 +129,7 @@ class WatchedLog:
     def __init__(self, reader: KmsgReader) -> None:
         self._reader = reader
         self.opened_at = reader.opened_at
-        self.lines: list[str] = []
+        self.lines: list[tuple[int, str]] = []  # (the read that returned it, the line)
         self.reads = 0
 
     def now(self) -> float:
@@ -136,8 +137,9 @@ class WatchedLog:
 
     def read(self, timeout: float) -> list[str]:
         self.reads += 1
+        number = self.reads
         lines = self._reader.read(timeout)
-        self.lines.extend(lines)
+        self.lines.extend((number, line) for line in lines)
         return lines
 
     def close(self) -> None:
@@ -159,18 +161,63 @@ def test_a_record_written_to_dev_kmsg_from_user_space_is_not_an_xid() -> None:
         with open("/dev/kmsg", "w") as kmsg:  # no <prio> prefix: the kernel gives it LOG_USER
             kmsg.write(f"NVRM: Xid (PCI:0000:fe:1f): 79, pid=1, {marker} forged\n")
 
-        def forged() -> list[str]:
-            return [line for line in kernel_log.lines if marker in line]
+        def forged() -> list[tuple[int, str]]:
+            return [(n, line) for n, line in kernel_log.lines if marker in line]
 
         servers.wait_until(lambda: bool(forged()), timeout=10, what="the forged record read back")
-        handled_after = kernel_log.reads + 1
+        ((returned_by, _),) = forged()
         servers.wait_until(
-            lambda: kernel_log.reads > handled_after, timeout=10, what="the record handled"
+            lambda: kernel_log.reads > returned_by, timeout=10, what="the record handled"
         )
     finally:
         collector.close()
-    (line,) = forged()
+    ((_, line),) = forged()
     assert int(line.split(",", 1)[0]) >> 3 == 1  # the kernel marked it: facility user
     assert collector.ledger.counts() == {}  # no Xid, new or old, from it
     unreadable = samples(collector.collect(), "fleetwatch_kmsg_unreadable_records")
     assert unreadable[(("reason", "user_space"),)] >= 1
+
+
+def _in_poll(thread: threading.Thread) -> bool:
+    """Whether `thread` sleeps in poll (its kernel wait channel; where the kernel does not
+    show one, that it sleeps at all)."""
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    try:
+        wchan = (task / "wchan").read_text()
+        state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return "poll" in wchan if wchan not in ("", "0") else state == "S"
+
+
+@pytest.mark.skipif(_kmsg_writable() is not None, reason=str(_kmsg_writable()))
+def test_a_dev_kmsg_reader_sleeps_until_a_record_and_close_wakes_it() -> None:
+    """On the device a read with nothing new sleeps in poll, however long its timeout, and
+    returns as soon as the kernel logs a record (a timer would have slept the minute); a
+    close() wakes a sleeping read at once."""
+    reader = KmsgReader(path=Path("/dev/kmsg"))
+    marker = f"fleetwatch-test-{uuid.uuid4().hex}"
+    seen: list[str] = []
+
+    def until_marker() -> None:
+        while not any(marker in line for line in seen):
+            seen.extend(reader.read(60.0))
+
+    try:
+        while reader.read(0):  # the history
+            pass
+        thread = threading.Thread(target=until_marker, daemon=True)
+        thread.start()
+        servers.wait_until(lambda: _in_poll(thread), timeout=10, what="the read in poll")
+        with open("/dev/kmsg", "w") as kmsg:
+            kmsg.write(f"{marker}\n")
+        thread.join(10)
+        assert not thread.is_alive()
+        sleeper = threading.Thread(target=reader.read, args=(60.0,), daemon=True)
+        sleeper.start()
+        servers.wait_until(lambda: _in_poll(sleeper), timeout=10, what="the second read in poll")
+    finally:
+        reader.close()
+    sleeper.join(10)
+    assert not sleeper.is_alive()
+    assert reader.read(60.0) == []  # closed: nothing, at once
