@@ -5,15 +5,13 @@ for the collector's event set are taken (`nvmlEventSetWait_v2` with a zero timeo
 driver keeps them until taken, so nothing waits); it needs no privilege, but NVML keeps no
 history, so Xids raised while no exporter listened are not counted. `kmsg`: a thread reads
 NVRM Xid lines from the kernel log, history included; it needs read access to /dev/kmsg
-(`CAP_SYSLOG` under `kernel.dmesg_restrict=1`). `nvml,kmsg` runs both. With NVML alone,
-each run has the queued events taken on a lane (`collectors/blocking.py`: one thread, woken
-only for that) and waits up to a second for them before it reads the counts: an Xid is
-served by the run after it was raised, and no thread wakes between runs. A take blocked in
-a wedged driver holds only the lane: the runs go on serving the counts (logged once) and
-take again once it returns, so the Xid series never go stale for it.
-With the kernel log too, a listener thread takes them every second instead, so an NVML
-report is stamped within a second of the kernel's record of the same Xid (the dedup window
-below). Which sources run is logged once at start.
+(`CAP_SYSLOG` under `kernel.dmesg_restrict=1`); it sleeps until the kernel logs a record.
+`nvml,kmsg` runs both. Each run has the queued NVML events taken on a lane
+(`collectors/blocking.py`: one thread, woken only for that) and waits up to a second for
+them before it reads the counts: an Xid is served by the run after it was raised, and no
+thread wakes between runs. A take blocked in a wedged driver holds only the lane: the runs
+go on serving the counts (the kernel log's too; logged once) and take again once it
+returns, so the Xid series never go stale for it. Which sources run is logged once at start.
 
 Kernel-log records stamped before the reader opened are history: an exporter started (or
 restarted) on a node whose log holds an old Xid must not report it as a new error, or
@@ -36,6 +34,9 @@ one source cancels one not-yet-matched report of the same GPU and Xid from the o
 source within `--collector.xid.dedup-window`. Kernel-log records carry their own
 timestamp (seconds since boot, the clock `time.monotonic` uses on Linux; the ledger reads
 the kernel log's clock), so Xids from the log's history never cancel a fresh NVML event.
+An NVML event carries no time: a take reports it as raised between the last take that
+emptied the queue (or the set's opening) and now, and a record of the kernel log matches
+it when it lies within the window of that span, however long the collection interval.
 The counter of a GPU that fell off the bus stays: that Xid 79 is exactly what an operator
 needs to see.
 """
@@ -90,7 +91,12 @@ from fleetwatch.collectors.sources.kmsg import (
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import NvmlError
-from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
+from fleetwatch.collectors.sources.nvml_events import (
+    EVENTS_A_LOOK,
+    free_events,
+    open_xid_events,
+    ready_xids,
+)
 from fleetwatch.flags import duration_setting, setting
 
 log = logging.getLogger(__name__)
@@ -112,9 +118,11 @@ LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
 SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
-_LOOK_SECONDS: Final = 1.0  # how often the listener thread (with the kernel log) takes events
 _RETRY_SECONDS: Final = 5.0
-_TAKE_WAIT_SECONDS: Final = 1.0  # how long a run (NVML alone) waits for its take
+_TAKE_WAIT_SECONDS: Final = 1.0  # how long a run waits for its take of the NVML events
+# Reports of one GPU and Xid kept for a match with the other source, at most (the oldest go
+# first): an Xid storm must not grow the ledger without bound.
+_UNMATCHED_KEPT: Final = 256
 # The kernel-log thread's longest sleep: /dev/kmsg wakes it for a record and `close()` for
 # the stop; a file or the simulation is looked at every second whatever this says.
 _KMSG_WAIT_SECONDS: Final = 60.0
@@ -126,6 +134,8 @@ class NvmlXids:
     The set is opened at the first `take()`, and again `_RETRY_SECONDS` after NVML had no
     GPU or failed (logged); a `take()` before then does nothing. `take()` never waits for
     an event. One lock spans a take and `close()`, so the set is never freed under a call.
+    Each event goes to the ledger as raised between `_since` (the set's opening, then the
+    last take that emptied the queue) and the take, on the ledger's clock.
     """
 
     def __init__(
@@ -136,6 +146,7 @@ class NvmlXids:
         self._clock = clock
         self._lock = threading.Lock()
         self._event_set: Any = None
+        self._since = 0.0
         self._next_try = -math.inf
         self._closed = False
 
@@ -145,15 +156,26 @@ class NvmlXids:
                 return
             try:
                 if self._event_set is None:
+                    since = self._ledger.now()
                     self._event_set = open_xid_events(self._source)
                     if self._event_set is None:  # no driver or no GPU yet: NVML's start
                         self._next_try = self._clock() + _RETRY_SECONDS  # is tried again
                         return
+                    self._since = since
+                now, taken = self._ledger.now(), 0
                 for event in ready_xids(self._source, self._event_set):
+                    taken += 1
                     self._ledger.record(
-                        gpu=str(event.gpu), uuid=event.uuid, xid=event.xid, origin="nvml"
+                        gpu=str(event.gpu),
+                        uuid=event.uuid,
+                        xid=event.xid,
+                        origin="nvml",
+                        at=now,
+                        since=self._since,
                     )
                     log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
+                if taken < EVENTS_A_LOOK:  # the queue is empty: what comes next is newer
+                    self._since = now
             except NvmlError as exc:
                 log.warning(
                     "taking NVML Xid events failed",
@@ -189,8 +211,13 @@ class XidLedger:
         self._clock = clock
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str, str]] = Counter()
-        self._unmatched: dict[tuple[Origin, str, str], deque[float]] = {}
+        # Reports not matched yet, as (earliest, latest) time the Xid could have been raised.
+        self._unmatched: dict[tuple[Origin, str, str], deque[tuple[float, float]]] = {}
         self._last_sequence = -1
+
+    def now(self) -> float:
+        """The time on the ledger's clock (the one reports are stamped with)."""
+        return self._clock()
 
     def record(
         self,
@@ -200,10 +227,17 @@ class XidLedger:
         xid: int,
         origin: Origin,
         at: float | None = None,
+        since: float | None = None,
         sequence: int | None = None,
     ) -> bool:
-        """Count one Xid report; False when it duplicates one already counted."""
-        when = self._clock() if at is None else at
+        """Count one Xid report; False when it duplicates one already counted.
+
+        The report says the Xid was raised at `at` (now when None), or with `since` at some
+        time from `since` to `at` (an NVML take). It matches the oldest unmatched report of
+        the other source whose time, or span, is within the window of its own.
+        """
+        latest = self._clock() if at is None else at
+        earliest = latest if since is None else min(since, latest)
         other: Origin = "kmsg" if origin == "nvml" else "nvml"
         with self._lock:
             if sequence is not None:
@@ -212,13 +246,15 @@ class XidLedger:
                 self._last_sequence = sequence
             pending = self._unmatched.get((other, gpu, str(xid)))
             if pending:
-                while pending and abs(when - pending[0]) > self._window and pending[0] < when:
+                while pending and pending[0][1] + self._window < earliest:
                     pending.popleft()  # too old to be the same event
-                if pending and abs(when - pending[0]) <= self._window:
+                if pending and pending[0][0] - self._window <= latest:
                     pending.popleft()
                     return False
             self._counts[(gpu, uuid, str(xid))] += 1
-            self._unmatched.setdefault((origin, gpu, str(xid)), deque()).append(when)
+            self._unmatched.setdefault(
+                (origin, gpu, str(xid)), deque(maxlen=_UNMATCHED_KEPT)
+            ).append((earliest, latest))
             return True
 
     def counts(self) -> dict[tuple[str, str, str], int]:
@@ -263,7 +299,8 @@ class KernelLogCounts:
 
 
 class XidCollector:
-    """Serves the Xid counters kept by the NVML-event and kernel-log listener threads."""
+    """Serves the Xid counters: NVML's queued events taken at each run (on a lane), the
+    kernel log read by a thread as the kernel writes it."""
 
     def __init__(
         self,
@@ -286,18 +323,15 @@ class XidCollector:
         self.kernel_counts = KernelLogCounts()
 
     def start(self) -> None:
-        """Start the listener threads (once); `collect()` calls it on first use."""
+        """Start the NVML lane and the kernel-log thread (once); `collect()` calls it on
+        first use."""
         if self._threads or self._take_lane is not None:
             return
-        if self._nvml is not None and self._kernel_log is None:
+        if self._nvml is not None:
             self._take_lane = Lane("xid-nvml")
-        targets: list[tuple[str, Callable[[], None]]] = []
+            self._take_lane.submit(self._nvml.take)  # opens the event set: Xids count from now
         if self._kernel_log is not None:
-            if self._nvml is not None:
-                targets.append(("xid-nvml", self._listen_nvml))
-            targets.append(("xid-kmsg", self._listen_kmsg))
-        for name, target in targets:
-            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread = threading.Thread(target=self._listen_kmsg, name="xid-kmsg", daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -316,27 +350,25 @@ class XidCollector:
 
     def _take_nvml_events(self, lane: Lane[None]) -> None:
         """Take the queued NVML events on the lane and wait up to `_TAKE_WAIT_SECONDS` for
-        them; a take still blocked in NVML from an earlier run starts none (logged once)."""
+        them (or for the take `start()` began, still in flight); none while a take is blocked
+        in NVML since an earlier run (logged once a blocked call)."""
         assert self._nvml is not None
-        submitted = time.monotonic()
-        if lane.submit(self._nvml.take) and lane.wait(submitted + _TAKE_WAIT_SECONDS):
-            outcome = lane.outcome()
-            if outcome is not None and outcome.error is not None:
-                raise outcome.error
-            return
         stuck = lane.stuck_calls
-        if lane.hung(_TAKE_WAIT_SECONDS) and lane.stuck_calls > stuck:
-            log.warning(
-                "taking NVML Xid events is blocked in NVML: the counts are served without "
-                "them until the call returns",
-                extra={"seconds": round(lane.busy_for() or 0.0, 1)},
-            )
-
-    def _listen_nvml(self) -> None:
-        assert self._nvml is not None
-        self._nvml.take()
-        while not self._stop.wait(_LOOK_SECONDS):
-            self._nvml.take()
+        if lane.hung(_TAKE_WAIT_SECONDS):
+            if lane.stuck_calls > stuck:
+                log.warning(
+                    "taking NVML Xid events is blocked in NVML: the counts are served without "
+                    "them until the call returns",
+                    extra={"seconds": round(lane.busy_for() or 0.0, 1)},
+                )
+            return
+        before = lane.outcome()
+        lane.submit(self._nvml.take)
+        if not lane.wait(time.monotonic() + _TAKE_WAIT_SECONDS):
+            return  # still in NVML: the next run finds it blocked
+        outcome = lane.outcome()
+        if outcome is not before and outcome is not None and outcome.error is not None:
+            raise outcome.error
 
     def _listen_kmsg(self) -> None:
         assert self._kernel_log is not None
