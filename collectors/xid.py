@@ -549,7 +549,8 @@ class XidSettings:
         10.0,
         minimum=0.001,
         maximum=3600.0,
-        help="an Xid seen by NVML and the kernel log within this long counts once",
+        help="an Xid the kernel log records within this long of the span in which NVML's "
+        "take says it was raised (since the last take) counts once",
     )
 
 
