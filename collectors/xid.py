@@ -503,8 +503,7 @@ class XidCollector:
         for thread in self._threads:
             thread.join(timeout=2.0)
         if self._take_lane is not None:
-            self._take_lane.close()
-            self._take_lane.join(timeout=2.0)
+            self._take_lane.close()  # its thread ends once idle; a take holds the set's lock
         if self._nvml is not None:
             self._nvml.close(timeout=2.0)
 
