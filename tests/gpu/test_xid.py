@@ -484,6 +484,23 @@ def test_nvml_source_says_the_kernel_log_is_not_read(caplog: pytest.LogCaptureFi
     assert [events.freed for events in fake.event_sets] == [True]
 
 
+def _blocked_event_waits(
+    fake: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Make the fake's event waits block, as in a wedged driver, until `release` is set;
+    `blocked` is set once a wait blocks."""
+    blocked, release = threading.Event(), threading.Event()
+    real_wait = fake.nvmlEventSetWait_v2
+
+    def wait(events: FakeEventSet, timeout: int) -> FakeEventData:
+        blocked.set()
+        release.wait(30)
+        return real_wait(events, timeout)
+
+    monkeypatch.setattr(fake, "nvmlEventSetWait_v2", wait)
+    return blocked, release
+
+
 def test_a_take_blocked_in_nvml_holds_only_its_lane(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -493,15 +510,7 @@ def test_a_take_blocked_in_nvml_holds_only_its_lane(
     try:
         fake.inject_xid(3, 48)
         assert xids(collector) == {("3", "48"): 1.0}
-        blocked, release = threading.Event(), threading.Event()
-        real_wait = fake.nvmlEventSetWait_v2
-
-        def wait(events: FakeEventSet, timeout: int) -> FakeEventData:
-            blocked.set()
-            release.wait(30)
-            return real_wait(events, timeout)
-
-        monkeypatch.setattr(fake, "nvmlEventSetWait_v2", wait)
+        blocked, release = _blocked_event_waits(fake, monkeypatch)
         fake.inject_xid(3, 48)
         with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
             assert xids(collector) == {("3", "48"): 1.0}  # waited its second, then served
@@ -564,16 +573,7 @@ def test_a_set_under_a_blocked_take_is_not_freed(
     fake, source = simulated(at=120.0)
     taker = NvmlXids(source, XidLedger(window=10.0))
     taker.take()
-    blocked = threading.Event()
-    release = threading.Event()
-    real_wait = fake.nvmlEventSetWait_v2
-
-    def wait(events: FakeEventSet, timeout: int) -> FakeEventData:
-        blocked.set()
-        release.wait(10)
-        return real_wait(events, timeout)
-
-    monkeypatch.setattr(fake, "nvmlEventSetWait_v2", wait)
+    blocked, release = _blocked_event_waits(fake, monkeypatch)
     thread = threading.Thread(target=taker.take)
     thread.start()
     try:
