@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.cli import build_parser
@@ -25,7 +27,7 @@ from fleetwatch.collectors.sources.kmsg import (
     parse_record,
     unescape,
 )
-from fleetwatch.collectors.xid import NvmlXids, XidCollector, XidLedger
+from fleetwatch.collectors.xid import NvmlXids, Origin, XidCollector, XidLedger
 from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.fake_nvml import FakeNvml, simulated_pci_bus_id
 from fleetwatch.sim.gpu_faults import GpuLost, Xid
@@ -275,6 +277,35 @@ def test_an_nvml_take_matches_a_kernel_record_anywhere_in_its_span() -> None:
     assert ledger.record(gpu="1", uuid="u1", xid=48, origin="nvml", since=1060.0, at=1120.0)
     assert ledger.record(gpu="1", uuid="u1", xid=48, origin="kmsg", at=1135.0)  # 15 s after
     assert ledger.counts() == {("1", "u1", "48"): 4}
+
+
+@given(
+    gaps=st.lists(st.floats(min_value=21.0, max_value=400.0), min_size=1, max_size=25),
+    interval=st.floats(min_value=0.5, max_value=120.0),
+    offset=st.floats(min_value=0.0, max_value=1.0),
+    delays=st.lists(st.floats(min_value=0.0, max_value=3.0), min_size=25, max_size=25),
+)
+def test_each_xid_both_sources_report_counts_once(
+    gaps: list[float], interval: float, offset: float, delays: list[float]
+) -> None:
+    """Xids more than two windows apart, each logged by the kernel (stamped when raised, read
+    up to 3 s later) and taken from NVML at the next run (reported as raised since the last
+    run), whatever the interval: the ledger counts each once, in any order of arrival."""
+    window = 10.0
+    raised = [1000.0 + sum(gaps[: n + 1]) for n in range(len(gaps))]
+    runs = [1000.0 + offset * interval + k * interval for k in range(int(sum(gaps) / interval) + 3)]
+    # (arrives, 0 kernel / 1 NVML, at, since)
+    arrivals: list[tuple[float, int, float, float | None]] = []
+    for n, at in enumerate(raised):
+        arrivals.append((at + delays[n], 0, at, None))  # the kernel record
+        run = next(k for k, t in enumerate(runs) if t >= at)
+        last_run = runs[run - 1] if run else 990.0
+        arrivals.append((runs[run], 1, runs[run], last_run))  # the NVML take
+    ledger = XidLedger(window=window, clock=ManualClock())
+    for _arrives, nvml, at, since in sorted(arrivals, key=lambda a: (a[0], a[1])):
+        origin: Origin = "nvml" if nvml else "kmsg"
+        ledger.record(gpu="2", uuid="u2", xid=48, origin=origin, at=at, since=since)
+    assert ledger.counts() == {("2", "u2", "48"): len(raised)}
 
 
 def test_reports_kept_for_a_match_are_bounded() -> None:
