@@ -328,8 +328,10 @@ class XidCollector:
         if self._threads or self._take_lane is not None:
             return
         if self._nvml is not None:
+            # The first take opens the event set: Xids count from when start() returns.
             self._take_lane = Lane("xid-nvml")
-            self._take_lane.submit(self._nvml.take)  # opens the event set: Xids count from now
+            self._take_lane.submit(self._nvml.take)
+            self._take_lane.wait(time.monotonic() + _TAKE_WAIT_SECONDS)
         if self._kernel_log is not None:
             thread = threading.Thread(target=self._listen_kmsg, name="xid-kmsg", daemon=True)
             thread.start()
@@ -350,8 +352,8 @@ class XidCollector:
 
     def _take_nvml_events(self, lane: Lane[None]) -> None:
         """Take the queued NVML events on the lane and wait up to `_TAKE_WAIT_SECONDS` for
-        them (or for the take `start()` began, still in flight); none while a take is blocked
-        in NVML since an earlier run (logged once a blocked call)."""
+        them (or for an earlier take still in flight, `start()`'s included); none while a take
+        is blocked in NVML since an earlier run (logged once a blocked call)."""
         assert self._nvml is not None
         stuck = lane.stuck_calls
         if lane.hung(_TAKE_WAIT_SECONDS):
