@@ -165,7 +165,7 @@ def main() -> int:
     for gpu in source.gpus():
         print(f"GPU {gpu.index}: {thermal_margin(gpu)}")
     print(
-        "\n== Xid events: one look as the listener makes it every second "
+        "\n== Xid events: one take as each run of the Xid collector makes it, on its lane "
         "(nvmlEventSetWait_v2 with a zero timeout until Timeout; none queued on a healthy GPU)"
     )
     print(xid_look(source))
