@@ -322,11 +322,11 @@ class XidCollector:
         self._labels = LabelCache(SPECS)
         self.kernel_counts = KernelLogCounts()
 
-    def start(self) -> None:
-        """Start the NVML lane and the kernel-log thread (once); `collect()` calls it on
-        first use."""
+    def start(self) -> bool:
+        """Start the NVML lane and the kernel-log thread (once; False when started before);
+        `collect()` calls it on first use."""
         if self._threads or self._take_lane is not None:
-            return
+            return False
         if self._nvml is not None:
             # The first take opens the event set: Xids count from when start() returns.
             self._take_lane = Lane("xid-nvml")
@@ -336,10 +336,10 @@ class XidCollector:
             thread = threading.Thread(target=self._listen_kmsg, name="xid-kmsg", daemon=True)
             thread.start()
             self._threads.append(thread)
+        return True
 
     def collect(self) -> list[SeriesFamily]:
-        self.start()
-        if self._take_lane is not None:
+        if not self.start() and self._take_lane is not None:  # start() took them just now
             self._take_nvml_events(self._take_lane)
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
