@@ -92,7 +92,8 @@ reason as soon as the kubelet answers (docs/training-jobs.md, "DRA").
         """\
 Collector `xid` with `--collector.xid.source=kmsg` or `nvml,kmsg` (absent otherwise). It
 reads `/dev/kmsg` (or the file `--collector.xid.kmsg-path` names, in the same record
-format) from its start. Each record's timestamp (microseconds of the kernel's
+format) from its start, then each record as the kernel logs it (a file: every second).
+Each record's timestamp (microseconds of the kernel's
 `local_clock()`, the clock `CLOCK_MONOTONIC` follows) is compared with `CLOCK_MONOTONIC`
 when the exporter opened the log: records stamped earlier were logged before the exporter
 was there and are history. A history Xid is exported apart and never as a new error, so

@@ -26,7 +26,10 @@ GPU_XID_ERRORS_TOTAL: Final = FAMILIES.declare(
     source=(
         "NVML events (`nvmlEventSetWait_v2`, Xid critical error) and/or `NVRM: Xid` "
         "records in `/dev/kmsg` (`--collector.xid.source`: `nvml` by default, `kmsg`, "
-        "or `nvml,kmsg`), counted once; only Xids raised after the exporter started "
+        "or `nvml,kmsg`), counted once (a kernel record within `--collector.xid.dedup-window` "
+        "of the span since NVML's last take is the same Xid); NVML's queued events are "
+        "taken at each run of the collector, so a new Xid shows from the run after it was "
+        "raised; only Xids raised after the exporter started "
         "(kernel-log records stamped earlier are history, below), so a series appears "
         "with the first new Xid; `gpu`/`uuid` are empty for a kernel-log Xid of a GPU "
         "NVML never enumerated. What each Xid means: [docs/xid.md](xid.md)"
