@@ -219,6 +219,9 @@ def test_a_slice_that_changes_moves_the_claim(slices: ApiServer, kubelet: Path) 
     try:
         watcher.start()
         until(lambda: watcher.synced, "the first list")
+        # The collector's poller asks once when it starts: done before the slice changes,
+        # so only this test's polls see the deleted slice (each counts its two devices).
+        until(lambda: unresolved(collector), "the poller's first answer")
         gpu = uuids()
         # the driver republishes: device gpu-0 is now the GPU whose UUID is gpu[5]
         changed = original["spec"]["devices"]
