@@ -285,7 +285,8 @@ class InfinibandCollector:
         if not self._saturation_zeros:
             # Lean: a flag is exported only while it is set (the alert, the dashboards and
             # the report read `== 1` or its time at 1, which an absent 0 does not change).
-            saturated = [True if flag else None for flag in saturated]
+            # A tuple, so the renderer knows the memoised family again by its values.
+            saturated = tuple([True if flag else None for flag in saturated])
         families = [
             self._family(ERRORS, errors.labels, pick_errors(pma)),
             self._family(XMIT_WAIT, wait.labels, pick_wait(pma)),

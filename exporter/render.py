@@ -11,6 +11,8 @@ family type: each is rendered from its two lists, with its prefixes kept while i
 list holds the same dicts. A family whose label list and values are what they were at the
 last render reuses that render's bytes: most families of a GPU node (error counters at 0,
 thresholds, link states, PCIe widths, HCA rates) do not change from one cycle to the next.
+A family handed over again with the very tuple of values it was last rendered from (a
+collector's memoised family) reuses them without its values being looked at.
 A family of which only some values changed (one port's error counter among a node's 192)
 has only those lines formatted again, the others taken from the last render's bytes.
 """
@@ -96,9 +98,8 @@ class Renderer:
         # list they were made for: one formatted prefix a series, held once.
         self._lists: dict[str, tuple[list[dict[str, str]], list[str]]] = {}
         # A family's rendered bytes by sample name, with the prefix list and (a copy of) the
-        # values they were made from.
-        self._bodies: dict[str, tuple[list[str], bytes | tuple[float | None, ...] | None, bytes]]
-        self._bodies = {}
+        # values they were made from, and the values' tuple itself where they came as one.
+        self._bodies: dict[str, _Body] = {}
         # Where a family's body was last made by formatting only the lines that changed:
         # the body with where each line starts (8 bytes a line, for families that move).
         self._lines: dict[str, _Lines] = {}
@@ -141,10 +142,14 @@ class Renderer:
         a fresh render writes. Where a few of such a family's values changed, only their
         lines are formatted again (`_Lines`).
         """
-        key = _values_key(family.values)
+        values = family.values
         prefixes = self._prefix_list(family)  # a new list whenever the label list changed
         name = family.sample_name
         hit = self._bodies.get(name)
+        if hit is not None and hit[0] is prefixes and hit[3] is values:
+            return hit[2]  # the very tuple of the last render: nothing can have changed
+        kept = values if type(values) is tuple else None
+        key = _values_key(values)
         if hit is not None and hit[0] is prefixes and key is not None:
             if hit[1] == key:
                 return hit[2]
@@ -154,11 +159,11 @@ class Renderer:
                     lines = self._lines.get(name) or _Lines(hit[2])
                     lines.update(name, prefixes, family.values, changed)
                     self._lines[name] = lines
-                    self._bodies[name] = (prefixes, key, lines.body)
+                    self._bodies[name] = (prefixes, key, lines.body, kept)
                     return lines.body
         self._lines.pop(name, None)
-        body = _lines_of(name, prefixes, family.values)
-        self._bodies[name] = (prefixes, key, body)
+        body = _lines_of(name, prefixes, values)
+        self._bodies[name] = (prefixes, key, body, kept)
         return body
 
     def render_parts(self, families: Iterable[SeriesFamily]) -> list[bytes]:
@@ -176,6 +181,12 @@ class Renderer:
     def render(self, families: Iterable[SeriesFamily]) -> bytes:
         """Exposition text for `families`; families without samples are left out."""
         return b"".join(self.render_parts(families))
+
+
+# A family's last render: its prefix list, its values' `_values_key`, its bytes, and its
+# values where they were a tuple (immutable: the same tuple again is the same lines).
+_Values = tuple[float | None, ...]
+_Body = tuple[list[str], bytes | _Values | None, bytes, _Values | None]
 
 
 def _lines_of(name: str, prefixes: list[str], values: Sequence[float | None]) -> bytes:

@@ -132,3 +132,35 @@ def test_only_the_lines_of_changed_values_are_formatted(monkeypatch: pytest.Monk
     everything = [value + 1 for value in values]  # most changed: one whole render
     renderer.render([SeriesFamily(SPECS[1], WIDE, tuple(everything))])
     assert len(formatted) == 40
+
+
+def test_the_same_tuple_again_is_reused_without_a_look_and_a_list_is_always_compared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collector that hands over the same values tuple again (the InfiniBand collector's
+    memoised families) gets the last bytes without its values being keyed; a list, which
+    its owner may have changed in place since, is keyed and compared every time."""
+    renderer = Renderer()
+    values = tuple(float(n) for n in range(40))
+    first = renderer.render([SeriesFamily(SPECS[1], WIDE, values)])
+    keyed: list[object] = []
+    real_key = render._values_key
+
+    def counting(found: object) -> object:
+        keyed.append(found)
+        return real_key(found)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(render, "_values_key", counting)
+    assert renderer.render([SeriesFamily(SPECS[1], WIDE, values)]) == first
+    assert keyed == []
+    # An equal tuple that is another object is compared (and reused, being equal).
+    equal = tuple(float(n) for n in range(40))
+    assert equal is not values
+    assert renderer.render([SeriesFamily(SPECS[1], WIDE, equal)]) == first
+    assert len(keyed) == 1
+    moving = list(values)
+    renderer.render([SeriesFamily(SPECS[1], WIDE, moving)])
+    moving[5] = 55.0  # changed in place, handed over again as the same list
+    changed = renderer.render([SeriesFamily(SPECS[1], WIDE, moving)])
+    assert b'fleetwatch_test_errors_total{gpu="5"} 55.0\n' in changed
+    assert changed == Renderer().render([SeriesFamily(SPECS[1], WIDE, moving)])
