@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import threading
 import time
 from collections import Counter, deque
@@ -66,8 +65,10 @@ from fleetwatch.catalog.storage import (
 from fleetwatch.catalog.xid import (
     GPU_FALLEN_OFF_BUS_TOTAL,
     GPU_XID_ERRORS_TOTAL,
+    GPU_XID_EVENTS_LISTENING,
     GPU_XID_HISTORY_ERRORS,
     GPU_XID_NVLINK5_ERRORS_TOTAL,
+    GPU_XID_NVML_ERRORS_TOTAL,
     GPU_XID_RECOVERY_ACTIONS_TOTAL,
     KMSG_UNREADABLE_RECORDS_TOTAL,
     NVSWITCH_SXID_ERRORS_TOTAL,
@@ -76,6 +77,7 @@ from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
+from fleetwatch.collectors.gpu_common import gpu_labels
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     RECOVERY_XID,
@@ -89,20 +91,24 @@ from fleetwatch.collectors.sources.kmsg import (
     parse_record,
 )
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
-from fleetwatch.collectors.sources.nvml import NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import NvmlError
+from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.collectors.sources.nvml_events import (
     EVENTS_A_LOOK,
+    create_event_set,
     free_events,
-    open_xid_events,
     ready_xids,
+    register_xids,
 )
 from fleetwatch.flags import duration_setting, setting
+from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
 XID = GPU_XID_ERRORS_TOTAL.name
 XID_HISTORY = GPU_XID_HISTORY_ERRORS.name
+LISTENING = GPU_XID_EVENTS_LISTENING.name
+NVML_ERRORS = GPU_XID_NVML_ERRORS_TOTAL.name
 FALLEN_OFF_BUS = GPU_FALLEN_OFF_BUS_TOTAL.name
 SXID = NVSWITCH_SXID_ERRORS_TOTAL.name
 RECOVERY = GPU_XID_RECOVERY_ACTIONS_TOTAL.name
@@ -118,7 +124,7 @@ LUSTRE_EVICTIONS = KMSG_LUSTRE_EVICTIONS_TOTAL.name
 SPECS: Final = collected_by("xid")
 Origin = Literal["nvml", "kmsg"]
 ORIGINS: Final[tuple[Origin, ...]] = ("nvml", "kmsg")
-_RETRY_SECONDS: Final = 5.0
+_RETRY_SECONDS: Final = 5.0  # before reading the kernel log again after a failed read
 _TAKE_WAIT_SECONDS: Final = 1.0  # how long a run waits for its take of the NVML events
 # Reports of one GPU and Xid kept for a match with the other source, at most (the oldest go
 # first): an Xid storm must not grow the ledger without bound.
@@ -128,40 +134,59 @@ _UNMATCHED_KEPT: Final = 256
 _KMSG_WAIT_SECONDS: Final = 60.0
 
 
+@dataclass(frozen=True)
+class NvmlXidState:
+    """What the NVML side of the collector last knew, published whole after each take (read
+    by runs while a take may be under way): per GPU with Xid events, (gpu, uuid) and whether
+    they reach the ledger; failed calls by (gpu, uuid, call, error), gpu and uuid empty for a
+    call on the whole set."""
+
+    listening: tuple[tuple[tuple[str, str], bool], ...] = ()
+    failures: tuple[tuple[tuple[str, str, str, str], int], ...] = ()
+
+
 class NvmlXids:
     """Takes the Xid events NVML queued for one event set into the ledger.
 
-    The set is opened at the first `take()`, and again `_RETRY_SECONDS` after NVML had no
-    GPU or failed (logged); a `take()` before then does nothing. `take()` never waits for
-    an event. One lock spans a take and `close()`, so the set is never freed under a call.
-    Each event goes to the ledger as raised between `_since` (the set's opening, then the
-    last take that emptied the queue) and the take, on the ledger's clock.
+    The set is created at the first `take()` that finds GPUs (again at the next take after
+    NVML had none or could not create it) and each GPU with Xid events is registered on it;
+    a GPU whose registration failed is tried again at each take, one without the events
+    (not supported) is not asked again. `take()` never waits for an event. One lock spans a
+    take and `close()`, so the set is never freed under a call. Each event goes to the ledger
+    as raised between `_since` (the set's opening, then the last take that emptied the
+    queue) and the take, on the ledger's clock. Failed calls are counted and each new kind
+    logged once; `state` says which GPUs' events reach the ledger.
     """
 
-    def __init__(
-        self, source: NvmlSource, ledger: XidLedger, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, source: NvmlSource, ledger: XidLedger) -> None:
         self._source = source
         self._ledger = ledger
-        self._clock = clock
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._since = 0.0
-        self._next_try = -math.inf
         self._closed = False
+        self._registered: set[int] = set()  # GPU indices registered on the set
+        self._without: set[int] = set()  # GPUs without Xid events: not asked again
+        self._lost: set[int] = set()  # GPUs that answered "lost" when registered
+        self._failures: Counter[tuple[str, str, str, str]] = Counter()
+        self._once = LogOnce(log)
+        self.state = NvmlXidState()
 
     def take(self) -> None:
         with self._lock:
-            if self._closed or self._clock() < self._next_try:
+            if self._closed:
                 return
+            answered = False
+            gpus: tuple[Gpu, ...] = ()
             try:
+                gpus = self._source.gpus()
                 if self._event_set is None:
+                    if not gpus:  # no driver or no GPU yet: NVML's start is tried again
+                        return  # at the next take
                     since = self._ledger.now()
-                    self._event_set = open_xid_events(self._source)
-                    if self._event_set is None:  # no driver or no GPU yet: NVML's start
-                        self._next_try = self._clock() + _RETRY_SECONDS  # is tried again
-                        return
+                    self._event_set = create_event_set(self._source)
                     self._since = since
+                self._register(gpus)
                 now, taken = self._ledger.now(), 0
                 for event in ready_xids(self._source, self._event_set):
                     taken += 1
@@ -176,12 +201,54 @@ class NvmlXids:
                     log.warning("Xid", extra={"gpu": event.gpu, "xid": event.xid, "origin": "nvml"})
                 if taken < EVENTS_A_LOOK:  # the queue is empty: what comes next is newer
                     self._since = now
+                answered = True
             except NvmlError as exc:
-                log.warning(
-                    "taking NVML Xid events failed",
-                    extra={"call": exc.call, "reason": exc.error},
-                )
-                self._next_try = self._clock() + _RETRY_SECONDS
+                self._failed(exc, "", "")
+            finally:
+                self._publish(gpus, answered)
+
+    def _register(self, gpus: tuple[Gpu, ...]) -> None:
+        """Register every GPU not registered yet (and not known to lack the events)."""
+        for gpu in gpus:
+            if gpu.index in self._registered or gpu.index in self._without:
+                continue
+            try:
+                if register_xids(self._source, self._event_set, gpu):
+                    self._registered.add(gpu.index)
+                else:
+                    self._without.add(gpu.index)
+            except NvmlError as exc:
+                self._failed(exc, *gpu_labels(gpu.identity))
+            except GpuLostError:  # fallen off the bus: its series go, as the gpu
+                self._lost.add(gpu.index)  # collector's do (asked again at each take)
+            else:
+                self._lost.discard(gpu.index)
+
+    def _failed(self, exc: NvmlError, gpu: str, uuid: str) -> None:
+        key = (gpu, uuid, exc.call, exc.error)
+        self._failures[key] += 1
+        self._once.warning(
+            key,
+            "an NVML call for Xid events failed: Xids from NVML are not counted until it answers"
+            if gpu == ""
+            else "registering a GPU for Xid events failed: its Xids from NVML are not counted "
+            "until it is (tried again at each run)",
+            gpu=gpu,
+            call=exc.call,
+            reason=exc.error,
+        )
+
+    def _publish(self, gpus: tuple[Gpu, ...], answered: bool) -> None:
+        self.state = NvmlXidState(
+            listening=tuple(
+                (gpu_labels(gpu.identity), answered and gpu.index in self._registered)
+                for gpu in gpus
+                if gpu.index not in self._without and gpu.index not in self._lost
+            )
+            if self._event_set is not None
+            else (),
+            failures=tuple(self._failures.items()),
+        )
 
     def close(self, timeout: float) -> None:
         """Free the event set; left to the process's exit when a take is still blocked in
@@ -194,10 +261,7 @@ class NvmlXids:
             if self._event_set is not None:
                 free_events(self._source, self._event_set)
         except NvmlError as exc:
-            log.warning(
-                "freeing the NVML Xid event set failed",
-                extra={"call": exc.call, "reason": exc.error},
-            )
+            self._failed(exc, "", "")
         finally:
             self._event_set = None
             self._lock.release()
@@ -316,6 +380,7 @@ class XidCollector:
         self._kernel_log = kernel_log
         self.ledger = ledger
         self._nvml = NvmlXids(source, ledger) if nvml_events else None
+        self._take_blocked = False  # the last run found a take blocked in NVML
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._take_lane: Lane[None] | None = None
@@ -344,6 +409,12 @@ class XidCollector:
         builder = FamilyBuilder(self._labels)
         for labels, count in sorted(self.ledger.counts().items()):
             builder.add(XID, labels, count)
+        if self._nvml is not None:
+            state = self._nvml.state
+            for gpu, listening in state.listening:
+                builder.add(LISTENING, gpu, listening and not self._take_blocked)
+            for call, count in state.failures:
+                builder.add(NVML_ERRORS, call, count)
         if self._kernel_log is not None:
             for family, counts in self.kernel_counts.snapshot().items():
                 for values, n in sorted(counts.items()):
@@ -356,7 +427,8 @@ class XidCollector:
         is blocked in NVML since an earlier run (logged once a blocked call)."""
         assert self._nvml is not None
         stuck = lane.stuck_calls
-        if lane.hung(_TAKE_WAIT_SECONDS):
+        self._take_blocked = lane.hung(_TAKE_WAIT_SECONDS)
+        if self._take_blocked:
             if lane.stuck_calls > stuck:
                 log.warning(
                     "taking NVML Xid events is blocked in NVML: the counts are served without "
@@ -367,7 +439,8 @@ class XidCollector:
         before = lane.outcome()
         lane.submit(self._nvml.take)
         if not lane.wait(time.monotonic() + _TAKE_WAIT_SECONDS):
-            return  # still in NVML: the next run finds it blocked
+            self._take_blocked = True  # still in NVML: the next run finds it blocked
+            return
         outcome = lane.outcome()
         if outcome is not before and outcome is not None and outcome.error is not None:
             raise outcome.error

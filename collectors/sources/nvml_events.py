@@ -1,19 +1,17 @@
 """Xid events through the NVML source: NVML's critical-error events, one GPU and Xid each.
 
-An event set registered on every GPU that has the events, the events it holds taken
+An event set, each GPU that has the events registered on it, the events it holds taken
 without waiting, and its release. The driver queues each event for the set until it is
 taken (the kernel module appends it to the open file's list, unbounded), so the Xid
-collector takes them at each run (or a thread every second, with the kernel log) instead of
-sleeping inside NVML: a blocked call would hold its thread until its timeout at every stop,
-and on NVIDIA's mock NVML (a Go library) a waiting call keeps Go's runtime polling the whole
-time. NVML keeps no history from before the set was
-registered: an Xid raised while no exporter ran is not reported (the kernel log has it).
+collector takes them at each run instead of sleeping inside NVML: a blocked call would hold
+its thread until its timeout at every stop, and on NVIDIA's mock NVML (a Go library) a
+waiting call keeps Go's runtime polling the whole time. NVML keeps no history from before
+the set was registered: an Xid raised while no exporter ran is not reported (the kernel log has it).
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -21,9 +19,7 @@ from typing import Any, Final
 import pynvml
 
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import classified, error_name
-
-log = logging.getLogger(__name__)
+from fleetwatch.collectors.sources.nvml_calls import ABSENT, classified
 
 XID_EVENT_MASK: Final = (
     pynvml.nvmlEventTypeXidCriticalError
@@ -52,27 +48,28 @@ def _handle_key(handle: Any) -> Any:
         return handle
 
 
-def open_xid_events(source: NvmlSource) -> Any | None:
-    """An event set registered for Xid (and ECC) events on every GPU that has them.
-
-    None without GPUs; `NvmlError` when NVML cannot create the set.
-    """
-    gpus = source.gpus()
-    if not gpus:
-        return None
+def create_event_set(source: NvmlSource) -> Any:
+    """A new, empty NVML event set; `NvmlError` when NVML cannot create one."""
     with classified("nvmlEventSetCreate"):
-        event_set = source.lib.nvmlEventSetCreate()
-    for gpu in gpus:
+        return source.lib.nvmlEventSetCreate()
+
+
+def register_xids(source: NvmlSource, event_set: Any, gpu: Gpu) -> bool:
+    """Register `gpu`'s Xid (and ECC) events on the set: False when the GPU has none (not
+    supported); `NvmlError` (or `GpuLostError`) when a call failed, the GPU not registered."""
+    with classified("nvmlDeviceGetSupportedEventTypes", gpu=gpu.index):
         try:
             mask = int(source.lib.nvmlDeviceGetSupportedEventTypes(gpu.handle)) & XID_EVENT_MASK
-            if mask:
-                source.lib.nvmlDeviceRegisterEvents(gpu.handle, mask, event_set)
-        except pynvml.NVMLError as exc:
-            log.warning(
-                "Xid events unavailable for a GPU",
-                extra={"gpu": gpu.index, "reason": error_name(exc)},
-            )
-    return event_set
+        except ABSENT:
+            return False
+    if not mask:
+        return False
+    with classified("nvmlDeviceRegisterEvents", gpu=gpu.index):
+        try:
+            source.lib.nvmlDeviceRegisterEvents(gpu.handle, mask, event_set)
+        except ABSENT:
+            return False
+    return True
 
 
 def ready_xids(
@@ -102,6 +99,6 @@ def _gpu_of(source: NvmlSource, handle: Any) -> Gpu | None:
 
 
 def free_events(source: NvmlSource, event_set: Any) -> None:
-    """Release an event set from `open_xid_events`; `NvmlError` when NVML refuses."""
+    """Release an event set from `create_event_set`; `NvmlError` when NVML refuses."""
     with classified("nvmlEventSetFree"):
         source.lib.nvmlEventSetFree(event_set)

@@ -1,5 +1,5 @@
-"""NVML raising every error code, from every call the GPU collectors make (each cycle, and
-once at start), on the real pynvml and NVIDIA's mock NVML (`tests/faults/nvml_error_drive.py`
+"""NVML raising every error code, from every call the GPU and Xid collectors make (each cycle,
+and once at start), on the real pynvml and NVIDIA's mock NVML (`tests/faults/nvml_error_drive.py`
 says how and what is checked). Skipped, saying why, where FLEETWATCH_NVML_MOCK names no mock."""
 
 from __future__ import annotations
@@ -47,10 +47,15 @@ def test_every_error_code_of_every_call_is_absorbed_counted_and_recovered() -> N
     # And every call made once, when NVML starts and the GPUs are first identified; the
     # energy counter too, read in a GPU's first cycle and then once an energy interval (its
     # failure at a later read: tests/gpu/test_energy_cadence.py).
+    # The Xid collector's event set: made and each GPU registered at its first take.
     assert {
         "nvmlInit",
         "nvmlDeviceGetCount",
         "nvmlDeviceGetHandleByIndex",
         "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlEventSetCreate",
+        "nvmlDeviceGetSupportedEventTypes",
+        "nvmlDeviceRegisterEvents",
     } <= set(result["startup_calls"])
+    assert "nvmlEventSetWait_v2" in result["calls"]
     assert result["startup_tried"] == result["startup_pairs"] * result["codes"]

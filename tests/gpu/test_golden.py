@@ -1,4 +1,5 @@
-"""Golden expositions of every GPU collector on dgx-h100 and the GB200-like scenario.
+"""Golden expositions of every GPU collector on dgx-h100 and the GB200-like scenario (the
+Xid collector's from NVML: no Xid yet, each GPU listening).
 
 The gb200 golden includes the NVLink-fabric families, with GPU 2's fabric degraded.
 """
@@ -16,6 +17,7 @@ from fleetwatch.collectors.gpm import GpmCollector
 from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import FabricReading, NvmlSource
+from fleetwatch.collectors.xid import XidCollector, XidLedger
 from fleetwatch.sim.fabric_faults import FabricDegraded
 from tests.golden import assert_golden
 from tests.gpu.simnode import samples, simulated, text
@@ -28,10 +30,15 @@ def exposition(scenario: str) -> str:
         GpuCollector(source=source, expected_count=None),
         GpmCollector(source=source),
         NvLinkCollector(source=source, nvlink5=True, per_gpu=False),
+        XidCollector(source=source, kernel_log=None, ledger=XidLedger(window=5.0)),
     ]
-    for collector in collectors:
-        collector.collect()
-    return "".join(text(c.collect()) for c in collectors)
+    try:
+        for collector in collectors:
+            collector.collect()
+        return "".join(text(c.collect()) for c in collectors)
+    finally:
+        for collector in collectors:
+            collector.close()
 
 
 @pytest.mark.parametrize("scenario", ["dgx-h100", "gb200"])

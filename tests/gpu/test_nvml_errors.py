@@ -17,7 +17,12 @@ from fleetwatch.collectors.gpu import GpuCollector
 from fleetwatch.collectors.nvlink import NvLinkCollector
 from fleetwatch.collectors.sources.nvml import NvmlSource
 from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
-from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
+from fleetwatch.collectors.sources.nvml_events import (
+    create_event_set,
+    free_events,
+    ready_xids,
+    register_xids,
+)
 from fleetwatch.collectors.sources.nvml_gpm import gpm_sample
 from fleetwatch.sim.fabric_faults import NvlinkDown, NvlinkErrors
 from fleetwatch.sim.gpu_faults import GpuLost, Hang, TensorActive, Xid
@@ -252,7 +257,8 @@ def test_queued_xids_are_taken_without_waiting_and_a_failed_take_is_an_nvml_erro
     fake, source = simulated(
         faults=(Xid(at=120, gpu=3, xid=79), Xid(at=120, gpu=5, xid=48), Xid(at=120, gpu=6, xid=94))
     )
-    events = open_xid_events(source)
+    events = create_event_set(source)
+    assert all(register_xids(source, events, gpu) for gpu in source.gpus())
     first = list(ready_xids(source, events, limit=2))  # the third stays queued
     assert [(event.gpu, event.xid) for event in first] == [(3, 79), (5, 48)]
     assert first[0].uuid == source.gpus()[3].identity.uuid

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -27,7 +28,15 @@ from fleetwatch.collectors.sources.kmsg import (
     parse_record,
     unescape,
 )
-from fleetwatch.collectors.xid import NvmlXids, Origin, XidCollector, XidLedger
+from fleetwatch.collectors.xid import (
+    LISTENING,
+    NVML_ERRORS,
+    NvmlXids,
+    Origin,
+    XidCollector,
+    XidLedger,
+)
+from fleetwatch.exporter.render import Renderer
 from fleetwatch.sim import loopback_servers as servers
 from fleetwatch.sim.fake_nvml import FakeNvml, simulated_pci_bus_id
 from fleetwatch.sim.gpu_faults import GpuLost, Xid
@@ -541,6 +550,7 @@ def test_a_take_blocked_in_nvml_holds_only_its_lane(
     try:
         fake.inject_xid(3, 48)
         assert xids(collector) == {("3", "48"): 1.0}
+        assert set(family(collector, LISTENING).values()) == {1.0}
         blocked, release = _blocked_event_waits(fake, monkeypatch)
         fake.inject_xid(3, 48)
         with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
@@ -548,6 +558,8 @@ def test_a_take_blocked_in_nvml_holds_only_its_lane(
             assert blocked.is_set()
             for _ in range(3):  # the lane is busy: no take starts, the counts are served
                 assert xids(collector) == {("3", "48"): 1.0}
+            listening = family(collector, LISTENING)  # every GPU's events wait behind it
+        assert listening == {(str(gpu), source.gpus()[gpu].identity.uuid): 0.0 for gpu in range(8)}
         blocked_logs = [r for r in caplog.records if "blocked in NVML" in r.getMessage()]
         assert len(blocked_logs) == 1
         release.set()
@@ -557,38 +569,92 @@ def test_a_take_blocked_in_nvml_holds_only_its_lane(
             what="the blocked take's event",
         )
         assert xids(collector) == {("3", "48"): 2.0}
+        assert set(family(collector, LISTENING).values()) == {1.0}
     finally:
         release.set()
         collector.close()
 
 
-def test_nvml_xids_try_again_after_a_failure_and_close_frees_the_set(
+def test_failed_nvml_calls_are_served_as_counts_and_listening_goes_to_zero() -> None:
+    fake, source = simulated(at=120.0)
+    collector = _created(fake)
+    uuid = source.gpus()[6].identity.uuid
+    fake.fail("nvmlDeviceRegisterEvents", error=pynvml.NVMLError_Unknown, gpu=6)
+    try:
+        assert family(collector, NVML_ERRORS) == {  # labels in name order
+            ("nvmlDeviceRegisterEvents", "Unknown", "6", uuid): 1.0
+        }
+        listening = family(collector, LISTENING)
+        assert listening[("6", uuid)] == 0.0
+        assert sum(listening.values()) == 7.0
+        fake.clear_failures()
+        fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Timeout)  # none queued: no error
+        assert family(collector, LISTENING)[("6", uuid)] == 1.0  # registered at this run
+        fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_InsufficientResources)
+        text = Renderer().render(collector.collect()).decode()
+        assert (
+            'fleetwatch_gpu_xid_nvml_errors_total{call="nvmlEventSetWait_v2",'
+            'error="InsufficientResources",gpu="",uuid=""} 1.0'
+        ) in text
+        assert 'fleetwatch_gpu_xid_events_listening{gpu="6",uuid="' + uuid + '"} 0.0' in text
+        fake.clear_failures()
+        assert set(family(collector, LISTENING).values()) == {1.0}
+        assert len(family(collector, NVML_ERRORS)) == 2  # counters stay
+    finally:
+        collector.close()
+
+
+def test_the_kernel_log_alone_serves_no_nvml_event_families() -> None:
+    fake, _ = simulated(at=120.0)
+    collector = _created(fake, "--collector.xid.source=kmsg")
+    try:
+        names = {f.sample_name for f in collector.collect()}
+        assert not names & {LISTENING, NVML_ERRORS}
+    finally:
+        collector.close()
+
+
+def _state(taker: NvmlXids) -> tuple[dict[str, bool], dict[tuple[str, str, str], int]]:
+    """Listening by GPU, and failures by (gpu, call, error), as the taker last published."""
+    state = taker.state
+    listening = {gpu: on for (gpu, _), on in state.listening}
+    return listening, {(gpu, call, error): n for (gpu, _, call, error), n in state.failures}
+
+
+def test_nvml_xids_try_again_at_the_next_take_count_failures_and_close_frees_the_set(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake, source = simulated(at=120.0)
-    now = [1000.0]
     ledger = XidLedger(window=10.0)
-    taker = NvmlXids(source, ledger, clock=lambda: now[0])
+    taker = NvmlXids(source, ledger)
     fake.fail("nvmlEventSetCreate", error=pynvml.NVMLError_Unknown)
     with caplog.at_level(logging.WARNING, logger="fleetwatch.collectors.xid"):
         taker.take()
-    assert [r.getMessage() for r in caplog.records] == ["taking NVML Xid events failed"]
+        taker.take()  # the same failure again: counted, not logged again
+    assert [r.getMessage() for r in caplog.records] == [
+        "an NVML call for Xid events failed: Xids from NVML are not counted until it answers"
+    ]
+    assert _state(taker) == ({}, {("", "nvmlEventSetCreate", "Unknown"): 2})
     fake.clear_failures()
-    now[0] += 4.9
-    taker.take()  # before the retry time: not tried
-    assert fake.event_sets == []
-    now[0] += 0.2
-    taker.take()
+    fake.fail("nvmlDeviceRegisterEvents", error=pynvml.NVMLError_Timeout, gpu=5)
+    taker.take()  # the set is made; GPU 5 is not registered
     assert len(fake.event_sets) == 1
+    listening, failures = _state(taker)
+    assert listening == {str(gpu): gpu != 5 for gpu in range(8)}
+    assert failures[("5", "nvmlDeviceRegisterEvents", "Timeout")] == 1
+    fake.clear_failures()
     fake.inject_xid(2, 79)
     fake.fail("nvmlEventSetWait_v2", error=pynvml.NVMLError_Unknown)
-    taker.take()  # fails: the event stays queued, the set is kept
-    fake.clear_failures()
-    taker.take()  # before the retry time
+    taker.take()  # GPU 5 registered now; the take fails: the event stays queued, the set kept
+    listening, failures = _state(taker)
+    assert listening == {str(gpu): False for gpu in range(8)}
+    assert failures[("", "nvmlEventSetWait_v2", "Unknown")] == 1
     assert ledger.counts() == {}
-    now[0] += 5.0
+    fake.clear_failures()
     taker.take()
     assert ledger.counts() == {("2", source.gpus()[2].identity.uuid, "79"): 1}
+    assert _state(taker)[0] == {str(gpu): True for gpu in range(8)}
+    assert fake.event_sets[0].gpus == set(range(8))
     assert len(fake.event_sets) == 1
     taker.close(timeout=1.0)
     assert fake.event_sets[0].freed
@@ -596,6 +662,26 @@ def test_nvml_xids_try_again_after_a_failure_and_close_frees_the_set(
     taker.take()  # closed: nothing taken, no set opened again
     assert len(fake.event_sets) == 1
     assert sum(ledger.counts().values()) == 1
+
+
+def test_a_gpu_without_xid_events_is_left_out_and_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake, source = simulated(at=120.0)
+    asked: list[int] = []
+    supported = fake.nvmlDeviceGetSupportedEventTypes
+
+    def events_of(handle: Any) -> int:
+        asked.append(handle.index)
+        return 0 if handle.index == 4 else supported(handle)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetSupportedEventTypes", events_of)
+    taker = NvmlXids(source, XidLedger(window=10.0))
+    taker.take()
+    taker.take()
+    assert sorted(asked) == list(range(8))
+    assert _state(taker) == ({str(gpu): True for gpu in range(8) if gpu != 4}, {})
+    taker.close(timeout=1.0)
 
 
 def test_a_set_under_a_blocked_take_is_not_freed(

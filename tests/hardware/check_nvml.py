@@ -57,7 +57,12 @@ from fleetwatch.collectors.sources.nvml_calls import (
     field_value,
     nvlink_error_counter,
 )
-from fleetwatch.collectors.sources.nvml_events import free_events, open_xid_events, ready_xids
+from fleetwatch.collectors.sources.nvml_events import (
+    create_event_set,
+    free_events,
+    ready_xids,
+    register_xids,
+)
 from fleetwatch.collectors.sources.nvml_mig import read_mig
 from fleetwatch.collectors.sources.podresources import DEFAULT_SOCKET
 from fleetwatch.collectors.xid import XidCollector, XidLedger
@@ -203,18 +208,23 @@ def main() -> int:
 
 
 def xid_look(source: NvmlSource) -> str:
-    """An event set opened, the events queued for it taken without waiting, and closed."""
+    """An event set made, every GPU registered for Xid events, the events queued for it
+    taken without waiting, and the set freed (the calls of the Xid collector's take)."""
+    if not source.gpus():
+        return "no GPU to register"
     try:
-        events = open_xid_events(source)
-        if events is None:
-            return "no GPU to register"
+        events = create_event_set(source)
+        registered = [gpu.index for gpu in source.gpus() if register_xids(source, events, gpu)]
         started = time.perf_counter()
         taken = list(ready_xids(source, events))
         spent = (time.perf_counter() - started) * 1e3
         free_events(source, events)
     except NvmlError as exc:
         return f"failed: {exc}"
-    return f"{len(taken)} Xid events taken in {spent:.3f} ms: {taken}"
+    return (
+        f"GPUs registered for Xid events: {registered}; "
+        f"{len(taken)} Xid events taken in {spent:.3f} ms: {taken}"
+    )
 
 
 def reset_gpu(which: str) -> int:

@@ -147,6 +147,47 @@ NVSWITCH_SXID_ERRORS_TOTAL: Final = FAMILIES.declare(
 )
 
 
+GPU_XID_EVENTS_LISTENING: Final = FAMILIES.declare(
+    "fleetwatch_gpu_xid_events_listening",
+    "gauge",
+    (
+        "1 while the GPU's Xid events reach the exporter through NVML; 0 while they do not "
+        "(registering the GPU failed, the last take of the events failed, or a take is "
+        "blocked in NVML): Xids from NVML are not counted then."
+    ),
+    ("gpu", "uuid"),
+    unit="0/1",
+    source=(
+        "the `xid` collector's NVML event set (`--collector.xid.source` with `nvml`): 1 "
+        "when the GPU is registered on it (`nvmlDeviceRegisterEvents`) and the last "
+        "`nvmlEventSetWait_v2` take answered; a failed registration is tried again at each "
+        "run, a failed take at the next. Absent for a GPU without Xid events (not "
+        "supported), for one that answered lost (fallen off the bus), and with "
+        "`--collector.xid.source=kmsg`"
+    ),
+    series="G",
+)
+
+
+GPU_XID_NVML_ERRORS_TOTAL: Final = FAMILIES.declare(
+    "fleetwatch_gpu_xid_nvml_errors_total",
+    "counter",
+    (
+        "NVML calls of the Xid collector's event set that failed, by GPU (empty for a call "
+        "on the whole set), call and error."
+    ),
+    ("gpu", "uuid", "call", "error"),
+    unit="calls",
+    source=(
+        "`nvmlEventSetCreate`, `nvmlDeviceGetSupportedEventTypes`, "
+        "`nvmlDeviceRegisterEvents`, `nvmlEventSetWait_v2` (other than the `Timeout` "
+        "that says no event is queued) and `nvmlEventSetFree` calls that failed; each new "
+        "kind is logged once"
+    ),
+    series="(G + 1) × calls × errors seen",
+)
+
+
 KMSG_UNREADABLE_RECORDS_TOTAL: Final = FAMILIES.declare(
     "fleetwatch_kmsg_unreadable_records_total",
     "counter",
