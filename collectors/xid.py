@@ -239,14 +239,15 @@ class NvmlXids:
         )
 
     def _publish(self, gpus: tuple[Gpu, ...], answered: bool) -> None:
+        """The state after a take: every GPU not known to lack the events (nor lost) listens
+        when registered on the set and the take answered (none does while the set could not
+        be made)."""
         self.state = NvmlXidState(
             listening=tuple(
                 (gpu_labels(gpu.identity), answered and gpu.index in self._registered)
                 for gpu in gpus
                 if gpu.index not in self._without and gpu.index not in self._lost
-            )
-            if self._event_set is not None
-            else (),
+            ),
             failures=tuple(self._failures.items()),
         )
 

@@ -18,6 +18,7 @@ from fleetwatch.catalog.tainter import (
     TAINTER_WEBHOOK_FORWARDS_TOTAL,
     TAINTER_WEBHOOK_REQUESTS_TOTAL,
 )
+from fleetwatch.catalog.xid import GPU_XID_EVENTS_LISTENING, GPU_XID_NVML_ERRORS_TOTAL
 from fleetwatch.rules.config import Config, Params
 from fleetwatch.rules.promql import Alert, Promql, events, match, union
 
@@ -45,6 +46,18 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "The {{ $labels.collector }} collector of the exporter on node "
                 "{{ $labels.node }} fails or misses its deadline; its series are stale "
                 "or gone."
+            ),
+        ),
+        Alert(
+            name="FleetwatchXidEventsUnavailable",
+            expr=f"{q.exporter(GPU_XID_EVENTS_LISTENING.name)} == 0",
+            summary="Xid events of GPU {{ $labels.gpu }} on node {{ $labels.node }} "
+            "not reaching fleetwatch",
+            description=(
+                "NVML does not deliver the Xid events of GPU {{ $labels.gpu }} on node "
+                "{{ $labels.node }} to the exporter (its event calls fail or block, "
+                f"{GPU_XID_NVML_ERRORS_TOTAL.name} says which): its Xids from NVML are "
+                "not counted, so the Xid alerts cannot fire for it."
             ),
         ),
     ]

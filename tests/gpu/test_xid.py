@@ -634,7 +634,8 @@ def test_nvml_xids_try_again_at_the_next_take_count_failures_and_close_frees_the
     assert [r.getMessage() for r in caplog.records] == [
         "an NVML call for Xid events failed: Xids from NVML are not counted until it answers"
     ]
-    assert _state(taker) == ({}, {("", "nvmlEventSetCreate", "Unknown"): 2})
+    no_set = {str(gpu): False for gpu in range(8)}  # none listens while there is no set
+    assert _state(taker) == (no_set, {("", "nvmlEventSetCreate", "Unknown"): 2})
     fake.clear_failures()
     fake.fail("nvmlDeviceRegisterEvents", error=pynvml.NVMLError_Timeout, gpu=5)
     taker.take()  # the set is made; GPU 5 is not registered

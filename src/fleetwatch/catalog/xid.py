@@ -152,8 +152,8 @@ GPU_XID_EVENTS_LISTENING: Final = FAMILIES.declare(
     "gauge",
     (
         "1 while the GPU's Xid events reach the exporter through NVML; 0 while they do not "
-        "(registering the GPU failed, the last take of the events failed, or a take is "
-        "blocked in NVML): Xids from NVML are not counted then."
+        "(the event set could not be made, registering the GPU failed, the last take of the "
+        "events failed, or a take is blocked in NVML): Xids from NVML are not counted then."
     ),
     ("gpu", "uuid"),
     unit="0/1",
