@@ -23,6 +23,7 @@ from fleetwatch.catalog.tainter import (
     TAINTER_TAINTED_NODES,
     TAINTER_WEBHOOK_REQUESTS_TOTAL,
 )
+from fleetwatch.catalog.xid import GPU_XID_EVENTS_LISTENING, GPU_XID_NVML_ERRORS_TOTAL
 
 
 def _repair_panels(q: Queries, lay: Layout) -> list[Panel]:
@@ -96,6 +97,23 @@ def build(q: Queries) -> Dashboard:
             "Scrape duration",
             (q.exporter("scrape_duration_seconds", NODE), "{{node}} {{instance}}"),
             unit="s",
+        ),
+        timeseries(
+            lay,
+            "GPUs whose Xid events do not arrive (NVML)",
+            (
+                f"sum by (node) ({q.exporter(GPU_XID_EVENTS_LISTENING.name, NODE)} == bool 0)",
+                "{{node}}",
+            ),
+        ),
+        timeseries(
+            lay,
+            "Xid event calls failed (NVML)",
+            (
+                "sum by (node, call, error) (increase("
+                f"{q.exporter(GPU_XID_NVML_ERRORS_TOTAL.name, NODE)}[$__rate_interval]))",
+                "{{node}} {{call}} {{error}}",
+            ),
         ),
         lay.row("Tainter"),
         timeseries(

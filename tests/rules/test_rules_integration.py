@@ -106,10 +106,14 @@ NEEDS_REPAIR = {
 }
 """Panels of repairs after the drain: the stack's tainter runs with `--repair.mode=off` (the
 default), so it repairs nothing; tests/slurm/test_repair_real.py repairs for real."""
+NEEDS_XID_EVENT_FAILURE = {"Xid event calls failed (NVML)"}
+"""Its counter exists once an NVML event call failed, which this stack's node never does
+(tests/faults/nvml_error_drive.py and tests/gpu/test_xid.py make them fail)."""
 SKIPPED_PANELS = (
     (NEEDS_TAINTER | NEEDS_TRAINING_JOB | NEEDS_CHECKPOINT_MOUNT | NEEDS_NVL72_DOMAIN)
     | NEEDS_INTERRUPTION
     | NEEDS_REPAIR
+    | NEEDS_XID_EVENT_FAILURE
 )
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 
