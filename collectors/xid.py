@@ -11,7 +11,11 @@ NVRM Xid lines from the kernel log, history included; it needs read access to /d
 them before it reads the counts: an Xid is served by the run after it was raised, and no
 thread wakes between runs. A take blocked in a wedged driver holds only the lane: the runs
 go on serving the counts (the kernel log's too; logged once) and take again once it
-returns, so the Xid series never go stale for it. Which sources run is logged once at start.
+returns, so the Xid series never go stale for it. A failed event call is counted
+(`fleetwatch_gpu_xid_nvml_errors_total`, each new kind logged once) and tried again at the
+next run; `fleetwatch_gpu_xid_events_listening` says per GPU whether its events arrive (0
+while its registration failed, or the last take failed or is blocked). Which sources run is
+logged once at start.
 
 Kernel-log records stamped before the reader opened are history: an exporter started (or
 restarted) on a node whose log holds an old Xid must not report it as a new error, or
