@@ -665,6 +665,24 @@ def test_nvml_xids_try_again_at_the_next_take_count_failures_and_close_frees_the
     assert sum(ledger.counts().values()) == 1
 
 
+def test_a_gpu_identified_after_the_set_was_made_is_registered_at_the_next_take() -> None:
+    fake, source = simulated(at=120.0)
+    fake.fail("nvmlDeviceGetUUID", error=pynvml.NVMLError_Unknown, gpu=7)
+    ledger = XidLedger(window=10.0)
+    taker = NvmlXids(source, ledger)
+    taker.take()  # NVML identifies 7 GPUs: the set is made for them
+    assert _state(taker)[0] == {str(gpu): True for gpu in range(7)}
+    assert fake.event_sets[0].gpus == set(range(7))
+    fake.clear_failures()
+    fake.inject_xid(7, 48)
+    taker.take()  # GPU 7 identified now: registered on the same set, its Xid taken
+    assert _state(taker)[0] == {str(gpu): True for gpu in range(8)}
+    assert fake.event_sets[0].gpus == set(range(8))
+    assert len(fake.event_sets) == 1
+    assert ledger.counts() == {("7", source.gpus()[7].identity.uuid, "48"): 1}
+    taker.close(timeout=1.0)
+
+
 def test_a_gpu_without_xid_events_is_left_out_and_not_asked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
