@@ -57,7 +57,8 @@ def alerts(config: Config, p: Params) -> list[Alert]:
                 "NVML does not deliver the Xid events of GPU {{ $labels.gpu }} on node "
                 "{{ $labels.node }} to the exporter (its event calls fail or block, "
                 f"{GPU_XID_NVML_ERRORS_TOTAL.name} says which): its Xids from NVML are "
-                "not counted, so the Xid alerts cannot fire for it."
+                "not counted; unless the node also reads the kernel log, the Xid alerts "
+                "cannot fire for it."
             ),
         ),
     ]
