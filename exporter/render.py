@@ -157,7 +157,7 @@ class Renderer:
                 changed = _few_changed(hit[1], key)
                 if changed is not None:
                     lines = self._lines.get(name) or _Lines(hit[2])
-                    lines.update(name, prefixes, family.values, changed)
+                    lines.update(name, prefixes, values, changed)
                     self._lines[name] = lines
                     self._bodies[name] = (prefixes, key, lines.body, kept)
                     return lines.body

@@ -6,7 +6,8 @@ taken (the kernel module appends it to the open file's list, unbounded), so the 
 collector takes them at each run instead of sleeping inside NVML: a blocked call would hold
 its thread until its timeout at every stop, and on NVIDIA's mock NVML (a Go library) a
 waiting call keeps Go's runtime polling the whole time. NVML keeps no history from before
-the set was registered: an Xid raised while no exporter ran is not reported (the kernel log has it).
+the set was registered: an Xid raised while no exporter ran is not reported (the kernel log
+has it).
 """
 
 from __future__ import annotations
