@@ -29,28 +29,44 @@ def gpu_labels(identity: GpuIdentity) -> tuple[str, str]:
 
 
 class NvmlFailures:
-    """Counts NVML call failures per GPU/call/error across cycles, logging each new kind."""
+    """Counts NVML call failures per GPU/call/error across cycles, logging each new kind.
 
-    def __init__(self, *, collector: str, spec: MetricSpec) -> None:
+    A call on no GPU (the Xid collector's event set) counts with `gpu` and `uuid` empty."""
+
+    def __init__(
+        self,
+        *,
+        collector: str,
+        spec: MetricSpec,
+        message: str = "NVML call failed; its values are absent",
+    ) -> None:
         self._collector = collector
         self.spec = spec
+        self._message = message
         self._counts: Counter[tuple[str, str, str, str]] = Counter()
         self._once = LogOnce(log)
 
-    def record(self, identity: GpuIdentity, failures: Iterable[CallFailure], **where: int) -> None:
+    def record(
+        self, identity: GpuIdentity | None, failures: Iterable[CallFailure], **where: int
+    ) -> None:
         """Count each failure; log each new kind once, with `where` (a MIG slot) named."""
+        labels = ("", "") if identity is None else gpu_labels(identity)
         for failure in failures:
-            key = (*gpu_labels(identity), failure.call, failure.error)
+            key = (*labels, failure.call, failure.error)
             self._once.warning(
                 (*key, *where.items()),
-                "NVML call failed; its values are absent",
+                self._message,
                 collector=self._collector,
-                gpu=identity.index,
+                gpu=None if identity is None else identity.index,
                 call=failure.call,
                 error=failure.error,
                 **where,
             )
             self._counts[key] += 1
+
+    def counts(self) -> tuple[tuple[tuple[str, str, str, str], int], ...]:
+        """A copy of the counts: (gpu, uuid, call, error) and how many."""
+        return tuple(self._counts.items())
 
     def add_to(self, builder: FamilyBuilder) -> None:
         for labels, count in self._counts.items():

@@ -81,7 +81,7 @@ from fleetwatch.collectors.base import CollectorContext, CollectorSpec
 from fleetwatch.collectors.blocking import Lane
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily
 from fleetwatch.collectors.gpu import RECOVERY_ACTIONS
-from fleetwatch.collectors.gpu_common import gpu_labels
+from fleetwatch.collectors.gpu_common import NvmlFailures, gpu_labels
 from fleetwatch.collectors.sources.kmsg import (
     DEFAULT_PATH,
     RECOVERY_XID,
@@ -96,7 +96,7 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
 from fleetwatch.collectors.sources.nvml_events import (
     EVENTS_A_LOOK,
     create_event_set,
@@ -105,7 +105,6 @@ from fleetwatch.collectors.sources.nvml_events import (
     register_xids,
 )
 from fleetwatch.flags import duration_setting, setting
-from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +171,12 @@ class NvmlXids:
         self._registered: set[int] = set()  # GPU indices registered on the set
         self._without: set[int] = set()  # GPUs without Xid events: not asked again
         self._lost: set[int] = set()  # GPUs that answered "lost" when registered
-        self._failures: Counter[tuple[str, str, str, str]] = Counter()
-        self._once = LogOnce(log)
+        self._failures = NvmlFailures(
+            collector="xid",
+            spec=GPU_XID_NVML_ERRORS_TOTAL,
+            message="an NVML call for Xid events failed: the Xids it concerns are not counted "
+            "from NVML until it answers (tried again at each run)",
+        )
         self.state = NvmlXidState()
 
     def take(self) -> None:
@@ -207,7 +210,7 @@ class NvmlXids:
                     self._since = now
                 answered = True
             except NvmlError as exc:
-                self._failed(exc, "", "")
+                self._failed(exc)
             finally:
                 self._publish(gpus, answered)
 
@@ -222,25 +225,15 @@ class NvmlXids:
                 else:
                     self._without.add(gpu.index)
             except NvmlError as exc:
-                self._failed(exc, *gpu_labels(gpu.identity))
+                self._failed(exc, gpu)
             except GpuLostError:  # fallen off the bus: its series go, as the gpu
                 self._lost.add(gpu.index)  # collector's do (asked again at each take)
             else:
                 self._lost.discard(gpu.index)
 
-    def _failed(self, exc: NvmlError, gpu: str, uuid: str) -> None:
-        key = (gpu, uuid, exc.call, exc.error)
-        self._failures[key] += 1
-        self._once.warning(
-            key,
-            "an NVML call for Xid events failed: Xids from NVML are not counted until it answers"
-            if gpu == ""
-            else "registering a GPU for Xid events failed: its Xids from NVML are not counted "
-            "until it is (tried again at each run)",
-            gpu=gpu,
-            call=exc.call,
-            reason=exc.error,
-        )
+    def _failed(self, exc: NvmlError, gpu: Gpu | None = None) -> None:
+        failure = CallFailure(call=exc.call, error=exc.error)
+        self._failures.record(None if gpu is None else gpu.identity, (failure,))
 
     def _publish(self, gpus: tuple[Gpu, ...], answered: bool) -> None:
         """The state after a take: every GPU not known to lack the events (nor lost) listens
@@ -252,7 +245,7 @@ class NvmlXids:
                 for gpu in gpus
                 if gpu.index not in self._without and gpu.index not in self._lost
             ),
-            failures=tuple(self._failures.items()),
+            failures=self._failures.counts(),
         )
 
     def close(self, timeout: float) -> None:
@@ -266,7 +259,7 @@ class NvmlXids:
             if self._event_set is not None:
                 free_events(self._source, self._event_set)
         except NvmlError as exc:
-            self._failed(exc, "", "")
+            self._failed(exc)
         finally:
             self._event_set = None
             self._lock.release()

@@ -632,7 +632,8 @@ def test_nvml_xids_try_again_at_the_next_take_count_failures_and_close_frees_the
         taker.take()
         taker.take()  # the same failure again: counted, not logged again
     assert [r.getMessage() for r in caplog.records] == [
-        "an NVML call for Xid events failed: Xids from NVML are not counted until it answers"
+        "an NVML call for Xid events failed: the Xids it concerns are not counted from NVML "
+        "until it answers (tried again at each run)"
     ]
     no_set = {str(gpu): False for gpu in range(8)}  # none listens while there is no set
     assert _state(taker) == (no_set, {("", "nvmlEventSetCreate", "Unknown"): 2})
