@@ -14,7 +14,7 @@ from typing import Final
 from fleetwatch.catalog.spec import MetricSpec
 from fleetwatch.collectors.families import FamilyBuilder
 from fleetwatch.collectors.sources.nvml import GpuIdentity
-from fleetwatch.collectors.sources.nvml_calls import CallFailure
+from fleetwatch.collectors.sources.nvml_calls import CallFailure, NvmlError
 from fleetwatch.logs import LogOnce
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ class NvmlFailures:
                 **where,
             )
             self._counts[key] += 1
+
+    def record_error(self, identity: GpuIdentity | None, exc: NvmlError) -> None:
+        """Count the one call `exc` says failed (as `record`)."""
+        self.record(identity, (CallFailure(call=exc.call, error=exc.error),))
 
     def counts(self) -> tuple[tuple[tuple[str, str, str, str], int], ...]:
         """A copy of the counts: (gpu, uuid, call, error) and how many."""

@@ -31,7 +31,7 @@ from fleetwatch.collectors.base import CollectorContext, CollectorSpec, NoSettin
 from fleetwatch.collectors.families import FamilyBuilder, LabelCache, SeriesFamily, reads_of
 from fleetwatch.collectors.gpu_common import GPU_ID, LostGpus, NvmlFailures, gpu_labels
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.collectors.sources.nvml_gpm import (
     GPM_METRICS,
     gpm_free,
@@ -111,7 +111,7 @@ class MigCollector:
         try:
             current = gpm_sample(self._source, gpu, instance.gpu_instance)
         except NvmlError as exc:  # profiling counters held elsewhere: activity absent
-            self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
+            self._failures.record_error(gpu.identity, exc)
             return
         sampled.add(key)
         previous = self._previous.pop(key, None)
@@ -121,7 +121,7 @@ class MigCollector:
         try:
             values = gpm_metrics(self._source, previous, current, _GPM_IDS)
         except NvmlError as exc:
-            self._failures.record(gpu.identity, (CallFailure(call=exc.call, error=exc.error),))
+            self._failures.record_error(gpu.identity, exc)
             return
         finally:
             self._free(previous)

@@ -96,7 +96,7 @@ from fleetwatch.collectors.sources.kmsg import (
 )
 from fleetwatch.collectors.sources.kmsg_storage import StorageEvent
 from fleetwatch.collectors.sources.nvml import Gpu, NvmlSource
-from fleetwatch.collectors.sources.nvml_calls import CallFailure, GpuLostError, NvmlError
+from fleetwatch.collectors.sources.nvml_calls import GpuLostError, NvmlError
 from fleetwatch.collectors.sources.nvml_events import (
     EVENTS_A_LOOK,
     create_event_set,
@@ -210,7 +210,7 @@ class NvmlXids:
                     self._since = now
                 answered = True
             except NvmlError as exc:
-                self._failed(exc)
+                self._failures.record_error(None, exc)
             finally:
                 self._publish(gpus, answered)
 
@@ -225,15 +225,11 @@ class NvmlXids:
                 else:
                     self._without.add(gpu.index)
             except NvmlError as exc:
-                self._failed(exc, gpu)
+                self._failures.record_error(gpu.identity, exc)
             except GpuLostError:  # fallen off the bus: its series go, as the gpu
                 self._lost.add(gpu.index)  # collector's do (asked again at each take)
             else:
                 self._lost.discard(gpu.index)
-
-    def _failed(self, exc: NvmlError, gpu: Gpu | None = None) -> None:
-        failure = CallFailure(call=exc.call, error=exc.error)
-        self._failures.record(None if gpu is None else gpu.identity, (failure,))
 
     def _publish(self, gpus: tuple[Gpu, ...], answered: bool) -> None:
         """The state after a take: every GPU not known to lack the events (nor lost) listens
@@ -259,7 +255,7 @@ class NvmlXids:
             if self._event_set is not None:
                 free_events(self._source, self._event_set)
         except NvmlError as exc:
-            self._failed(exc)
+            self._failures.record_error(None, exc)
         finally:
             self._event_set = None
             self._lock.release()
